@@ -1,0 +1,92 @@
+# conveyor: the two commands are `make demo` and `make test`. Both install what
+# is missing (Debian packages, .venv), build, and are quiet when up to date.
+SHELL := /bin/bash
+.DEFAULT_GOAL := demo
+
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMPS := .stamps
+BUILD := build/dev
+JOBS ?= $(shell nproc)
+DEMO_DATA := demo-data
+DEMO_IMAGES ?= 2000
+
+APT_PACKAGES := build-essential pkg-config libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev libwebp-dev \
+	libopencv-imgproc-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev clang clang-format libclang-rt-14-dev \
+	python3-venv
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: demo test test-fast setup build cpp-test py-test asan tsan lint format bench-cpp clean
+
+# --- set-up -------------------------------------------------------------------
+$(STAMPS)/apt: Makefile
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "Installing Debian packages: $$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+	@mkdir -p $(STAMPS) && touch $@
+
+$(STAMPS)/venv: requirements-dev.txt | $(STAMPS)/apt
+	@[ -x $(PY) ] || python3 -m venv $(VENV)
+	@echo "Installing Python packages into $(VENV)"
+	@$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	@# The package is used from the source tree: python/ on the venv's path.
+	@echo "$(CURDIR)/python" > $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/conveyor-dev.pth
+	@printf '#!%s\nfrom conveyor.cli import main\nraise SystemExit(main())\n' "$(CURDIR)/$(PY)" > $(VENV)/bin/conveyor
+	@chmod +x $(VENV)/bin/conveyor
+	@touch $@
+
+setup: $(STAMPS)/apt $(STAMPS)/venv
+
+# --- build ----------------------------------------------------------------------
+$(BUILD)/build.ninja: CMakeLists.txt $(STAMPS)/venv
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DCONVEYOR_BUILD_TESTS=ON \
+	  -DCONVEYOR_BUILD_PYTHON=ON -DCONVEYOR_BUILD_BENCHMARKS=ON -DPython_EXECUTABLE=$(CURDIR)/$(PY) >/dev/null
+
+build: $(BUILD)/build.ninja
+	@cmake --build $(BUILD) -j $(JOBS) | grep -v '^ninja: no work to do' || true; exit $${PIPESTATUS[0]}
+
+# --- the two commands -------------------------------------------------------------
+demo: build
+	@$(PY) -m conveyor make-dataset $(DEMO_DATA) --images $(DEMO_IMAGES) --quiet-if-present
+	@$(PY) -m conveyor bench all --data $(DEMO_DATA) --json bench-results/demo.json --plot bench-results/demo.png
+
+test: test-fast asan tsan
+
+test-fast: cpp-test py-test
+
+cpp-test: build
+	@ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) | tail -n 3; exit $${PIPESTATUS[0]}
+
+py-test: build
+	@$(PY) -m pytest -q tests
+
+# --- sanitizers: the C++ test suites under ASan+UBSan and under TSan ---------------
+define sanitizer_build
+	@cmake -S . -B build/$(1) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_BUILD_TESTS=ON \
+	  -DCONVEYOR_BUILD_PYTHON=OFF -DCONVEYOR_SANITIZE=$(2) >/dev/null
+	@cmake --build build/$(1) -j $(JOBS) | grep -v '^ninja: no work to do' || true; exit $${PIPESTATUS[0]}
+	@$(3) ctest --test-dir build/$(1) --output-on-failure -j $(JOBS) | tail -n 3; exit $${PIPESTATUS[0]}
+endef
+
+asan: setup
+	$(call sanitizer_build,asan,address,ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
+
+tsan: setup
+	$(call sanitizer_build,tsan,thread,TSAN_OPTIONS=halt_on_error=1)
+
+# --- developer helpers ---------------------------------------------------------------
+lint: setup
+	@$(VENV)/bin/ruff check python tests bench
+	@clang-format --dry-run -Werror $$(git ls-files 'cpp/*.cc' 'cpp/*.h')
+
+format: setup
+	@clang-format -i $$(git ls-files 'cpp/*.cc' 'cpp/*.h')
+	@$(VENV)/bin/ruff format python tests bench
+
+bench-cpp: build
+	@for b in $(BUILD)/*_benchmark; do $$b --benchmark_min_time=2s; done
+
+clean:
+	rm -rf build $(STAMPS) python/conveyor/_conveyor*.so

@@ -1,0 +1,102 @@
+#include "conveyor/core/buffer_pool.h"
+
+#include <mutex>
+#include <new>
+#include <utility>
+#include <vector>
+
+#include "conveyor/core/error.h"
+
+namespace conveyor {
+
+namespace detail {
+struct BufferPoolState {
+  size_t buffer_bytes = 0;
+  BufferAllocator allocator;
+  std::mutex mu;
+  std::vector<void*> free;
+  size_t allocated = 0;
+  size_t leased = 0;
+
+  ~BufferPoolState() {
+    for (void* data : free) allocator.deallocate(data, buffer_bytes);
+  }
+};
+}  // namespace detail
+
+BufferAllocator BufferAllocator::aligned() {
+  constexpr std::align_val_t kAlignment{64};
+  return {[](size_t bytes) { return ::operator new(bytes, kAlignment); },
+          [](void* data, size_t) { ::operator delete(data, kAlignment); }};
+}
+
+PooledBuffer::PooledBuffer(std::shared_ptr<detail::BufferPoolState> state, void* data, size_t size) noexcept
+    : state_(std::move(state)), data_(data), size_(size) {}
+
+PooledBuffer::PooledBuffer(PooledBuffer&& other) noexcept
+    : state_(std::move(other.state_)), data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+PooledBuffer& PooledBuffer::operator=(PooledBuffer&& other) noexcept {
+  if (this != &other) {
+    release();
+    state_ = std::move(other.state_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+PooledBuffer::~PooledBuffer() { release(); }
+
+void PooledBuffer::release() noexcept {
+  if (data_ == nullptr) return;
+  {
+    std::lock_guard lock(state_->mu);
+    state_->free.push_back(data_);
+    --state_->leased;
+  }
+  data_ = nullptr;
+  state_.reset();
+}
+
+BufferPool::BufferPool(size_t buffer_bytes, BufferAllocator allocator)
+    : state_(std::make_shared<detail::BufferPoolState>()) {
+  check_config(allocator.allocate && allocator.deallocate, "buffer allocator needs allocate and deallocate");
+  state_->buffer_bytes = buffer_bytes;
+  state_->allocator = std::move(allocator);
+}
+
+BufferPool::~BufferPool() = default;
+
+PooledBuffer BufferPool::acquire() {
+  {
+    std::lock_guard lock(state_->mu);
+    if (!state_->free.empty()) {
+      void* data = state_->free.back();
+      state_->free.pop_back();
+      ++state_->leased;
+      return PooledBuffer(state_, data, state_->buffer_bytes);
+    }
+  }
+  // Allocate outside the lock: a custom allocator may be slow (pinned memory).
+  void* data = state_->allocator.allocate(state_->buffer_bytes);
+  if (data == nullptr) throw std::bad_alloc();
+  std::lock_guard lock(state_->mu);
+  ++state_->allocated;
+  ++state_->leased;
+  return PooledBuffer(state_, data, state_->buffer_bytes);
+}
+
+size_t BufferPool::buffer_bytes() const noexcept { return state_->buffer_bytes; }
+
+size_t BufferPool::allocated() const {
+  std::lock_guard lock(state_->mu);
+  return state_->allocated;
+}
+
+size_t BufferPool::leased() const {
+  std::lock_guard lock(state_->mu);
+  return state_->leased;
+}
+
+}  // namespace conveyor

@@ -1,0 +1,78 @@
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+
+namespace conveyor {
+
+/// How a BufferPool obtains and frees memory. The default is 64-byte aligned
+/// host memory; the Python layer can supply page-locked (pinned) memory.
+/// Both functions may be called from any thread.
+struct BufferAllocator {
+  std::function<void*(size_t bytes)> allocate;
+  std::function<void(void* data, size_t bytes)> deallocate;
+
+  /// 64-byte aligned heap memory (operator new with std::align_val_t).
+  static BufferAllocator aligned();
+};
+
+namespace detail {
+struct BufferPoolState;
+}
+
+/// A buffer leased from a BufferPool; returns to the pool when destroyed.
+/// Move-only. Keeps the pool's storage alive, so it may outlive the pool object
+/// (e.g. a torch tensor held after its loader was deleted).
+class PooledBuffer {
+ public:
+  PooledBuffer() = default;
+  PooledBuffer(PooledBuffer&& other) noexcept;
+  PooledBuffer& operator=(PooledBuffer&& other) noexcept;
+  PooledBuffer(const PooledBuffer&) = delete;
+  PooledBuffer& operator=(const PooledBuffer&) = delete;
+  ~PooledBuffer();
+
+  void* data() const noexcept { return data_; }
+  size_t size() const noexcept { return size_; }
+  explicit operator bool() const noexcept { return data_ != nullptr; }
+
+ private:
+  friend class BufferPool;
+  PooledBuffer(std::shared_ptr<detail::BufferPoolState> state, void* data, size_t size) noexcept;
+  void release() noexcept;
+
+  std::shared_ptr<detail::BufferPoolState> state_;
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+/// Recycles equally sized buffers (one per batch). acquire() reuses a free
+/// buffer or allocates a new one; the caller bounds how many are leased at
+/// once (the loader allows `prefetch` ahead of the consumer), so memory is
+/// prefetch + batches held by the consumer, independent of epochs and dataset
+/// size. Buffers are freed when the pool and every lease are gone.
+///
+/// Thread-safety: all methods may be called concurrently.
+class BufferPool {
+ public:
+  explicit BufferPool(size_t buffer_bytes, BufferAllocator allocator = BufferAllocator::aligned());
+  ~BufferPool();
+
+  BufferPool(const BufferPool&) = delete;
+  BufferPool& operator=(const BufferPool&) = delete;
+
+  /// Leases a buffer of buffer_bytes() bytes (contents unspecified).
+  PooledBuffer acquire();
+
+  size_t buffer_bytes() const noexcept;
+  /// Buffers allocated so far (leased + free): the high-water mark of leases.
+  size_t allocated() const;
+  /// Buffers currently leased.
+  size_t leased() const;
+
+ private:
+  std::shared_ptr<detail::BufferPoolState> state_;
+};
+
+}  // namespace conveyor

@@ -1,0 +1,25 @@
+#include "conveyor/core/dtype.h"
+
+namespace conveyor {
+
+std::string_view dtype_name(DType dtype) noexcept {
+  switch (dtype) {
+    case DType::kUInt8:
+      return "uint8";
+    case DType::kInt64:
+      return "int64";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kFloat32:
+      return "float32";
+  }
+  return "uint8";
+}
+
+int64_t SampleSpec::num_elements() const noexcept {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+}  // namespace conveyor

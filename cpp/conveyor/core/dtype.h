@@ -1,0 +1,40 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace conveyor {
+
+/// Element type of a batch tensor.
+enum class DType { kUInt8, kInt64, kFloat16, kFloat32 };
+
+/// Size of one element of `dtype` in bytes.
+constexpr size_t dtype_size(DType dtype) noexcept {
+  switch (dtype) {
+    case DType::kUInt8:
+      return 1;
+    case DType::kFloat16:
+      return 2;
+    case DType::kFloat32:
+      return 4;
+    case DType::kInt64:
+      return 8;
+  }
+  return 1;
+}
+
+/// "uint8", "int64", "float16" or "float32".
+std::string_view dtype_name(DType dtype) noexcept;
+
+/// Shape and element type of one sample as a transform writes it into a batch.
+struct SampleSpec {
+  std::vector<int64_t> shape;  ///< e.g. {3, 224, 224} for CHW images.
+  DType dtype = DType::kUInt8;
+
+  int64_t num_elements() const noexcept;
+  size_t num_bytes() const noexcept { return static_cast<size_t>(num_elements()) * dtype_size(dtype); }
+};
+
+}  // namespace conveyor

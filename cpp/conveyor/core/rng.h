@@ -1,0 +1,52 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace conveyor {
+
+/// SplitMix64's finalizer: a bijective 64-bit mix with good avalanche.
+constexpr uint64_t mix64(uint64_t x) noexcept {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+/// Counter-based random stream of one sample. Every value is a pure function
+/// of (seed, epoch, stream, draw number), so a sample gets the same random
+/// choices whichever thread processes it and whenever it runs: output is
+/// identical for 1 or 16 threads, and a resumed run matches an uninterrupted one.
+///
+/// Thread-safety: not thread-safe; each task owns its own SampleRng.
+class SampleRng {
+ public:
+  /// `stream` is usually the sample's index in the dataset.
+  SampleRng(uint64_t seed, uint64_t epoch, uint64_t stream) noexcept
+      : key_(mix64(mix64(mix64(seed) ^ epoch) ^ stream)) {}
+
+  /// Next 64 random bits.
+  uint64_t next_u64() noexcept { return mix64(key_ ^ (0xd1b54a32d192ed03ULL * ++counter_)); }
+
+  /// Uniform double in [0, 1), 53 bits of precision.
+  double uniform() noexcept { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
+
+  /// Uniform double in [lo, hi).
+  double uniform(double lo, double hi) noexcept { return lo + (hi - lo) * uniform(); }
+
+  /// Uniform integer in [0, n); n > 0. Lemire's multiply-shift (bias < 2^-64 * n).
+  uint64_t below(uint64_t n) noexcept {
+    __extension__ using uint128 = unsigned __int128;
+    return static_cast<uint64_t>((static_cast<uint128>(next_u64()) * n) >> 64);
+  }
+
+ private:
+  uint64_t key_;
+  uint64_t counter_ = 0;
+};
+
+/// Returns a permutation of [0, n) that depends only on (seed, epoch)
+/// (Fisher-Yates driven by a SampleRng on a stream reserved for shuffling).
+std::vector<int64_t> random_permutation(int64_t n, uint64_t seed, uint64_t epoch);
+
+}  // namespace conveyor

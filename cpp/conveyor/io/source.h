@@ -1,0 +1,79 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace conveyor {
+
+/// Immutable bytes with shared ownership: an owned vector, or a view into a
+/// memory-mapped shard kept alive by `owner`. Cheap to copy.
+class Bytes {
+ public:
+  Bytes() = default;
+  /// Takes ownership of `data`.
+  static Bytes from_vector(std::vector<uint8_t> data);
+  /// A view of [data, data + size) kept valid by `owner`.
+  Bytes(std::shared_ptr<const void> owner, const uint8_t* data, size_t size) noexcept
+      : owner_(std::move(owner)), data_(data), size_(size) {}
+
+  const uint8_t* data() const noexcept { return data_; }
+  size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  std::span<const uint8_t> span() const noexcept { return {data_, size_}; }
+
+ private:
+  std::shared_ptr<const void> owner_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+/// One sample as read from storage, before decoding.
+struct Record {
+  Bytes data;          ///< Encoded sample (e.g. JPEG file contents, or raw pixels).
+  int64_t label = -1;  ///< Class index, or -1 when the source has no labels.
+  std::string key;     ///< Names the sample in errors: a path, or "shard.tar:member".
+};
+
+/// Maps a sample index in [0, size()) to its Record.
+///
+/// Thread-safety: read() and key() are called concurrently from the io pool
+/// and must be safe to call from many threads at once.
+class Source {
+ public:
+  virtual ~Source() = default;
+
+  /// Number of samples.
+  virtual int64_t size() const = 0;
+
+  /// Reads sample `index`. Throws conveyor::Error (kRead) naming the sample
+  /// when its bytes cannot be read.
+  virtual Record read(int64_t index) const = 0;
+
+  /// The sample's key without reading it (used to name it in errors).
+  virtual std::string key(int64_t index) const = 0;
+};
+
+/// Reads a whole file into memory. Throws Error{kRead} naming `path` and the
+/// system's reason (e.g. "No such file or directory").
+Bytes read_file(const std::string& path);
+
+/// Samples that are files on a filesystem, with optional labels; the source
+/// behind ImageFolder and FileList.
+class FileSource final : public Source {
+ public:
+  /// `labels` is empty (every label -1) or has one entry per path.
+  explicit FileSource(std::vector<std::string> paths, std::vector<int64_t> labels = {});
+
+  int64_t size() const override { return static_cast<int64_t>(paths_.size()); }
+  Record read(int64_t index) const override;
+  std::string key(int64_t index) const override;
+
+ private:
+  std::vector<std::string> paths_;
+  std::vector<int64_t> labels_;
+};
+
+}  // namespace conveyor

@@ -1,0 +1,92 @@
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <variant>
+#include <vector>
+
+#include "conveyor/core/dtype.h"
+#include "conveyor/core/sample_transform.h"
+
+namespace conveyor {
+
+/// Height and width in pixels.
+struct Size2D {
+  int height = 0;
+  int width = 0;
+};
+
+/// torchvision.transforms.Resize: `shorter` > 0 resizes the shorter side to it
+/// (aspect kept); otherwise resizes to exactly `size`. Antialiased downscaling.
+struct ResizeSpec {
+  int shorter = 0;
+  Size2D size;
+  bool antialias = true;
+};
+
+/// torchvision.transforms.CenterCrop (pads with zeros when the image is smaller).
+struct CenterCropSpec {
+  Size2D size;
+};
+
+/// torchvision.transforms.RandomResizedCrop: torchvision's sampling rule (10
+/// attempts, then the central-crop fallback), then an antialiased resize.
+struct RandomResizedCropSpec {
+  Size2D size;
+  std::array<double, 2> scale{0.08, 1.0};
+  std::array<double, 2> ratio{3.0 / 4.0, 4.0 / 3.0};
+  bool antialias = true;
+};
+
+/// torchvision.transforms.RandomHorizontalFlip.
+struct HorizontalFlipSpec {
+  double p = 0.5;
+};
+
+/// torchvision.transforms.Normalize on values scaled to [0, 1]
+/// (out = (x / 255 - mean) / std), one entry per channel.
+struct NormalizeSpec {
+  std::vector<float> mean;
+  std::vector<float> std;
+};
+
+using TransformSpec = std::variant<ResizeSpec, CenterCropSpec, RandomResizedCropSpec, HorizontalFlipSpec, NormalizeSpec>;
+
+/// Memory layout of an image sample.
+enum class Layout { kCHW, kHWC };
+
+/// What the last step writes into the batch slot.
+struct ImageOutputSpec {
+  DType dtype = DType::kFloat32;  ///< uint8, float16 or float32. uint8 keeps 0..255 (no Normalize allowed).
+  Layout layout = Layout::kCHW;
+  int channels = 3;               ///< 3 (RGB) or 1 (grayscale).
+};
+
+/// Default decompression-bomb limit, as PIL's Image.MAX_IMAGE_PIXELS.
+inline constexpr int64_t kDefaultMaxPixels = 178956970;
+
+/// A transform chain planned once per loader: crop transforms fuse into the
+/// decode (crop-window decode, DCT downscale), pointwise steps (flip,
+/// normalize, dtype, layout) run in one pass writing into the batch slot.
+/// Decodes JPEG, PNG and WebP, detected from the bytes.
+///
+/// Thread-safety: immutable after construction; apply() may run concurrently.
+class ImagePipeline final : public SampleTransform {
+ public:
+  /// Throws Error{kConfig} when the chain cannot produce a fixed output size
+  /// (it must end in a crop or a Resize to (h, w) before pointwise steps),
+  /// or when an argument is invalid (e.g. Normalize with the wrong channel count).
+  ImagePipeline(std::vector<TransformSpec> transforms, ImageOutputSpec output, int64_t max_pixels = kDefaultMaxPixels);
+  ~ImagePipeline() override;
+
+  SampleSpec output_spec() const override;
+  void apply(std::span<const uint8_t> input, SampleRng& rng, void* out) const override;
+
+ private:
+  struct Plan;
+  std::unique_ptr<const Plan> plan_;
+};
+
+}  // namespace conveyor

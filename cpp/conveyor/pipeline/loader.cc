@@ -1,0 +1,408 @@
+#include "conveyor/pipeline/loader.h"
+
+#include <algorithm>
+#include <deque>
+#include <numeric>
+#include <optional>
+#include <utility>
+
+#include "conveyor/core/error.h"
+#include "conveyor/core/rng.h"
+
+namespace conveyor {
+
+namespace detail {
+
+// A sample slot of an in-flight batch. A slot is `busy` from the moment a task
+// is issued for it until that task finishes, even if the slot was reassigned
+// meanwhile (ticket changed): the old task may still be writing the slot's
+// memory, so the slot is not issued again before it is idle.
+struct Slot {
+  enum class State { kEmpty, kPending, kDone, kFailed };
+  State state = State::kEmpty;
+  int64_t position = -1;
+  uint64_t ticket = 0;  // 0: not assigned.
+  bool busy = false;
+  std::optional<Error> error;
+};
+
+struct InFlightBatch {
+  int64_t index = 0;
+  PooledBuffer buffer;
+  std::vector<Slot> slots;
+  std::vector<int64_t> labels;
+  int issued = 0;  // Slots [0, issued) are assigned, in position order.
+};
+
+// One epoch. Tasks hold a shared_ptr to it; all fields are guarded by the
+// loader's mutex.
+struct EpochRun : std::enable_shared_from_this<EpochRun> {
+  int64_t epoch = 0;
+  std::vector<int64_t> order;  // Sample index at each position of the epoch.
+  int64_t next_position = 0;   // Next position to issue.
+  std::deque<InFlightBatch> batches;  // front() is the next to deliver.
+  int64_t front_index = 0;            // Batch index of batches.front().
+  int64_t outstanding = 0;            // Tasks issued and not yet finished.
+  bool cancelled = false;
+  bool finished = false;
+  std::vector<SkippedSample> skipped;
+
+  InFlightBatch& batch(int64_t index) { return batches[static_cast<size_t>(index - front_index)]; }
+  bool at_end() const { return next_position >= static_cast<int64_t>(order.size()); }
+};
+
+}  // namespace detail
+
+using detail::EpochRun;
+using detail::InFlightBatch;
+using detail::Slot;
+
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+LoaderOptions validated(LoaderOptions options, const Source& source) {
+  check_config(options.batch_size >= 1, "batch_size must be >= 1, got " + std::to_string(options.batch_size));
+  check_config(options.prefetch >= 1, "prefetch must be >= 1, got " + std::to_string(options.prefetch));
+  check_config(options.threads >= 0, "threads must be >= 0, got " + std::to_string(options.threads));
+  check_config(options.io_threads >= 0, "io_threads must be >= 0, got " + std::to_string(options.io_threads));
+  check_config(options.world_size >= 1, "world_size must be >= 1, got " + std::to_string(options.world_size));
+  check_config(options.rank >= 0 && options.rank < options.world_size,
+               "rank must be in [0, world_size), got rank " + std::to_string(options.rank) + " of " +
+                   std::to_string(options.world_size));
+  check_config(source.size() > 0, "the source has no samples");
+  if (options.threads == 0) options.threads = ThreadPool::default_cpu_threads();
+  if (options.io_threads == 0) options.io_threads = kDefaultIoThreads;
+  return options;
+}
+
+// DistributedSampler's split: pad by wrapping around (or truncate with
+// drop_last) to a multiple of world_size, then take every world_size-th.
+int64_t samples_per_rank(int64_t n, const LoaderOptions& options) {
+  if (options.world_size == 1) return n;
+  if (options.drop_last) return n / options.world_size;
+  return (n + options.world_size - 1) / options.world_size;
+}
+
+}  // namespace
+
+std::vector<int64_t> Batch::shape() const {
+  std::vector<int64_t> shape{size_};
+  shape.insert(shape.end(), spec_.shape.begin(), spec_.shape.end());
+  return shape;
+}
+
+Loader::Loader(std::shared_ptr<const Source> source, std::shared_ptr<const SampleTransform> transform,
+               LoaderOptions options)
+    : source_((check_config(source != nullptr, "source must not be null"), std::move(source))),
+      transform_((check_config(transform != nullptr, "transform must not be null"), std::move(transform))),
+      options_(validated(std::move(options), *source_)),
+      spec_(transform_->output_spec()),
+      samples_per_epoch_(samples_per_rank(source_->size(), options_)),
+      pool_(static_cast<size_t>(options_.batch_size) * spec_.num_bytes(), options_.allocator),
+      cpu_pool_(options_.threads, "conveyor-cpu"),
+      io_pool_(options_.io_threads, "conveyor-io") {
+  check_config(spec_.num_bytes() > 0, "the transform produces empty samples");
+  check_config(samples_per_epoch_ > 0, "world_size " + std::to_string(options_.world_size) +
+                                           " leaves no sample for each rank with drop_last");
+}
+
+Loader::~Loader() { stop(); }
+
+int64_t Loader::num_batches() const noexcept {
+  const int64_t b = options_.batch_size;
+  return options_.drop_last ? samples_per_epoch_ / b : (samples_per_epoch_ + b - 1) / b;
+}
+
+std::vector<int64_t> Loader::epoch_order(int64_t epoch) const {
+  const int64_t n = source_->size();
+  std::vector<int64_t> base;
+  if (options_.shuffle) {
+    base = random_permutation(n, options_.seed, static_cast<uint64_t>(epoch));
+  } else {
+    base.resize(static_cast<size_t>(n));
+    std::iota(base.begin(), base.end(), int64_t{0});
+  }
+  const int64_t world = options_.world_size;
+  if (world == 1) return base;
+  const int64_t total = samples_per_epoch_ * world;
+  for (int64_t i = n; i < total; ++i) base.push_back(base[static_cast<size_t>(i - n)]);
+  std::vector<int64_t> order;
+  order.reserve(static_cast<size_t>(samples_per_epoch_));
+  for (int64_t i = options_.rank; i < total; i += world) order.push_back(base[static_cast<size_t>(i)]);
+  return order;
+}
+
+void Loader::start_epoch(int64_t epoch, int64_t start_position, int64_t start_batch) {
+  check_config(start_position >= 0 && start_position <= samples_per_epoch_,
+               "start position " + std::to_string(start_position) + " is outside the epoch's " +
+                   std::to_string(samples_per_epoch_) + " samples");
+  check_config(start_batch >= 0, "start batch must be >= 0");
+  auto order = epoch_order(epoch);  // Outside the lock: O(n) for a shuffle.
+  std::unique_lock lock(mu_);
+  stop_locked(lock);
+  auto run = std::make_shared<EpochRun>();
+  run->epoch = epoch;
+  run->order = std::move(order);
+  run->next_position = start_position;
+  run->front_index = start_batch;
+  run_ = run;
+  samples_read_ = 0;
+  samples_processed_ = 0;
+  read_ns_ = 0;
+  process_ns_ = 0;
+  wait_ns_ = 0;
+  batches_delivered_ = 0;
+  epoch_started_ = std::chrono::steady_clock::now();
+  issue_locked(*run);
+}
+
+void Loader::issue_locked(EpochRun& run) {
+  const auto batch_size = static_cast<int>(options_.batch_size);
+  while (!run.cancelled && !run.finished && !run.at_end()) {
+    // The first batch with an unassigned slot, or a new one within prefetch.
+    InFlightBatch* target = nullptr;
+    for (auto& batch : run.batches) {
+      if (batch.issued < batch_size) {
+        target = &batch;
+        break;
+      }
+    }
+    if (target == nullptr) {
+      if (static_cast<int>(run.batches.size()) >= options_.prefetch) return;
+      InFlightBatch batch;
+      batch.index = run.front_index + static_cast<int64_t>(run.batches.size());
+      batch.buffer = pool_.acquire();
+      batch.slots.resize(static_cast<size_t>(batch_size));
+      batch.labels.resize(static_cast<size_t>(batch_size), -1);
+      run.batches.push_back(std::move(batch));
+      target = &run.batches.back();
+    }
+    const int slot_index = target->issued;
+    Slot& slot = target->slots[static_cast<size_t>(slot_index)];
+    if (slot.busy) return;  // A reassigned slot's old task still runs; its finish resumes issuing.
+    slot.state = Slot::State::kPending;
+    slot.position = run.next_position++;
+    slot.ticket = ++next_ticket_;
+    slot.busy = true;
+    slot.error.reset();
+    ++target->issued;
+    ++run.outstanding;
+    io_pool_.submit([this, run = run.shared_from_this(), batch = target->index, slot_index, ticket = slot.ticket] {
+      read_task(run, batch, slot_index, ticket);
+    });
+  }
+}
+
+void Loader::read_task(const std::shared_ptr<EpochRun>& run, int64_t batch, int slot, uint64_t ticket) {
+  int64_t sample;
+  {
+    std::lock_guard lock(mu_);
+    Slot& s = run->batch(batch).slots[static_cast<size_t>(slot)];
+    if (run->cancelled || s.ticket != ticket) {
+      finish_task(*run, batch, slot, ticket, -1, nullptr);
+      return;
+    }
+    sample = run->order[static_cast<size_t>(s.position)];
+  }
+  const int64_t started = now_ns();
+  Record record;
+  std::optional<Error> error;
+  try {
+    record = source_->read(sample);
+    if (record.key.empty()) record.key = source_->key(sample);
+  } catch (const Error& e) {
+    error = e.with_key(source_->key(sample));
+  } catch (const std::exception& e) {
+    error = Error(ErrorKind::kInternal, e.what(), source_->key(sample));
+  }
+  read_ns_ += now_ns() - started;
+  ++samples_read_;
+  if (error) {
+    std::lock_guard lock(mu_);
+    finish_task(*run, batch, slot, ticket, -1, &*error);
+    return;
+  }
+  cpu_pool_.submit([this, run, batch, slot, ticket, record = std::move(record)]() mutable {
+    process_task(run, batch, slot, ticket, std::move(record));
+  });
+}
+
+void Loader::process_task(const std::shared_ptr<EpochRun>& run, int64_t batch, int slot, uint64_t ticket,
+                          Record record) {
+  void* out;
+  int64_t sample;
+  {
+    std::lock_guard lock(mu_);
+    InFlightBatch& b = run->batch(batch);
+    Slot& s = b.slots[static_cast<size_t>(slot)];
+    if (run->cancelled || s.ticket != ticket) {
+      finish_task(*run, batch, slot, ticket, -1, nullptr);
+      return;
+    }
+    out = static_cast<uint8_t*>(b.buffer.data()) + static_cast<size_t>(slot) * spec_.num_bytes();
+    sample = run->order[static_cast<size_t>(s.position)];
+  }
+  // The slot stays busy until finish_task, so nothing else writes `out` meanwhile.
+  const int64_t started = now_ns();
+  std::optional<Error> error;
+  try {
+    SampleRng rng(options_.seed, static_cast<uint64_t>(run->epoch), static_cast<uint64_t>(sample));
+    transform_->apply(record.data.span(), rng, out);
+  } catch (const Error& e) {
+    error = e.with_key(record.key);
+  } catch (const std::exception& e) {
+    error = Error(ErrorKind::kInternal, e.what(), record.key);
+  }
+  process_ns_ += now_ns() - started;
+  ++samples_processed_;
+  std::lock_guard lock(mu_);
+  finish_task(*run, batch, slot, ticket, record.label, error ? &*error : nullptr);
+}
+
+void Loader::finish_task(EpochRun& run, int64_t batch_index, int slot_index, uint64_t ticket, int64_t label,
+                         const Error* error) {
+  --run.outstanding;
+  InFlightBatch& batch = run.batch(batch_index);
+  Slot& slot = batch.slots[static_cast<size_t>(slot_index)];
+  slot.busy = false;
+  const bool current = !run.cancelled && slot.ticket == ticket;
+  if (current && error == nullptr) {
+    slot.state = Slot::State::kDone;
+    batch.labels[static_cast<size_t>(slot_index)] = label;
+  } else if (current && options_.on_error == OnError::kRaise) {
+    slot.state = Slot::State::kFailed;
+    slot.error = *error;
+  } else if (current) {
+    // Skip: drop this position and shift every later one down a slot. Slots
+    // from here on are reassigned in order (positions after the failure move
+    // up); records of skips after this one are dropped, as those positions
+    // are issued again and re-recorded if they fail again.
+    const int64_t position = slot.position;
+    std::erase_if(run.skipped, [&](const SkippedSample& s) { return s.position > position; });
+    run.skipped.push_back({position, error->key(), error->cause()});
+    run.next_position = position + 1;
+    for (auto& b : run.batches) {
+      if (b.index < batch_index) continue;
+      const int first = b.index == batch_index ? slot_index : 0;
+      for (int i = first; i < b.issued; ++i) {
+        Slot& s = b.slots[static_cast<size_t>(i)];
+        s.state = Slot::State::kEmpty;
+        s.ticket = 0;
+        s.error.reset();
+      }
+      b.issued = std::min(b.issued, first);
+    }
+  }
+  issue_locked(run);
+  cv_.notify_all();
+}
+
+NextResult Loader::next(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::unique_lock lock(mu_);
+  const int64_t wait_started = now_ns();
+  const auto batch_size = static_cast<int>(options_.batch_size);
+  for (;;) {
+    std::shared_ptr<EpochRun> run = run_;
+    if (run == nullptr || run->finished || run->cancelled) return {NextResult::Status::kEnd, nullptr};
+    if (run->batches.empty() || run->batches.front().issued == 0) {
+      if (run->at_end()) {
+        run->finished = true;
+        return {NextResult::Status::kEnd, nullptr};
+      }
+    } else {
+      InFlightBatch& front = run->batches.front();
+      const bool all_issued = front.issued == batch_size || run->at_end();
+      bool resolved = all_issued;
+      const Slot* failed = nullptr;
+      for (int i = 0; i < front.issued && resolved; ++i) {
+        const Slot& s = front.slots[static_cast<size_t>(i)];
+        if (s.state == Slot::State::kFailed && failed == nullptr) failed = &s;
+        resolved = s.state == Slot::State::kDone || s.state == Slot::State::kFailed;
+      }
+      if (resolved) {
+        wait_ns_ += now_ns() - wait_started;
+        if (failed != nullptr) {
+          Error error = *failed->error;
+          run->finished = true;
+          stop_locked(lock);
+          throw error;
+        }
+        if (front.issued < batch_size && options_.drop_last) {
+          run->finished = true;
+          return {NextResult::Status::kEnd, nullptr};
+        }
+        const int64_t size = front.issued;
+        const int64_t end_position = front.slots[static_cast<size_t>(size - 1)].position + 1;
+        front.labels.resize(static_cast<size_t>(size));
+        auto batch = std::make_shared<Batch>(front.index, size, end_position, spec_, std::move(front.buffer),
+                                             std::move(front.labels));
+        run->batches.pop_front();
+        ++run->front_index;
+        ++batches_delivered_;
+        issue_locked(*run);
+        return {NextResult::Status::kBatch, std::move(batch)};
+      }
+    }
+    if (timeout.count() < 0) {
+      cv_.wait(lock);
+    } else if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      wait_ns_ += now_ns() - wait_started;
+      return {NextResult::Status::kTimeout, nullptr};
+    }
+  }
+}
+
+void Loader::stop() {
+  std::unique_lock lock(mu_);
+  stop_locked(lock);
+}
+
+void Loader::stop_locked(std::unique_lock<std::mutex>& lock) {
+  if (run_ == nullptr) return;
+  std::shared_ptr<EpochRun> run = run_;
+  run->cancelled = true;
+  cv_.notify_all();
+  // Queued tasks see `cancelled` and finish at once; running ones finish their sample.
+  cv_.wait(lock, [&] { return run->outstanding == 0; });
+  run->batches.clear();  // Buffers go back to the pool.
+}
+
+LoaderStats Loader::stats() const {
+  std::lock_guard lock(mu_);
+  LoaderStats stats;
+  stats.samples_read = samples_read_;
+  stats.samples_processed = samples_processed_;
+  stats.read_seconds = static_cast<double>(read_ns_) * 1e-9;
+  stats.process_seconds = static_cast<double>(process_ns_) * 1e-9;
+  stats.wait_seconds = static_cast<double>(wait_ns_) * 1e-9;
+  stats.batches_delivered = batches_delivered_;
+  stats.buffers_allocated = static_cast<int64_t>(pool_.allocated());
+  stats.buffers_leased = static_cast<int64_t>(pool_.leased());
+  if (run_ != nullptr) {
+    stats.epoch = run_->epoch;
+    stats.skipped = static_cast<int64_t>(run_->skipped.size());
+    stats.wall_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_started_).count();
+    const auto batch_size = static_cast<int>(options_.batch_size);
+    for (const auto& batch : run_->batches) {
+      bool done = batch.issued == batch_size || (batch.issued > 0 && run_->at_end());
+      for (int i = 0; i < batch.issued && done; ++i) {
+        done = batch.slots[static_cast<size_t>(i)].state == Slot::State::kDone;
+      }
+      ++(done ? stats.batches_ready : stats.batches_in_flight);
+    }
+  }
+  return stats;
+}
+
+std::vector<SkippedSample> Loader::skipped() const {
+  std::lock_guard lock(mu_);
+  return run_ == nullptr ? std::vector<SkippedSample>{} : run_->skipped;
+}
+
+}  // namespace conveyor

@@ -1,0 +1,199 @@
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "conveyor/core/buffer_pool.h"
+#include "conveyor/core/dtype.h"
+#include "conveyor/core/error.h"
+#include "conveyor/core/sample_transform.h"
+#include "conveyor/core/thread_pool.h"
+#include "conveyor/io/source.h"
+
+namespace conveyor {
+
+/// What the loader does with a sample that fails to read or decode.
+enum class OnError {
+  kRaise,  ///< next() throws the sample's Error when the consumer reaches its batch.
+  kSkip,   ///< The sample is left out and recorded; later samples fill the batch.
+};
+
+/// Default number of io threads: reads wait on storage, not on the CPU.
+inline constexpr int kDefaultIoThreads = 32;
+
+/// Options of a Loader. Zero means "default" for the thread counts.
+struct LoaderOptions {
+  int64_t batch_size = 1;
+  bool shuffle = false;
+  uint64_t seed = 0;
+  bool drop_last = false;  ///< Drop the last partial batch (and, distributed, truncate instead of padding).
+  int threads = 0;         ///< cpu pool size (decode, transforms); 0 = hardware threads.
+  int io_threads = 0;      ///< io pool size (reads); 0 = kDefaultIoThreads.
+  int prefetch = 2;        ///< Batches allowed in flight or ready ahead of the consumer.
+  OnError on_error = OnError::kRaise;
+  int64_t rank = 0;        ///< This process's share of each epoch (as DistributedSampler).
+  int64_t world_size = 1;
+  BufferAllocator allocator = BufferAllocator::aligned();  ///< Batch memory (e.g. pinned).
+};
+
+/// A sample left out under OnError::kSkip.
+struct SkippedSample {
+  int64_t position = 0;  ///< Position in the epoch's order.
+  std::string key;
+  std::string cause;
+};
+
+/// Per-stage counters since the current epoch started (or were reset).
+struct LoaderStats {
+  int64_t epoch = 0;
+  int64_t samples_read = 0;
+  int64_t samples_processed = 0;
+  int64_t batches_delivered = 0;
+  int64_t skipped = 0;
+  double read_seconds = 0;     ///< Summed over io threads.
+  double process_seconds = 0;  ///< Decode + transforms, summed over cpu threads.
+  double wait_seconds = 0;     ///< Time the consumer spent blocked in next(): input stall.
+  double wall_seconds = 0;     ///< Since the epoch started.
+  int64_t batches_ready = 0;   ///< Complete batches waiting for the consumer (queue depth).
+  int64_t batches_in_flight = 0;
+  int64_t buffers_allocated = 0;  ///< Pool high-water mark.
+  int64_t buffers_leased = 0;
+};
+
+/// One batch: `size()` samples laid out contiguously in a pooled buffer, plus
+/// their labels. The buffer returns to the loader's pool when the Batch is
+/// destroyed, even after the Loader itself is gone.
+///
+/// Thread-safety: immutable; the data may be written by the holder.
+class Batch {
+ public:
+  Batch(int64_t index, int64_t size, int64_t end_position, SampleSpec spec, PooledBuffer buffer,
+        std::vector<int64_t> labels)
+      : index_(index),
+        size_(size),
+        end_position_(end_position),
+        spec_(std::move(spec)),
+        buffer_(std::move(buffer)),
+        labels_(std::move(labels)) {}
+
+  /// Batch number within the epoch.
+  int64_t index() const noexcept { return index_; }
+  /// Number of samples (batch_size, or fewer for the last batch).
+  int64_t size() const noexcept { return size_; }
+  /// Position in the epoch's order just after this batch's last sample;
+  /// start_epoch(epoch, end_position()) resumes right after this batch.
+  int64_t end_position() const noexcept { return end_position_; }
+  const SampleSpec& sample_spec() const noexcept { return spec_; }
+  /// {size(), sample dims...}.
+  std::vector<int64_t> shape() const;
+  /// Start of the samples (size() * sample_spec().num_bytes() bytes).
+  void* data() const noexcept { return buffer_.data(); }
+  const std::vector<int64_t>& labels() const noexcept { return labels_; }
+
+ private:
+  int64_t index_;
+  int64_t size_;
+  int64_t end_position_;
+  SampleSpec spec_;
+  PooledBuffer buffer_;
+  std::vector<int64_t> labels_;
+};
+
+/// Result of Loader::next().
+struct NextResult {
+  enum class Status { kBatch, kEnd, kTimeout };
+  Status status = Status::kEnd;
+  std::shared_ptr<Batch> batch;  ///< Set when status == kBatch.
+};
+
+namespace detail {
+struct EpochRun;
+}
+
+/// The pipeline executor. For each sample of an epoch it reads the record on
+/// the io pool, then decodes and transforms it on the cpu pool straight into
+/// the sample's slot of a pooled batch buffer; batches are delivered strictly
+/// in order, at most `prefetch` ahead of the consumer. The epoch's order and
+/// every random choice depend only on (seed, epoch, sample), never on thread
+/// timing, so output is identical for any thread counts.
+///
+/// Thread-safety: one consumer thread calls start_epoch()/next(); stop(),
+/// stats() and skipped() may be called from any thread.
+class Loader {
+ public:
+  /// Throws Error{kConfig} for invalid options.
+  Loader(std::shared_ptr<const Source> source, std::shared_ptr<const SampleTransform> transform,
+         LoaderOptions options);
+  /// Stops the epoch and joins every thread.
+  ~Loader();
+
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  /// Samples in one epoch for this rank (after distributed padding/truncation).
+  int64_t num_samples() const noexcept { return samples_per_epoch_; }
+  /// Batches in one epoch for this rank (before any skipped samples).
+  int64_t num_batches() const noexcept;
+  const LoaderOptions& options() const noexcept { return options_; }
+  SampleSpec sample_spec() const { return spec_; }
+
+  /// Stops any running epoch and starts `epoch`, beginning at position
+  /// `start_position` of its order, numbering batches from `start_batch`.
+  void start_epoch(int64_t epoch, int64_t start_position = 0, int64_t start_batch = 0);
+
+  /// Waits for the next batch. Returns kEnd after the last batch (or when no
+  /// epoch runs), kTimeout when `timeout` passed first (negative: no limit).
+  /// Under OnError::kRaise, throws the failed sample's Error (naming it) and
+  /// ends the epoch.
+  NextResult next(std::chrono::milliseconds timeout = std::chrono::milliseconds(-1));
+
+  /// Ends the running epoch: queued work is dropped, running tasks finish,
+  /// every in-flight buffer returns to the pool. Returns once no task runs.
+  void stop();
+
+  LoaderStats stats() const;
+  /// Samples skipped so far in the current epoch, in order.
+  std::vector<SkippedSample> skipped() const;
+
+ private:
+  void issue_locked(detail::EpochRun& run);
+  void read_task(const std::shared_ptr<detail::EpochRun>& run, int64_t batch, int slot, uint64_t ticket);
+  void process_task(const std::shared_ptr<detail::EpochRun>& run, int64_t batch, int slot, uint64_t ticket,
+                    Record record);
+  void finish_task(detail::EpochRun& run, int64_t batch, int slot, uint64_t ticket, int64_t label,
+                   const Error* error);
+  void stop_locked(std::unique_lock<std::mutex>& lock);
+  std::vector<int64_t> epoch_order(int64_t epoch) const;
+
+  const std::shared_ptr<const Source> source_;
+  const std::shared_ptr<const SampleTransform> transform_;
+  const LoaderOptions options_;
+  const SampleSpec spec_;
+  const int64_t samples_per_epoch_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::shared_ptr<detail::EpochRun> run_;
+  uint64_t next_ticket_ = 0;
+
+  std::atomic<int64_t> samples_read_{0};
+  std::atomic<int64_t> samples_processed_{0};
+  std::atomic<int64_t> read_ns_{0};
+  std::atomic<int64_t> process_ns_{0};
+  int64_t wait_ns_ = 0;  // Guarded by mu_.
+  int64_t batches_delivered_ = 0;  // Guarded by mu_.
+  std::chrono::steady_clock::time_point epoch_started_;  // Guarded by mu_.
+
+  BufferPool pool_;
+  // Declared last: destroyed first, after ~Loader() stopped the epoch.
+  ThreadPool cpu_pool_;
+  ThreadPool io_pool_;
+};
+
+}  // namespace conveyor

@@ -1,0 +1,51 @@
+"""The ``conveyor`` command line: ``conveyor --help`` lists the sub-commands.
+
+Each sub-command lives in its own module with an ``add_commands(subparsers)``
+function that adds its parser and sets ``run`` (a function of the parsed
+arguments returning the exit code) as the parser's default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Optional, Sequence
+
+import conveyor
+
+_COMMAND_MODULES = ("conveyor.dataset", "conveyor.bench", "conveyor.pack")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``conveyor`` command."""
+    parser = argparse.ArgumentParser(
+        prog="conveyor", description="conveyor: a C++ input pipeline for PyTorch training."
+    )
+    parser.add_argument("--version", action="version", version=f"conveyor {conveyor.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in _COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as e:  # A command module not written yet.
+            if e.name != name:
+                raise
+            continue
+        module.add_commands(sub)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Runs the command line; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "run", None) is None:
+        parser.print_help()
+        return 0 if args.command is None else 2
+    try:
+        return int(args.run(args) or 0)
+    except conveyor.Error as e:
+        print(f"conveyor {args.command}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,60 @@
+"""conveyor's exceptions. Every error raised by the engine is one of these.
+
+Each carries ``key`` (the sample it concerns: a path, or ``shard.tar:member``;
+empty when it concerns no sample) and ``cause`` (what went wrong); ``str(e)``
+is ``"key: cause"``.
+"""
+
+from __future__ import annotations
+
+
+class Error(Exception):
+    """Base class of every conveyor error."""
+
+    def __init__(self, message: str, *, key: str = "", cause: str = "") -> None:
+        super().__init__(message)
+        self.key = key
+        self.cause = cause or message
+
+
+class ConfigError(Error, ValueError):
+    """An invalid argument or option, raised when the object is constructed."""
+
+
+class ReadError(Error, OSError):
+    """A sample's bytes could not be read: missing file, permission, bad shard."""
+
+    def __str__(self) -> str:  # OSError would otherwise format its own way.
+        return str(self.args[0]) if self.args else ""
+
+
+class DecodeError(Error):
+    """A sample's bytes are not a valid image: corrupt, truncated, unsupported format."""
+
+
+class TooLargeError(DecodeError):
+    """An image's header claims more pixels than ``max_pixels`` allows."""
+
+
+class CancelledError(Error):
+    """The operation was stopped by ``close()``."""
+
+
+class InternalError(Error):
+    """An unexpected failure inside conveyor or a user callback."""
+
+
+_BY_KIND = {
+    "config": ConfigError,
+    "read": ReadError,
+    "decode": DecodeError,
+    "too_large": TooLargeError,
+    "cancelled": CancelledError,
+    "internal": InternalError,
+}
+
+
+def _from_engine(kind: str, cause: str, key: str) -> Error:
+    """Builds the exception for an engine error (called by the extension)."""
+    message = f"{key}: {cause}" if key else cause
+    return _BY_KIND.get(kind, InternalError)(message, key=key, cause=cause)
