@@ -28,3 +28,7 @@ __all__ = [
     "ReadError",
     "TooLargeError",
 ]
+
+from conveyor import transforms  # noqa: E402  (needs the errors above; import order matters)
+
+__all__ += ["transforms"]
