@@ -62,8 +62,19 @@ void resize_image(const ImageView& src, const BoxF& box, uint8_t* dst, int dst_h
   }
   // Output pixel centre x + 0.5 maps to source centre ox + (x + 0.5) * sx (minus
   // 0.5 for pixel-index coordinates), as in PIL and torchvision.
-  const cv::Matx23d to_source(sx, 0, ox + 0.5 * sx - 0.5, 0, sy, oy + 0.5 * sy - 0.5);
   cv::Mat out(dst_height, dst_width, CV_8UC(src.channels), dst, static_cast<size_t>(dst_stride));
+  const auto whole = [](double v) { return std::abs(v - std::round(v)) < 1e-9; };
+  if (whole(ox) && whole(oy) && whole(box.x1 - box.x0) && whole(box.y1 - box.y0)) {
+    // A box of whole pixels: cv::resize's INTER_LINEAR uses that same mapping
+    // and is about twice as fast as warpAffine (separable, no per-pixel maps).
+    const cv::Rect rect(static_cast<int>(std::lround(ox)), static_cast<int>(std::lround(oy)),
+                        static_cast<int>(std::lround(box.x1 - box.x0)), static_cast<int>(std::lround(box.y1 - box.y0)));
+    if ((rect & cv::Rect(0, 0, in.cols, in.rows)) == rect) {
+      cv::resize(in(rect), out, out.size(), 0, 0, cv::INTER_LINEAR);
+      return;
+    }
+  }
+  const cv::Matx23d to_source(sx, 0, ox + 0.5 * sx - 0.5, 0, sy, oy + 0.5 * sy - 0.5);
   cv::warpAffine(in, out, to_source, out.size(), cv::INTER_LINEAR | cv::WARP_INVERSE_MAP, cv::BORDER_REPLICATE);
 }
 
