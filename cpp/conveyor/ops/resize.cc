@@ -55,7 +55,16 @@ void resize_image(const ImageView& src, const BoxF& box, uint8_t* dst, int dst_h
     const cv::Mat window = in(cv::Rect(x0, y0, x1 - x0, y1 - y0));
     scratch.resize(static_cast<size_t>(x1 - x0) * (y1 - y0) * src.channels);
     cv::Mat smooth(y1 - y0, x1 - x0, CV_8UC(src.channels), scratch.data());
-    cv::sepFilter2D(window, smooth, -1, tent_kernel(sx), tent_kernel(sy), cv::Point(-1, -1), 0, cv::BORDER_REPLICATE);
+    if (sx <= 2.0 && sy <= 2.0) {
+      // Three taps {a, 1, a} at most: that is a 3-tap Gaussian with
+      // exp(-1 / (2 sigma^2)) = a, and OpenCV's fixed-point GaussianBlur is
+      // ~25% faster than the float sepFilter2D.
+      auto sigma = [](double s) { return s > 1.0 ? std::sqrt(-1.0 / (2.0 * std::log(1.0 - 1.0 / s))) : 0.0; };
+      const cv::Size ksize(sx > 1.0 ? 3 : 1, sy > 1.0 ? 3 : 1);
+      cv::GaussianBlur(window, smooth, ksize, sigma(sx), sigma(sy) > 0 ? sigma(sy) : 1e-3, cv::BORDER_REPLICATE);
+    } else {
+      cv::sepFilter2D(window, smooth, -1, tent_kernel(sx), tent_kernel(sy), cv::Point(-1, -1), 0, cv::BORDER_REPLICATE);
+    }
     in = smooth;
     ox -= x0;
     oy -= y0;
