@@ -4,11 +4,30 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
+#include "conveyor/core/error.h"
+#include "conveyor/io/idx_source.h"
 #include "conveyor/io/source.h"
+#include "conveyor/io/tar_shards.h"
+#include "conveyor/ops/raw_tensor_transform.h"
+#include "python_source.h"
 
 namespace nb = nanobind;
 
 namespace conveyor::bindings {
+
+namespace {
+
+nb::bytes to_bytes(const Bytes& bytes) { return nb::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size()); }
+
+DType parse_dtype(const std::string& name) {
+  if (name == "uint8") return DType::kUInt8;
+  if (name == "float32") return DType::kFloat32;
+  if (name == "float16") return DType::kFloat16;
+  if (name == "int64") return DType::kInt64;
+  throw Error(ErrorKind::kConfig, "unknown dtype '" + name + "'");
+}
+
+}  // namespace
 
 void bind_io(nb::module_& m) {
   nb::class_<Source>(m, "Source")
@@ -22,13 +41,59 @@ void bind_io(nb::module_& m) {
               nb::gil_scoped_release release;
               record = source.read(index);
             }
-            return nb::make_tuple(nb::bytes(reinterpret_cast<const char*>(record.data.data()), record.data.size()),
-                                  record.label, record.key);
+            return nb::make_tuple(to_bytes(record.data), record.label, record.key);
           },
           nb::arg("index"), "Reads one sample: (bytes, label, key).");
   nb::class_<FileSource, Source>(m, "FileSource")
       .def(nb::init<std::vector<std::string>, std::vector<int64_t>>(), nb::arg("paths"),
            nb::arg("labels") = std::vector<int64_t>{});
+
+  nb::class_<TarShardSource, Source>(m, "TarShardSource")
+      .def(nb::init<std::vector<std::string>>(), nb::arg("shards"), nb::call_guard<nb::gil_scoped_release>())
+      .def_prop_ro("shards", &TarShardSource::shards)
+      .def("fields", &TarShardSource::fields, nb::arg("index"))
+      .def(
+          "field",
+          [](const TarShardSource& source, int64_t index, const std::string& name) {
+            Bytes bytes;
+            {
+              nb::gil_scoped_release release;
+              bytes = source.field(index, name);
+            }
+            return to_bytes(bytes);
+          },
+          nb::arg("index"), nb::arg("name"), "The bytes of one field (e.g. 'json') of a sample.");
+
+  nb::class_<IdxSource, Source>(m, "IdxSource")
+      .def(nb::init<std::string, std::string>(), nb::arg("images_path"), nb::arg("labels_path"),
+           nb::call_guard<nb::gil_scoped_release>())
+      .def_prop_ro("sample_shape", &IdxSource::sample_shape);
+
+  // Constructed and destroyed with the GIL held; read() takes the GIL itself.
+  nb::class_<PythonSource, Source>(m, "PythonSource")
+      .def(nb::init<nb::object>(), nb::arg("dataset"))
+      .def_prop_ro("dataset", &PythonSource::dataset);
+
+  // The transform of raw-pixel sources (ops layer, bound here beside the
+  // sources that need it).
+  nb::class_<RawTensorTransform, SampleTransform>(m, "RawTensorTransform")
+      .def(
+          "__init__",
+          [](RawTensorTransform* self, int64_t height, int64_t width, int64_t channels, const std::string& dtype,
+             bool channels_first, std::vector<float> mean, std::vector<float> std) {
+            RawTensorSpec spec;
+            spec.height = height;
+            spec.width = width;
+            spec.channels = channels;
+            spec.dtype = parse_dtype(dtype);
+            spec.channels_first = channels_first;
+            spec.mean = std::move(mean);
+            spec.std = std::move(std);
+            new (self) RawTensorTransform(std::move(spec));
+          },
+          nb::arg("height"), nb::arg("width"), nb::kw_only(), nb::arg("channels") = 1, nb::arg("dtype") = "uint8",
+          nb::arg("channels_first") = true, nb::arg("mean") = std::vector<float>{},
+          nb::arg("std") = std::vector<float>{});
 }
 
 }  // namespace conveyor::bindings
