@@ -16,6 +16,9 @@ from conveyor.errors import (
     TooLargeError,
 )
 
+from conveyor import sources
+from conveyor.loader import Loader
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -25,6 +28,8 @@ __all__ = [
     "DecodeError",
     "Error",
     "InternalError",
+    "Loader",
     "ReadError",
     "TooLargeError",
+    "sources",
 ]
