@@ -27,6 +27,25 @@ DType parse_dtype(const std::string& name) {
   throw Error(ErrorKind::kConfig, "unknown dtype '" + name + "'");
 }
 
+// PythonSource takes part in Python's garbage collection: its dataset may
+// refer back to it (e.g. through a module's globals), a cycle that would
+// otherwise never be freed.
+int python_source_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));
+  if (!nb::inst_ready(self)) return 0;
+  Py_VISIT(nb::inst_ptr<PythonSource>(self)->dataset().ptr());
+  return 0;
+}
+
+int python_source_clear(PyObject* self) {
+  if (nb::inst_ready(self)) nb::inst_ptr<PythonSource>(self)->clear();
+  return 0;
+}
+
+PyType_Slot python_source_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(python_source_traverse)},
+                                     {Py_tp_clear, reinterpret_cast<void*>(python_source_clear)},
+                                     {0, nullptr}};
+
 }  // namespace
 
 void bind_io(nb::module_& m) {
@@ -70,7 +89,7 @@ void bind_io(nb::module_& m) {
       .def_prop_ro("sample_shape", &IdxSource::sample_shape);
 
   // Constructed and destroyed with the GIL held; read() takes the GIL itself.
-  nb::class_<PythonSource, Source>(m, "PythonSource")
+  nb::class_<PythonSource, Source>(m, "PythonSource", nb::type_slots(python_source_slots))
       .def(nb::init<nb::object>(), nb::arg("dataset"))
       .def_prop_ro("dataset", &PythonSource::dataset);
 

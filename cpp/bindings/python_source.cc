@@ -1,5 +1,7 @@
 #include "python_source.h"
 
+#include <nanobind/stl/string.h>
+
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -64,6 +66,7 @@ Record PythonSource::read(int64_t index) const {
   // Declared before the try: the Python error objects below are released
   // while the GIL is still held.
   nb::gil_scoped_acquire gil;
+  if (!dataset_.is_valid()) throw Error(ErrorKind::kRead, "the dataset was released (garbage collected)", sample);
   try {
     nb::object item = dataset_[nb::int_(index)];
     nb::handle data = item;
@@ -95,8 +98,8 @@ Record PythonSource::read(int64_t index) const {
     // Keep the exception object so that the Python side can chain it; failing
     // to do so only loses the traceback, not the error.
     try {
-      nb::module_::import_("conveyor.errors").attr("_remember_cause")(sample, e.value());
-    } catch (nb::python_error&) {
+      nb::module_::import_("conveyor.errors").attr("_remember_cause")(nb::str(sample.c_str()), e.value());
+    } catch (const std::exception&) {
     }
     throw Error(ErrorKind::kRead, std::move(cause), sample);
   }

@@ -39,6 +39,9 @@ class PythonSource final : public Source {
   std::string key(int64_t index) const override;
 
   const nanobind::object& dataset() const noexcept { return dataset_; }
+  /// Drops the reference to the dataset (the garbage collector's tp_clear);
+  /// reads fail from then on. Needs the GIL.
+  void clear() noexcept { dataset_.reset(); }
 
  private:
   nanobind::object dataset_;

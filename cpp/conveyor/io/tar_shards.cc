@@ -203,12 +203,20 @@ void TarShardSource::Index::add_shard(const std::string& path) {
     Sample sample{
         shard_id, static_cast<uint32_t>(fields.size()), static_cast<uint32_t>(group.members.size()), UINT32_MAX, -1,
         {}};
+    // An exact field name first ("jpg"), else a field whose last extension is
+    // one ("left.jpg"), in member order.
     std::optional<size_t> image;
     for (std::string_view wanted : kImageFields) {
       for (size_t i = 0; i < group.members.size() && !image; ++i) {
         if (group.members[i].first == wanted) image = i;
       }
-      if (image) break;
+    }
+    for (size_t i = 0; i < group.members.size() && !image; ++i) {
+      const std::string& field = group.members[i].first;
+      const size_t dot = field.rfind('.');
+      if (dot == std::string::npos) continue;
+      const std::string_view last = std::string_view(field).substr(dot + 1);
+      if (std::find(std::begin(kImageFields), std::end(kImageFields), last) != std::end(kImageFields)) image = i;
     }
     if (!image) {
       std::string names;
