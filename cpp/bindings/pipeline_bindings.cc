@@ -69,7 +69,8 @@ void bind_pipeline(nb::module_& m) {
       .def_prop_ro("address", [](const Batch& b) { return reinterpret_cast<uintptr_t>(b.data()); })
       .def_prop_ro("shape", &Batch::shape)
       .def_static(
-          "images", [](const std::shared_ptr<Batch>& b) { return view(b, b->data(), b->shape(), b->sample_spec().dtype); },
+          "images",
+          [](const std::shared_ptr<Batch>& b) { return view(b, b->data(), b->shape(), b->sample_spec().dtype); },
           nb::arg("batch"), "The samples as a DLPack array sharing the batch's memory.")
       .def_static(
           "labels",
@@ -87,8 +88,8 @@ void bind_pipeline(nb::module_& m) {
       .def(
           "__init__",
           [](Loader* self, std::shared_ptr<Source> source, std::shared_ptr<SampleTransform> transform,
-             int64_t batch_size, bool shuffle, uint64_t seed, bool drop_last, int threads, int io_threads,
-             int prefetch, bool skip_errors, int64_t rank, int64_t world_size, nb::object allocator) {
+             int64_t batch_size, bool shuffle, uint64_t seed, bool drop_last, int threads, int io_threads, int prefetch,
+             bool skip_errors, int64_t rank, int64_t world_size, nb::object allocator) {
             LoaderOptions options;
             options.batch_size = batch_size;
             options.shuffle = shuffle;
