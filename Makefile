@@ -85,7 +85,7 @@ format: setup
 	@$(VENV)/bin/ruff format python tests bench
 
 bench-cpp: build
-	@for b in $(BUILD)/*_benchmark; do $$b --benchmark_min_time=2s; done
+	@for b in $(BUILD)/*_benchmark; do $$b --benchmark_min_time=2; done
 
 clean:
 	rm -rf build $(STAMPS) python/conveyor/_conveyor*.so
