@@ -33,3 +33,7 @@ __all__ = [
     "TooLargeError",
     "sources",
 ]
+
+from conveyor import transforms  # noqa: E402  (needs the errors above; import order matters)
+
+__all__ += ["transforms"]
