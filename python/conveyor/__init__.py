@@ -16,7 +16,7 @@ from conveyor.errors import (
     TooLargeError,
 )
 
-from conveyor import sources
+from conveyor import sources, transforms
 from conveyor.loader import Loader
 
 __version__ = "0.1.0"
@@ -32,8 +32,5 @@ __all__ = [
     "ReadError",
     "TooLargeError",
     "sources",
+    "transforms",
 ]
-
-from conveyor import transforms  # noqa: E402  (needs the errors above; import order matters)
-
-__all__ += ["transforms"]
