@@ -14,6 +14,7 @@ from typing import Any, Optional, Union
 from conveyor import _conveyor
 from conveyor.errors import ConfigError
 from conveyor.sources import Source
+from conveyor.transforms import DEFAULT_MAX_PIXELS
 
 try:  # torch is optional: without it batches are numpy arrays.
     import torch
@@ -26,7 +27,6 @@ _log = logging.getLogger("conveyor")
 
 _DTYPES = ("uint8", "float16", "float32")
 _LAYOUTS = ("CHW", "HWC")
-_DEFAULT_MAX_PIXELS = 178956970
 # How long one wait for a batch lasts before Python gets to check for signals
 # (KeyboardInterrupt); the engine keeps working meanwhile.
 _WAIT_SLICE_SECONDS = 0.05
@@ -89,7 +89,7 @@ class Loader:
         progress: bool = False,
         dtype: str = "float32",
         layout: str = "CHW",
-        max_pixels: int = _DEFAULT_MAX_PIXELS,
+        max_pixels: int = DEFAULT_MAX_PIXELS,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
     ) -> None:
