@@ -190,6 +190,7 @@ class Loader:
                 yield _as_tensor(_conveyor.Batch.images(batch)), _as_tensor(_conveyor.Batch.labels(batch))
         finally:
             if bar is not None:
+                self._update_bar(bar, 0, refresh=True)
                 bar.close()
             if iteration == self._iteration:
                 self._engine.stop()
@@ -310,11 +311,12 @@ class Loader:
     def _progress_bar(self, epoch: int) -> Any:
         from tqdm.auto import tqdm
 
-        return tqdm(total=len(self) * self.batch_size, desc=f"epoch {epoch}", unit="img", leave=False)
+        total = min(len(self) * self.batch_size, self._engine.num_samples)
+        return tqdm(total=total, desc=f"epoch {epoch}", unit="img", leave=False)
 
-    def _update_bar(self, bar: Any, samples: int) -> None:
+    def _update_bar(self, bar: Any, samples: int, refresh: bool = False) -> None:
         bar.update(samples)
-        bar.set_postfix_str(f"stall {100 * self.stats()['input_stall']:.0f}%", refresh=False)
+        bar.set_postfix_str(f"stall {100 * self.stats()['input_stall']:.0f}%", refresh=refresh)
 
 
 def _check_int(name: str, value: object, *, minimum: int) -> None:
