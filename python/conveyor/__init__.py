@@ -6,6 +6,7 @@ each batch reaches PyTorch without a copy. See README.md and docs/.
 
 from __future__ import annotations
 
+from conveyor import sources, transforms
 from conveyor.errors import (
     CancelledError,
     ConfigError,
@@ -15,6 +16,7 @@ from conveyor.errors import (
     ReadError,
     TooLargeError,
 )
+from conveyor.loader import Loader
 
 __version__ = "0.1.0"
 
@@ -25,10 +27,9 @@ __all__ = [
     "DecodeError",
     "Error",
     "InternalError",
+    "Loader",
     "ReadError",
     "TooLargeError",
+    "sources",
+    "transforms",
 ]
-
-from conveyor import transforms  # noqa: E402  (needs the errors above; import order matters)
-
-__all__ += ["transforms"]
