@@ -213,6 +213,29 @@ def test_crop_window_and_dct_decode_close_to_full_decode(name):
             assert np.abs(run(dct_margin=1.0) - full).mean() < 4.5
 
 
+@pytest.mark.parametrize("options", [{"quality": 80}, {"lossless": True}])
+def test_webp_crop_window_decode_is_exact(options):
+    buf = io.BytesIO()
+    Image.fromarray(data.coffee()).save(buf, "WEBP", **options)
+    blob = buf.getvalue()
+    chains = [
+        [_conveyor.RandomResizedCropSpec(64, 64, (0.08, 1.0), (3 / 4, 4 / 3))],
+        [_conveyor.ResizeSpec(shorter=100), _conveyor.CenterCropSpec(90, 90)],
+        [_conveyor.CenterCropSpec(101, 77)],
+    ]
+    for specs in chains:
+        for index in range(6):
+            window, full = (
+                np.asarray(
+                    _conveyor.ImagePipeline(specs, dtype="uint8", layout="HWC", crop_decode=c).apply(
+                        blob, 0, 0, index
+                    )
+                )
+                for c in (True, False)
+            )
+            np.testing.assert_array_equal(window, full)
+
+
 # --- output pass -------------------------------------------------------------------------
 def test_normalize_and_dtypes_match_torchvision_arithmetic():
     jpeg = jpeg_of("chelsea")
