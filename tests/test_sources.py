@@ -26,6 +26,7 @@ from conveyor.pack import pack_image_folder, parse_size
 from conveyor.sources import (
     IMG_EXTENSIONS,
     MNIST,
+    CocoDetection,
     FashionMNIST,
     FileList,
     ImageFolder,
@@ -529,3 +530,45 @@ def test_python_source_reference_cycle_is_collected():
     del dataset
     gc.collect()
     assert ref() is None
+
+
+# --- CocoDetection ----------------------------------------------------------------------------
+
+
+def test_coco_detection(tmp_path: Path):
+    touch(tmp_path / "images" / "a.jpg", b"A")
+    touch(tmp_path / "images" / "b.jpg", b"B")
+    annotations = {
+        "images": [
+            {"id": 20, "file_name": "b.jpg", "width": 64, "height": 48},
+            {"id": 3, "file_name": "a.jpg", "width": 32, "height": 16},
+        ],
+        "annotations": [
+            {"id": 1, "image_id": 20, "category_id": 5, "bbox": [1, 2, 3, 4], "area": 12, "iscrowd": 0},
+            {"id": 2, "image_id": 20, "category_id": 6, "bbox": [0.5, 0, 10, 10], "area": 100, "iscrowd": 1},
+        ],
+        "categories": [{"id": 5, "name": "cat"}, {"id": 6, "name": "dog"}],
+    }
+    (tmp_path / "instances.json").write_text(json.dumps(annotations))
+    coco = CocoDetection(tmp_path / "images", tmp_path / "instances.json")
+    assert coco.ids == [3, 20]
+    assert coco.categories == {5: "cat", 6: "dog"}
+    assert coco._engine_source().read(1) == (b"B", 1, str(tmp_path / "images" / "b.jpg"))  # label = index
+    assert coco.targets(0)["boxes"] == []
+    assert coco.targets(1) == {
+        "image_id": 20,
+        "width": 64,
+        "height": 48,
+        "boxes": [(1.0, 2.0, 3.0, 4.0), (0.5, 0.0, 10.0, 10.0)],
+        "category_ids": [5, 6],
+        "annotation_ids": [1, 2],
+        "iscrowd": [False, True],
+        "area": [12.0, 100.0],
+    }
+    annotations["annotations"][1]["bbox"] = [1, 2]
+    (tmp_path / "bad.json").write_text(json.dumps(annotations))
+    with pytest.raises(conveyor.ReadError) as info:
+        CocoDetection(tmp_path / "images", tmp_path / "bad.json")
+    assert str(info.value) == (
+        f"{tmp_path / 'bad.json'}: not a COCO instances file: annotations[1].bbox: expected 4 numbers"
+    )
