@@ -39,7 +39,13 @@ TEST(ThreadPoolTest, DestructorDiscardsQueuedTasksAndJoins) {
   for (int i = 0; i < 100; ++i) pool->submit([&] { ++started; });
   while (started.load() == 0) std::this_thread::yield();
   EXPECT_EQ(pool->queued(), 100u);
-  std::thread releaser([&] { release.set_value(); });
+  // Release the running task once the destructor has discarded the queue
+  // (queued() drops to 0 while the destructor waits in join()).
+  ThreadPool* raw = pool.get();
+  std::thread releaser([&] {
+    while (raw->queued() != 0) std::this_thread::yield();
+    release.set_value();
+  });
   pool.reset();  // Waits for the running task only.
   releaser.join();
   EXPECT_EQ(started.load(), 1);
