@@ -34,6 +34,7 @@ from conveyor.sources import (
     TarShards,
     expand_shards,
 )
+from conveyor.transforms import CenterCrop, Normalize, Resize
 
 
 def touch(path: Path, data: bytes = b"") -> Path:
@@ -305,9 +306,6 @@ def test_truncated_shard_is_a_read_error_naming_shard_and_member(tmp_path: Path)
 
 
 def test_loader_over_tar_shards(color_folder: Path, tmp_path: Path):
-    pytest.importorskip("conveyor.transforms")
-    from conveyor.transforms import CenterCrop
-
     shards = pack_image_folder(str(color_folder), str(tmp_path / "c-%d.tar"), shard_size=20_000)
     assert len(shards) > 1
     source = TarShards(shards)
@@ -339,18 +337,6 @@ def write_mnist(folder: Path, prefix: str, n: int, gz: bool = False) -> tuple[np
         else:
             (folder / name).write_bytes(data)
     return images, labels
-
-
-class Normalize:
-    """Stands for conveyor.transforms.Normalize (matched by class name)."""
-
-    def __init__(self, mean, std):
-        self.mean, self.std = mean, std
-
-
-class Resize:
-    def __init__(self, size):
-        self.size = size
 
 
 def test_mnist_reads_torchvision_layout_and_gzip(tmp_path: Path):
@@ -396,7 +382,7 @@ def batches(loader) -> tuple[np.ndarray, np.ndarray]:
 def test_mnist_through_the_loader(tmp_path: Path):
     images, labels = write_mnist(tmp_path, "train", 37)
     source = MNIST(tmp_path)
-    got, got_labels = batches(conveyor.Loader(source, [Normalize(0.1307, 0.3081)], batch_size=8))
+    got, got_labels = batches(conveyor.Loader(source, [Normalize([0.1307], [0.3081])], batch_size=8))
     assert got.shape == (37, 1, 28, 28) and got.dtype == np.float32
     expected = (images.astype(np.float32) / 255 - 0.1307) / 0.3081
     np.testing.assert_allclose(got[:, 0], expected, rtol=0, atol=1e-5)

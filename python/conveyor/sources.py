@@ -308,10 +308,12 @@ def _raw_transform(
     sample_shape: Sequence[int], transforms: Sequence[Any], output: dict[str, Any]
 ) -> _conveyor.SampleTransform:
     """The engine transform of raw uint8 pixels: only Normalize is supported."""
+    from conveyor.transforms import Normalize
+
     mean: list[float] = []
     std: list[float] = []
     for transform in transforms:
-        if type(transform).__name__ != "Normalize":
+        if not isinstance(transform, Normalize):
             raise ConfigError(
                 f"raw-pixel sources support only Normalize as a transform, got {type(transform).__name__}"
             )
