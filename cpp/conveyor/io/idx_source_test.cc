@@ -211,7 +211,7 @@ TEST_F(IdxSourceTest, LoaderDeliversExactBatches) {
       for (int y = 0; y < h; ++y) {
         for (int x = 0; x < w; ++x) {
           const float expected = (static_cast<float>(pixel(sample, y, x)) / 255.0f - 0.5f) / 0.25f;
-          ASSERT_NEAR(data[(i * h + y) * w + x], expected, 1e-5f) << "sample " << sample;
+          ASSERT_EQ(data[(i * h + y) * w + x], expected) << "sample " << sample;
         }
       }
     }
