@@ -4,11 +4,49 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
+#include "conveyor/core/error.h"
+#include "conveyor/io/idx_source.h"
 #include "conveyor/io/source.h"
+#include "conveyor/io/tar_shards.h"
+#include "conveyor/ops/raw_tensor_transform.h"
+#include "python_source.h"
 
 namespace nb = nanobind;
 
 namespace conveyor::bindings {
+
+namespace {
+
+nb::bytes to_bytes(const Bytes& bytes) { return nb::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size()); }
+
+DType parse_dtype(const std::string& name) {
+  if (name == "uint8") return DType::kUInt8;
+  if (name == "float32") return DType::kFloat32;
+  if (name == "float16") return DType::kFloat16;
+  if (name == "int64") return DType::kInt64;
+  throw Error(ErrorKind::kConfig, "unknown dtype '" + name + "'");
+}
+
+// PythonSource takes part in Python's garbage collection: its dataset may
+// refer back to it (e.g. through a module's globals), a cycle that would
+// otherwise never be freed.
+int python_source_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));
+  if (!nb::inst_ready(self)) return 0;
+  Py_VISIT(nb::inst_ptr<PythonSource>(self)->dataset().ptr());
+  return 0;
+}
+
+int python_source_clear(PyObject* self) {
+  if (nb::inst_ready(self)) nb::inst_ptr<PythonSource>(self)->clear();
+  return 0;
+}
+
+PyType_Slot python_source_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(python_source_traverse)},
+                                     {Py_tp_clear, reinterpret_cast<void*>(python_source_clear)},
+                                     {0, nullptr}};
+
+}  // namespace
 
 void bind_io(nb::module_& m) {
   nb::class_<Source>(m, "Source")
@@ -22,13 +60,59 @@ void bind_io(nb::module_& m) {
               nb::gil_scoped_release release;
               record = source.read(index);
             }
-            return nb::make_tuple(nb::bytes(reinterpret_cast<const char*>(record.data.data()), record.data.size()),
-                                  record.label, record.key);
+            return nb::make_tuple(to_bytes(record.data), record.label, record.key);
           },
           nb::arg("index"), "Reads one sample: (bytes, label, key).");
   nb::class_<FileSource, Source>(m, "FileSource")
       .def(nb::init<std::vector<std::string>, std::vector<int64_t>>(), nb::arg("paths"),
            nb::arg("labels") = std::vector<int64_t>{});
+
+  nb::class_<TarShardSource, Source>(m, "TarShardSource")
+      .def(nb::init<std::vector<std::string>>(), nb::arg("shards"), nb::call_guard<nb::gil_scoped_release>())
+      .def_prop_ro("shards", &TarShardSource::shards)
+      .def("fields", &TarShardSource::fields, nb::arg("index"))
+      .def(
+          "field",
+          [](const TarShardSource& source, int64_t index, const std::string& name) {
+            Bytes bytes;
+            {
+              nb::gil_scoped_release release;
+              bytes = source.field(index, name);
+            }
+            return to_bytes(bytes);
+          },
+          nb::arg("index"), nb::arg("name"), "The bytes of one field (e.g. 'json') of a sample.");
+
+  nb::class_<IdxSource, Source>(m, "IdxSource")
+      .def(nb::init<std::string, std::string>(), nb::arg("images_path"), nb::arg("labels_path"),
+           nb::call_guard<nb::gil_scoped_release>())
+      .def_prop_ro("sample_shape", &IdxSource::sample_shape);
+
+  // Constructed and destroyed with the GIL held; read() takes the GIL itself.
+  nb::class_<PythonSource, Source>(m, "PythonSource", nb::type_slots(python_source_slots))
+      .def(nb::init<nb::object>(), nb::arg("dataset"))
+      .def_prop_ro("dataset", &PythonSource::dataset);
+
+  // The transform of raw-pixel sources (ops layer, bound here beside the
+  // sources that need it).
+  nb::class_<RawTensorTransform, SampleTransform>(m, "RawTensorTransform")
+      .def(
+          "__init__",
+          [](RawTensorTransform* self, int64_t height, int64_t width, int64_t channels, const std::string& dtype,
+             bool channels_first, std::vector<float> mean, std::vector<float> std) {
+            RawTensorSpec spec;
+            spec.height = height;
+            spec.width = width;
+            spec.channels = channels;
+            spec.dtype = parse_dtype(dtype);
+            spec.channels_first = channels_first;
+            spec.mean = std::move(mean);
+            spec.std = std::move(std);
+            new (self) RawTensorTransform(std::move(spec));
+          },
+          nb::arg("height"), nb::arg("width"), nb::kw_only(), nb::arg("channels") = 1, nb::arg("dtype") = "uint8",
+          nb::arg("channels_first") = true, nb::arg("mean") = std::vector<float>{},
+          nb::arg("std") = std::vector<float>{});
 }
 
 }  // namespace conveyor::bindings

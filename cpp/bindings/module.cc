@@ -1,6 +1,9 @@
 // The extension module conveyor._conveyor: argument conversion, GIL release
 // and error translation only. Logic lives in the C++ layers or in python/.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+
+#include <string>
 
 #include "bindings.h"
 #include "conveyor/core/error.h"
@@ -17,7 +20,8 @@ NB_MODULE(_conveyor, m) {
       std::rethrow_exception(p);
     } catch (const conveyor::Error& e) {
       nb::object errors = nb::module_::import_("conveyor.errors");
-      nb::object error = errors.attr("_from_engine")(conveyor::error_kind_name(e.kind()), e.cause(), e.key());
+      nb::object error =
+          errors.attr("_from_engine")(std::string(conveyor::error_kind_name(e.kind())), e.cause(), e.key());
       PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
     }
   });

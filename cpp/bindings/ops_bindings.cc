@@ -1,12 +1,155 @@
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/array.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/variant.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
 
 #include "bindings.h"
+#include "conveyor/core/error.h"
+#include "conveyor/core/rng.h"
+#include "conveyor/ops/image_decode.h"
+#include "conveyor/ops/image_pipeline.h"
 
 namespace nb = nanobind;
 
 namespace conveyor::bindings {
 
-// ImagePipeline and its transform specs (filled in with cpp/conveyor/ops).
-void bind_ops(nb::module_&) {}
+namespace {
+
+using Array = nb::ndarray<nb::numpy>;
+
+std::span<const uint8_t> as_span(const nb::bytes& data) {
+  return {reinterpret_cast<const uint8_t*>(data.c_str()), data.size()};
+}
+
+// A numpy array owning `storage` (a heap buffer of its bytes).
+Array to_numpy(std::unique_ptr<uint8_t[]> storage, const std::vector<int64_t>& shape, DType dtype) {
+  nb::dlpack::dtype type = nb::dtype<uint8_t>();
+  if (dtype == DType::kFloat32) type = nb::dtype<float>();
+  if (dtype == DType::kFloat16) type = {static_cast<uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
+  std::vector<size_t> dims(shape.begin(), shape.end());
+  uint8_t* data = storage.release();
+  nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<uint8_t*>(p); });
+  return Array(data, dims.size(), dims.data(), owner, nullptr, type);
+}
+
+DType parse_dtype(const std::string& name) {
+  if (name == "uint8") return DType::kUInt8;
+  if (name == "float16") return DType::kFloat16;
+  if (name == "float32") return DType::kFloat32;
+  throw Error(ErrorKind::kConfig, "dtype must be 'uint8', 'float16' or 'float32', got '" + name + "'");
+}
+
+Layout parse_layout(const std::string& name) {
+  if (name == "CHW") return Layout::kCHW;
+  if (name == "HWC") return Layout::kHWC;
+  throw Error(ErrorKind::kConfig, "layout must be 'CHW' or 'HWC', got '" + name + "'");
+}
+
+}  // namespace
+
+void bind_ops(nb::module_& m) {
+  nb::class_<ResizeSpec>(m, "ResizeSpec")
+      .def(
+          "__init__",
+          [](ResizeSpec* s, int shorter, int height, int width, bool antialias) {
+            new (s) ResizeSpec{shorter, {height, width}, antialias};
+          },
+          nb::arg("shorter") = 0, nb::arg("height") = 0, nb::arg("width") = 0, nb::arg("antialias") = true);
+  nb::class_<CenterCropSpec>(m, "CenterCropSpec")
+      .def(
+          "__init__",
+          [](CenterCropSpec* s, int height, int width) {
+            new (s) CenterCropSpec{{height, width}};
+          },
+          nb::arg("height"), nb::arg("width"));
+  nb::class_<RandomResizedCropSpec>(m, "RandomResizedCropSpec")
+      .def(
+          "__init__",
+          [](RandomResizedCropSpec* s, int height, int width, std::array<double, 2> scale, std::array<double, 2> ratio,
+             bool antialias) {
+            new (s) RandomResizedCropSpec{{height, width}, scale, ratio, antialias};
+          },
+          nb::arg("height"), nb::arg("width"), nb::arg("scale"), nb::arg("ratio"), nb::arg("antialias") = true);
+  nb::class_<HorizontalFlipSpec>(m, "HorizontalFlipSpec")
+      .def(
+          "__init__", [](HorizontalFlipSpec* s, double p) { new (s) HorizontalFlipSpec{p}; }, nb::arg("p"));
+  nb::class_<NormalizeSpec>(m, "NormalizeSpec")
+      .def(
+          "__init__",
+          [](NormalizeSpec* s, std::vector<float> mean, std::vector<float> std) {
+            new (s) NormalizeSpec{std::move(mean), std::move(std)};
+          },
+          nb::arg("mean"), nb::arg("std"));
+
+  nb::class_<ImagePipeline, SampleTransform>(m, "ImagePipeline")
+      .def(
+          "__init__",
+          [](ImagePipeline* self, std::vector<TransformSpec> transforms, const std::string& dtype,
+             const std::string& layout, int channels, int64_t max_pixels, bool crop_decode, bool dct_scale,
+             double dct_margin) {
+            ImageOutputSpec output{parse_dtype(dtype), parse_layout(layout), channels};
+            new (self) ImagePipeline(std::move(transforms), output, max_pixels,
+                                     ImagePipelineOptions{crop_decode, dct_scale, dct_margin});
+          },
+          nb::arg("transforms"), nb::kw_only(), nb::arg("dtype") = "float32", nb::arg("layout") = "CHW",
+          nb::arg("channels") = 3, nb::arg("max_pixels") = kDefaultMaxPixels, nb::arg("crop_decode") = true,
+          nb::arg("dct_scale") = true, nb::arg("dct_margin") = ImagePipelineOptions{}.dct_margin)
+      .def(
+          "apply",
+          [](const ImagePipeline& pipeline, const nb::bytes& data, uint64_t seed, uint64_t epoch, uint64_t index) {
+            const SampleSpec spec = pipeline.output_spec();
+            auto storage = std::make_unique<uint8_t[]>(spec.num_bytes());
+            {
+              nb::gil_scoped_release release;
+              SampleRng rng(seed, epoch, index);
+              pipeline.apply(as_span(data), rng, storage.get());
+            }
+            return to_numpy(std::move(storage), spec.shape, spec.dtype);
+          },
+          nb::arg("data"), nb::arg("seed") = 0, nb::arg("epoch") = 0, nb::arg("index") = 0,
+          "Runs the pipeline on one encoded image with the random stream of (seed, epoch, index).");
+
+  m.def(
+      "decode_image",
+      [](const nb::bytes& data, int64_t max_pixels, int channels) {
+        Image image;
+        {
+          nb::gil_scoped_release release;
+          image = decode_image(as_span(data), channels, max_pixels);
+        }
+        auto storage = std::make_unique<uint8_t[]>(image.pixels.size());
+        std::memcpy(storage.get(), image.pixels.data(), image.pixels.size());
+        return to_numpy(std::move(storage), {image.height, image.width, image.channels}, DType::kUInt8);
+      },
+      nb::arg("data"), nb::arg("max_pixels") = kDefaultMaxPixels, nb::arg("channels") = 3,
+      "Decodes a whole JPEG/PNG/WebP image to a uint8 HWC array (EXIF orientation applied).");
+  m.def(
+      "read_image_info",
+      [](const nb::bytes& data, int64_t max_pixels) {
+        const ImageInfo info = read_image_info(as_span(data), max_pixels);
+        return nb::make_tuple(std::string(image_format_name(info.format)), info.height, info.width, info.orientation);
+      },
+      nb::arg("data"), nb::arg("max_pixels") = kDefaultMaxPixels,
+      "(format, height, width, exif_orientation) from the header; height/width as displayed.");
+  m.def(
+      "sample_random_resized_crop",
+      [](int height, int width, std::array<double, 2> scale, std::array<double, 2> ratio, uint64_t seed, uint64_t epoch,
+         uint64_t index) {
+        SampleRng rng(seed, epoch, index);
+        const CropBox box = sample_random_resized_crop(height, width, scale, ratio, rng);
+        return std::make_tuple(box.top, box.left, box.height, box.width);
+      },
+      nb::arg("height"), nb::arg("width"), nb::arg("scale"), nb::arg("ratio"), nb::arg("seed"), nb::arg("epoch"),
+      nb::arg("index"), "The RandomResizedCrop box (top, left, height, width) drawn from (seed, epoch, index).");
+}
 
 }  // namespace conveyor::bindings

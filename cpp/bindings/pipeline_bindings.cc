@@ -40,6 +40,25 @@ nb::ndarray<> view(const std::shared_ptr<Batch>& batch, void* data, const std::v
   return nb::ndarray<>(data, dims.size(), dims.data(), owner, nullptr, to_dlpack(dtype));
 }
 
+// Batch memory from two Python callables (e.g. torch's pinned allocator). They
+// are called from engine threads, so each call takes the GIL.
+BufferAllocator python_allocator(nb::object allocator) {
+  auto pair = nb::cast<std::pair<nb::callable, nb::callable>>(allocator);
+  auto functions = std::shared_ptr<std::pair<nb::callable, nb::callable>>(
+      new std::pair<nb::callable, nb::callable>(std::move(pair)), [](std::pair<nb::callable, nb::callable>* p) {
+        nb::gil_scoped_acquire gil;
+        delete p;
+      });
+  return {[functions](size_t bytes) -> void* {
+            nb::gil_scoped_acquire gil;
+            return reinterpret_cast<void*>(nb::cast<uintptr_t>(functions->first(bytes)));
+          },
+          [functions](void* data, size_t bytes) {
+            nb::gil_scoped_acquire gil;
+            functions->second(reinterpret_cast<uintptr_t>(data), bytes);
+          }};
+}
+
 }  // namespace
 
 void bind_pipeline(nb::module_& m) {
@@ -50,7 +69,8 @@ void bind_pipeline(nb::module_& m) {
       .def_prop_ro("address", [](const Batch& b) { return reinterpret_cast<uintptr_t>(b.data()); })
       .def_prop_ro("shape", &Batch::shape)
       .def_static(
-          "images", [](const std::shared_ptr<Batch>& b) { return view(b, b->data(), b->shape(), b->sample_spec().dtype); },
+          "images",
+          [](const std::shared_ptr<Batch>& b) { return view(b, b->data(), b->shape(), b->sample_spec().dtype); },
           nb::arg("batch"), "The samples as a DLPack array sharing the batch's memory.")
       .def_static(
           "labels",
@@ -68,8 +88,8 @@ void bind_pipeline(nb::module_& m) {
       .def(
           "__init__",
           [](Loader* self, std::shared_ptr<Source> source, std::shared_ptr<SampleTransform> transform,
-             int64_t batch_size, bool shuffle, uint64_t seed, bool drop_last, int threads, int io_threads,
-             int prefetch, bool skip_errors, int64_t rank, int64_t world_size) {
+             int64_t batch_size, bool shuffle, uint64_t seed, bool drop_last, int threads, int io_threads, int prefetch,
+             bool skip_errors, int64_t rank, int64_t world_size, nb::object allocator) {
             LoaderOptions options;
             options.batch_size = batch_size;
             options.shuffle = shuffle;
@@ -81,11 +101,13 @@ void bind_pipeline(nb::module_& m) {
             options.on_error = skip_errors ? OnError::kSkip : OnError::kRaise;
             options.rank = rank;
             options.world_size = world_size;
+            if (!allocator.is_none()) options.allocator = python_allocator(allocator);
             new (self) Loader(std::move(source), std::move(transform), std::move(options));
           },
           nb::arg("source"), nb::arg("transform"), nb::kw_only(), nb::arg("batch_size"), nb::arg("shuffle"),
           nb::arg("seed"), nb::arg("drop_last"), nb::arg("threads"), nb::arg("io_threads"), nb::arg("prefetch"),
-          nb::arg("skip_errors"), nb::arg("rank"), nb::arg("world_size"))
+          nb::arg("skip_errors"), nb::arg("rank"), nb::arg("world_size"), nb::arg("allocator") = nb::none(),
+          "allocator: optional (allocate(nbytes) -> address, deallocate(address, nbytes)) for batch memory.")
       .def_prop_ro("num_samples", &Loader::num_samples)
       .def_prop_ro("num_batches", &Loader::num_batches)
       .def_prop_ro("threads", [](const Loader& l) { return l.options().threads; })
@@ -112,9 +134,15 @@ void bind_pipeline(nb::module_& m) {
           },
           nb::arg("timeout"), "The next Batch, None at the end of the epoch, False on timeout.")
       .def("stop", &Loader::stop, nb::call_guard<nb::gil_scoped_release>())
-      .def("skipped", &Loader::skipped)
+      .def("skipped", &Loader::skipped, nb::call_guard<nb::gil_scoped_release>())
       .def("stats", [](const Loader& loader) {
-        LoaderStats s = loader.stats();
+        LoaderStats s;
+        {
+          // The engine's lock may be held by a thread waiting for the GIL (a
+          // Python allocator or source), so never wait for it holding the GIL.
+          nb::gil_scoped_release release;
+          s = loader.stats();
+        }
         nb::dict d;
         d["epoch"] = s.epoch;
         d["samples_read"] = s.samples_read;

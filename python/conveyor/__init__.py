@@ -16,6 +16,9 @@ from conveyor.errors import (
     TooLargeError,
 )
 
+from conveyor import sources
+from conveyor.loader import Loader
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -25,6 +28,12 @@ __all__ = [
     "DecodeError",
     "Error",
     "InternalError",
+    "Loader",
     "ReadError",
     "TooLargeError",
+    "sources",
 ]
+
+from conveyor import transforms  # noqa: E402  (needs the errors above; import order matters)
+
+__all__ += ["transforms"]

@@ -7,6 +7,8 @@ is ``"key: cause"``.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 
 class Error(Exception):
     """Base class of every conveyor error."""
@@ -54,7 +56,27 @@ _BY_KIND = {
 }
 
 
+# Python exceptions raised inside engine calls (PythonSource.__getitem__), by
+# sample key, until the engine error they caused reaches Python. Bounded: with
+# on_error="skip" the errors never reach Python. Accessed with the GIL held.
+_CAUSES: OrderedDict[str, BaseException] = OrderedDict()
+_MAX_CAUSES = 64
+
+
+def _remember_cause(key: str, exception: BaseException) -> None:
+    """Keeps the Python exception behind the engine error of sample ``key``
+    (called by the extension) so that it becomes that error's ``__cause__``."""
+    _CAUSES[key] = exception
+    _CAUSES.move_to_end(key)
+    while len(_CAUSES) > _MAX_CAUSES:
+        _CAUSES.popitem(last=False)
+
+
 def _from_engine(kind: str, cause: str, key: str) -> Error:
     """Builds the exception for an engine error (called by the extension)."""
     message = f"{key}: {cause}" if key else cause
-    return _BY_KIND.get(kind, InternalError)(message, key=key, cause=cause)
+    error = _BY_KIND.get(kind, InternalError)(message, key=key, cause=cause)
+    original = _CAUSES.pop(key, None) if key else None
+    if original is not None:
+        error.__cause__ = original
+    return error

@@ -36,7 +36,7 @@ struct FileDescriptor {
 Bytes read_file(const std::string& path) {
   FileDescriptor file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (file.fd < 0) throw_read_error(path, errno);
-  struct stat info{};
+  struct stat info {};
   if (::fstat(file.fd, &info) != 0) throw_read_error(path, errno);
   if (S_ISDIR(info.st_mode)) throw_read_error(path, EISDIR);
   std::vector<uint8_t> data(static_cast<size_t>(info.st_size));
@@ -56,9 +56,9 @@ Bytes read_file(const std::string& path) {
 
 FileSource::FileSource(std::vector<std::string> paths, std::vector<int64_t> labels)
     : paths_(std::move(paths)), labels_(std::move(labels)) {
-  check_config(labels_.empty() || labels_.size() == paths_.size(),
-               "labels must be empty or have one entry per path (" + std::to_string(paths_.size()) +
-                   " paths, " + std::to_string(labels_.size()) + " labels)");
+  check_config(labels_.empty() || labels_.size() == paths_.size(), "labels must be empty or have one entry per path (" +
+                                                                       std::to_string(paths_.size()) + " paths, " +
+                                                                       std::to_string(labels_.size()) + " labels)");
 }
 
 Record FileSource::read(int64_t index) const {

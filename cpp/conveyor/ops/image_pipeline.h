@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "conveyor/core/dtype.h"
+#include "conveyor/core/rng.h"
 #include "conveyor/core/sample_transform.h"
+#include "conveyor/ops/image_decode.h"
 
 namespace conveyor {
 
@@ -52,7 +54,8 @@ struct NormalizeSpec {
   std::vector<float> std;
 };
 
-using TransformSpec = std::variant<ResizeSpec, CenterCropSpec, RandomResizedCropSpec, HorizontalFlipSpec, NormalizeSpec>;
+using TransformSpec =
+    std::variant<ResizeSpec, CenterCropSpec, RandomResizedCropSpec, HorizontalFlipSpec, NormalizeSpec>;
 
 /// Memory layout of an image sample.
 enum class Layout { kCHW, kHWC };
@@ -61,11 +64,35 @@ enum class Layout { kCHW, kHWC };
 struct ImageOutputSpec {
   DType dtype = DType::kFloat32;  ///< uint8, float16 or float32. uint8 keeps 0..255 (no Normalize allowed).
   Layout layout = Layout::kCHW;
-  int channels = 3;               ///< 3 (RGB) or 1 (grayscale).
+  int channels = 3;  ///< 3 (RGB) or 1 (grayscale).
 };
 
-/// Default decompression-bomb limit, as PIL's Image.MAX_IMAGE_PIXELS.
-inline constexpr int64_t kDefaultMaxPixels = 178956970;
+/// How the decode is fused with the first crop; both on by default. Turning
+/// them off is for measurements and tests (the output barely changes).
+struct ImagePipelineOptions {
+  bool crop_decode = true;  ///< JPEG: decode only the rows/columns of the source box.
+  bool dct_scale = true;    ///< JPEG: decode at 1/2, 1/4, 1/8 when the box stays >= dct_margin x the output.
+  /// How much larger than the output the DCT-scaled box must stay (>= 1). At 1, the
+  /// IDCT's own low-pass replaces most of the tent filter and parity with PIL drops
+  /// (docs/design/resize.md: mean error 2-3, max > 100); at 2 it stays within 1.
+  double dct_margin = 2.0;
+};
+
+/// A crop box in pixels: rows [top, top + height), columns [left, left + width).
+struct CropBox {
+  int top = 0;
+  int left = 0;
+  int height = 0;
+  int width = 0;
+};
+
+/// torchvision's RandomResizedCrop.get_params for an image of `height` x
+/// `width`: up to 10 draws of a log-uniform aspect ratio and uniform area
+/// fraction (w = round(sqrt(area * ratio)), h = round(sqrt(area / ratio)),
+/// top = randint(0, H - h + 1), left = randint(0, W - w + 1)), then the central
+/// crop fallback (aspect clamped to `ratio`). Draws only from `rng`.
+CropBox sample_random_resized_crop(int height, int width, const std::array<double, 2>& scale,
+                                   const std::array<double, 2>& ratio, SampleRng& rng);
 
 /// A transform chain planned once per loader: crop transforms fuse into the
 /// decode (crop-window decode, DCT downscale), pointwise steps (flip,
@@ -78,7 +105,8 @@ class ImagePipeline final : public SampleTransform {
   /// Throws Error{kConfig} when the chain cannot produce a fixed output size
   /// (it must end in a crop or a Resize to (h, w) before pointwise steps),
   /// or when an argument is invalid (e.g. Normalize with the wrong channel count).
-  ImagePipeline(std::vector<TransformSpec> transforms, ImageOutputSpec output, int64_t max_pixels = kDefaultMaxPixels);
+  ImagePipeline(std::vector<TransformSpec> transforms, ImageOutputSpec output, int64_t max_pixels = kDefaultMaxPixels,
+                ImagePipelineOptions options = {});
   ~ImagePipeline() override;
 
   SampleSpec output_spec() const override;

@@ -17,13 +17,25 @@ namespace detail {
 // is issued for it until that task finishes, even if the slot was reassigned
 // meanwhile (ticket changed): the old task may still be writing the slot's
 // memory, so the slot is not issued again before it is idle.
+// A failure kept as plain strings: Error (a std::runtime_error) shares its
+// message buffer between copies, which must not cross threads.
+struct SampleError {
+  ErrorKind kind;
+  std::string cause;
+  std::string key;
+
+  static SampleError from(const Error& e, const std::string& key) {
+    return {e.kind(), e.cause(), e.key().empty() ? key : e.key()};
+  }
+};
+
 struct Slot {
   enum class State { kEmpty, kPending, kDone, kFailed };
   State state = State::kEmpty;
   int64_t position = -1;
   uint64_t ticket = 0;  // 0: not assigned.
   bool busy = false;
-  std::optional<Error> error;
+  std::optional<SampleError> error;
 };
 
 struct InFlightBatch {
@@ -55,6 +67,7 @@ struct EpochRun : std::enable_shared_from_this<EpochRun> {
 
 using detail::EpochRun;
 using detail::InFlightBatch;
+using detail::SampleError;
 using detail::Slot;
 
 namespace {
@@ -210,14 +223,14 @@ void Loader::read_task(const std::shared_ptr<EpochRun>& run, int64_t batch, int 
   }
   const int64_t started = now_ns();
   Record record;
-  std::optional<Error> error;
+  std::optional<SampleError> error;
   try {
     record = source_->read(sample);
     if (record.key.empty()) record.key = source_->key(sample);
   } catch (const Error& e) {
-    error = e.with_key(source_->key(sample));
+    error = SampleError::from(e, source_->key(sample));
   } catch (const std::exception& e) {
-    error = Error(ErrorKind::kInternal, e.what(), source_->key(sample));
+    error = SampleError{ErrorKind::kInternal, e.what(), source_->key(sample)};
   }
   read_ns_ += now_ns() - started;
   ++samples_read_;
@@ -248,14 +261,14 @@ void Loader::process_task(const std::shared_ptr<EpochRun>& run, int64_t batch, i
   }
   // The slot stays busy until finish_task, so nothing else writes `out` meanwhile.
   const int64_t started = now_ns();
-  std::optional<Error> error;
+  std::optional<SampleError> error;
   try {
     SampleRng rng(options_.seed, static_cast<uint64_t>(run->epoch), static_cast<uint64_t>(sample));
     transform_->apply(record.data.span(), rng, out);
   } catch (const Error& e) {
-    error = e.with_key(record.key);
+    error = SampleError::from(e, record.key);
   } catch (const std::exception& e) {
-    error = Error(ErrorKind::kInternal, e.what(), record.key);
+    error = SampleError{ErrorKind::kInternal, e.what(), record.key};
   }
   process_ns_ += now_ns() - started;
   ++samples_processed_;
@@ -264,7 +277,7 @@ void Loader::process_task(const std::shared_ptr<EpochRun>& run, int64_t batch, i
 }
 
 void Loader::finish_task(EpochRun& run, int64_t batch_index, int slot_index, uint64_t ticket, int64_t label,
-                         const Error* error) {
+                         const SampleError* error) {
   --run.outstanding;
   InFlightBatch& batch = run.batch(batch_index);
   Slot& slot = batch.slots[static_cast<size_t>(slot_index)];
@@ -283,7 +296,7 @@ void Loader::finish_task(EpochRun& run, int64_t batch_index, int slot_index, uin
     // are issued again and re-recorded if they fail again.
     const int64_t position = slot.position;
     std::erase_if(run.skipped, [&](const SkippedSample& s) { return s.position > position; });
-    run.skipped.push_back({position, error->key(), error->cause()});
+    run.skipped.push_back({position, error->key, error->cause});
     run.next_position = position + 1;
     for (auto& b : run.batches) {
       if (b.index < batch_index) continue;
@@ -327,7 +340,8 @@ NextResult Loader::next(std::chrono::milliseconds timeout) {
       if (resolved) {
         wait_ns_ += now_ns() - wait_started;
         if (failed != nullptr) {
-          Error error = *failed->error;
+          const SampleError& failure = *failed->error;
+          Error error(failure.kind, failure.cause, failure.key);
           run->finished = true;
           stop_locked(lock);
           throw error;

@@ -114,7 +114,8 @@ struct NextResult {
 
 namespace detail {
 struct EpochRun;
-}
+struct SampleError;
+}  // namespace detail
 
 /// The pipeline executor. For each sample of an epoch it reads the record on
 /// the io pool, then decodes and transforms it on the cpu pool straight into
@@ -167,7 +168,7 @@ class Loader {
   void process_task(const std::shared_ptr<detail::EpochRun>& run, int64_t batch, int slot, uint64_t ticket,
                     Record record);
   void finish_task(detail::EpochRun& run, int64_t batch, int slot, uint64_t ticket, int64_t label,
-                   const Error* error);
+                   const detail::SampleError* error);
   void stop_locked(std::unique_lock<std::mutex>& lock);
   std::vector<int64_t> epoch_order(int64_t epoch) const;
 

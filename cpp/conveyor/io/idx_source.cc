@@ -1,0 +1,181 @@
+#include "conveyor/io/idx_source.h"
+
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "conveyor/core/error.h"
+#include "conveyor/io/detail/mapped_file.h"
+
+namespace conveyor {
+
+namespace {
+
+constexpr uint8_t kUnsignedByte = 0x08;
+
+bool ends_with_gz(const std::string& path) { return path.size() >= 3 && path.ends_with(".gz"); }
+
+// The whole decompressed content of a gzip file. Closes the gzFile on every path.
+Bytes read_gzip(const std::string& path) {
+  gzFile file = gzopen(path.c_str(), "rb");
+  if (file == nullptr) throw Error(ErrorKind::kRead, std::strerror(errno != 0 ? errno : ENOMEM), path);
+  struct Closer {
+    gzFile f;
+    ~Closer() { gzclose(f); }
+  } closer{file};
+  gzbuffer(file, 1 << 16);
+  std::vector<uint8_t> data;
+  constexpr size_t kChunk = 1 << 20;
+  for (;;) {
+    const size_t done = data.size();
+    data.resize(done + kChunk);
+    const int n = gzread(file, data.data() + done, static_cast<unsigned>(kChunk));
+    if (n < 0) {
+      int code = 0;
+      const char* message = gzerror(file, &code);
+      throw Error(ErrorKind::kRead,
+                  std::string("gzip decompression failed: ") +
+                      (code == Z_ERRNO ? std::strerror(errno) : (message != nullptr ? message : "unknown error")),
+                  path);
+    }
+    data.resize(done + static_cast<size_t>(n));
+    if (n == 0) break;
+  }
+  // zlib reports a stream that stops before its end as EOF without an error
+  // from gzread; gzerror tells.
+  int code = 0;
+  const char* message = gzerror(file, &code);
+  if (code != Z_OK && code != Z_STREAM_END) {
+    throw Error(ErrorKind::kRead, std::string("gzip decompression failed: ") + (message ? message : "unknown error"),
+                path);
+  }
+  return Bytes::from_vector(std::move(data));
+}
+
+// The file's bytes: mapped when plain, decompressed when ".gz".
+Bytes load(const std::string& path) {
+  if (ends_with_gz(path)) return read_gzip(path);
+  auto map = std::make_shared<const detail::MappedFile>(path);
+  const uint8_t* data = map->data();
+  const size_t size = map->size();
+  return Bytes(std::move(map), data, size);
+}
+
+uint32_t big_endian_u32(const uint8_t* p) {
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+}
+
+struct IdxFile {
+  Bytes bytes;
+  std::vector<int64_t> dims;
+  size_t header = 0;
+};
+
+// Parses and checks the header: magic 00 00 08 <ndims>, then ndims big-endian
+// u32 dimensions; the payload must be exactly the product of the dimensions.
+IdxFile parse_idx(const std::string& path, int min_dims, int max_dims, const char* what) {
+  IdxFile file{load(path), {}, 0};
+  const uint8_t* p = file.bytes.data();
+  const size_t size = file.bytes.size();
+  if (size < 4 || p[0] != 0 || p[1] != 0) {
+    throw Error(ErrorKind::kRead, "not an IDX file (bad magic number)", path);
+  }
+  if (p[2] != kUnsignedByte) {
+    char code[8];
+    std::snprintf(code, sizeof code, "0x%02x", p[2]);
+    throw Error(ErrorKind::kRead, std::string("unsupported IDX element type ") + code + " (only unsigned byte, 0x08)",
+                path);
+  }
+  const int ndims = p[3];
+  if (ndims < min_dims || ndims > max_dims) {
+    std::string expected = std::to_string(min_dims);
+    if (max_dims != min_dims) expected.append(" to ").append(std::to_string(max_dims));
+    throw Error(ErrorKind::kRead,
+                std::string("an IDX ")
+                    .append(what)
+                    .append(" file needs ")
+                    .append(expected)
+                    .append(" dimensions, this one has ")
+                    .append(std::to_string(ndims)),
+                path);
+  }
+  file.header = 4 + 4 * static_cast<size_t>(ndims);
+  if (size < file.header) throw Error(ErrorKind::kRead, "truncated IDX header", path);
+  for (int i = 0; i < ndims; ++i) file.dims.push_back(big_endian_u32(p + 4 + 4 * i));
+  const uint64_t payload = size - file.header;
+  // Each dimension is < 2^32 and the running product stops growing once it
+  // exceeds the payload, so it never overflows.
+  uint64_t product = 1;
+  bool too_big = false;
+  for (int64_t d : file.dims) {
+    product *= static_cast<uint64_t>(d);
+    if (product > payload) {
+      too_big = true;
+      break;
+    }
+  }
+  if (too_big || product != payload) {
+    std::string shape;
+    for (int64_t d : file.dims) {
+      if (!shape.empty()) shape.push_back('x');
+      shape.append(std::to_string(d));
+    }
+    throw Error(ErrorKind::kRead,
+                std::string(too_big ? "truncated" : "too long") + " IDX file: the header says " + shape +
+                    ", the file has " + std::to_string(payload) + " bytes of data",
+                path);
+  }
+  return file;
+}
+
+}  // namespace
+
+struct IdxSource::Data {
+  std::string images_path;
+  std::shared_ptr<const Bytes> images;  // Owns the mapping (or the decompressed bytes).
+  size_t header = 0;
+  size_t sample_bytes = 0;
+  std::vector<int64_t> sample_shape;
+  std::vector<int64_t> labels;
+};
+
+IdxSource::IdxSource(std::string images_path, std::string labels_path) {
+  auto data = std::make_unique<Data>();
+  IdxFile images = parse_idx(images_path, 3, 4, "image");
+  IdxFile labels = parse_idx(labels_path, 1, 1, "label");
+  const int64_t n = images.dims[0];
+  check_config(n == labels.dims[0], "IDX files disagree on the number of samples: " + images_path + " has " +
+                                        std::to_string(n) + ", " + labels_path + " has " +
+                                        std::to_string(labels.dims[0]));
+  data->images_path = std::move(images_path);
+  data->sample_shape.assign(images.dims.begin() + 1, images.dims.end());
+  data->sample_bytes = 1;
+  for (int64_t d : data->sample_shape) data->sample_bytes *= static_cast<size_t>(d);
+  data->images = std::make_shared<const Bytes>(std::move(images.bytes));
+  data->header = images.header;
+  data->labels.assign(labels.bytes.data() + labels.header, labels.bytes.data() + labels.bytes.size());
+  data_ = std::move(data);
+}
+
+IdxSource::~IdxSource() = default;
+
+int64_t IdxSource::size() const { return static_cast<int64_t>(data_->labels.size()); }
+
+Record IdxSource::read(int64_t index) const {
+  check_config(index >= 0 && index < size(),
+               "sample index " + std::to_string(index) + " is out of range [0, " + std::to_string(size()) + ")");
+  const size_t offset = data_->header + static_cast<size_t>(index) * data_->sample_bytes;
+  const uint8_t* begin = data_->images->data() + offset;
+  detail::touch_pages(begin, data_->sample_bytes);
+  return Record{Bytes(data_->images, begin, data_->sample_bytes), data_->labels[static_cast<size_t>(index)],
+                key(index)};
+}
+
+std::string IdxSource::key(int64_t index) const { return data_->images_path + "[" + std::to_string(index) + "]"; }
+
+const std::vector<int64_t>& IdxSource::sample_shape() const noexcept { return data_->sample_shape; }
+
+}  // namespace conveyor

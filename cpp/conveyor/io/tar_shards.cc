@@ -1,0 +1,377 @@
+#include "conveyor/io/tar_shards.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstring>
+#include <optional>
+#include <string_view>
+#include <utility>
+
+#include "conveyor/core/error.h"
+#include "conveyor/io/detail/mapped_file.h"
+
+namespace conveyor {
+
+namespace {
+
+constexpr size_t kBlock = 512;
+
+// Fields that hold the sample's image, in order of preference.
+constexpr std::string_view kImageFields[] = {"jpg", "jpeg", "png", "webp"};
+
+// A short, printable rendering of untrusted bytes for error messages.
+std::string printable(std::string_view text, size_t limit = 40) {
+  std::string out;
+  for (char c : text.substr(0, limit)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  if (text.size() > limit) out += "...";
+  return out;
+}
+
+// A NUL-terminated string in a fixed-size header field.
+std::string_view header_string(const uint8_t* p, size_t n) {
+  const auto* begin = reinterpret_cast<const char*>(p);
+  return {begin, strnlen(begin, n)};
+}
+
+// A numeric header field: octal ASCII (leading spaces/NULs allowed, ended by a
+// space or NUL), or GNU base-256 when the high bit of the first byte is set.
+std::optional<uint64_t> header_number(const uint8_t* p, size_t n) {
+  if (p[0] & 0x80) {
+    if (p[0] & 0x40) return std::nullopt;  // Negative.
+    uint64_t value = p[0] & 0x3f;
+    for (size_t i = 1; i < n; ++i) {
+      if (value >> 56) return std::nullopt;  // Overflow.
+      value = (value << 8) | p[i];
+    }
+    return value;
+  }
+  size_t i = 0;
+  while (i < n && (p[i] == ' ' || p[i] == 0)) ++i;
+  uint64_t value = 0;
+  for (; i < n && p[i] != ' ' && p[i] != 0; ++i) {
+    if (p[i] < '0' || p[i] > '7' || (value >> 60)) return std::nullopt;
+    value = value * 8 + (p[i] - '0');
+  }
+  return value;
+}
+
+bool checksum_ok(const uint8_t* h) {
+  auto stored = header_number(h + 148, 8);
+  if (!stored) return false;
+  // The checksum is computed with its own field as spaces; historic writers
+  // summed signed chars, so accept either sum.
+  uint64_t unsigned_sum = 0;
+  int64_t signed_sum = 0;
+  for (size_t i = 0; i < kBlock; ++i) {
+    const uint8_t byte = (i >= 148 && i < 156) ? ' ' : h[i];
+    unsigned_sum += byte;
+    signed_sum += static_cast<int8_t>(byte);
+  }
+  return *stored == unsigned_sum || static_cast<int64_t>(*stored) == signed_sum;
+}
+
+bool all_zero(const uint8_t* p, size_t n) {
+  return std::all_of(p, p + n, [](uint8_t b) { return b == 0; });
+}
+
+struct PaxRecords {
+  std::optional<std::string> path;
+  std::optional<uint64_t> size;
+};
+
+// Pax extended header records: "<length> <key>=<value>\n", length counting the
+// whole record. Returns nullopt when malformed.
+std::optional<PaxRecords> parse_pax(std::string_view data) {
+  PaxRecords records;
+  while (!data.empty()) {
+    if (data.front() == 0) break;  // Zero padding after the last record.
+    size_t length = 0;
+    auto [end, ec] = std::from_chars(data.data(), data.data() + data.size(), length);
+    if (ec != std::errc() || length == 0 || length > data.size()) return std::nullopt;
+    const size_t header = static_cast<size_t>(end - data.data());
+    if (header >= length || *end != ' ' || data[length - 1] != '\n') return std::nullopt;
+    std::string_view record = data.substr(header + 1, length - header - 2);
+    const size_t eq = record.find('=');
+    if (eq == std::string_view::npos) return std::nullopt;
+    std::string_view key = record.substr(0, eq);
+    std::string_view value = record.substr(eq + 1);
+    if (key == "path") {
+      records.path = std::string(value);
+    } else if (key == "size") {
+      uint64_t size = 0;
+      auto [size_end, size_ec] = std::from_chars(value.data(), value.data() + value.size(), size);
+      if (size_ec != std::errc() || size_end != value.data() + value.size()) return std::nullopt;
+      records.size = size;
+    }
+    data.remove_prefix(length);
+  }
+  return records;
+}
+
+// webdataset's base_plus_ext: the prefix is the path up to the first "." of the
+// file name, the field the rest, lower-cased. False for names without a field
+// (no dot, or a file name starting with a dot) and for "__*__" metadata files.
+bool split_member_name(std::string_view name, std::string_view& prefix, std::string& field) {
+  const size_t slash = name.rfind('/');
+  const size_t base = slash == std::string_view::npos ? 0 : slash + 1;
+  if (slash == std::string_view::npos && name.size() >= 4 && name.starts_with("__") && name.ends_with("__")) {
+    return false;
+  }
+  const size_t dot = name.find('.', base);
+  if (dot == std::string_view::npos || dot == base) return false;
+  prefix = name.substr(0, dot);
+  field.assign(name.substr(dot + 1));
+  std::transform(field.begin(), field.end(), field.begin(),
+                 [](char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; });
+  return true;
+}
+
+}  // namespace
+
+struct TarShardSource::Index {
+  struct Shard {
+    std::string path;
+    std::shared_ptr<const detail::MappedFile> map;
+  };
+  struct Field {
+    uint32_t name;  // Into field_names.
+    uint64_t offset;
+    uint64_t size;
+  };
+  struct Sample {
+    uint32_t shard;
+    uint32_t first_field;  // Into fields.
+    uint32_t num_fields;
+    uint32_t image;  // Into fields.
+    int64_t label;
+    std::string member;  // The image member's name.
+  };
+
+  std::vector<Shard> shards;
+  std::vector<std::string> shard_paths;
+  std::vector<std::string> field_names;
+  std::vector<Field> fields;
+  std::vector<Sample> samples;
+
+  uint32_t intern(const std::string& name) {
+    auto it = std::find(field_names.begin(), field_names.end(), name);
+    if (it != field_names.end()) return static_cast<uint32_t>(it - field_names.begin());
+    field_names.push_back(name);
+    return static_cast<uint32_t>(field_names.size() - 1);
+  }
+
+  const Sample& sample(int64_t index) const {
+    if (index < 0 || index >= static_cast<int64_t>(samples.size())) {
+      throw Error(ErrorKind::kConfig, "sample index " + std::to_string(index) + " is out of range [0, " +
+                                          std::to_string(samples.size()) + ")");
+    }
+    return samples[static_cast<size_t>(index)];
+  }
+
+  Bytes view(const Sample& s, const Field& f) const {
+    const auto& map = shards[s.shard].map;
+    return Bytes(map, map->data() + f.offset, f.size);
+  }
+
+  void add_shard(const std::string& path);
+};
+
+namespace {
+
+// A group of consecutive members sharing a prefix, before it becomes a sample.
+struct Group {
+  std::string prefix;
+  std::vector<std::pair<std::string, std::string>> members;  // (field, member name)
+  std::vector<std::pair<uint64_t, uint64_t>> extents;        // (offset, size)
+};
+
+}  // namespace
+
+void TarShardSource::Index::add_shard(const std::string& path) {
+  const auto shard_id = static_cast<uint32_t>(shards.size());
+  auto map = std::make_shared<const detail::MappedFile>(path);
+  if (map->size() == 0) throw Error(ErrorKind::kRead, "empty file, not a tar archive", path);
+  shards.push_back({path, map});
+  shard_paths.push_back(path);
+  const uint8_t* data = map->data();
+  const uint64_t size = map->size();
+
+  Group group;
+  auto flush = [&] {
+    if (group.members.empty()) return;
+    Sample sample{
+        shard_id, static_cast<uint32_t>(fields.size()), static_cast<uint32_t>(group.members.size()), UINT32_MAX, -1,
+        {}};
+    // An exact field name first ("jpg"), else a field whose last extension is
+    // one ("left.jpg"), in member order.
+    std::optional<size_t> image;
+    for (std::string_view wanted : kImageFields) {
+      for (size_t i = 0; i < group.members.size() && !image; ++i) {
+        if (group.members[i].first == wanted) image = i;
+      }
+    }
+    for (size_t i = 0; i < group.members.size() && !image; ++i) {
+      const std::string& field = group.members[i].first;
+      const size_t dot = field.rfind('.');
+      if (dot == std::string::npos) continue;
+      const std::string_view last = std::string_view(field).substr(dot + 1);
+      if (std::find(std::begin(kImageFields), std::end(kImageFields), last) != std::end(kImageFields)) image = i;
+    }
+    if (!image) {
+      std::string names;
+      for (const auto& [field, member] : group.members) names += (names.empty() ? "" : ", ") + member;
+      throw Error(ErrorKind::kRead, "sample has no image member (jpg, jpeg, png or webp); its members: " + names,
+                  path + ":" + group.prefix);
+    }
+    for (size_t i = 0; i < group.members.size(); ++i) {
+      const auto& [field, member] = group.members[i];
+      const auto [offset, length] = group.extents[i];
+      if (field == "cls") {
+        std::string_view text(reinterpret_cast<const char*>(data + offset), length);
+        while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
+        while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
+        int64_t label = 0;
+        auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), label);
+        if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+          throw Error(ErrorKind::kRead, "malformed cls member: expected an integer, got '" + printable(text) + "'",
+                      path + ":" + member);
+        }
+        sample.label = label;
+      }
+      fields.push_back({intern(field), offset, length});
+    }
+    sample.image = sample.first_field + static_cast<uint32_t>(*image);
+    sample.member = group.members[*image].second;
+    samples.push_back(std::move(sample));
+    group = Group{};
+  };
+
+  std::optional<std::string> long_name;
+  PaxRecords pax;
+  std::string last_member;  // Names the place of a corrupt header in errors.
+  auto where = [&](uint64_t offset) {
+    return "at offset " + std::to_string(offset) +
+           (last_member.empty() ? std::string(" (first header)") : " (after member '" + last_member + "')");
+  };
+  uint64_t pos = 0;
+  bool ended = false;
+  while (pos + kBlock <= size) {
+    const uint8_t* h = data + pos;
+    if (all_zero(h, kBlock)) {
+      ended = true;  // End-of-archive marker; anything after it is ignored, as tar does.
+      break;
+    }
+    if (!checksum_ok(h)) {
+      throw Error(ErrorKind::kRead, "corrupt tar header " + where(pos) + ": checksum mismatch", path);
+    }
+    const char type = static_cast<char>(h[156]);
+    std::optional<uint64_t> member_size = pax.size ? pax.size : header_number(h + 124, 12);
+    std::string name;
+    if (long_name) {
+      name = *long_name;
+    } else if (pax.path) {
+      name = *pax.path;
+    } else {
+      name = std::string(header_string(h, 100));
+      // POSIX ustar splits long names into prefix/name; GNU's magic ("ustar  ")
+      // uses those bytes for other things.
+      if (std::memcmp(h + 257, "ustar\0", 6) == 0) {
+        std::string_view prefix = header_string(h + 345, 155);
+        if (!prefix.empty()) name = std::string(prefix) + "/" + name;
+      }
+    }
+    if (!member_size) {
+      throw Error(ErrorKind::kRead, "corrupt tar header " + where(pos) + ": invalid size field", path + ":" + name);
+    }
+    const uint64_t data_offset = pos + kBlock;
+    if (*member_size > size - data_offset) {
+      throw Error(ErrorKind::kRead,
+                  "truncated shard: the member needs " + std::to_string(*member_size) + " bytes at offset " +
+                      std::to_string(data_offset) + " but the file has " + std::to_string(size) + " bytes",
+                  path + ":" + name);
+    }
+    std::string_view content(reinterpret_cast<const char*>(data + data_offset), *member_size);
+    const uint64_t next = data_offset + (*member_size + kBlock - 1) / kBlock * kBlock;
+    pos = next;
+    if (type == 'L') {  // GNU long name of the next member.
+      long_name = std::string(content.substr(0, strnlen(content.data(), content.size())));
+      continue;
+    }
+    if (type == 'x') {  // Pax extended header of the next member.
+      auto records = parse_pax(content);
+      if (!records) throw Error(ErrorKind::kRead, "corrupt pax header " + where(data_offset - kBlock), path);
+      pax = std::move(*records);
+      continue;
+    }
+    if (type == 'K' || type == 'g') continue;  // Long link name, pax global header: nothing we use.
+    long_name.reset();
+    pax = PaxRecords{};
+    last_member = name;
+    if (type != '0' && type != '\0' && type != '7') continue;  // Directories, links, devices.
+    std::string_view prefix;
+    std::string field;
+    if (!split_member_name(name, prefix, field)) continue;
+    if (prefix != group.prefix) flush();
+    if (group.members.empty()) group.prefix = std::string(prefix);
+    for (const auto& [existing, member] : group.members) {
+      if (existing == field) {
+        throw Error(ErrorKind::kRead, "duplicate field '" + field + "' in sample '" + group.prefix + "'",
+                    path + ":" + name);
+      }
+    }
+    group.members.emplace_back(field, name);
+    group.extents.emplace_back(data_offset, *member_size);
+  }
+  if (!ended && pos < size && !all_zero(data + pos, size - pos)) {
+    throw Error(ErrorKind::kRead, "truncated shard: it ends inside a tar header " + where(pos), path);
+  }
+  flush();
+}
+
+TarShardSource::TarShardSource(std::vector<std::string> shards) {
+  check_config(!shards.empty(), "TarShards: no shards given");
+  auto index = std::make_unique<Index>();
+  for (const auto& path : shards) index->add_shard(path);
+  check_config(!index->samples.empty(),
+               "TarShards: the shards hold no samples (" + shards.front() + (shards.size() > 1 ? ", ..." : "") + ")");
+  index_ = std::move(index);
+}
+
+TarShardSource::~TarShardSource() = default;
+
+int64_t TarShardSource::size() const { return static_cast<int64_t>(index_->samples.size()); }
+
+Record TarShardSource::read(int64_t index) const {
+  const auto& s = index_->sample(index);
+  Bytes bytes = index_->view(s, index_->fields[s.image]);
+  // Fault the pages in on this (io) thread: storage latency belongs to reads.
+  detail::touch_pages(bytes.data(), bytes.size());
+  return Record{std::move(bytes), s.label, index_->shards[s.shard].path + ":" + s.member};
+}
+
+std::string TarShardSource::key(int64_t index) const {
+  const auto& s = index_->sample(index);
+  return index_->shards[s.shard].path + ":" + s.member;
+}
+
+std::vector<std::string> TarShardSource::fields(int64_t index) const {
+  const auto& s = index_->sample(index);
+  std::vector<std::string> names;
+  for (uint32_t i = 0; i < s.num_fields; ++i)
+    names.push_back(index_->field_names[index_->fields[s.first_field + i].name]);
+  return names;
+}
+
+Bytes TarShardSource::field(int64_t index, const std::string& name) const {
+  const auto& s = index_->sample(index);
+  for (uint32_t i = 0; i < s.num_fields; ++i) {
+    const auto& f = index_->fields[s.first_field + i];
+    if (index_->field_names[f.name] == name) return index_->view(s, f);
+  }
+  throw Error(ErrorKind::kRead, "the sample has no field '" + name + "'", key(index));
+}
+
+const std::vector<std::string>& TarShardSource::shards() const noexcept { return index_->shard_paths; }
+
+}  // namespace conveyor

@@ -1,0 +1,126 @@
+#include "conveyor/ops/image_decode.h"
+
+#include <cstring>
+#include <opencv2/imgproc.hpp>
+#include <string>
+
+#include "conveyor/core/error.h"
+#include "conveyor/ops/image_decoder.h"
+#include "conveyor/ops/jpeg_decoder.h"
+#include "conveyor/ops/png_decoder.h"
+#include "conveyor/ops/webp_decoder.h"
+
+namespace conveyor {
+
+namespace {
+
+bool starts_with(std::span<const uint8_t> data, const char* magic, size_t offset = 0) {
+  const size_t n = std::strlen(magic);
+  return data.size() >= offset + n && std::memcmp(data.data() + offset, magic, n) == 0;
+}
+
+// A name for formats we recognise but do not decode, for the error message.
+std::string unsupported_name(std::span<const uint8_t> data) {
+  if (starts_with(data, "GIF87a") || starts_with(data, "GIF89a")) return "GIF";
+  if (starts_with(data, "BM")) return "BMP";
+  if (starts_with(data, "II*") || starts_with(data, "MM")) return "TIFF";
+  if (starts_with(data, "RIFF")) return "RIFF (not WebP)";
+  return {};
+}
+
+}  // namespace
+
+ImageFormat detect_image_format(std::span<const uint8_t> data) noexcept {
+  if (starts_with(data, "\xFF\xD8\xFF")) return ImageFormat::kJpeg;
+  if (starts_with(data, "\x89PNG\r\n\x1A\n")) return ImageFormat::kPng;
+  if (starts_with(data, "RIFF") && starts_with(data, "WEBP", 8)) return ImageFormat::kWebp;
+  return ImageFormat::kUnknown;
+}
+
+std::string_view image_format_name(ImageFormat format) noexcept {
+  switch (format) {
+    case ImageFormat::kJpeg:
+      return "jpeg";
+    case ImageFormat::kPng:
+      return "png";
+    case ImageFormat::kWebp:
+      return "webp";
+    case ImageFormat::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
+ImageInfo read_image_info(std::span<const uint8_t> data, int64_t max_pixels) {
+  return detail::open_image_decoder(data, max_pixels)->info();
+}
+
+Image decode_image(std::span<const uint8_t> data, int channels, int64_t max_pixels) {
+  check_config(channels == 1 || channels == 3, "decode_image: channels must be 1 or 3");
+  auto decoder = detail::open_image_decoder(data, max_pixels);
+  const ImageInfo& info = decoder->info();
+  detail::Scratch scratch;
+  detail::DecodeRequest request;
+  request.region = {0, 0, info.width, info.height};
+  request.channels = channels;
+  const ImageView view = decoder->decode(request, scratch);
+  Image image;
+  image.height = view.height;
+  image.width = view.width;
+  image.channels = view.channels;
+  const size_t row_bytes = static_cast<size_t>(view.width) * view.channels;
+  image.pixels.resize(row_bytes * view.height);
+  for (int y = 0; y < view.height; ++y) std::memcpy(image.pixels.data() + y * row_bytes, view.row(y), row_bytes);
+  return image;
+}
+
+namespace detail {
+
+std::unique_ptr<ImageDecoder> open_image_decoder(std::span<const uint8_t> data, int64_t max_pixels) {
+  switch (detect_image_format(data)) {
+    case ImageFormat::kJpeg:
+      return open_jpeg(data, max_pixels);
+    case ImageFormat::kPng:
+      return open_png(data, max_pixels);
+    case ImageFormat::kWebp:
+      return open_webp(data, max_pixels);
+    case ImageFormat::kUnknown:
+      break;
+  }
+  if (data.empty()) throw Error(ErrorKind::kDecode, "empty input (0 bytes)");
+  const std::string name = unsupported_name(data);
+  if (!name.empty()) throw Error(ErrorKind::kDecode, "unsupported image format " + name + " (JPEG, PNG and WebP are)");
+  throw Error(ErrorKind::kDecode, "not a JPEG, PNG or WebP image (unrecognised first bytes)");
+}
+
+void check_pixel_limit(int64_t height, int64_t width, int64_t max_pixels, const char* format) {
+  if (height <= 0 || width <= 0) {
+    throw Error(ErrorKind::kDecode,
+                std::string(format) + ": invalid size " + std::to_string(width) + "x" + std::to_string(height));
+  }
+  if (height * width > max_pixels) {
+    throw Error(ErrorKind::kTooLarge, std::string(format) + " image of " + std::to_string(width) + "x" +
+                                          std::to_string(height) + " = " + std::to_string(height * width) +
+                                          " pixels exceeds max_pixels=" + std::to_string(max_pixels));
+  }
+}
+
+ImageView crop_view(const ImageView& src, const Region& region) noexcept {
+  ImageView view = src;
+  view.data = src.data + region.y * src.stride + static_cast<ptrdiff_t>(region.x) * src.channels;
+  view.width = region.width;
+  view.height = region.height;
+  return view;
+}
+
+ImageView rgb_to_gray(const ImageView& rgb, std::vector<uint8_t>& out) {
+  out.resize(static_cast<size_t>(rgb.width) * rgb.height);
+  const cv::Mat src(rgb.height, rgb.width, CV_8UC3, const_cast<uint8_t*>(rgb.data), static_cast<size_t>(rgb.stride));
+  cv::Mat dst(rgb.height, rgb.width, CV_8UC1, out.data());
+  cv::cvtColor(src, dst, cv::COLOR_RGB2GRAY);
+  return {out.data(), rgb.height, rgb.width, 1, rgb.width};
+}
+
+}  // namespace detail
+
+}  // namespace conveyor

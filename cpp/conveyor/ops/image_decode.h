@@ -1,0 +1,45 @@
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "conveyor/ops/image.h"
+
+namespace conveyor {
+
+/// Default decompression-bomb limit, as PIL's Image.MAX_IMAGE_PIXELS.
+inline constexpr int64_t kDefaultMaxPixels = 178956970;
+
+/// Image container formats conveyor decodes (kUnknown: anything else).
+enum class ImageFormat { kUnknown, kJpeg, kPng, kWebp };
+
+/// Detects the format from the first bytes (magic numbers), never from a name.
+ImageFormat detect_image_format(std::span<const uint8_t> data) noexcept;
+
+/// "jpeg", "png", "webp" or "unknown".
+std::string_view image_format_name(ImageFormat format) noexcept;
+
+/// What an image header says, in displayed orientation (EXIF applied).
+struct ImageInfo {
+  ImageFormat format = ImageFormat::kUnknown;
+  int height = 0;
+  int width = 0;
+  int orientation = 1;  ///< EXIF orientation tag (1..8); 1 when absent or not JPEG.
+};
+
+/// Reads the header only. Throws Error{kDecode} for unknown, corrupt or
+/// truncated headers and Error{kTooLarge} above `max_pixels` (height * width).
+/// Thread-safe (pure function).
+ImageInfo read_image_info(std::span<const uint8_t> data, int64_t max_pixels = kDefaultMaxPixels);
+
+/// Decodes a whole JPEG, PNG or WebP image to 8-bit RGB (`channels` = 3) or
+/// grayscale (`channels` = 1), HWC, with the JPEG EXIF orientation applied as
+/// PIL's ImageOps.exif_transpose does. Alpha is dropped, 16-bit samples keep
+/// their high byte, CMYK/YCCK JPEGs are converted to RGB as PIL does. The
+/// pixel limit is checked from the header before any pixel allocation.
+/// Throws Error{kDecode} (corrupt, truncated, unsupported) or Error{kTooLarge}.
+/// Thread-safe (pure function).
+Image decode_image(std::span<const uint8_t> data, int channels = 3, int64_t max_pixels = kDefaultMaxPixels);
+
+}  // namespace conveyor

@@ -1,0 +1,76 @@
+#pragma once
+
+// Internal: the per-format decoders behind decode_image() and ImagePipeline.
+// No third-party header appears here; each format's .cc owns its library.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "conveyor/ops/image.h"
+#include "conveyor/ops/image_decode.h"
+
+namespace conveyor::detail {
+
+/// A rectangle in displayed (EXIF-oriented) image coordinates.
+struct Region {
+  int x = 0;
+  int y = 0;
+  int width = 0;
+  int height = 0;
+};
+
+/// What part of the image to decode, and how small it may come out.
+struct DecodeRequest {
+  Region region;  ///< Must lie inside the image; empty regions are not allowed.
+  int channels = 3;
+  /// When both are > 0, the decoder may return the region downscaled by 2, 4
+  /// or 8 (JPEG DCT scaling) as long as it stays >= min_width x min_height.
+  int min_width = 0;
+  int min_height = 0;
+};
+
+/// Reusable buffers owned by the caller (one per thread); decoded views point
+/// into them and stay valid until the next decode using the same scratch.
+struct Scratch {
+  std::vector<uint8_t> decoded;
+  std::vector<uint8_t> converted;
+  std::vector<uint8_t> oriented;
+  std::vector<uint8_t> prefiltered;
+  std::vector<uint8_t> intermediate;
+  std::vector<uint8_t> resized;
+  std::vector<uint8_t> padded;
+};
+
+/// One image being decoded: the header is parsed at open, decode() runs once.
+/// The encoded bytes must outlive the decoder. Not thread-safe.
+class ImageDecoder {
+ public:
+  virtual ~ImageDecoder() = default;
+
+  /// The header's facts (displayed orientation).
+  const ImageInfo& info() const noexcept { return info_; }
+
+  /// Decodes `request.region`; the returned view points into `scratch`.
+  /// Throws Error{kDecode} on corrupt or truncated data.
+  virtual ImageView decode(const DecodeRequest& request, Scratch& scratch) = 0;
+
+ protected:
+  ImageInfo info_;
+};
+
+/// Opens the decoder for `data`'s format (from magic bytes) and checks
+/// `max_pixels` against the header. Throws Error{kDecode} or Error{kTooLarge}.
+std::unique_ptr<ImageDecoder> open_image_decoder(std::span<const uint8_t> data, int64_t max_pixels);
+
+/// Throws Error{kTooLarge} when height * width > max_pixels.
+void check_pixel_limit(int64_t height, int64_t width, int64_t max_pixels, const char* format);
+
+/// `src` restricted to `region` (no copy).
+ImageView crop_view(const ImageView& src, const Region& region) noexcept;
+
+/// RGB (3 channels) to luma as PIL's convert("L") (ITU-R 601-2), into `out`.
+ImageView rgb_to_gray(const ImageView& rgb, std::vector<uint8_t>& out);
+
+}  // namespace conveyor::detail

@@ -1,0 +1,80 @@
+#include "conveyor/ops/raw_tensor_transform.h"
+
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "conveyor/core/error.h"
+
+namespace conveyor {
+
+RawTensorTransform::RawTensorTransform(RawTensorSpec spec) : spec_(std::move(spec)) {
+  check_config(spec_.height > 0 && spec_.width > 0 && spec_.channels > 0,
+               "raw tensor dimensions must be positive, got " + std::to_string(spec_.height) + "x" +
+                   std::to_string(spec_.width) + "x" + std::to_string(spec_.channels));
+  check_config(spec_.dtype == DType::kUInt8 || spec_.dtype == DType::kFloat32,
+               "raw tensors are output as uint8 or float32, not " + std::string(dtype_name(spec_.dtype)));
+  const bool normalize = !spec_.mean.empty() || !spec_.std.empty();
+  check_config(!normalize || spec_.dtype == DType::kFloat32, "Normalize needs a float32 output, not uint8");
+  const auto c = static_cast<size_t>(spec_.channels);
+  auto per_channel = [&](std::vector<float> values, const char* name) {
+    check_config(values.size() == 1 || values.size() == c, std::string("Normalize ") + name + " needs 1 or " +
+                                                               std::to_string(c) + " values, got " +
+                                                               std::to_string(values.size()));
+    if (values.size() == 1) values.assign(c, values[0]);
+    return values;
+  };
+  std::vector<float> mean(c, 0.0f);
+  std::vector<float> std(c, 1.0f);
+  if (normalize) {
+    mean = per_channel(spec_.mean, "mean");
+    std = per_channel(spec_.std, "std");
+  }
+  for (size_t i = 0; i < c; ++i) {
+    check_config(std[i] != 0.0f, "Normalize std must not be zero");
+    scale_.push_back(1.0f / (255.0f * std[i]));
+    offset_.push_back(-mean[i] / std[i]);
+  }
+}
+
+SampleSpec RawTensorTransform::output_spec() const {
+  if (spec_.channels_first) return {{spec_.channels, spec_.height, spec_.width}, spec_.dtype};
+  return {{spec_.height, spec_.width, spec_.channels}, spec_.dtype};
+}
+
+void RawTensorTransform::apply(std::span<const uint8_t> input, SampleRng&, void* out) const {
+  const auto c = static_cast<size_t>(spec_.channels);
+  const auto pixels = static_cast<size_t>(spec_.height * spec_.width);
+  if (input.size() != pixels * c) {
+    throw Error(ErrorKind::kDecode, "raw sample has " + std::to_string(input.size()) + " bytes, expected " +
+                                        std::to_string(spec_.height) + "x" + std::to_string(spec_.width) + "x" +
+                                        std::to_string(spec_.channels) + " = " + std::to_string(pixels * c));
+  }
+  const uint8_t* in = input.data();
+  const bool interleaved_out = !spec_.channels_first || c == 1;
+  if (spec_.dtype == DType::kUInt8) {
+    auto* dst = static_cast<uint8_t*>(out);
+    if (interleaved_out) {
+      std::memcpy(dst, in, input.size());
+    } else {
+      for (size_t ch = 0; ch < c; ++ch) {
+        for (size_t p = 0; p < pixels; ++p) dst[ch * pixels + p] = in[p * c + ch];
+      }
+    }
+    return;
+  }
+  auto* dst = static_cast<float*>(out);
+  if (interleaved_out) {
+    for (size_t p = 0; p < pixels; ++p) {
+      for (size_t ch = 0; ch < c; ++ch) dst[p * c + ch] = static_cast<float>(in[p * c + ch]) * scale_[ch] + offset_[ch];
+    }
+  } else {
+    for (size_t ch = 0; ch < c; ++ch) {
+      const float scale = scale_[ch];
+      const float offset = offset_[ch];
+      for (size_t p = 0; p < pixels; ++p) dst[ch * pixels + p] = static_cast<float>(in[p * c + ch]) * scale + offset;
+    }
+  }
+}
+
+}  // namespace conveyor

@@ -1,0 +1,369 @@
+#include "conveyor/pipeline/loader.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <dirent.h>
+#include <future>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "conveyor/core/error.h"
+
+namespace conveyor {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr int kSampleBytes = 32;
+
+void random_delay(int max_us) {
+  if (max_us <= 0) return;
+  thread_local std::mt19937 gen(std::random_device{}());
+  std::this_thread::sleep_for(std::chrono::microseconds(gen() % static_cast<unsigned>(max_us)));
+}
+
+// Sample i is the 8 bytes of i; reading it sleeps a random time.
+class MemorySource : public Source {
+ public:
+  MemorySource(int64_t n, int read_delay_us = 0, std::set<int64_t> unreadable = {})
+      : n_(n), read_delay_us_(read_delay_us), unreadable_(std::move(unreadable)) {}
+  int64_t size() const override { return n_; }
+  Record read(int64_t index) const override {
+    random_delay(read_delay_us_);
+    if (unreadable_.count(index)) throw Error(ErrorKind::kRead, "No such file or directory");
+    std::vector<uint8_t> bytes(8);
+    std::memcpy(bytes.data(), &index, 8);
+    return Record{Bytes::from_vector(std::move(bytes)), index % 10, key(index)};
+  }
+  std::string key(int64_t index) const override { return "sample-" + std::to_string(index) + ".jpg"; }
+
+ private:
+  int64_t n_;
+  int read_delay_us_;
+  std::set<int64_t> unreadable_;
+};
+
+// Writes the sample index then random bytes from the sample's stream.
+class IndexTransform : public SampleTransform {
+ public:
+  IndexTransform(int delay_us = 0, std::set<int64_t> corrupt = {}, std::atomic<int>* running = nullptr)
+      : delay_us_(delay_us), corrupt_(std::move(corrupt)), running_(running) {}
+  SampleSpec output_spec() const override { return {{kSampleBytes}, DType::kUInt8}; }
+  void apply(std::span<const uint8_t> input, SampleRng& rng, void* out) const override {
+    if (running_) ++*running_;
+    random_delay(delay_us_);
+    if (running_) --*running_;
+    int64_t index;
+    std::memcpy(&index, input.data(), 8);
+    if (corrupt_.count(index)) throw Error(ErrorKind::kDecode, "corrupt JPEG data");
+    auto* bytes = static_cast<uint8_t*>(out);
+    std::memcpy(bytes, &index, 8);
+    for (int i = 8; i < kSampleBytes; i += 8) {
+      uint64_t r = rng.next_u64();
+      std::memcpy(bytes + i, &r, 8);
+    }
+  }
+
+ private:
+  int delay_us_;
+  std::set<int64_t> corrupt_;
+  std::atomic<int>* running_;
+};
+
+struct Epoch {
+  std::vector<std::vector<uint8_t>> batches;  // Raw bytes of each batch.
+  std::vector<std::vector<int64_t>> labels;
+  std::vector<int64_t> samples() const {
+    std::vector<int64_t> out;
+    for (const auto& b : batches) {
+      for (size_t off = 0; off < b.size(); off += kSampleBytes) {
+        int64_t index;
+        std::memcpy(&index, b.data() + off, 8);
+        out.push_back(index);
+      }
+    }
+    return out;
+  }
+};
+
+Epoch run_epoch(Loader& loader, int64_t epoch, int64_t start_position = 0) {
+  Epoch result;
+  loader.start_epoch(epoch, start_position);
+  for (;;) {
+    NextResult next = loader.next();
+    if (next.status == NextResult::Status::kEnd) break;
+    const Batch& b = *next.batch;
+    const auto* data = static_cast<const uint8_t*>(b.data());
+    result.batches.emplace_back(data, data + b.size() * kSampleBytes);
+    result.labels.push_back(b.labels());
+  }
+  return result;
+}
+
+LoaderOptions options(int64_t batch_size, int threads, int io_threads, int prefetch) {
+  LoaderOptions o;
+  o.batch_size = batch_size;
+  o.threads = threads;
+  o.io_threads = io_threads;
+  o.prefetch = prefetch;
+  o.shuffle = true;
+  o.seed = 1234;
+  return o;
+}
+
+TEST(LoaderTest, DeliversEveryBatchInOrderDespiteRandomDelays) {
+  Loader loader(std::make_shared<MemorySource>(103, 300), std::make_shared<IndexTransform>(300),
+                options(8, 4, 8, 3));
+  EXPECT_EQ(loader.num_batches(), 13);
+  Epoch epoch = run_epoch(loader, 0);
+  ASSERT_EQ(epoch.batches.size(), 13u);
+  EXPECT_EQ(epoch.batches.back().size(), 7u * kSampleBytes);
+  EXPECT_EQ(epoch.samples(), random_permutation(103, 1234, 0));
+  for (size_t b = 0; b < epoch.batches.size(); ++b) {
+    auto samples = epoch.samples();
+    for (size_t i = 0; i < epoch.labels[b].size(); ++i) EXPECT_EQ(epoch.labels[b][i], samples[b * 8 + i] % 10);
+  }
+}
+
+TEST(LoaderTest, OutputIsIdenticalForOneOrEightThreads) {
+  Loader one(std::make_shared<MemorySource>(200), std::make_shared<IndexTransform>(), options(16, 1, 1, 1));
+  Loader eight(std::make_shared<MemorySource>(200, 200), std::make_shared<IndexTransform>(200), options(16, 8, 32, 4));
+  for (int64_t epoch : {0, 1}) {
+    Epoch a = run_epoch(one, epoch), b = run_epoch(eight, epoch);
+    EXPECT_EQ(a.batches, b.batches) << "epoch " << epoch;
+    EXPECT_EQ(a.labels, b.labels);
+  }
+  EXPECT_NE(run_epoch(one, 0).batches, run_epoch(one, 1).batches);
+}
+
+TEST(LoaderTest, UnshuffledOrderAndDropLast) {
+  LoaderOptions o = options(10, 2, 4, 2);
+  o.shuffle = false;
+  o.drop_last = true;
+  Loader loader(std::make_shared<MemorySource>(25), std::make_shared<IndexTransform>(), o);
+  EXPECT_EQ(loader.num_batches(), 2);
+  Epoch epoch = run_epoch(loader, 0);
+  std::vector<int64_t> expected(20);
+  for (int i = 0; i < 20; ++i) expected[static_cast<size_t>(i)] = i;
+  EXPECT_EQ(epoch.samples(), expected);
+}
+
+TEST(LoaderTest, BackpressureNeverAllocatesMoreThanPrefetchPlusHeld) {
+  Loader loader(std::make_shared<MemorySource>(400), std::make_shared<IndexTransform>(), options(4, 4, 8, 3));
+  loader.start_epoch(0);
+  std::vector<std::shared_ptr<Batch>> held;
+  for (int i = 0; i < 5; ++i) held.push_back(loader.next().batch);
+  // Give the producer time to run ahead as far as it is allowed to.
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(loader.stats().buffers_allocated, 5 + 3);
+  held.clear();
+  for (int i = 0; i < 50; ++i) ASSERT_EQ(loader.next().status, NextResult::Status::kBatch);
+  std::this_thread::sleep_for(20ms);
+  EXPECT_LE(loader.stats().buffers_allocated, 5 + 3);
+}
+
+TEST(LoaderTest, ErrorSurfacesWithTheSampleKeyAndEndsTheEpoch) {
+  LoaderOptions o = options(4, 2, 4, 2);
+  o.shuffle = false;
+  Loader loader(std::make_shared<MemorySource>(40), std::make_shared<IndexTransform>(0, std::set<int64_t>{9}), o);
+  loader.start_epoch(0);
+  EXPECT_EQ(loader.next().status, NextResult::Status::kBatch);
+  EXPECT_EQ(loader.next().status, NextResult::Status::kBatch);
+  try {
+    loader.next();
+    FAIL() << "expected the error of sample 9";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kDecode);
+    EXPECT_STREQ(e.what(), "sample-9.jpg: corrupt JPEG data");
+    EXPECT_EQ(e.key(), "sample-9.jpg");
+  }
+  EXPECT_EQ(loader.next().status, NextResult::Status::kEnd);
+  // The loader stays usable.
+  loader.start_epoch(1);
+  EXPECT_EQ(loader.next().status, NextResult::Status::kBatch);
+}
+
+TEST(LoaderTest, ReadErrorNamesTheSample) {
+  LoaderOptions o = options(4, 2, 4, 2);
+  o.shuffle = false;
+  Loader loader(std::make_shared<MemorySource>(8, 0, std::set<int64_t>{2}), std::make_shared<IndexTransform>(), o);
+  loader.start_epoch(0);
+  try {
+    loader.next();
+    FAIL() << "expected a read error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kRead);
+    EXPECT_STREQ(e.what(), "sample-2.jpg: No such file or directory");
+  }
+}
+
+TEST(LoaderTest, SkipFillsBatchesFromTheNextGoodSamplesDeterministically) {
+  const std::set<int64_t> corrupt{0, 5, 6, 7, 31, 38, 39};
+  const std::set<int64_t> unreadable{12, 13};
+  auto run = [&](int threads, int io_threads, int delay) {
+    LoaderOptions o = options(5, threads, io_threads, 3);
+    o.on_error = OnError::kSkip;
+    Loader loader(std::make_shared<MemorySource>(40, delay, unreadable),
+                  std::make_shared<IndexTransform>(delay, corrupt), o);
+    Epoch epoch = run_epoch(loader, 3);
+    auto skipped = loader.skipped();
+    return std::make_pair(epoch, skipped);
+  };
+  auto [a, skipped_a] = run(1, 1, 0);
+  auto [b, skipped_b] = run(4, 16, 300);
+  EXPECT_EQ(a.batches, b.batches);
+  // 31 good samples: six full batches and one of 1.
+  ASSERT_EQ(a.batches.size(), 7u);
+  EXPECT_EQ(a.batches.back().size(), 1u * kSampleBytes);
+  std::vector<int64_t> expected;
+  for (int64_t s : random_permutation(40, 1234, 3)) {
+    if (!corrupt.count(s) && !unreadable.count(s)) expected.push_back(s);
+  }
+  EXPECT_EQ(a.samples(), expected);
+  ASSERT_EQ(skipped_a.size(), 9u);
+  ASSERT_EQ(skipped_b.size(), 9u);
+  for (size_t i = 0; i < skipped_a.size(); ++i) {
+    EXPECT_EQ(skipped_a[i].key, skipped_b[i].key);
+    EXPECT_EQ(skipped_a[i].position, skipped_b[i].position);
+  }
+  EXPECT_EQ(skipped_a[0].cause.empty(), false);
+}
+
+TEST(LoaderTest, ResumeFromABatchEndMatchesAnUninterruptedRun) {
+  LoaderOptions o = options(6, 3, 8, 2);
+  o.on_error = OnError::kSkip;
+  auto make = [&](int threads) {
+    LoaderOptions oo = o;
+    oo.threads = threads;
+    return std::make_unique<Loader>(std::make_shared<MemorySource>(50),
+                                    std::make_shared<IndexTransform>(0, std::set<int64_t>{3, 20}), oo);
+  };
+  auto full = make(1);
+  Epoch all = run_epoch(*full, 2);
+  auto first = make(2);
+  first->start_epoch(2);
+  std::shared_ptr<Batch> b;
+  for (int i = 0; i < 3; ++i) b = first->next().batch;
+  const int64_t position = b->end_position();
+  first.reset();
+  auto resumed = make(4);
+  Epoch rest = run_epoch(*resumed, 2, position);
+  std::vector<std::vector<uint8_t>> expected(all.batches.begin() + 3, all.batches.end());
+  EXPECT_EQ(rest.batches, expected);
+}
+
+TEST(LoaderTest, DistributedRanksShareTheEpochDisjointly) {
+  for (bool drop_last : {false, true}) {
+    std::vector<int64_t> all;
+    std::vector<int64_t> lengths;
+    for (int64_t rank = 0; rank < 3; ++rank) {
+      LoaderOptions o = options(4, 2, 4, 2);
+      o.rank = rank;
+      o.world_size = 3;
+      o.drop_last = drop_last;
+      Loader loader(std::make_shared<MemorySource>(31), std::make_shared<IndexTransform>(), o);
+      EXPECT_EQ(loader.num_samples(), drop_last ? 10 : 11);
+      loader.start_epoch(0);
+      std::vector<int64_t> mine;
+      for (;;) {
+        NextResult n = loader.next();
+        if (n.status == NextResult::Status::kEnd) break;
+        for (int64_t i = 0; i < n.batch->size(); ++i) {
+          int64_t index;
+          std::memcpy(&index, static_cast<const uint8_t*>(n.batch->data()) + i * kSampleBytes, 8);
+          mine.push_back(index);
+        }
+      }
+      lengths.push_back(static_cast<int64_t>(mine.size()));
+      all.insert(all.end(), mine.begin(), mine.end());
+    }
+    auto perm = random_permutation(31, 1234, 0);
+    if (drop_last) {
+      EXPECT_EQ(lengths, (std::vector<int64_t>{8, 8, 8}));  // drop_last also drops partial batches.
+    } else {
+      EXPECT_EQ(lengths, (std::vector<int64_t>{11, 11, 11}));
+      std::sort(all.begin(), all.end());
+      std::vector<int64_t> expected(perm.begin(), perm.end());
+      expected.insert(expected.end(), perm.begin(), perm.begin() + 2);  // Wrap-around padding.
+      std::sort(expected.begin(), expected.end());
+      EXPECT_EQ(all, expected);
+    }
+  }
+}
+
+int count_threads() {
+  int n = 0;
+  if (DIR* dir = opendir("/proc/self/task")) {
+    while (readdir(dir) != nullptr) ++n;
+    closedir(dir);
+  }
+  return n - 2;  // "." and "..".
+}
+
+TEST(LoaderTest, StopWhileConsumerBlockedAndTasksQueuedReturnsPromptly) {
+  std::thread([] {}).join();  // Sanitizer runtimes start a helper thread with the first thread.
+  const int baseline = count_threads();
+  std::atomic<int> running{0};
+  {
+    // Each sample takes 20 ms on one cpu thread: the queue stays full.
+    Loader loader(std::make_shared<MemorySource>(10000), std::make_shared<IndexTransform>(20000, std::set<int64_t>{}, &running),
+                  options(64, 1, 4, 4));
+    loader.start_epoch(0);
+    auto consumer = std::async(std::launch::async, [&] { return loader.next(); });
+    while (running.load() == 0) std::this_thread::yield();
+    loader.stop();  // Waits only for the sample being processed.
+    ASSERT_EQ(consumer.wait_for(5s), std::future_status::ready);
+    EXPECT_EQ(consumer.get().status, NextResult::Status::kEnd);
+    EXPECT_EQ(loader.stats().buffers_leased, 0);
+    EXPECT_EQ(count_threads(), baseline + 1 + 4);
+  }
+  EXPECT_EQ(count_threads(), baseline);
+}
+
+TEST(LoaderTest, NextTimesOutWhenNoBatchIsReady) {
+  std::atomic<int> running{0};
+  Loader loader(std::make_shared<MemorySource>(100), std::make_shared<IndexTransform>(50000, std::set<int64_t>{}, &running),
+                options(50, 1, 1, 1));
+  loader.start_epoch(0);
+  EXPECT_EQ(loader.next(std::chrono::milliseconds(1)).status, NextResult::Status::kTimeout);
+}
+
+TEST(LoaderTest, BatchOutlivesTheLoader) {
+  std::shared_ptr<Batch> batch;
+  {
+    Loader loader(std::make_shared<MemorySource>(10), std::make_shared<IndexTransform>(), options(4, 2, 2, 2));
+    loader.start_epoch(0);
+    batch = loader.next().batch;
+  }
+  int64_t first;
+  std::memcpy(&first, batch->data(), 8);
+  EXPECT_EQ(first, random_permutation(10, 1234, 0)[0]);
+}
+
+TEST(LoaderTest, RejectsInvalidOptions) {
+  auto make = [](LoaderOptions o) {
+    Loader loader(std::make_shared<MemorySource>(10), std::make_shared<IndexTransform>(), o);
+  };
+  LoaderOptions o = options(0, 1, 1, 1);
+  try {
+    make(o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_STREQ(e.what(), "batch_size must be >= 1, got 0");
+  }
+  o = options(1, 1, 1, 1);
+  o.rank = 3;
+  o.world_size = 2;
+  EXPECT_THROW(make(o), Error);
+  o = options(1, 1, 1, 0);
+  EXPECT_THROW(make(o), Error);
+}
+
+}  // namespace
+}  // namespace conveyor

@@ -1,0 +1,401 @@
+"""The Loader: conveyor's replacement for ``torch.utils.data.DataLoader``.
+
+Reads, decodes, augments and batches on native threads; each batch reaches
+Python as tensors that share the engine's memory (DLPack, no copy).
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Iterator, Sequence
+from typing import Any, Optional, Union
+
+from conveyor import _conveyor
+from conveyor.errors import ConfigError
+from conveyor.sources import Source
+
+try:  # torch is optional: without it batches are numpy arrays.
+    import torch
+except ImportError:  # pragma: no cover - exercised only without torch
+    torch = None  # type: ignore[assignment]
+
+__all__ = ["Loader"]
+
+_log = logging.getLogger("conveyor")
+
+_DTYPES = ("uint8", "float16", "float32")
+_LAYOUTS = ("CHW", "HWC")
+_DEFAULT_MAX_PIXELS = 178956970
+# How long one wait for a batch lasts before Python gets to check for signals
+# (KeyboardInterrupt); the engine keeps working meanwhile.
+_WAIT_SLICE_SECONDS = 0.05
+
+Batch = tuple[Any, Any]
+
+
+class Loader:
+    """Iterates over batches of ``source``, one epoch per ``iter()``.
+
+    Args:
+        source: where samples come from (``conveyor.sources``).
+        transforms: ``conveyor.transforms`` applied to each image, in order,
+            e.g. ``[RandomResizedCrop(224), RandomHorizontalFlip(), Normalize(mean, std)]``.
+        batch_size: samples per batch.
+        shuffle: a new random order every epoch, from (seed, epoch).
+        seed: seeds the order and every random transform; the same seed gives
+            the same batches, bit for bit, for any thread counts.
+        drop_last: drop the last partial batch (and, distributed, truncate
+            rather than pad the epoch).
+        threads: decode/transform threads; None = one per core.
+        io_threads: concurrent reads; None = 32. Reads wait on storage, so
+            many in flight hide slow disks without more decode threads.
+        prefetch: batches prepared ahead of the consumer.
+        device: None or "cpu" for CPU tensors; "cuda", "cuda:1", "mps" or a
+            torch.device to receive batches there (CUDA copies overlap the
+            consumer's work on a side stream).
+        pin_memory: page-locked batch buffers; None = True when device is CUDA.
+        on_error: "raise" (the first bad sample raises, naming it) or "skip"
+            (bad samples are left out, counted in stats() and listed by skipped()).
+        progress: show a tqdm bar per epoch (images/s, input stall).
+        dtype: "float32" (default), "float16" or "uint8" (0..255, no Normalize).
+        layout: "CHW" (default) or "HWC".
+        max_pixels: images whose header claims more pixels raise TooLargeError.
+        rank, world_size: this process's share of each epoch; default from
+            torch.distributed when initialized, else 0 and 1.
+
+    Each batch is ``(images, labels)``: ``images`` N×C×H×W (or N×H×W×C),
+    ``labels`` int64 of length N; torch tensors, or numpy arrays without torch.
+
+    Raises:
+        ConfigError: an invalid argument, naming it.
+    """
+
+    def __init__(
+        self,
+        source: Source,
+        transforms: Optional[Sequence[Any]] = None,
+        *,
+        batch_size: int = 1,
+        shuffle: bool = False,
+        seed: int = 0,
+        drop_last: bool = False,
+        threads: Optional[int] = None,
+        io_threads: Optional[int] = None,
+        prefetch: int = 2,
+        device: Union[str, Any, None] = None,
+        pin_memory: Optional[bool] = None,
+        on_error: str = "raise",
+        progress: bool = False,
+        dtype: str = "float32",
+        layout: str = "CHW",
+        max_pixels: int = _DEFAULT_MAX_PIXELS,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+    ) -> None:
+        if not isinstance(source, Source):
+            raise ConfigError(
+                f"source must be a conveyor source (conveyor.sources.*), got {type(source).__name__}; "
+                "wrap a map-style dataset returning bytes in conveyor.sources.PythonSource"
+            )
+        _check_int("batch_size", batch_size, minimum=1)
+        _check_int("prefetch", prefetch, minimum=1)
+        _check_int("seed", seed, minimum=0)
+        _check_int("max_pixels", max_pixels, minimum=1)
+        for name, value in (("threads", threads), ("io_threads", io_threads)):
+            if value is not None:
+                _check_int(name, value, minimum=1)
+        if on_error not in ("raise", "skip"):
+            raise ConfigError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        if dtype not in _DTYPES:
+            raise ConfigError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
+        if layout not in _LAYOUTS:
+            raise ConfigError(f"layout must be 'CHW' or 'HWC', got {layout!r}")
+        rank, world_size = _distributed(rank, world_size)
+
+        self.source = source
+        self.batch_size = batch_size
+        self.progress = progress
+        self._seed = seed
+        self._device = _parse_device(device)
+        self._pin = _is_cuda(self._device) if pin_memory is None else bool(pin_memory)
+        transform = source._sample_transform(
+            list(transforms or []), dtype=dtype, layout=layout, max_pixels=max_pixels
+        )
+        self._engine = _conveyor.Loader(
+            source._engine_source(),
+            transform,
+            batch_size=batch_size,
+            shuffle=bool(shuffle),
+            seed=seed,
+            drop_last=bool(drop_last),
+            threads=threads or 0,
+            io_threads=io_threads or 0,
+            prefetch=prefetch,
+            skip_errors=on_error == "skip",
+            rank=rank,
+            world_size=world_size,
+            **({"allocator": _pinned_allocator()} if self._pin else {}),
+        )
+        self._epoch = 0  # The epoch the next iter() runs.
+        self._start_position = 0  # Where it starts (set by load_state_dict).
+        self._start_batch = 0
+        self._running_epoch: Optional[int] = None  # Set while an epoch is under way.
+        self._position = 0  # End position of the last batch handed to the user.
+        self._batches_done = 0
+        self._iteration = 0  # Identifies the live iterator; older ones stop.
+        self._last_address = 0  # Engine buffer address of the last batch (for checks).
+        self._closed = False
+        # Workers stop when the loader is garbage collected, even without close().
+        self._finalizer = weakref.finalize(self, _conveyor.Loader.stop, self._engine)
+
+    # --- iteration ---------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """Batches per epoch for this rank (skipped samples can make it fewer)."""
+        return self._engine.num_batches
+
+    def __iter__(self) -> Iterator[Batch]:
+        """Starts the next epoch (or resumes the one loaded by load_state_dict)."""
+        if self._closed:
+            raise ConfigError("the loader is closed")
+        self._iteration += 1
+        epoch = self._epoch
+        self._engine.start_epoch(epoch, self._start_position, self._start_batch)
+        self._position, self._batches_done = self._start_position, self._start_batch
+        self._start_position = self._start_batch = 0
+        self._running_epoch = epoch
+        self._epoch = epoch + 1
+        batches = self._batches(self._iteration, epoch)
+        if _is_cuda(self._device):
+            batches = self._cuda_batches(batches)
+        elif self._device is not None:
+            batches = ((images.to(self._device), labels.to(self._device)) for images, labels in batches)
+        return batches
+
+    def _batches(self, iteration: int, epoch: int) -> Iterator[Batch]:
+        bar = self._progress_bar(epoch) if self.progress else None
+        try:
+            while iteration == self._iteration:
+                batch = self._engine.next(_WAIT_SLICE_SECONDS)
+                if batch is False:
+                    continue  # Timed out: Python handles pending signals here.
+                if batch is None:
+                    self._epoch_finished(epoch)
+                    return
+                self._last_address = batch.address
+                self._position, self._batches_done = batch.end_position, batch.index + 1
+                if bar is not None:
+                    self._update_bar(bar, batch.size)
+                yield _as_tensor(_conveyor.Batch.images(batch)), _as_tensor(_conveyor.Batch.labels(batch))
+        finally:
+            if bar is not None:
+                bar.close()
+            if iteration == self._iteration:
+                self._engine.stop()
+
+    def _cuda_batches(self, batches: Iterator[Batch]) -> Iterator[Batch]:
+        # Batch k+1's host-to-device copy is issued on a side stream before
+        # batch k is handed over, so it overlaps the consumer's work. The
+        # consumer's stream waits for the copy (wait_stream), record_stream
+        # tells the caching allocator the tensors are used there, and the host
+        # buffers are kept until the copy finished, since the engine reuses them.
+        assert torch is not None
+        copy_stream = torch.cuda.Stream(self._device)
+        in_flight: list[tuple[Batch, Batch, Any]] = []
+
+        def issue(host: Batch) -> None:
+            with torch.cuda.stream(copy_stream):
+                device_batch = (
+                    host[0].to(self._device, non_blocking=True),
+                    host[1].to(self._device, non_blocking=True),
+                )
+                done = torch.cuda.Event()
+                done.record(copy_stream)
+            in_flight.append((host, device_batch, done))
+
+        def hand_over() -> Batch:
+            host, (images, labels), done = in_flight.pop(0)
+            consumer = torch.cuda.current_stream(self._device)
+            consumer.wait_event(done)
+            images.record_stream(consumer)
+            labels.record_stream(consumer)
+            done.synchronize()  # Normally already complete: the copy ran during the last step.
+            del host
+            return images, labels
+
+        for host in batches:
+            issue(host)
+            if len(in_flight) > 1:
+                yield hand_over()
+        while in_flight:
+            yield hand_over()
+
+    def _epoch_finished(self, epoch: int) -> None:
+        self._running_epoch = None
+        skipped = self._engine.skipped()
+        if skipped:
+            _log.warning(
+                "conveyor: skipped %d bad sample(s) in epoch %d; loader.skipped() lists them",
+                len(skipped),
+                epoch,
+            )
+
+    # --- epochs, resume -------------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """Sets the epoch the next ``iter()`` runs (as DistributedSampler.set_epoch)."""
+        _check_int("epoch", epoch, minimum=0)
+        self._epoch = epoch
+        self._start_position = self._start_batch = 0
+        self._running_epoch = None
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next ``iter()`` runs."""
+        return self._epoch
+
+    def state_dict(self) -> dict[str, int]:
+        """The position after the last batch handed out: small, picklable, and
+        enough for load_state_dict() to resume with bit-identical batches."""
+        if self._running_epoch is not None:
+            epoch, position, batch = self._running_epoch, self._position, self._batches_done
+        else:
+            epoch, position, batch = self._epoch, self._start_position, self._start_batch
+        return {"seed": self._seed, "epoch": epoch, "position": position, "batch": batch}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Makes the next ``iter()`` continue where ``state`` was taken."""
+        try:
+            seed, epoch, position, batch = (int(state[k]) for k in ("seed", "epoch", "position", "batch"))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(f"state must come from Loader.state_dict(): {e}") from None
+        if seed != self._seed:
+            raise ConfigError(f"state was saved with seed {seed}, this loader has seed {self._seed}")
+        self._epoch, self._start_position, self._start_batch = epoch, position, batch
+        self._running_epoch = None
+
+    # --- observation ------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Union[int, float]]:
+        """Per-stage counters of the current epoch: samples read and processed,
+        seconds spent reading, decoding+transforming (summed over threads) and
+        waiting for batches (input stall), wall time, queue depth, skipped
+        samples, and ``input_stall``: the fraction of wall time spent waiting."""
+        stats = self._engine.stats()
+        wall = stats["wall_seconds"]
+        stats["input_stall"] = stats["wait_seconds"] / wall if wall > 0 else 0.0
+        return stats
+
+    def skipped(self) -> list[tuple[str, str]]:
+        """(key, cause) of each sample skipped in the current epoch (on_error="skip")."""
+        return [(s.key, s.cause) for s in self._engine.skipped()]
+
+    # --- lifetime -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stops the workers' current work; the loader can't be iterated after."""
+        self._closed = True
+        self._iteration += 1
+        self._engine.stop()
+
+    def __enter__(self) -> Loader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- helpers --------------------------------------------------------------------------
+
+    def _progress_bar(self, epoch: int) -> Any:
+        from tqdm.auto import tqdm
+
+        return tqdm(total=len(self) * self.batch_size, desc=f"epoch {epoch}", unit="img", leave=False)
+
+    def _update_bar(self, bar: Any, samples: int) -> None:
+        bar.update(samples)
+        bar.set_postfix_str(f"stall {100 * self.stats()['input_stall']:.0f}%", refresh=False)
+
+
+def _check_int(name: str, value: object, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ConfigError(f"{name} must be >= {minimum}, got {value}")
+
+
+def _distributed(rank: Optional[int], world_size: Optional[int]) -> tuple[int, int]:
+    if rank is None and world_size is None and torch is not None:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    rank = 0 if rank is None else rank
+    world_size = 1 if world_size is None else world_size
+    _check_int("world_size", world_size, minimum=1)
+    _check_int("rank", rank, minimum=0)
+    if rank >= world_size:
+        raise ConfigError(f"rank must be < world_size, got rank {rank} of {world_size}")
+    return rank, world_size
+
+
+def _parse_device(device: Union[str, Any, None]) -> Any:
+    if device is None:
+        return None
+    if torch is None:
+        if str(device) == "cpu":
+            return None
+        raise ConfigError(f"device={device!r} needs torch, which is not installed")
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ConfigError(f"device: {e}") from None
+    if parsed.type == "cpu":
+        return None
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device={device!r} but CUDA is not available")
+    if parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"device={device!r} but MPS is not available")
+    return parsed
+
+
+def _is_cuda(device: Any) -> bool:
+    return device is not None and device.type == "cuda"
+
+
+def _pinned_allocator() -> tuple[Any, Any]:
+    # Page-locked host memory from torch's pinned allocator; the tensors are
+    # kept here until the engine frees the buffer.
+    if torch is None or not torch.cuda.is_available():
+        raise ConfigError("pin_memory=True needs torch with CUDA")
+    tensors: dict[int, Any] = {}
+
+    def allocate(nbytes: int) -> int:
+        tensor = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+        tensors[tensor.data_ptr()] = tensor
+        return tensor.data_ptr()
+
+    def deallocate(address: int, nbytes: int) -> None:
+        tensors.pop(address, None)
+
+    return allocate, deallocate
+
+
+class _DLPackCapsule:
+    # numpy.from_dlpack takes objects with __dlpack__, not bare capsules.
+    def __init__(self, capsule: Any) -> None:
+        self._capsule = capsule
+
+    def __dlpack__(self, **_: Any) -> Any:
+        return self._capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)  # kDLCPU, device 0.
+
+
+def _as_tensor(capsule: Any) -> Any:
+    # Both share the engine's buffer: no copy.
+    if torch is not None:
+        return torch.from_dlpack(capsule)
+    import numpy
+
+    return numpy.from_dlpack(_DLPackCapsule(capsule))

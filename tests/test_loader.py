@@ -1,0 +1,240 @@
+"""The Loader's Python API: zero copy, epochs, determinism, resume, distributed,
+errors and shutdown."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+from conftest import index_of
+
+import conveyor
+from conveyor import transforms as T
+from conveyor.sources import ImageFolder
+
+N = 30  # Samples in color_folder.
+
+
+def make_loader(root, **kwargs) -> conveyor.Loader:
+    options = dict(batch_size=4, shuffle=True, seed=7, dtype="uint8", layout="HWC")
+    options.update(kwargs)
+    return conveyor.Loader(ImageFolder(root), [T.Resize((16, 16))], **options)
+
+
+def sample_order(batches) -> list[int]:
+    return [index_of(images[i, 8, 8].numpy(), N) for images, _ in batches for i in range(len(images))]
+
+
+def native_threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def test_batches_are_torch_tensors_with_labels(color_folder):
+    loader = make_loader(color_folder, shuffle=False, dtype="float32", layout="CHW")
+    assert len(loader) == 8
+    batches = list(loader)
+    assert len(batches) == 8
+    images, labels = batches[0]
+    assert images.shape == (4, 3, 16, 16) and images.dtype == torch.float32
+    assert labels.dtype == torch.int64
+    assert batches[-1][0].shape[0] == 2  # 30 = 7 × 4 + 2: the partial batch is kept.
+    assert torch.cat([b[1] for b in batches]).tolist() == [i // 10 for i in range(N)]
+
+
+def test_zero_copy_and_buffer_reuse(color_folder):
+    loader = make_loader(color_folder, prefetch=2)
+    addresses = set()
+    for images, labels in loader:
+        assert images.data_ptr() == loader._last_address
+        addresses.add(images.data_ptr())
+    # `prefetch` batches in flight, plus the loop's batch and, while the next
+    # one is handed over, the previous one still bound to the loop variables.
+    assert loader.stats()["buffers_allocated"] == 4
+    assert len(addresses) == 4
+    held = list(make_loader(color_folder, prefetch=2))
+    assert len({images.data_ptr() for images, _ in held}) == len(held)  # Held batches are never reused.
+
+
+def test_a_held_batch_keeps_its_memory(color_folder):
+    loader = make_loader(color_folder, shuffle=False)
+    it = iter(loader)
+    first, _ = next(it)
+    snapshot = first.clone()
+    rest = [b for b, _ in it]
+    assert torch.equal(first, snapshot)
+    assert all(b.data_ptr() != first.data_ptr() for b in rest)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 4])
+@pytest.mark.parametrize("prefetch", [1, 4])
+def test_same_seed_same_batches_for_any_threads(color_folder, threads, prefetch):
+    reference = [(i.clone(), l.clone()) for i, l in make_loader(color_folder, threads=1, prefetch=1)]
+    loader = make_loader(color_folder, threads=threads, io_threads=threads * 3, prefetch=prefetch)
+    got = list(loader)
+    assert len(got) == len(reference)
+    for (a, la), (b, lb) in zip(reference, got):
+        assert torch.equal(a, b) and torch.equal(la, lb)
+
+
+def test_epochs_advance_and_shuffle_is_a_permutation(color_folder):
+    loader = make_loader(color_folder)
+    first, second = sample_order(loader), sample_order(loader)
+    assert sorted(first) == list(range(N)) and sorted(second) == list(range(N))
+    assert first != second
+    loader.set_epoch(0)
+    assert sample_order(loader) == first
+    assert sample_order(make_loader(color_folder, seed=8)) != first
+
+
+def test_labels_match_image_folder_classes(color_folder):
+    for images, labels in make_loader(color_folder):
+        for i in range(len(images)):
+            assert labels[i].item() == index_of(images[i, 8, 8].numpy(), N) // 10
+
+
+def test_drop_last(color_folder):
+    loader = make_loader(color_folder, drop_last=True)
+    assert len(loader) == 7
+    assert [len(images) for images, _ in loader] == [4] * 7
+
+
+@pytest.mark.parametrize("threads_after", [1, 3])
+def test_resume_mid_epoch_is_bit_identical(color_folder, threads_after):
+    uninterrupted = make_loader(color_folder, threads=2)
+    uninterrupted.set_epoch(3)
+    expected = [(i.clone(), l.clone()) for i, l in uninterrupted]
+
+    loader = make_loader(color_folder, threads=2)
+    loader.set_epoch(3)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    state = loader.state_dict()
+    assert state == {"seed": 7, "epoch": 3, "position": 12, "batch": 3}
+    del it, loader
+
+    resumed = make_loader(color_folder, threads=threads_after, prefetch=3)
+    resumed.load_state_dict(state)
+    got = list(resumed)
+    assert len(got) == len(expected) - 3
+    for (a, la), (b, lb) in zip(expected[3:], got):
+        assert torch.equal(a, b) and torch.equal(la, lb)
+    assert resumed.state_dict()["epoch"] == 4
+
+
+def test_distributed_shares_are_disjoint_and_equal(color_folder):
+    shares = []
+    for rank in range(4):
+        loader = make_loader(color_folder, rank=rank, world_size=4)
+        shares.append(sample_order(loader))
+    assert [len(s) for s in shares] == [8, 8, 8, 8]  # 30 padded to 32 by wrapping around.
+    everything = sorted(sum(shares, []))
+    assert sorted(set(everything)) == list(range(N))
+    assert len(everything) - len(set(everything)) == 2
+
+
+def test_break_then_many_epochs_leaves_no_threads(color_folder):
+    loader = make_loader(color_folder, threads=2, io_threads=4)
+    list(loader)
+    baseline = native_threads()
+    for _ in range(200):
+        for _batch in loader:
+            break
+    assert native_threads() == baseline
+    loader.close()
+    del loader
+
+
+def test_deleting_the_loader_joins_its_threads(color_folder):
+    before = native_threads()
+    loader = make_loader(color_folder, threads=2, io_threads=8)
+    next(iter(loader))
+    assert native_threads() == before + 10
+    del loader
+    assert native_threads() == before
+
+
+def test_decode_error_names_the_file_in_the_consumer_thread(tmp_path, color_folder):
+    import shutil
+
+    root = tmp_path / "data"
+    shutil.copytree(color_folder, root)
+    bad = root / "dog" / "004.jpg"
+    bad.write_bytes(bad.read_bytes()[:200])  # Truncated.
+    loader = make_loader(root, shuffle=False)
+    delivered = 0
+    with pytest.raises(conveyor.DecodeError) as info:
+        for _ in loader:
+            delivered += 1
+    assert str(info.value).startswith(f"{bad}: ")
+    assert info.value.key == str(bad)
+    assert delivered == 3  # Sample 14 is in batch 3; the batches before it arrived.
+    # The loader stays usable: the next epoch runs, and fails at the same file.
+    with pytest.raises(conveyor.DecodeError, match=str(bad)):
+        list(loader)
+
+
+def test_skip_policy_counts_and_lists(tmp_path, color_folder):
+    import shutil
+
+    root = tmp_path / "data"
+    shutil.copytree(color_folder, root)
+    bad = root / "emu" / "002.jpg"
+    bad.write_bytes(b"not an image at all")
+    loader = make_loader(root, shuffle=False, on_error="skip")
+    sizes = [len(images) for images, _ in loader]
+    assert sizes == [4] * 7 + [1]
+    assert loader.stats()["skipped"] == 1
+    assert [key for key, _ in loader.skipped()] == [str(bad)]
+
+
+def test_numpy_batches_without_torch(color_folder, monkeypatch):
+    import conveyor.loader
+
+    monkeypatch.setattr(conveyor.loader, "torch", None)
+    images, labels = next(iter(make_loader(color_folder, shuffle=False)))
+    assert isinstance(images, np.ndarray) and images.shape == (4, 16, 16, 3)
+    assert labels.tolist() == [0, 0, 0, 0]
+
+
+def test_stats(color_folder):
+    loader = make_loader(color_folder)
+    list(loader)
+    stats = loader.stats()
+    assert stats["samples_processed"] == N and stats["samples_read"] == N
+    assert stats["batches_delivered"] == 8
+    assert 0.0 <= stats["input_stall"] <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"batch_size": 0}, "batch_size must be >= 1, got 0"),
+        ({"batch_size": 2.5}, "batch_size must be an int, got float"),
+        ({"prefetch": 0}, "prefetch must be >= 1, got 0"),
+        ({"threads": 0}, "threads must be >= 1, got 0"),
+        ({"on_error": "ignore"}, "on_error must be 'raise' or 'skip', got 'ignore'"),
+        ({"dtype": "int32"}, "dtype must be one of uint8, float16, float32, got 'int32'"),
+        ({"layout": "NCHW"}, "layout must be 'CHW' or 'HWC', got 'NCHW'"),
+        ({"rank": 2, "world_size": 2}, "rank must be < world_size, got rank 2 of 2"),
+        ({"device": "cuda"}, "device='cuda' but CUDA is not available"),
+    ],
+)
+def test_invalid_arguments_raise_config_error(color_folder, kwargs, message):
+    with pytest.raises(conveyor.ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        make_loader(color_folder, **kwargs)
+    assert issubclass(conveyor.ConfigError, ValueError)
+
+
+def test_source_must_be_a_conveyor_source():
+    with pytest.raises(conveyor.ConfigError, match="PythonSource"):
+        conveyor.Loader([b"bytes"], batch_size=1)
+
+
+def test_context_manager_closes(color_folder):
+    with make_loader(color_folder) as loader:
+        next(iter(loader))
+    with pytest.raises(conveyor.ConfigError, match="closed"):
+        iter(loader)
