@@ -70,6 +70,16 @@ FIELD_REPORT = (
     ("ideal", 10.0),
 )
 
+#: The figures of ``loader.stats()`` printed (all are in the JSON).
+STATS_SHOWN = (
+    "samples_read",
+    "read_seconds",
+    "process_seconds",
+    "wait_seconds",
+    "wall_seconds",
+    "input_stall",
+)
+
 #: What each benchmark needs from conveyor (attributes of the package).
 NEEDS = {
     "throughput": ("Loader", "transforms", "sources.ImageFolder"),
@@ -313,7 +323,7 @@ def _stats_breakdown(runs: Sequence[dict[str, Any]], bench: str) -> list[str]:
             for run in runs
             if (run["bench"], run["case"], run["label"]) == (bench, case, CONVEYOR) and run["result"]
         ]
-        keys = [k for k in (stats[0] if stats else {}) if isinstance(stats[0][k], (int, float))]
+        keys = [k for k in STATS_SHOWN if stats and isinstance(stats[0].get(k), (int, float))]
         if keys:
             parts = [f"{k}={report._number(statistics.median(s[k] for s in stats if k in s))}" for k in keys]
             lines.append(f"  conveyor loader.stats() {case} (median): " + ", ".join(parts))

@@ -81,8 +81,10 @@ def is_complete(out: str, **spec: Any) -> bool:
     """True when ``out`` holds a complete data set generated with exactly ``spec``
     (e.g. ``kind="images", images=2000, seed=0, classes=10``)."""
     marker = _read_marker(out)
-    return marker is not None and marker.get("complete") is True and all(
-        marker.get(k) == v for k, v in spec.items()
+    return (
+        marker is not None
+        and marker.get("complete") is True
+        and all(marker.get(k) == v for k, v in spec.items())
     )
 
 
@@ -335,4 +337,3 @@ def add_commands(subparsers: Any) -> None:
         help="do nothing, silently, when OUT already holds a complete data set of these parameters",
     )
     parser.set_defaults(run=_run)
-
