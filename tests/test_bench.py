@@ -123,6 +123,8 @@ def test_quick_throughput_run_reports_every_figure(tmp_path, data, capsys):
         )
         assert run["memory"]["peak_processes"] >= 1
     _check_conveyor_side(full, "throughput", stock, "images")
+    assert full["baseline"]["error"] is None and full["baseline"]["memory"]["peak_pss_mb"] > 0
+    assert "memory floor" in printed
     rows = [row for row in full["summary"] if row["metric"] == "images_per_s"]
     assert {(row["case"], row["side"].split()[0]) for row in rows} >= {
         ("train", "DataLoader"),

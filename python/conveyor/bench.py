@@ -407,7 +407,9 @@ def _run(args: argparse.Namespace) -> int:
     print("peers: " + ", ".join(f"{name} {state}" for name, state in peers().items()))
     runs = run_benchmarks(benches, args)
     full = build_report(args, benches, runs, started)
+    full["baseline"] = execute({"bench": "baseline"})
     print_report(runs, full["summary"], benches)
+    print(_baseline_line(full["baseline"]))
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
@@ -418,6 +420,16 @@ def _run(args: argparse.Namespace) -> int:
         references = {"slow-storage": {"quoted": quoted, "ideal": _ideal(runs)}}
         report.plot(full["summary"], args.plot, _plot_title(full), references)
     return 1 if any(run["error"] for run in runs) else 0
+
+
+def _baseline_line(baseline: dict[str, Any]) -> str:
+    memory = baseline["memory"] or {}
+    if baseline["error"] or memory.get("peak_rss_mb") is None:
+        return f"\nmemory floor: not measured ({baseline['error'] or 'no /proc'})"
+    return (
+        f"\nmemory floor (a process that only imports torch and conveyor): "
+        f"PSS {report._number(memory['peak_pss_mb'])} MB, RSS {report._number(memory['peak_rss_mb'])} MB"
+    )
 
 
 def _field_setup(args: argparse.Namespace) -> bool:

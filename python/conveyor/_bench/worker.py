@@ -272,7 +272,17 @@ def mnist(spec: Spec) -> dict[str, Any]:
     }
 
 
+def baseline(spec: Spec) -> dict[str, Any]:
+    """Nothing but the imports both sides pay for: the memory floor of a process."""
+    import torch
+
+    import conveyor.sources
+
+    return {"torch": torch.__version__, "conveyor": conveyor.sources.__name__}
+
+
 RUNNERS: dict[str, Callable[[Spec], dict[str, Any]]] = {
+    "baseline": baseline,
     "throughput": throughput,
     "slow-storage": slow_storage,
     "mnist": mnist,
