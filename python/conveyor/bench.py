@@ -36,12 +36,17 @@ QUICK_IMAGES = 128
 QUICK_STEPS = 5
 QUICK_MNIST = 512
 RUN_TIMEOUT_S = 1800
+#: The small CNN trains on one thread on both sides: on a shared machine, torch's
+#: multi-threaded kernels stall whenever one of their threads is descheduled,
+#: which would swamp the loaders' difference; the loader keeps the other cores.
+MNIST_TORCH_THREADS = 1
 
 METRICS: dict[str, tuple[Metric, ...]] = {
     "throughput": (
         Metric("images_per_s", "images/s", headline=True),
         Metric("first_batch_s", "first batch s"),
         Metric("wait_s", "input stall s"),
+        Metric("cpu_ms_per_image", "CPU ms/image (tree)"),
         Metric("peak_pss_mb", "peak PSS MB (tree)"),
         Metric("peak_rss_mb", "peak RSS MB (tree)"),
         Metric("peak_processes", "processes"),
@@ -51,12 +56,14 @@ METRICS: dict[str, tuple[Metric, ...]] = {
         Metric("overhead", "x ideal"),
         Metric("wait_s", "input stall s"),
         Metric("first_batch_s", "first batch s"),
+        Metric("cpu_s", "CPU s (tree)"),
         Metric("peak_pss_mb", "peak PSS MB (tree)"),
     ),
     "mnist": (
         Metric("seconds", "epoch s", headline=True),
         Metric("wait_s", "input stall s"),
         Metric("first_batch_s", "first batch s"),
+        Metric("cpu_s", "CPU s (tree)"),
         Metric("peak_pss_mb", "peak PSS MB (tree)"),
     ),
 }
@@ -228,7 +235,7 @@ def plan(bench: str, args: argparse.Namespace) -> list[list[dict[str, Any]]]:
                 _side(bench, case, _dataloader_label(workers), {**common, "side": "dataloader"}),
             ]
         ]
-    common = {"mnist_data": args.mnist_data, "batch_size": 64}
+    common = {"mnist_data": args.mnist_data, "batch_size": 64, "torch_threads": MNIST_TORCH_THREADS}
     no_pinning = None if _has_accelerator() else "skipped: no accelerator here, pin_memory is a no-op"
     sides = [_side(bench, "epoch", CONVEYOR, {**common, "side": "conveyor", "workers": workers}, pending)]
     for w in sorted({0, workers}):
