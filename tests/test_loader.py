@@ -8,9 +8,9 @@ import os
 import numpy as np
 import pytest
 import torch
-from conftest import index_of
 
 import conveyor
+from conftest import index_of
 from conveyor import transforms as T
 from conveyor.sources import ImageFolder
 
@@ -46,7 +46,7 @@ def test_batches_are_torch_tensors_with_labels(color_folder):
 def test_zero_copy_and_buffer_reuse(color_folder):
     loader = make_loader(color_folder, prefetch=2)
     addresses = set()
-    for images, labels in loader:
+    for images, _labels in loader:
         assert images.data_ptr() == loader._last_address
         addresses.add(images.data_ptr())
     # `prefetch` batches in flight, plus the loop's batch and, while the next
@@ -70,7 +70,7 @@ def test_a_held_batch_keeps_its_memory(color_folder):
 @pytest.mark.parametrize("threads", [1, 2, 4])
 @pytest.mark.parametrize("prefetch", [1, 4])
 def test_same_seed_same_batches_for_any_threads(color_folder, threads, prefetch):
-    reference = [(i.clone(), l.clone()) for i, l in make_loader(color_folder, threads=1, prefetch=1)]
+    reference = [(x.clone(), y.clone()) for x, y in make_loader(color_folder, threads=1, prefetch=1)]
     loader = make_loader(color_folder, threads=threads, io_threads=threads * 3, prefetch=prefetch)
     got = list(loader)
     assert len(got) == len(reference)
@@ -104,7 +104,7 @@ def test_drop_last(color_folder):
 def test_resume_mid_epoch_is_bit_identical(color_folder, threads_after):
     uninterrupted = make_loader(color_folder, threads=2)
     uninterrupted.set_epoch(3)
-    expected = [(i.clone(), l.clone()) for i, l in uninterrupted]
+    expected = [(x.clone(), y.clone()) for x, y in uninterrupted]
 
     loader = make_loader(color_folder, threads=2)
     loader.set_epoch(3)
@@ -238,3 +238,10 @@ def test_context_manager_closes(color_folder):
         next(iter(loader))
     with pytest.raises(conveyor.ConfigError, match="closed"):
         iter(loader)
+
+
+def test_progress_bar_reports_images_and_stall(color_folder, capsys):
+    loader = make_loader(color_folder, progress=True)
+    assert sum(len(images) for images, _ in loader) == N
+    err = capsys.readouterr().err
+    assert "epoch 0" in err and "img" in err and "stall" in err

@@ -1,10 +1,12 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
 #include "conveyor/core/error.h"
+#include "conveyor/io/coco.h"
 #include "conveyor/io/idx_source.h"
 #include "conveyor/io/source.h"
 #include "conveyor/io/tar_shards.h"
@@ -63,9 +65,21 @@ void bind_io(nb::module_& m) {
             return nb::make_tuple(to_bytes(record.data), record.label, record.key);
           },
           nb::arg("index"), "Reads one sample: (bytes, label, key).");
+  using BoxTuple = std::tuple<float, float, float, float, int64_t>;
   nb::class_<FileSource, Source>(m, "FileSource")
-      .def(nb::init<std::vector<std::string>, std::vector<int64_t>>(), nb::arg("paths"),
-           nb::arg("labels") = std::vector<int64_t>{});
+      .def(
+          "__init__",
+          [](FileSource* self, std::vector<std::string> paths, std::vector<int64_t> labels,
+             const std::vector<std::vector<BoxTuple>>& boxes) {
+            std::vector<std::vector<BoundingBox>> converted(boxes.size());
+            for (size_t i = 0; i < boxes.size(); ++i) {
+              for (const auto& [x, y, w, h, category] : boxes[i]) converted[i].push_back({x, y, w, h, category});
+            }
+            new (self) FileSource(std::move(paths), std::move(labels), std::move(converted));
+          },
+          nb::arg("paths"), nb::arg("labels") = std::vector<int64_t>{},
+          nb::arg("boxes") = std::vector<std::vector<BoxTuple>>{},
+          "boxes: per path, its objects as (x, y, width, height, category) tuples.");
 
   nb::class_<TarShardSource, Source>(m, "TarShardSource")
       .def(nb::init<std::vector<std::string>>(), nb::arg("shards"), nb::call_guard<nb::gil_scoped_release>())
@@ -92,6 +106,48 @@ void bind_io(nb::module_& m) {
   nb::class_<PythonSource, Source>(m, "PythonSource", nb::type_slots(python_source_slots))
       .def(nb::init<nb::object>(), nb::arg("dataset"))
       .def_prop_ro("dataset", &PythonSource::dataset);
+
+  m.def(
+      "read_coco",
+      [](const std::string& path) {
+        CocoDataset coco;
+        {
+          nb::gil_scoped_release release;
+          coco = read_coco(path);
+        }
+        nb::list images;
+        for (const CocoImage& image : coco.images) {
+          nb::list boxes, category_ids, annotation_ids, iscrowd, area;
+          for (const CocoAnnotation& a : image.annotations) {
+            boxes.append(nb::make_tuple(a.bbox[0], a.bbox[1], a.bbox[2], a.bbox[3]));
+            category_ids.append(a.category_id);
+            annotation_ids.append(a.id);
+            iscrowd.append(a.iscrowd);
+            area.append(a.area);
+          }
+          nb::dict d;
+          d["id"] = image.id;
+          d["file_name"] = image.file_name;
+          d["width"] = image.width;
+          d["height"] = image.height;
+          d["boxes"] = boxes;
+          d["category_ids"] = category_ids;
+          d["annotation_ids"] = annotation_ids;
+          d["iscrowd"] = iscrowd;
+          d["area"] = area;
+          images.append(d);
+        }
+        nb::list categories;
+        for (const CocoCategory& c : coco.categories) {
+          nb::dict d;
+          d["id"] = c.id;
+          d["name"] = c.name;
+          d["supercategory"] = c.supercategory;
+          categories.append(d);
+        }
+        return nb::make_tuple(images, categories);
+      },
+      nb::arg("path"), "Parses a COCO instances file: (images sorted by id, categories), as dicts.");
 
   // The transform of raw-pixel sources (ops layer, bound here beside the
   // sources that need it).
