@@ -22,7 +22,7 @@ import platform
 import subprocess
 import sys
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from conveyor._bench import report
 from conveyor._bench.procmem import TreeMemorySampler
@@ -289,9 +289,14 @@ def execute(spec: dict[str, Any]) -> dict[str, Any]:
     return {"result": json.loads(lines[-1][len(RESULT_PREFIX) :]), "memory": sampler.result(), "error": None}
 
 
-def run_benchmarks(benches: Sequence[str], args: argparse.Namespace) -> list[dict[str, Any]]:
+def run_benchmarks(
+    benches: Sequence[str],
+    args: argparse.Namespace,
+    on_run: Optional[Callable[[list[dict[str, Any]]], None]] = None,
+) -> list[dict[str, Any]]:
     """Runs every side of ``benches`` ``args.repeats`` times, alternating the
-    order of the sides from one repeat to the next; returns all runs."""
+    order of the sides from one repeat to the next; returns all runs, and
+    passes the runs so far to ``on_run`` after each one."""
     from tqdm import tqdm
 
     groups = [group for bench in benches for group in plan(bench, args)]
@@ -306,6 +311,8 @@ def run_benchmarks(benches: Sequence[str], args: argparse.Namespace) -> list[dic
             bar.set_postfix_str(f"{side['bench']} {side['case']} {side['label']} #{repeat + 1}")
             runs.append({**side, "repeat": repeat, **execute(side["spec"])})
             bar.update()
+            if on_run is not None:
+                on_run(runs)
     return runs
 
 
@@ -376,6 +383,7 @@ def build_report(
     """Everything measured, as written by ``--json``."""
     return {
         "schema": "conveyor-bench/1",
+        "partial": False,
         "started": started,
         "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine_info(),
@@ -412,22 +420,31 @@ def _run(args: argparse.Namespace) -> int:
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     print(f"reference pipeline: {_reference_pipeline()}")
     print("peers: " + ", ".join(f"{name} {state}" for name, state in peers().items()))
-    runs = run_benchmarks(benches, args)
+
+    def checkpoint(runs: list[dict[str, Any]]) -> None:  # Figures so far survive an interruption.
+        _write_json(args.json, {**build_report(args, benches, runs, started), "partial": True})
+
+    runs = run_benchmarks(benches, args, checkpoint if args.json else None)
     full = build_report(args, benches, runs, started)
     full["baseline"] = execute({"bench": "baseline"}) if "throughput" in benches else None
     print_report(runs, full["summary"], benches)
     if full["baseline"] is not None:
         print(_baseline_line(full["baseline"]))
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(full, f, indent=1)
+        _write_json(args.json, full)
     if args.plot:
         os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
         quoted = FIELD_REPORT[:3] if "slow-storage" in benches and _field_setup(args) else ()
         references = {"slow-storage": {"quoted": quoted, "ideal": _ideal(runs)}}
         report.plot(full["summary"], args.plot, _plot_title(full), references)
     return 1 if any(run["error"] for run in runs) else 0
+
+
+def _write_json(path: str, content: dict[str, Any]) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(content, f, indent=1)
+    os.replace(path + ".tmp", path)
 
 
 def _baseline_line(baseline: dict[str, Any]) -> str:
