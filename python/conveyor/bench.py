@@ -301,10 +301,6 @@ def run_benchmarks(
 
     groups = [group for bench in benches for group in plan(bench, args)]
     runs: list[dict[str, Any]] = []
-    for group in groups:
-        for side in group:
-            if side["skip"]:
-                runs.append({**side, "repeat": None, "result": None, "memory": None, "error": None})
     todo = [(r, side) for r in range(args.repeats) for group in groups for side in _ordered(group, r)]
     with tqdm(total=len(todo), desc="bench", unit="run", file=sys.stderr, disable=args.no_progress) as bar:
         for repeat, side in todo:
@@ -313,7 +309,9 @@ def run_benchmarks(
             bar.update()
             if on_run is not None:
                 on_run(runs)
-    return runs
+    skipped = [side for group in groups for side in group if side["skip"]]
+    not_run = {"repeat": None, "result": None, "memory": None, "error": None}
+    return runs + [{**side, **not_run} for side in skipped]
 
 
 def _ordered(group: list[dict[str, Any]], repeat: int) -> list[dict[str, Any]]:
