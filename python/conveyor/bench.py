@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional
 
 from conveyor._bench import report
 from conveyor._bench.procmem import TreeMemorySampler
-from conveyor._bench.report import CONVEYOR, Metric
+from conveyor._bench.report import CONVEYOR, Metric, format_number
 
 __all__ = ["BENCHES", "add_commands", "machine_info", "run_benchmarks"]
 
@@ -337,7 +337,7 @@ def _stats_breakdown(runs: Sequence[dict[str, Any]], bench: str) -> list[str]:
         ]
         keys = [k for k in STATS_SHOWN if stats and isinstance(stats[0].get(k), (int, float))]
         if keys:
-            parts = [f"{k}={report._number(statistics.median(s[k] for s in stats if k in s))}" for k in keys]
+            parts = [f"{k}={format_number(statistics.median(s[k] for s in stats if k in s))}" for k in keys]
             lines.append(f"  conveyor loader.stats() {case} (median): " + ", ".join(parts))
     return lines
 
@@ -451,7 +451,7 @@ def _baseline_line(baseline: dict[str, Any]) -> str:
         return f"\nmemory floor: not measured ({baseline['error'] or 'no /proc'})"
     return (
         f"\nmemory floor (a process that only imports torch and conveyor): "
-        f"PSS {report._number(memory['peak_pss_mb'])} MB, RSS {report._number(memory['peak_rss_mb'])} MB"
+        f"PSS {format_number(memory['peak_pss_mb'])} MB, RSS {format_number(memory['peak_rss_mb'])} MB"
     )
 
 
