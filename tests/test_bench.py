@@ -68,7 +68,7 @@ def _runs(full, bench_name, label_prefix):
 
 
 def _check_common_report(full, benches):
-    assert full["schema"] == "conveyor-bench/1"
+    assert full["schema"] == "conveyor-bench/1" and full["partial"] is False
     assert full["benchmarks"] == benches
     machine = full["machine"]
     assert machine["cores"] >= 1 and machine["cpu"] and machine["torch"]
