@@ -273,8 +273,8 @@ def test_tar_shards_patterns_and_lists(tmp_path: Path):
     assert expand_shards("s-{08..11}.tar") == ["s-08.tar", "s-09.tar", "s-10.tar", "s-11.tar"]
     with pytest.raises(conveyor.ConfigError, match="no file matches"):
         TarShards(str(tmp_path / "nothing-*.tar"))
-    with pytest.raises(conveyor.ConfigError, match="shuffle_buffer is not supported yet"):
-        TarShards(str(tmp_path / "part-*.tar"), shuffle_buffer=1000)
+    with pytest.raises(conveyor.ConfigError, match="shuffle_buffer must be None or an int >= 1, got 0"):
+        TarShards(str(tmp_path / "part-*.tar"), shuffle_buffer=0)
     with pytest.raises(conveyor.ReadError) as info:
         TarShards(str(tmp_path / "part-{0..3}.tar"))
     assert str(info.value) == f"{tmp_path / 'part-3.tar'}: No such file or directory"
@@ -559,3 +559,37 @@ def test_coco_detection(tmp_path: Path):
     assert str(info.value) == (
         f"{tmp_path / 'bad.json'}: not a COCO instances file: annotations[1].bbox: expected 4 numbers"
     )
+
+
+def test_tar_shards_shuffle_buffer_streams_shard_by_shard(tmp_path: Path):
+    import io
+
+    from PIL import Image
+
+    jpeg = io.BytesIO()
+    Image.new("RGB", (8, 8), (90, 120, 150)).save(jpeg, format="JPEG")
+    for shard in range(6):
+        members = []
+        for k in range(10):
+            index = shard * 10 + k
+            members += [(f"s{index:03d}.jpg", jpeg.getvalue()), (f"s{index:03d}.cls", b"%d" % index)]
+        write_tar(tmp_path / f"shard-{shard}.tar", members)
+
+    def order(epoch: int, threads: int) -> list[int]:
+        source = TarShards(str(tmp_path / "shard-{0..5}.tar"), shuffle_buffer=4)
+        loader = conveyor.Loader(
+            source, [conveyor.transforms.Resize((8, 8))], batch_size=7, shuffle=True, dtype="uint8", threads=threads
+        )
+        loader.set_epoch(epoch)
+        return [int(label) for _, labels in loader for label in labels]
+
+    first = order(0, threads=1)
+    assert sorted(first) == list(range(60))
+    assert first == order(0, threads=3)
+    assert first != order(1, threads=1)
+    # Reads never run more than the buffer ahead of what is emitted: by the
+    # k-th sample out, at most sample k + 4 of the shard stream was read, so
+    # at most (k + 4) // 10 + 1 shards were opened.
+    for k in range(60):
+        assert len({index // 10 for index in first[: k + 1]}) <= (k + 4) // 10 + 1
+    assert first[:10] != sorted(first[:10])  # Shuffled within the shards, too.

@@ -117,7 +117,7 @@ void bind_pipeline(nb::module_& m) {
           "__init__",
           [](Loader* self, std::shared_ptr<Source> source, std::shared_ptr<SampleTransform> transform,
              int64_t batch_size, bool shuffle, uint64_t seed, bool drop_last, int threads, int io_threads, int prefetch,
-             bool skip_errors, int64_t rank, int64_t world_size, nb::object allocator) {
+             bool skip_errors, int64_t rank, int64_t world_size, int64_t shuffle_buffer, nb::object allocator) {
             LoaderOptions options;
             options.batch_size = batch_size;
             options.shuffle = shuffle;
@@ -129,12 +129,14 @@ void bind_pipeline(nb::module_& m) {
             options.on_error = skip_errors ? OnError::kSkip : OnError::kRaise;
             options.rank = rank;
             options.world_size = world_size;
+            options.shuffle_buffer = shuffle_buffer;
             if (!allocator.is_none()) options.allocator = python_allocator(allocator);
             new (self) Loader(std::move(source), std::move(transform), std::move(options));
           },
           nb::arg("source"), nb::arg("transform"), nb::kw_only(), nb::arg("batch_size"), nb::arg("shuffle"),
           nb::arg("seed"), nb::arg("drop_last"), nb::arg("threads"), nb::arg("io_threads"), nb::arg("prefetch"),
-          nb::arg("skip_errors"), nb::arg("rank"), nb::arg("world_size"), nb::arg("allocator") = nb::none(),
+          nb::arg("skip_errors"), nb::arg("rank"), nb::arg("world_size"), nb::arg("shuffle_buffer") = 0,
+          nb::arg("allocator") = nb::none(),
           "allocator: optional (allocate(nbytes) -> address, deallocate(address, nbytes)) for batch memory.")
       .def_prop_ro("num_samples", &Loader::num_samples)
       .def_prop_ro("num_batches", &Loader::num_batches)

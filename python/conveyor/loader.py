@@ -144,6 +144,7 @@ class Loader:
             skip_errors=on_error == "skip",
             rank=rank,
             world_size=world_size,
+            shuffle_buffer=source.shuffle_buffer or 0,
             **({"allocator": _pinned_allocator()} if self._pin else {}),
         )
         self._epoch = 0  # The epoch the next iter() runs.

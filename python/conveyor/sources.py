@@ -44,6 +44,9 @@ class Source:
 
     #: True when samples carry boxes (detection): the Loader then returns targets.
     has_boxes = False
+    #: With Loader(shuffle=True): None shuffles the whole epoch uniformly; N
+    #: shuffles the shard order, then through a buffer of N samples.
+    shuffle_buffer: Optional[int] = None
 
     def _image_id(self, label: int) -> int:
         """The id reported in a detection target for a sample with ``label``."""
@@ -264,16 +267,20 @@ class TarShards(Source):
     with ``field()``.
 
     Shards are memory-mapped and indexed once, so every sample is randomly
-    accessible: ``Loader(shuffle=True)`` shuffles globally, across shards, with
-    no shuffle buffer. Sample keys are ``"shard.tar:member"``.
+    accessible: ``Loader(shuffle=True)`` shuffles globally, across shards.
+    For data sets far larger than memory, where random reads would thrash the
+    page cache, ``shuffle_buffer=N`` gives webdataset's streaming order
+    instead: the shard order is shuffled and samples pass through a buffer of
+    N, so reads stay within a few shards at a time. Either order depends only
+    on (seed, epoch). Sample keys are ``"shard.tar:member"``.
 
     Args:
         shards: a pattern (``"data/shard-{000..009}.tar"``, ``"data/*.tar"``)
             or a list of paths or patterns.
-        shuffle_buffer: not supported (and not needed: see above); must be None.
+        shuffle_buffer: None (global shuffle) or the buffer size N >= 1.
 
     Raises:
-        ConfigError: no shard matches, no samples, or shuffle_buffer is given.
+        ConfigError: no shard matches, no samples, or shuffle_buffer < 1.
         ReadError: a shard is missing, unreadable, truncated or corrupt, or a
             sample has no image, a duplicate member or a malformed ``cls``
             (naming ``shard.tar:member``).
@@ -282,11 +289,11 @@ class TarShards(Source):
     def __init__(
         self, shards: Union[PathLike, Sequence[PathLike]], shuffle_buffer: Optional[int] = None
     ) -> None:
-        if shuffle_buffer is not None:
-            raise ConfigError(
-                "TarShards: shuffle_buffer is not supported yet; shards are random access, so "
-                "Loader(shuffle=True) already shuffles globally"
-            )
+        if shuffle_buffer is not None and (
+            isinstance(shuffle_buffer, bool) or not isinstance(shuffle_buffer, int) or shuffle_buffer < 1
+        ):
+            raise ConfigError(f"TarShards: shuffle_buffer must be None or an int >= 1, got {shuffle_buffer!r}")
+        self.shuffle_buffer = shuffle_buffer
         self.shards = expand_shards(shards)
         self._source = _conveyor.TarShardSource(self.shards)
 

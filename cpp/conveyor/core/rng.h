@@ -49,4 +49,13 @@ class SampleRng {
 /// (Fisher-Yates driven by a SampleRng on a stream reserved for shuffling).
 std::vector<int64_t> random_permutation(int64_t n, uint64_t seed, uint64_t epoch);
 
+/// The order a streaming shuffle gives (as webdataset's shards + shuffle(N)),
+/// from (seed, epoch) only: the shards [shard_starts[i], shard_starts[i+1])
+/// of [0, n) are taken in a random order, and their samples pass through a
+/// buffer of `buffer_size` slots from which a random one is emitted as each
+/// new sample enters. Reads stay within a few shards at a time; the result is
+/// a permutation of [0, n). Empty `shard_starts` means one shard.
+std::vector<int64_t> buffered_shuffle(int64_t n, const std::vector<int64_t>& shard_starts, int64_t buffer_size,
+                                      uint64_t seed, uint64_t epoch);
+
 }  // namespace conveyor

@@ -56,3 +56,39 @@ TEST(RandomPermutationTest, IsAPermutationDeterminedBySeedAndEpoch) {
 
 }  // namespace
 }  // namespace conveyor
+
+namespace conveyor {
+namespace {
+
+TEST(BufferedShuffleTest, IsAPermutationThatStaysNearItsShards) {
+  // 10 shards of 100 samples, a buffer of 20.
+  std::vector<int64_t> starts;
+  for (int64_t s = 0; s < 1000; s += 100) starts.push_back(s);
+  auto order = buffered_shuffle(1000, starts, 20, 3, 1);
+  auto sorted = order;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t i = 0; i < 1000; ++i) ASSERT_EQ(sorted[static_cast<size_t>(i)], i);
+  EXPECT_EQ(order, buffered_shuffle(1000, starts, 20, 3, 1));
+  EXPECT_NE(order, buffered_shuffle(1000, starts, 20, 3, 2));
+  // Any window of 100 emitted samples comes from at most 3 shards (a shard
+  // plus what the 20-sample buffer still holds from earlier ones).
+  for (size_t begin = 0; begin + 100 <= order.size(); begin += 100) {
+    std::set<int64_t> shards;
+    for (size_t i = begin; i < begin + 100; ++i) shards.insert(order[i] / 100);
+    EXPECT_LE(shards.size(), 3u) << "window at " << begin;
+  }
+  // Not the identity within shards either.
+  EXPECT_NE(std::vector<int64_t>(order.begin(), order.begin() + 50),
+            std::vector<int64_t>(sorted.begin(), sorted.begin() + 50));
+}
+
+TEST(BufferedShuffleTest, BufferAsLargeAsTheDataIsAFullShuffle) {
+  auto order = buffered_shuffle(50, {}, 1000, 1, 0);
+  auto sorted = order;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t i = 0; i < 50; ++i) ASSERT_EQ(sorted[static_cast<size_t>(i)], i);
+  EXPECT_NE(order, sorted);
+}
+
+}  // namespace
+}  // namespace conveyor

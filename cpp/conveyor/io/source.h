@@ -57,6 +57,11 @@ class Source {
 
   /// The sample's key without reading it (used to name it in errors).
   virtual std::string key(int64_t index) const = 0;
+
+  /// First sample index of each shard, ascending, for sources stored in
+  /// shards (empty: one shard). A shuffle buffer (LoaderOptions) shuffles the
+  /// shard order and keeps reads within a few shards at a time.
+  virtual std::vector<int64_t> shard_starts() const { return {}; }
 };
 
 /// Reads a whole file into memory. Throws Error{kRead} naming `path` and the

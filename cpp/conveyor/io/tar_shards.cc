@@ -374,4 +374,12 @@ Bytes TarShardSource::field(int64_t index, const std::string& name) const {
 
 const std::vector<std::string>& TarShardSource::shards() const noexcept { return index_->shard_paths; }
 
+std::vector<int64_t> TarShardSource::shard_starts() const {
+  std::vector<int64_t> starts;
+  for (size_t i = 0; i < index_->samples.size(); ++i) {
+    if (i == 0 || index_->samples[i].shard != index_->samples[i - 1].shard) starts.push_back(static_cast<int64_t>(i));
+  }
+  return starts;
+}
+
 }  // namespace conveyor

@@ -39,6 +39,7 @@ class TarShardSource final : public Source {
   /// storage latency is paid here, not in decode.
   Record read(int64_t index) const override;
   std::string key(int64_t index) const override;
+  std::vector<int64_t> shard_starts() const override;
 
   /// Field names of sample `index` in member order, e.g. {"cls", "jpg", "json"}.
   std::vector<std::string> fields(int64_t index) const;

@@ -81,6 +81,8 @@ int64_t now_ns() {
 LoaderOptions validated(LoaderOptions options, const Source& source) {
   check_config(options.batch_size >= 1, "batch_size must be >= 1, got " + std::to_string(options.batch_size));
   check_config(options.prefetch >= 1, "prefetch must be >= 1, got " + std::to_string(options.prefetch));
+  check_config(options.shuffle_buffer >= 0,
+               "shuffle_buffer must be >= 0, got " + std::to_string(options.shuffle_buffer));
   check_config(options.threads >= 0, "threads must be >= 0, got " + std::to_string(options.threads));
   check_config(options.io_threads >= 0, "io_threads must be >= 0, got " + std::to_string(options.io_threads));
   check_config(options.world_size >= 1, "world_size must be >= 1, got " + std::to_string(options.world_size));
@@ -134,7 +136,10 @@ int64_t Loader::num_batches() const noexcept {
 std::vector<int64_t> Loader::epoch_order(int64_t epoch) const {
   const int64_t n = source_->size();
   std::vector<int64_t> base;
-  if (options_.shuffle) {
+  if (options_.shuffle && options_.shuffle_buffer > 0) {
+    base = buffered_shuffle(n, source_->shard_starts(), options_.shuffle_buffer, options_.seed,
+                            static_cast<uint64_t>(epoch));
+  } else if (options_.shuffle) {
     base = random_permutation(n, options_.seed, static_cast<uint64_t>(epoch));
   } else {
     base.resize(static_cast<size_t>(n));

@@ -31,6 +31,10 @@ inline constexpr int kDefaultIoThreads = 32;
 struct LoaderOptions {
   int64_t batch_size = 1;
   bool shuffle = false;
+  /// With shuffle: 0 shuffles the whole epoch uniformly (sources are random
+  /// access); N > 0 shuffles the shard order and then through a buffer of N
+  /// samples (buffered_shuffle), keeping reads local to a few shards.
+  int64_t shuffle_buffer = 0;
   uint64_t seed = 0;
   bool drop_last = false;  ///< Drop the last partial batch (and, distributed, truncate instead of padding).
   int threads = 0;         ///< cpu pool size (decode, transforms); 0 = hardware threads.
