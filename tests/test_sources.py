@@ -578,7 +578,12 @@ def test_tar_shards_shuffle_buffer_streams_shard_by_shard(tmp_path: Path):
     def order(epoch: int, threads: int) -> list[int]:
         source = TarShards(str(tmp_path / "shard-{0..5}.tar"), shuffle_buffer=4)
         loader = conveyor.Loader(
-            source, [conveyor.transforms.Resize((8, 8))], batch_size=7, shuffle=True, dtype="uint8", threads=threads
+            source,
+            [conveyor.transforms.Resize((8, 8))],
+            batch_size=7,
+            shuffle=True,
+            dtype="uint8",
+            threads=threads,
         )
         loader.set_epoch(epoch)
         return [int(label) for _, labels in loader for label in labels]

@@ -292,7 +292,9 @@ class TarShards(Source):
         if shuffle_buffer is not None and (
             isinstance(shuffle_buffer, bool) or not isinstance(shuffle_buffer, int) or shuffle_buffer < 1
         ):
-            raise ConfigError(f"TarShards: shuffle_buffer must be None or an int >= 1, got {shuffle_buffer!r}")
+            raise ConfigError(
+                f"TarShards: shuffle_buffer must be None or an int >= 1, got {shuffle_buffer!r}"
+            )
         self.shuffle_buffer = shuffle_buffer
         self.shards = expand_shards(shards)
         self._source = _conveyor.TarShardSource(self.shards)
