@@ -10,6 +10,10 @@ namespace conveyor {
 
 namespace {
 
+// Largest shrink the tent filter handles directly; beyond it an integer box
+// reduction comes first.
+constexpr double kMaxTentScale = 8.0;
+
 cv::Mat as_mat(const ImageView& v) {
   return cv::Mat(v.height, v.width, CV_8UC(v.channels), const_cast<uint8_t*>(v.data), static_cast<size_t>(v.stride));
 }
@@ -41,6 +45,34 @@ void resize_image(const ImageView& src, const BoxF& box, uint8_t* dst, int dst_h
                   ptrdiff_t dst_stride, bool antialias, std::vector<uint8_t>& scratch) {
   use_single_threaded_opencv();
   const double sx = (box.x1 - box.x0) / dst_width, sy = (box.y1 - box.y0) / dst_height;
+  if (antialias && (sx > kMaxTentScale || sy > kMaxTentScale)) {
+    // The tent costs ~2s taps per source pixel and axis: a strong shrink (a
+    // 10000 x 1 strip to 1 x 1, a large PNG to 64 px) would take seconds. An
+    // exact box average by an integer factor first (INTER_AREA, one pass)
+    // leaves a shrink of 4-8 for the tent; the result stays within the PIL
+    // parity tolerance (docs/design/resize.md).
+    const int kx = sx > kMaxTentScale ? static_cast<int>(sx / 4) : 1;
+    const int ky = sy > kMaxTentScale ? static_cast<int>(sy / 4) : 1;
+    // Whole kx x ky cells covering the box and a margin of two cells.
+    int x0 = std::max(static_cast<int>(std::floor(box.x0)) - 2 * kx, 0);
+    int y0 = std::max(static_cast<int>(std::floor(box.y0)) - 2 * ky, 0);
+    int x1 = std::min(static_cast<int>(std::ceil(box.x1)) + 2 * kx, src.width);
+    int y1 = std::min(static_cast<int>(std::ceil(box.y1)) + 2 * ky, src.height);
+    x0 = std::max(x0 - (kx - (x1 - x0) % kx) % kx, 0);
+    y0 = std::max(y0 - (ky - (y1 - y0) % ky) % ky, 0);
+    x1 = x0 + std::max((x1 - x0) / kx, 1) * kx;
+    y1 = y0 + std::max((y1 - y0) / ky, 1) * ky;
+    if (x1 <= src.width && y1 <= src.height) {
+      cv::Mat reduced;
+      cv::resize(as_mat(src)(cv::Rect(x0, y0, x1 - x0, y1 - y0)), reduced, cv::Size((x1 - x0) / kx, (y1 - y0) / ky), 0,
+                 0, cv::INTER_AREA);
+      const ImageView view{reduced.data, reduced.rows, reduced.cols, src.channels,
+                           static_cast<ptrdiff_t>(reduced.step)};
+      const BoxF in_reduced{(box.x0 - x0) / kx, (box.y0 - y0) / ky, (box.x1 - x0) / kx, (box.y1 - y0) / ky};
+      resize_image(view, in_reduced, dst, dst_height, dst_width, dst_stride, antialias, scratch);
+      return;
+    }
+  }
   cv::Mat in = as_mat(src);
   double ox = box.x0, oy = box.y0;  // Box origin in `in`.
   if (antialias && (sx > 1.0 || sy > 1.0)) {
