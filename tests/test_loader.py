@@ -234,8 +234,11 @@ def test_source_must_be_a_conveyor_source():
 
 
 def test_context_manager_closes(color_folder):
-    with make_loader(color_folder) as loader:
-        next(iter(loader))
+    before = native_threads()
+    with make_loader(color_folder, threads=2, io_threads=3) as loader:
+        images, _ = next(iter(loader))
+    assert native_threads() == before  # close() joined the engine's threads...
+    assert images.shape == (4, 16, 16, 3)  # ...and batches handed out stay valid.
     with pytest.raises(conveyor.ConfigError, match="closed"):
         iter(loader)
 

@@ -164,6 +164,7 @@ void bind_pipeline(nb::module_& m) {
           },
           nb::arg("timeout"), "The next Batch, None at the end of the epoch, False on timeout.")
       .def("stop", &Loader::stop, nb::call_guard<nb::gil_scoped_release>())
+      .def("close", &Loader::close, nb::call_guard<nb::gil_scoped_release>())
       .def("skipped", &Loader::skipped, nb::call_guard<nb::gil_scoped_release>())
       .def("stats", [](const Loader& loader) {
         LoaderStats s;

@@ -157,7 +157,7 @@ class Loader:
         self._last_address = 0  # Engine buffer address of the last batch (for checks).
         self._closed = False
         # Workers stop when the loader is garbage collected, even without close().
-        self._finalizer = weakref.finalize(self, _conveyor.Loader.stop, self._engine)
+        self._finalizer = weakref.finalize(self, _conveyor.Loader.close, self._engine)
 
     # --- iteration ---------------------------------------------------------------
 
@@ -337,10 +337,11 @@ class Loader:
     # --- lifetime -----------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stops the workers' current work; the loader can't be iterated after."""
+        """Stops the work and joins every engine thread; the loader can't be
+        iterated after. Batches already handed out stay valid."""
         self._closed = True
         self._iteration += 1
-        self._engine.stop()
+        self._engine.close()
 
     def __enter__(self) -> Loader:
         return self

@@ -119,14 +119,26 @@ Loader::Loader(std::shared_ptr<const Source> source, std::shared_ptr<const Sampl
       spec_(transform_->output_spec()),
       samples_per_epoch_(samples_per_rank(source_->size(), options_)),
       pool_(static_cast<size_t>(options_.batch_size) * spec_.num_bytes(), options_.allocator),
-      cpu_pool_(options_.threads, "conveyor-cpu"),
-      io_pool_(options_.io_threads, "conveyor-io") {
+      cpu_pool_(std::make_unique<ThreadPool>(options_.threads, "conveyor-cpu")),
+      io_pool_(std::make_unique<ThreadPool>(options_.io_threads, "conveyor-io")) {
   check_config(spec_.num_bytes() > 0, "the transform produces empty samples");
   check_config(samples_per_epoch_ > 0,
                "world_size " + std::to_string(options_.world_size) + " leaves no sample for each rank with drop_last");
 }
 
-Loader::~Loader() { stop(); }
+Loader::~Loader() { close(); }
+
+void Loader::close() {
+  {
+    std::unique_lock lock(mu_);
+    stop_locked(lock);
+    if (closed_) return;
+    closed_ = true;
+  }
+  // No task runs (stop_locked waited) and none can start: joining is safe.
+  io_pool_.reset();
+  cpu_pool_.reset();
+}
 
 int64_t Loader::num_batches() const noexcept {
   const int64_t b = options_.batch_size;
@@ -162,6 +174,7 @@ void Loader::start_epoch(int64_t epoch, int64_t start_position, int64_t start_ba
   check_config(start_batch >= 0, "start batch must be >= 0");
   auto order = epoch_order(epoch);  // Outside the lock: O(n) for a shuffle.
   std::unique_lock lock(mu_);
+  check_config(!closed_, "the loader is closed");
   stop_locked(lock);
   auto run = std::make_shared<EpochRun>();
   run->epoch = epoch;
@@ -211,7 +224,7 @@ void Loader::issue_locked(EpochRun& run) {
     slot.error.reset();
     ++target->issued;
     ++run.outstanding;
-    io_pool_.submit([this, run = run.shared_from_this(), batch = target->index, slot_index, ticket = slot.ticket] {
+    io_pool_->submit([this, run = run.shared_from_this(), batch = target->index, slot_index, ticket = slot.ticket] {
       read_task(run, batch, slot_index, ticket);
     });
   }
@@ -246,7 +259,7 @@ void Loader::read_task(const std::shared_ptr<EpochRun>& run, int64_t batch, int 
     finish_task(*run, batch, slot, ticket, -1, {}, &*error);
     return;
   }
-  cpu_pool_.submit([this, run, batch, slot, ticket, record = std::move(record)]() mutable {
+  cpu_pool_->submit([this, run, batch, slot, ticket, record = std::move(record)]() mutable {
     process_task(run, batch, slot, ticket, std::move(record));
   });
 }

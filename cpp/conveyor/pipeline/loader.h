@@ -139,7 +139,7 @@ class Loader {
  public:
   /// Throws Error{kConfig} for invalid options.
   Loader(std::shared_ptr<const Source> source, std::shared_ptr<const SampleTransform> transform, LoaderOptions options);
-  /// Stops the epoch and joins every thread.
+  /// close(): stops the epoch and joins every thread.
   ~Loader();
 
   Loader(const Loader&) = delete;
@@ -165,6 +165,10 @@ class Loader {
   /// Ends the running epoch: queued work is dropped, running tasks finish,
   /// every in-flight buffer returns to the pool. Returns once no task runs.
   void stop();
+
+  /// stop(), then joins every engine thread. start_epoch() then throws
+  /// Error{kConfig}; stats() and skipped() keep working. Idempotent.
+  void close();
 
   LoaderStats stats() const;
   /// Samples skipped so far in the current epoch, in order.
@@ -200,9 +204,11 @@ class Loader {
   std::chrono::steady_clock::time_point epoch_started_;  // Guarded by mu_.
 
   BufferPool pool_;
-  // Declared last: destroyed first, after ~Loader() stopped the epoch.
-  ThreadPool cpu_pool_;
-  ThreadPool io_pool_;
+  bool closed_ = false;  // Guarded by mu_.
+  // Reset by close() once no task runs; read without the lock by tasks, which
+  // only run before that.
+  std::unique_ptr<ThreadPool> cpu_pool_;
+  std::unique_ptr<ThreadPool> io_pool_;
 };
 
 }  // namespace conveyor

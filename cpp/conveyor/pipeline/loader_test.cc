@@ -366,3 +366,30 @@ TEST(LoaderTest, RejectsInvalidOptions) {
 
 }  // namespace
 }  // namespace conveyor
+
+namespace conveyor {
+namespace {
+
+TEST(LoaderCloseTest, JoinsEveryThreadAndRefusesNewEpochs) {
+  std::thread([] {}).join();  // Sanitizer runtimes start a helper thread with the first thread.
+  const int baseline = count_threads();
+  Loader loader(std::make_shared<MemorySource>(100), std::make_shared<IndexTransform>(), options(8, 3, 5, 2));
+  loader.start_epoch(0);
+  std::shared_ptr<Batch> held = loader.next().batch;
+  EXPECT_EQ(count_threads(), baseline + 3 + 5);
+  loader.close();
+  EXPECT_EQ(count_threads(), baseline);
+  loader.close();  // Idempotent.
+  EXPECT_EQ(loader.next().status, NextResult::Status::kEnd);
+  try {
+    loader.start_epoch(1);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_STREQ(e.what(), "the loader is closed");
+  }
+  EXPECT_EQ(held->size(), 8);  // A held batch stays valid.
+}
+
+}  // namespace
+}  // namespace conveyor
