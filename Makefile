@@ -12,8 +12,7 @@ DEMO_DATA := demo-data
 DEMO_IMAGES ?= 2000
 
 APT_PACKAGES := build-essential pkg-config libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev libwebp-dev \
-	libopencv-imgproc-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev zlib1g-dev clang clang-format libclang-rt-14-dev \
-	python3-venv
+	libopencv-imgproc-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev zlib1g-dev clang clang-format libclang-rt-14-dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test test-fast setup build cpp-test py-test asan tsan asan-python fuzz fuzz-build fuzz-smoke lint format bench-cpp clean
@@ -122,7 +121,7 @@ format: setup
 	@$(VENV)/bin/ruff format python tests bench
 
 bench-cpp: build
-	@for b in $(BUILD)/*_benchmark; do $$b --benchmark_min_time=2s; done
+	@for b in $(BUILD)/*_benchmark; do $$b --benchmark_min_time=2; done
 
 clean:
 	rm -rf build $(STAMPS) python/conveyor/_conveyor*.so

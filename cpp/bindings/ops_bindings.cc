@@ -94,14 +94,15 @@ void bind_ops(nb::module_& m) {
       .def(
           "__init__",
           [](ImagePipeline* self, std::vector<TransformSpec> transforms, const std::string& dtype,
-             const std::string& layout, int channels, int64_t max_pixels, bool crop_decode, bool dct_scale) {
+             const std::string& layout, int channels, int64_t max_pixels, bool crop_decode, bool dct_scale,
+             double dct_margin) {
             ImageOutputSpec output{parse_dtype(dtype), parse_layout(layout), channels};
-            new (self)
-                ImagePipeline(std::move(transforms), output, max_pixels, ImagePipelineOptions{crop_decode, dct_scale});
+            new (self) ImagePipeline(std::move(transforms), output, max_pixels,
+                                     ImagePipelineOptions{crop_decode, dct_scale, dct_margin});
           },
           nb::arg("transforms"), nb::kw_only(), nb::arg("dtype") = "float32", nb::arg("layout") = "CHW",
           nb::arg("channels") = 3, nb::arg("max_pixels") = kDefaultMaxPixels, nb::arg("crop_decode") = true,
-          nb::arg("dct_scale") = true)
+          nb::arg("dct_scale") = true, nb::arg("dct_margin") = ImagePipelineOptions{}.dct_margin)
       .def(
           "apply",
           [](const ImagePipeline& pipeline, const nb::bytes& data, uint64_t seed, uint64_t epoch, uint64_t index) {

@@ -6,6 +6,7 @@ each batch reaches PyTorch without a copy. See README.md and docs/.
 
 from __future__ import annotations
 
+from conveyor import sources, transforms
 from conveyor.errors import (
     CancelledError,
     ConfigError,
@@ -15,8 +16,6 @@ from conveyor.errors import (
     ReadError,
     TooLargeError,
 )
-
-from conveyor import sources
 from conveyor.loader import Loader
 
 __version__ = "0.1.0"
@@ -32,4 +31,5 @@ __all__ = [
     "ReadError",
     "TooLargeError",
     "sources",
+    "transforms",
 ]

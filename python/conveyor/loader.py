@@ -144,7 +144,7 @@ class Loader:
         self._position = 0  # End position of the last batch handed to the user.
         self._batches_done = 0
         self._iteration = 0  # Identifies the live iterator; older ones stop.
-        self._last_batch: Optional[_conveyor.Batch] = None
+        self._last_address = 0  # Engine buffer address of the last batch (for checks).
         self._closed = False
         # Workers stop when the loader is garbage collected, even without close().
         self._finalizer = weakref.finalize(self, _conveyor.Loader.stop, self._engine)
@@ -183,7 +183,7 @@ class Loader:
                 if batch is None:
                     self._epoch_finished(epoch)
                     return
-                self._last_batch = batch
+                self._last_address = batch.address
                 self._position, self._batches_done = batch.end_position, batch.index + 1
                 if bar is not None:
                     self._update_bar(bar, batch.size)
@@ -380,9 +380,22 @@ def _pinned_allocator() -> tuple[Any, Any]:
     return allocate, deallocate
 
 
-def _as_tensor(array: Any) -> Any:
+class _DLPackCapsule:
+    # numpy.from_dlpack takes objects with __dlpack__, not bare capsules.
+    def __init__(self, capsule: Any) -> None:
+        self._capsule = capsule
+
+    def __dlpack__(self, **_: Any) -> Any:
+        return self._capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)  # kDLCPU, device 0.
+
+
+def _as_tensor(capsule: Any) -> Any:
+    # Both share the engine's buffer: no copy.
     if torch is not None:
-        return torch.from_dlpack(array)
+        return torch.from_dlpack(capsule)
     import numpy
 
-    return numpy.from_dlpack(array)
+    return numpy.from_dlpack(_DLPackCapsule(capsule))

@@ -66,6 +66,12 @@ def _entry_size(data_sizes: list[int]) -> int:
     return sum(512 + (size + 511) // 512 * 512 for size in data_sizes)
 
 
+def _file_size(members_size: int) -> int:
+    """Size of a tar file holding ``members_size`` bytes of members: tarfile
+    appends two zero blocks and pads the file to a multiple of 20 blocks."""
+    return -(-(members_size + 1024) // tarfile.RECORDSIZE) * tarfile.RECORDSIZE
+
+
 def _samples(folder: ImageFolder) -> Iterator[tuple[str, int, bytes, str]]:
     for path, label in folder.samples:
         with open(path, "rb") as file:
@@ -98,7 +104,7 @@ def pack_image_folder(
             ).encode()
             cls = str(label).encode()
             size = _entry_size([len(data), len(cls), len(meta)])
-            if archive is None or (used > 0 and used + size > shard_size):
+            if archive is None or (used > 0 and _file_size(used + size) > shard_size):
                 if archive is not None:
                     archive.close()
                 shard = _shard_path(out_pattern, len(written))

@@ -37,8 +37,10 @@ struct Scratch {
   std::vector<uint8_t> decoded;
   std::vector<uint8_t> converted;
   std::vector<uint8_t> oriented;
+  std::vector<uint8_t> prefiltered;
+  std::vector<uint8_t> intermediate;
   std::vector<uint8_t> resized;
-  std::vector<uint8_t> canvas;
+  std::vector<uint8_t> padded;
 };
 
 /// One image being decoded: the header is parsed at open, decode() runs once.

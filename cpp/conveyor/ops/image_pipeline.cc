@@ -312,7 +312,8 @@ void ImagePipeline::apply(std::span<const uint8_t> input, SampleRng& rng, void* 
   struct Trim {
     ~Trim() {
       constexpr size_t kKeep = size_t{64} << 20;
-      for (auto* b : {&scratch.decoded, &scratch.converted, &scratch.oriented, &scratch.resized, &scratch.canvas})
+      for (auto* b : {&scratch.decoded, &scratch.converted, &scratch.oriented, &scratch.prefiltered,
+                      &scratch.intermediate, &scratch.resized, &scratch.padded})
         if (b->capacity() > kKeep) std::vector<uint8_t>().swap(*b);
     }
   } trim;
@@ -343,9 +344,9 @@ void ImagePipeline::apply(std::span<const uint8_t> input, SampleRng& rng, void* 
                                               : detail::Region{0, 0, info.width, info.height};
     if (plan.options.dct_scale) {
       // The decoded region may shrink as long as the box stays >= its output size.
-      request.min_width = static_cast<int>(std::ceil(static_cast<double>(rect_w) * request.region.width / (sx1 - sx0)));
-      request.min_height =
-          static_cast<int>(std::ceil(static_cast<double>(rect_h) * request.region.height / (sy1 - sy0)));
+      const double margin = std::max(1.0, plan.options.dct_margin);
+      request.min_width = static_cast<int>(std::ceil(margin * rect_w * request.region.width / (sx1 - sx0)));
+      request.min_height = static_cast<int>(std::ceil(margin * rect_h * request.region.height / (sy1 - sy0)));
     }
     const ImageView decoded = decoder->decode(request, scratch);
     // The box inside the decoded region (which may be downscaled).
@@ -363,22 +364,21 @@ void ImagePipeline::apply(std::span<const uint8_t> input, SampleRng& rng, void* 
       std::vector<uint8_t>& dst = scratch.resized;
       dst.resize(static_cast<size_t>(rect_w) * rect_h * channels);
       resize_image(image, dst.data(), rect_h, rect_w, static_cast<ptrdiff_t>(rect_w) * channels, plan.antialias,
-                   scratch.canvas);
+                   scratch.intermediate, scratch.prefiltered);
       image = {dst.data(), rect_h, rect_w, channels, static_cast<ptrdiff_t>(rect_w) * channels};
     }
   }
   if (!covered || rect_w != out_w || rect_h != out_h) {
     // Padding: zeros around the covered rectangle, as torchvision's CenterCrop.
     const size_t row_bytes = static_cast<size_t>(out_w) * channels;
-    std::vector<uint8_t>& canvas = scratch.oriented;  // Free again once the image is resized or copied.
-    std::vector<uint8_t> padded(row_bytes * out_h, 0);
+    std::vector<uint8_t>& canvas = scratch.padded;
+    canvas.assign(row_bytes * out_h, 0);
     if (covered) {
       for (int y = 0; y < rect_h; ++y) {
-        std::memcpy(padded.data() + (dy0 + y) * row_bytes + static_cast<size_t>(dx0) * channels, image.row(y),
+        std::memcpy(canvas.data() + (dy0 + y) * row_bytes + static_cast<size_t>(dx0) * channels, image.row(y),
                     static_cast<size_t>(rect_w) * channels);
       }
     }
-    canvas.swap(padded);
     image = {canvas.data(), out_h, out_w, channels, static_cast<ptrdiff_t>(row_bytes)};
   }
 

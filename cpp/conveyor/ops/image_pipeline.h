@@ -71,7 +71,11 @@ struct ImageOutputSpec {
 /// them off is for measurements and tests (the output barely changes).
 struct ImagePipelineOptions {
   bool crop_decode = true;  ///< JPEG: decode only the rows/columns of the source box.
-  bool dct_scale = true;    ///< JPEG: decode at 1/2, 1/4, 1/8 when the box stays >= the output.
+  bool dct_scale = true;    ///< JPEG: decode at 1/2, 1/4, 1/8 when the box stays >= dct_margin x the output.
+  /// How much larger than the output the DCT-scaled box must stay (>= 1). At 1, the
+  /// IDCT's own low-pass replaces most of the tent filter and parity with PIL drops
+  /// (docs/design/resize.md: mean error 2-3, max > 100); at 2 it stays within 1.
+  double dct_margin = 2.0;
 };
 
 /// A crop box in pixels: rows [top, top + height), columns [left, left + width).

@@ -191,7 +191,9 @@ class JpegDecoder final : public ImageDecoder {
     const JDIMENSION x1 = std::max(scaled(stored.x + stored.width, cinfo_.output_width), x0 + 1);
     const JDIMENSION y0 = scaled(stored.y, cinfo_.output_height);
     const JDIMENSION y1 = std::max(scaled(stored.y + stored.height, cinfo_.output_height), y0 + 1);
-    JDIMENSION x_offset = x0, crop_width = x1 - x0;
+    // Two extra columns on the right: at the right edge of a cropped scanline the
+    // chroma upsampler replicates the edge instead of using the next pixel.
+    JDIMENSION x_offset = x0, crop_width = std::min(x1 + 2, cinfo_.output_width) - x0;
     if (crop_width < cinfo_.output_width) jpeg_crop_scanline(&cinfo_, &x_offset, &crop_width);
     const size_t row_bytes = size_t{cinfo_.output_width} * static_cast<size_t>(cinfo_.output_components);
     buffer.resize(row_bytes * (y1 - y0));

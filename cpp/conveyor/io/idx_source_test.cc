@@ -1,0 +1,223 @@
+#include "conveyor/io/idx_source.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "conveyor/core/error.h"
+#include "conveyor/ops/raw_tensor_transform.h"
+#include "conveyor/pipeline/loader.h"
+
+// GCC 12 reports a false -Wrestrict on "literal" + std::string (GCC bug 105329).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wrestrict"
+#endif
+
+namespace conveyor {
+namespace {
+
+namespace fs = std::filesystem;
+
+// An IDX file: magic 00 00 08 <ndims>, big-endian dims, then the bytes.
+std::vector<uint8_t> idx(const std::vector<uint32_t>& dims, const std::vector<uint8_t>& payload) {
+  std::vector<uint8_t> out{0, 0, 0x08, static_cast<uint8_t>(dims.size())};
+  for (uint32_t d : dims) {
+    for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<uint8_t>(d >> shift));
+  }
+  out.insert(out.end(), payload.begin(), payload.end());
+  return out;
+}
+
+// Pixel value of (sample, y, x) in the generated image files.
+uint8_t pixel(int sample, int y, int x) { return static_cast<uint8_t>(sample * 31 + y * 7 + x * 3); }
+
+std::vector<uint8_t> images_payload(int n, int h, int w) {
+  std::vector<uint8_t> out;
+  for (int s = 0; s < n; ++s) {
+    for (int y = 0; y < h; ++y) {
+      for (int x = 0; x < w; ++x) out.push_back(pixel(s, y, x));
+    }
+  }
+  return out;
+}
+
+std::vector<uint8_t> labels_payload(int n) {
+  std::vector<uint8_t> out;
+  for (int s = 0; s < n; ++s) out.push_back(static_cast<uint8_t>((s * 3) % 10));
+  return out;
+}
+
+class IdxSourceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("conveyor_idx_test_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write(const std::string& name, const std::vector<uint8_t>& bytes) const {
+    const std::string path = (dir_ / name).string();
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    return path;
+  }
+  std::string write_gz(const std::string& name, const std::vector<uint8_t>& bytes) const {
+    const std::string path = (dir_ / name).string();
+    gzFile file = gzopen(path.c_str(), "wb");
+    gzwrite(file, bytes.data(), static_cast<unsigned>(bytes.size()));
+    gzclose(file);
+    return path;
+  }
+  std::string images(int n = 5, int h = 4, int w = 3) const {
+    return write("images", idx({static_cast<uint32_t>(n), static_cast<uint32_t>(h), static_cast<uint32_t>(w)},
+                               images_payload(n, h, w)));
+  }
+  std::string labels(int n = 5) const { return write("labels", idx({static_cast<uint32_t>(n)}, labels_payload(n))); }
+
+  static void expect_error(const std::string& images, const std::string& labels, ErrorKind kind,
+                           const std::string& message) {
+    try {
+      IdxSource source(images, labels);
+      FAIL() << "expected: " << message;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), kind);
+      EXPECT_EQ(std::string(e.what()), message);
+    }
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(IdxSourceTest, ReadsRawSamplesAndLabels) {
+  IdxSource source(images(), labels());
+  ASSERT_EQ(source.size(), 5);
+  EXPECT_EQ(source.sample_shape(), (std::vector<int64_t>{4, 3}));
+  for (int s = 0; s < 5; ++s) {
+    Record r = source.read(s);
+    ASSERT_EQ(r.data.size(), 12u);
+    for (int y = 0; y < 4; ++y) {
+      for (int x = 0; x < 3; ++x) EXPECT_EQ(r.data.data()[y * 3 + x], pixel(s, y, x));
+    }
+    EXPECT_EQ(r.label, (s * 3) % 10);
+    EXPECT_EQ(r.key, (dir_ / "images").string() + "[" + std::to_string(s) + "]");
+  }
+}
+
+TEST_F(IdxSourceTest, ReadsGzipFiles) {
+  const auto image_bytes = idx({5, 4, 3}, images_payload(5, 4, 3));
+  IdxSource source(write_gz("images.gz", image_bytes), write_gz("labels.gz", idx({5}, labels_payload(5))));
+  ASSERT_EQ(source.size(), 5);
+  EXPECT_EQ(source.read(4).data.data()[11], pixel(4, 3, 2));
+  EXPECT_EQ(source.read(4).label, 2);
+
+  // A truncated gzip stream is a read error naming the file.
+  const std::string whole = write_gz("whole.gz", image_bytes);
+  std::ifstream in(whole, std::ios::binary);
+  std::vector<uint8_t> gz((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  gz.resize(gz.size() / 2);
+  const std::string cut = write("cut.gz", gz);
+  try {
+    IdxSource bad(cut, labels());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kRead);
+    EXPECT_EQ(e.key(), cut);
+    EXPECT_NE(std::string(e.cause()).find("gzip decompression failed"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(IdxSourceTest, ValidatesHeadersAndSizes) {
+  const std::string good_labels = labels();
+  const std::string missing = (dir_ / "missing").string();
+  expect_error(missing, good_labels, ErrorKind::kRead, missing + ": No such file or directory");
+  const std::string magic = write("magic", {1, 2, 3, 4, 5, 6, 7, 8});
+  expect_error(magic, good_labels, ErrorKind::kRead, magic + ": not an IDX file (bad magic number)");
+  const std::string floats = write("floats", {0, 0, 0x0D, 1, 0, 0, 0, 0});
+  expect_error(floats, good_labels, ErrorKind::kRead,
+               floats + ": unsupported IDX element type 0x0d (only unsigned byte, 0x08)");
+  const std::string flat = write("flat", idx({5}, labels_payload(5)));
+  expect_error(flat, good_labels, ErrorKind::kRead,
+               flat + ": an IDX image file needs 3 to 4 dimensions, this one has 1");
+  auto payload = images_payload(5, 4, 3);
+  payload.pop_back();
+  const std::string short_file = write("short", idx({5, 4, 3}, payload));
+  expect_error(short_file, good_labels, ErrorKind::kRead,
+               short_file + ": truncated IDX file: the header says 5x4x3, the file has 59 bytes of data");
+  payload.push_back(1);
+  payload.push_back(2);
+  const std::string long_file = write("long", idx({5, 4, 3}, payload));
+  expect_error(long_file, good_labels, ErrorKind::kRead,
+               long_file + ": too long IDX file: the header says 5x4x3, the file has 61 bytes of data");
+  const std::string huge = write("huge", idx({0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF}, {}));
+  expect_error(
+      huge, good_labels, ErrorKind::kRead,
+      huge + ": truncated IDX file: the header says 4294967295x4294967295x4294967295, the file has 0 bytes of data");
+  const std::string header = write("header", {0, 0, 8, 3, 0, 0});
+  expect_error(header, good_labels, ErrorKind::kRead, header + ": truncated IDX header");
+  const std::string six = labels(6);
+  expect_error(
+      images(), six, ErrorKind::kConfig,
+      "IDX files disagree on the number of samples: " + (dir_ / "images").string() + " has 5, " + six + " has 6");
+}
+
+TEST_F(IdxSourceTest, HwcSamples) {
+  std::vector<uint8_t> payload(2 * 2 * 2 * 3);
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i);
+  IdxSource source(write("rgb", idx({2, 2, 2, 3}, payload)), write("l", idx({2}, {0, 1})));
+  EXPECT_EQ(source.sample_shape(), (std::vector<int64_t>{2, 2, 3}));
+  EXPECT_EQ(source.read(1).data.data()[0], 12);
+}
+
+// The whole path: IdxSource + RawTensorTransform through the Loader gives the
+// exact pixels and labels of every sample of a batch.
+TEST_F(IdxSourceTest, LoaderDeliversExactBatches) {
+  constexpr int n = 10, h = 28, w = 28;
+  auto source = std::make_shared<IdxSource>(write("train-images-idx3-ubyte", idx({n, h, w}, images_payload(n, h, w))),
+                                            write("train-labels-idx1-ubyte", idx({n}, labels_payload(n))));
+  RawTensorSpec spec;
+  spec.height = h;
+  spec.width = w;
+  spec.dtype = DType::kFloat32;
+  spec.mean = {0.5f};
+  spec.std = {0.25f};
+  auto transform = std::make_shared<RawTensorTransform>(spec);
+  LoaderOptions options;
+  options.batch_size = 4;
+  options.shuffle = true;
+  options.seed = 7;
+  options.threads = 2;
+  options.io_threads = 4;
+  Loader loader(source, transform, options);
+  loader.start_epoch(0);
+  const auto order = random_permutation(n, 7, 0);
+  int64_t position = 0;
+  for (;;) {
+    NextResult result = loader.next();
+    if (result.status != NextResult::Status::kBatch) break;
+    const Batch& batch = *result.batch;
+    ASSERT_EQ(batch.shape(), (std::vector<int64_t>{batch.size(), 1, h, w}));
+    const auto* data = static_cast<const float*>(batch.data());
+    for (int64_t i = 0; i < batch.size(); ++i, ++position) {
+      const int sample = static_cast<int>(order[static_cast<size_t>(position)]);
+      EXPECT_EQ(batch.labels()[static_cast<size_t>(i)], (sample * 3) % 10);
+      for (int y = 0; y < h; ++y) {
+        for (int x = 0; x < w; ++x) {
+          const float expected = (static_cast<float>(pixel(sample, y, x)) / 255.0f - 0.5f) / 0.25f;
+          ASSERT_NEAR(data[(i * h + y) * w + x], expected, 1e-5f) << "sample " << sample;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(position, n);
+}
+
+}  // namespace
+}  // namespace conveyor

@@ -1,0 +1,357 @@
+#include "conveyor/io/tar_shards.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "conveyor/core/error.h"
+
+// GCC 12 reports a false -Wrestrict on "literal" + std::string (GCC bug 105329).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wrestrict"
+#endif
+
+namespace conveyor {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string as_string(const Bytes& bytes) { return {reinterpret_cast<const char*>(bytes.data()), bytes.size()}; }
+
+// Writes tar archives the way tar/Python's tarfile do, with knobs to produce
+// GNU long names, pax headers and broken archives.
+class TarWriter {
+ public:
+  // A ustar header of `type` for `name` (<= 100 bytes unless `prefix` is set).
+  void header(const std::string& name, size_t size, char type = '0', const std::string& prefix = "",
+              bool gnu_magic = false) {
+    std::vector<char> h(512, 0);
+    std::memcpy(h.data(), name.data(), std::min<size_t>(name.size(), 100));
+    std::snprintf(h.data() + 100, 8, "%07o", 0644);
+    std::snprintf(h.data() + 108, 8, "%07o", 0);
+    std::snprintf(h.data() + 116, 8, "%07o", 0);
+    std::snprintf(h.data() + 124, 12, "%011zo", size);
+    std::snprintf(h.data() + 136, 12, "%011o", 0);
+    h[156] = type;
+    if (gnu_magic) {
+      std::memcpy(h.data() + 257, "ustar  ", 8);
+    } else {
+      std::memcpy(h.data() + 257, "ustar", 6);
+      std::memcpy(h.data() + 263, "00", 2);
+      std::memcpy(h.data() + 345, prefix.data(), std::min<size_t>(prefix.size(), 155));
+    }
+    std::memset(h.data() + 148, ' ', 8);
+    unsigned sum = 0;
+    for (char c : h) sum += static_cast<unsigned char>(c);
+    std::snprintf(h.data() + 148, 8, "%06o", sum);
+    h[155] = ' ';
+    data_.insert(data_.end(), h.begin(), h.end());
+  }
+  void content(const std::string& bytes) {
+    data_.insert(data_.end(), bytes.begin(), bytes.end());
+    data_.resize((data_.size() + 511) / 512 * 512, 0);
+  }
+  void file(const std::string& name, const std::string& bytes) {
+    header(name, bytes.size());
+    content(bytes);
+  }
+  void gnu_long_name_file(const std::string& name, const std::string& bytes) {
+    header("././@LongLink", name.size() + 1, 'L', "", true);
+    content(name + '\0');
+    header(name.substr(0, 99), bytes.size(), '0', "", true);
+    content(bytes);
+  }
+  void pax_file(const std::string& name, const std::string& bytes) {
+    std::string record = " path=" + name + "\n";
+    std::string length = std::to_string(record.size() + 2);
+    if (std::to_string(record.size() + length.size()).size() != length.size())
+      length = std::to_string(record.size() + length.size() + 1);
+    record = std::to_string(record.size() + length.size()) + record;
+    header("PaxHeaders/x", record.size(), 'x');
+    content(record);
+    header("truncated-name", bytes.size());
+    content(bytes);
+  }
+  void end() { data_.resize(data_.size() + 1024, 0); }
+  std::vector<char>& bytes() { return data_; }
+
+  void save(const fs::path& path) const {
+    std::ofstream out(path, std::ios::binary);
+    out.write(data_.data(), static_cast<std::streamsize>(data_.size()));
+  }
+
+ private:
+  std::vector<char> data_;
+};
+
+class TarShardsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("conveyor_tar_test_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // Expects constructing a source over `shards` to throw Error{kind} with what() == message.
+  static void expect_error(const std::vector<std::string>& shards, ErrorKind kind, const std::string& message) {
+    try {
+      TarShardSource source(shards);
+      FAIL() << "expected an error: " << message;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), kind) << e.what();
+      EXPECT_EQ(std::string(e.what()), message);
+    }
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(TarShardsTest, GroupsMembersIntoSamplesAcrossShards) {
+  TarWriter a;
+  a.file("train/s0.jpg", "JPEG-0");
+  a.file("train/s0.cls", "3\n");
+  a.file("train/s0.json", "{\"i\":0}");
+  a.file("train/s1.PNG", "PNG-1");  // Field names are lower-cased.
+  a.file("train/s1.cls", "7");
+  a.header("train/", 0, '5');  // A directory: ignored.
+  a.end();
+  a.save(path("a.tar"));
+  TarWriter b;
+  b.file("s2.webp", "WEBP-2");    // No cls: label -1.
+  b.file("__meta__", "ignored");  // webdataset's metadata files are skipped,
+  b.file("README", "ignored");    // as are names without an extension.
+  b.end();
+  b.save(path("b.tar"));
+
+  TarShardSource source({path("a.tar"), path("b.tar")});
+  ASSERT_EQ(source.size(), 3);
+  Record r0 = source.read(0);
+  EXPECT_EQ(as_string(r0.data), "JPEG-0");
+  EXPECT_EQ(r0.label, 3);
+  EXPECT_EQ(r0.key, path("a.tar") + ":train/s0.jpg");
+  EXPECT_EQ(source.fields(0), (std::vector<std::string>{"jpg", "cls", "json"}));
+  EXPECT_EQ(as_string(source.field(0, "json")), "{\"i\":0}");
+  Record r1 = source.read(1);
+  EXPECT_EQ(as_string(r1.data), "PNG-1");
+  EXPECT_EQ(r1.label, 7);
+  EXPECT_EQ(r1.key, path("a.tar") + ":train/s1.PNG");
+  Record r2 = source.read(2);
+  EXPECT_EQ(as_string(r2.data), "WEBP-2");
+  EXPECT_EQ(r2.label, -1);
+  EXPECT_EQ(source.key(2), path("b.tar") + ":s2.webp");
+  try {
+    source.field(2, "json");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), path("b.tar") + ":s2.webp: the sample has no field 'json'");
+  }
+}
+
+TEST_F(TarShardsTest, PrefixEndsAtTheFirstDotOfTheFileName) {
+  TarWriter t;
+  t.file("dir.v2/a.b.seg.png", "SEG");  // Field "b.seg.png": an image by its last extension.
+  t.file("dir.v2/a.txt", "text");
+  t.file("dir.v2/c.jpeg", "C");
+  t.end();
+  t.save(path("t.tar"));
+  TarShardSource source({path("t.tar")});
+  ASSERT_EQ(source.size(), 2);
+  EXPECT_EQ(source.fields(0), (std::vector<std::string>{"b.seg.png", "txt"}));
+  EXPECT_EQ(as_string(source.read(0).data), "SEG");
+  EXPECT_EQ(source.key(1), path("t.tar") + ":dir.v2/c.jpeg");
+}
+
+TEST_F(TarShardsTest, ReadsLongNamesFromUstarPrefixGnuAndPax) {
+  const std::string dir(120, 'd');
+  const std::string gnu_name = std::string(150, 'g') + "/sample.jpg";
+  const std::string pax_name = std::string(130, 'p') + "/other.png";
+  TarWriter t;
+  t.header("x.jpg", 3, '0', dir);  // ustar prefix field: dir/x.jpg.
+  t.content("USX");
+  t.gnu_long_name_file(gnu_name, "GNU");
+  t.gnu_long_name_file(std::string(150, 'g') + "/sample.cls", "5");
+  t.pax_file(pax_name, "PAX");
+  t.end();
+  t.save(path("long.tar"));
+  TarShardSource source({path("long.tar")});
+  ASSERT_EQ(source.size(), 3);
+  EXPECT_EQ(source.key(0), path("long.tar") + ":" + dir + "/x.jpg");
+  EXPECT_EQ(as_string(source.read(0).data), "USX");
+  EXPECT_EQ(source.key(1), path("long.tar") + ":" + gnu_name);
+  EXPECT_EQ(as_string(source.read(1).data), "GNU");
+  EXPECT_EQ(source.read(1).label, 5);
+  EXPECT_EQ(source.key(2), path("long.tar") + ":" + pax_name);
+  EXPECT_EQ(as_string(source.read(2).data), "PAX");
+}
+
+TEST_F(TarShardsTest, ArchiveWithoutEndMarkerIsAccepted) {
+  TarWriter t;
+  t.file("a.jpg", "A");
+  t.save(path("noend.tar"));
+  TarShardSource source({path("noend.tar")});
+  EXPECT_EQ(source.size(), 1);
+}
+
+TEST_F(TarShardsTest, TruncatedMemberNamesShardAndMember) {
+  TarWriter t;
+  t.file("a.jpg", "A");
+  t.file("b.jpg", std::string(1000, 'B'));
+  t.end();
+  auto& bytes = t.bytes();
+  bytes.resize(1024 + 512 + 700);  // Cut inside b.jpg's data.
+  t.save(path("cut.tar"));
+  expect_error({path("cut.tar")}, ErrorKind::kRead,
+               path("cut.tar") +
+                   ":b.jpg: truncated shard: the member needs 1000 bytes at offset 1536 but the file has 2236 bytes");
+}
+
+TEST_F(TarShardsTest, TruncatedHeaderIsAnError) {
+  TarWriter t;
+  t.file("a.jpg", "A");
+  t.file("b.jpg", "B");
+  t.bytes().resize(1024 + 100);
+  t.save(path("cut.tar"));
+  expect_error(
+      {path("cut.tar")}, ErrorKind::kRead,
+      path("cut.tar") + ": truncated shard: it ends inside a tar header at offset 1024 (after member 'a.jpg')");
+}
+
+TEST_F(TarShardsTest, CorruptHeaderIsAnError) {
+  TarWriter t;
+  t.file("a.jpg", "A");
+  t.file("b.jpg", "B");
+  t.end();
+  t.bytes()[1024 + 3] ^= 0x55;  // Flip bits in b.jpg's name: checksum mismatch.
+  t.save(path("bad.tar"));
+  expect_error({path("bad.tar")}, ErrorKind::kRead,
+               path("bad.tar") + ": corrupt tar header at offset 1024 (after member 'a.jpg'): checksum mismatch");
+
+  std::ofstream(path("text.tar")) << std::string(2000, 'x');
+  expect_error({path("text.tar")}, ErrorKind::kRead,
+               path("text.tar") + ": corrupt tar header at offset 0 (first header): checksum mismatch");
+}
+
+TEST_F(TarShardsTest, BadSamplesAreErrors) {
+  TarWriter dup;
+  dup.file("a.jpg", "A");
+  dup.file("a.jpg", "A again");
+  dup.end();
+  dup.save(path("dup.tar"));
+  expect_error({path("dup.tar")}, ErrorKind::kRead, path("dup.tar") + ":a.jpg: duplicate field 'jpg' in sample 'a'");
+
+  TarWriter cls;
+  cls.file("a.jpg", "A");
+  cls.file("a.cls", "dog");
+  cls.end();
+  cls.save(path("cls.tar"));
+  expect_error({path("cls.tar")}, ErrorKind::kRead,
+               path("cls.tar") + ":a.cls: malformed cls member: expected an integer, got 'dog'");
+
+  TarWriter noimage;
+  noimage.file("a.cls", "1");
+  noimage.file("a.json", "{}");
+  noimage.end();
+  noimage.save(path("noimage.tar"));
+  expect_error(
+      {path("noimage.tar")}, ErrorKind::kRead,
+      path("noimage.tar") + ":a: sample has no image member (jpg, jpeg, png or webp); its members: a.cls, a.json");
+}
+
+TEST_F(TarShardsTest, MissingEmptyAndSampleFreeShards) {
+  expect_error({path("missing.tar")}, ErrorKind::kRead, path("missing.tar") + ": No such file or directory");
+  std::ofstream(path("empty.tar")).close();
+  expect_error({path("empty.tar")}, ErrorKind::kRead, path("empty.tar") + ": empty file, not a tar archive");
+  TarWriter t;
+  t.file("README", "no samples");
+  t.end();
+  t.save(path("none.tar"));
+  expect_error({path("none.tar")}, ErrorKind::kConfig,
+               "TarShards: the shards hold no samples (" + path("none.tar") + ")");
+  expect_error({}, ErrorKind::kConfig, "TarShards: no shards given");
+}
+
+TEST_F(TarShardsTest, ConcurrentReadsSeeTheSameBytes) {
+  TarWriter t;
+  for (int i = 0; i < 64; ++i) {
+    t.file("s" + std::to_string(i) + ".jpg",
+           std::string(static_cast<size_t>(100 + i * 37), static_cast<char>('a' + i % 26)));
+    t.file("s" + std::to_string(i) + ".cls", std::to_string(i));
+  }
+  t.end();
+  t.save(path("many.tar"));
+  const TarShardSource source({path("many.tar")});
+  ASSERT_EQ(source.size(), 64);
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 8; ++k) {
+    threads.emplace_back([&, k] {
+      for (int round = 0; round < 20; ++round) {
+        for (int i = k; i < 64; i += 3) {
+          Record r = source.read(i);
+          const std::string expected(static_cast<size_t>(100 + i * 37), static_cast<char>('a' + i % 26));
+          if (as_string(r.data) != expected || r.label != i) ++bad;
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(bad.load(), 0);
+}
+
+TEST_F(TarShardsTest, RecordsOutliveTheSource) {
+  TarWriter t;
+  t.file("a.jpg", "kept alive");
+  t.end();
+  t.save(path("a.tar"));
+  Record record;
+  {
+    TarShardSource source({path("a.tar")});
+    record = source.read(0);
+  }
+  EXPECT_EQ(as_string(record.data), "kept alive");  // The mapping lives as long as the bytes.
+}
+
+// Bad input never crashes: every truncation and single-byte corruption of a
+// small shard either indexes or throws conveyor::Error (run under ASan too).
+TEST_F(TarShardsTest, TruncationsAndCorruptionsNeverCrash) {
+  TarWriter t;
+  t.file("a.jpg", "AAAA");
+  t.file("a.cls", "12");
+  t.gnu_long_name_file(std::string(120, 'n') + ".png", "PNG");
+  t.pax_file(std::string(110, 'q') + "/z.webp", "WEBP");
+  t.end();
+  const std::vector<char> original = t.bytes();
+  TarWriter variant;
+  for (size_t cut = 1; cut < original.size(); cut += 37) {
+    variant.bytes().assign(original.begin(), original.begin() + static_cast<std::ptrdiff_t>(cut));
+    variant.save(path("v.tar"));
+    try {
+      TarShardSource source({path("v.tar")});
+      for (int64_t i = 0; i < source.size(); ++i) source.read(i);
+    } catch (const Error&) {
+    }
+  }
+  for (size_t at = 0; at < original.size(); at += 7) {
+    variant.bytes() = original;
+    variant.bytes()[at] = static_cast<char>(variant.bytes()[at] ^ 0xA5);
+    variant.save(path("v.tar"));
+    try {
+      TarShardSource source({path("v.tar")});
+      for (int64_t i = 0; i < source.size(); ++i) source.read(i);
+    } catch (const Error&) {
+    }
+  }
+}
+
+}  // namespace
+}  // namespace conveyor

@@ -1,0 +1,260 @@
+"""Image transforms with torchvision's names and semantics, run in C++.
+
+The classes only describe the chain; ``compile_pipeline`` plans it once into
+the engine's ImagePipeline, which decodes each image (JPEG, PNG, WebP), fuses
+the first crop into the decode and writes the result straight into the batch.
+Every random choice comes from the sample's (seed, epoch, index) stream.
+
+Example::
+
+    from conveyor import transforms as T
+    train = [T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
+             T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+from typing import Any, Optional, Union
+
+from conveyor import _conveyor
+from conveyor.errors import ConfigError
+
+__all__ = [
+    "CenterCrop",
+    "DEFAULT_MAX_PIXELS",
+    "Normalize",
+    "RandomHorizontalFlip",
+    "RandomResizedCrop",
+    "Resize",
+    "Transform",
+    "compile_pipeline",
+]
+
+#: PIL's Image.MAX_IMAGE_PIXELS: images with more pixels raise TooLargeError.
+DEFAULT_MAX_PIXELS = 178956970
+
+SizeArg = Union[int, Sequence[int]]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _pair(name: str, size: Any) -> tuple[int, int]:
+    """(h, w) from an int or a pair of ints, as torchvision accepts."""
+    if _is_int(size):
+        pair = (int(size), int(size))
+    elif (
+        isinstance(size, Sequence)
+        and not isinstance(size, str)
+        and len(size) in (1, 2)
+        and all(_is_int(s) for s in size)
+    ):
+        pair = (int(size[0]), int(size[-1]))
+    else:
+        raise ConfigError(f"{name}: size must be an int or a pair of ints (h, w), got {size!r}")
+    if min(pair) <= 0:
+        raise ConfigError(f"{name}: size must be positive, got {size!r}")
+    return pair
+
+
+def _range(name: str, arg: str, value: Any) -> tuple[float, float]:
+    try:
+        lo, hi = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}: {arg} must be a pair of numbers (lo, hi), got {value!r}") from None
+    if not (0 < lo <= hi and math.isfinite(hi)):
+        raise ConfigError(f"{name}: {arg} must satisfy 0 < lo <= hi, got {value!r}")
+    return lo, hi
+
+
+class Transform:
+    """Base class of conveyor's transforms (descriptions compiled to C++)."""
+
+    def _spec(self) -> Any:
+        raise NotImplementedError
+
+
+class Resize(Transform):
+    """Resize the image, as ``torchvision.transforms.Resize``.
+
+    Args:
+        size: an int resizes the shorter side to it (the longer side becomes
+            ``int(size * long / short)``); a pair (h, w) resizes to exactly that.
+        antialias: antialias when downscaling (torchvision's default, True).
+    """
+
+    def __init__(self, size: SizeArg, antialias: bool = True) -> None:
+        if _is_int(size) or (isinstance(size, Sequence) and not isinstance(size, str) and len(size) == 1):
+            self.size: Union[int, tuple[int, int]] = _pair("Resize", size)[0]
+        else:
+            self.size = _pair("Resize", size)
+        self.antialias = bool(antialias)
+
+    def _spec(self) -> Any:
+        if isinstance(self.size, int):
+            return _conveyor.ResizeSpec(shorter=self.size, antialias=self.antialias)
+        return _conveyor.ResizeSpec(height=self.size[0], width=self.size[1], antialias=self.antialias)
+
+    def __repr__(self) -> str:
+        return f"Resize(size={self.size}, antialias={self.antialias})"
+
+
+class CenterCrop(Transform):
+    """Crop the center, as ``torchvision.transforms.CenterCrop`` (an image
+    smaller than the crop is padded with zeros).
+
+    Args:
+        size: an int (square) or a pair (h, w).
+    """
+
+    def __init__(self, size: SizeArg) -> None:
+        self.size = _pair("CenterCrop", size)
+
+    def _spec(self) -> Any:
+        return _conveyor.CenterCropSpec(height=self.size[0], width=self.size[1])
+
+    def __repr__(self) -> str:
+        return f"CenterCrop(size={self.size})"
+
+
+class RandomResizedCrop(Transform):
+    """Crop a random box and resize it, as ``torchvision.transforms.RandomResizedCrop``:
+    the box's area is a uniform fraction ``scale`` of the image and its aspect
+    ratio log-uniform in ``ratio`` (10 attempts, then a central crop).
+
+    Args:
+        size: output size, an int (square) or a pair (h, w).
+        scale: range of the box's area as a fraction of the image's.
+        ratio: range of the box's aspect ratio (width / height).
+        antialias: antialias when downscaling.
+    """
+
+    def __init__(
+        self,
+        size: SizeArg,
+        scale: Sequence[float] = (0.08, 1.0),
+        ratio: Sequence[float] = (3.0 / 4.0, 4.0 / 3.0),
+        antialias: bool = True,
+    ) -> None:
+        self.size = _pair("RandomResizedCrop", size)
+        self.scale = _range("RandomResizedCrop", "scale", scale)
+        self.ratio = _range("RandomResizedCrop", "ratio", ratio)
+        self.antialias = bool(antialias)
+
+    def _spec(self) -> Any:
+        return _conveyor.RandomResizedCropSpec(
+            height=self.size[0],
+            width=self.size[1],
+            scale=self.scale,
+            ratio=self.ratio,
+            antialias=self.antialias,
+        )
+
+    def __repr__(self) -> str:
+        return f"RandomResizedCrop(size={self.size}, scale={self.scale}, ratio={self.ratio})"
+
+
+class RandomHorizontalFlip(Transform):
+    """Mirror the image left-right with probability ``p``."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 <= float(p) <= 1.0:
+            raise ConfigError(f"RandomHorizontalFlip: p must be a number in [0, 1], got {p!r}")
+        self.p = float(p)
+
+    def _spec(self) -> Any:
+        return _conveyor.HorizontalFlipSpec(p=self.p)
+
+    def __repr__(self) -> str:
+        return f"RandomHorizontalFlip(p={self.p})"
+
+
+class Normalize(Transform):
+    """``(x / 255 - mean) / std`` per channel, as torchvision's ToTensor then
+    Normalize (computed in float32). Must come after every resize and crop.
+
+    Args:
+        mean: one value per output channel.
+        std: one non-zero value per output channel.
+    """
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
+        self.mean = self._values("mean", mean)
+        self.std = self._values("std", std)
+        if len(self.mean) != len(self.std):
+            raise ConfigError(f"Normalize: mean has {len(self.mean)} values but std has {len(self.std)}")
+        if any(s == 0 for s in self.std):
+            raise ConfigError(f"Normalize: std must be non-zero, got {list(std)!r}")
+
+    @staticmethod
+    def _values(arg: str, values: Any) -> list[float]:
+        try:
+            out = [float(v) for v in values]
+        except (TypeError, ValueError):
+            raise ConfigError(f"Normalize: {arg} must be a sequence of numbers, got {values!r}") from None
+        if not out or not all(math.isfinite(v) for v in out):
+            raise ConfigError(f"Normalize: {arg} must be non-empty and finite, got {values!r}")
+        return out
+
+    def _spec(self) -> Any:
+        return _conveyor.NormalizeSpec(mean=self.mean, std=self.std)
+
+    def __repr__(self) -> str:
+        return f"Normalize(mean={self.mean}, std={self.std})"
+
+
+def compile_pipeline(
+    transforms: Optional[Sequence[Transform]],
+    *,
+    dtype: str = "float32",
+    layout: str = "CHW",
+    channels: int = 3,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+) -> _conveyor.SampleTransform:
+    """Plan ``transforms`` once into the engine's image pipeline.
+
+    Args:
+        transforms: conveyor transforms, applied in order after decoding.
+        dtype: "uint8" (values 0..255, no Normalize), "float16" or "float32"
+            (values scaled to [0, 1], then normalized).
+        layout: "CHW" (PyTorch's convention) or "HWC".
+        channels: 3 (RGB) or 1 (grayscale).
+        max_pixels: images whose header claims more pixels raise TooLargeError.
+
+    Raises:
+        ConfigError: an unknown transform, an invalid argument, or a chain
+            without a fixed output size (batches need one: end the resizes and
+            crops with a crop or Resize((h, w))).
+    """
+    steps = list(transforms or [])
+    for i, t in enumerate(steps):
+        if not isinstance(t, Transform):
+            raise ConfigError(
+                f"transforms[{i}]: {type(t).__module__}.{type(t).__qualname__} is not a conveyor transform; "
+                "use conveyor.transforms (Resize, CenterCrop, RandomResizedCrop, RandomHorizontalFlip, "
+                "Normalize)"
+            )
+    if not any(isinstance(t, (Resize, CenterCrop, RandomResizedCrop)) for t in steps):
+        raise ConfigError(
+            "transforms: images of different sizes cannot be batched; add a crop (RandomResizedCrop, "
+            "CenterCrop) or Resize((h, w))"
+        )
+    if dtype not in ("uint8", "float16", "float32"):
+        raise ConfigError(f"dtype must be 'uint8', 'float16' or 'float32', got {dtype!r}")
+    if layout not in ("CHW", "HWC"):
+        raise ConfigError(f"layout must be 'CHW' or 'HWC', got {layout!r}")
+    if not _is_int(channels) or channels not in (1, 3):
+        raise ConfigError(f"channels must be 1 or 3, got {channels!r}")
+    if not _is_int(max_pixels) or max_pixels <= 0:
+        raise ConfigError(f"max_pixels must be a positive int, got {max_pixels!r}")
+    return _conveyor.ImagePipeline(
+        [t._spec() for t in steps],
+        dtype=dtype,
+        layout=layout,
+        channels=int(channels),
+        max_pixels=int(max_pixels),
+    )

@@ -1,0 +1,531 @@
+"""Sources: ImageFolder (torchvision's rules), FileList.from_csv, TarShards and
+`conveyor pack`, MNIST (IDX files), PythonSource. Inputs are generated per test."""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import io
+import json
+import os
+import struct
+import tarfile
+import threading
+import time
+import traceback
+import weakref
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import conveyor
+from conveyor import _conveyor
+from conveyor.cli import main as cli_main
+from conveyor.pack import pack_image_folder, parse_size
+from conveyor.sources import (
+    IMG_EXTENSIONS,
+    MNIST,
+    FashionMNIST,
+    FileList,
+    ImageFolder,
+    PythonSource,
+    TarShards,
+    expand_shards,
+)
+
+
+def touch(path: Path, data: bytes = b"") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+# --- ImageFolder ------------------------------------------------------------------------
+
+
+def torchvision_make_dataset(root: str, extensions=IMG_EXTENSIONS):
+    """torchvision.datasets.folder's find_classes + make_dataset, as documented
+    (torchvision itself is not installed here)."""
+    classes = sorted(entry.name for entry in os.scandir(root) if entry.is_dir())
+    if not classes:
+        raise FileNotFoundError(f"Couldn't find any class folder in {root}.")
+    class_to_idx = {name: i for i, name in enumerate(classes)}
+    instances = []
+    available = set()
+    for target_class in sorted(class_to_idx):
+        target_dir = os.path.join(root, target_class)
+        for folder, _, fnames in sorted(os.walk(target_dir, followlinks=True)):
+            for fname in sorted(fnames):
+                path = os.path.join(folder, fname)
+                if path.lower().endswith(tuple(extensions)):
+                    instances.append((path, class_to_idx[target_class]))
+                    available.add(target_class)
+    empty = set(class_to_idx) - available
+    if empty:
+        raise FileNotFoundError(f"Found no valid file for the classes {', '.join(sorted(empty))}.")
+    return classes, class_to_idx, instances
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "tree"
+    for rel in [
+        "zebra/b.jpg", "zebra/A.JPG", "zebra/nested/deeper/c.Png", "zebra/nested/a.webp",
+        "ant/x.jpeg", "ant/notes.txt", "ant/y.tiff", "ant/sub/Z.BMP", "ant/sub/.hidden.jpg",
+        "Bee/img.PPM", "Bee/readme.md", "bee/1.jpg", "bee/10.jpg", "bee/2.jpg",
+    ]:  # fmt: skip
+        touch(root / rel, rel.encode())
+    touch(root / "stray.jpg")  # A file at the root is not a class.
+    return root
+
+
+def test_image_folder_matches_torchvision_rules(tree: Path):
+    folder = ImageFolder(tree)
+    classes, class_to_idx, instances = torchvision_make_dataset(str(tree))
+    assert folder.classes == classes == ["Bee", "ant", "bee", "zebra"]
+    assert folder.class_to_idx == class_to_idx
+    assert folder.samples == instances
+    assert len(folder) == len(instances) == 12
+    # Spot checks of the rule itself: sorted walk, mixed-case extensions, hidden files kept.
+    rel = [os.path.relpath(p, tree) for p, _ in folder.samples]
+    assert rel[:5] == ["Bee/img.PPM", "ant/x.jpeg", "ant/y.tiff", "ant/sub/.hidden.jpg", "ant/sub/Z.BMP"]
+    assert rel[5:8] == ["bee/1.jpg", "bee/10.jpg", "bee/2.jpg"]
+    assert rel[8:] == ["zebra/A.JPG", "zebra/b.jpg", "zebra/nested/a.webp", "zebra/nested/deeper/c.Png"]
+    data, label, key = folder._engine_source().read(11)
+    assert (data, label, key) == (b"zebra/nested/deeper/c.Png", 3, str(tree / "zebra/nested/deeper/c.Png"))
+
+
+def test_image_folder_empty_class_raises_like_torchvision(tree: Path):
+    (tree / "empty").mkdir()
+    touch(tree / "nothing" / "notes.txt")
+    with pytest.raises(FileNotFoundError, match="empty, nothing"):
+        torchvision_make_dataset(str(tree))
+    with pytest.raises(conveyor.ConfigError, match=r"found no images for the classes empty, nothing in "):
+        ImageFolder(tree)
+    folder = ImageFolder(tree, allow_empty=True)
+    assert folder.classes == ["Bee", "ant", "bee", "empty", "nothing", "zebra"]
+    assert sorted(set(folder.labels)) == [0, 1, 2, 5]  # Empty classes keep their index.
+
+
+def test_image_folder_config_errors(tmp_path: Path):
+    with pytest.raises(conveyor.ConfigError, match=f"ImageFolder: {tmp_path / 'missing'} is not a directory"):
+        ImageFolder(tmp_path / "missing")
+    (tmp_path / "root").mkdir()
+    with pytest.raises(conveyor.ConfigError, match="no class folders found"):
+        ImageFolder(tmp_path / "root")
+    touch(tmp_path / "root" / "cls" / "a.txt")
+    with pytest.raises(conveyor.ConfigError, match="found no images in"):
+        ImageFolder(tmp_path / "root")
+
+
+def test_image_folder_missing_file_is_a_read_error(tree: Path):
+    folder = ImageFolder(tree)
+    path = folder.paths[0]
+    os.remove(path)
+    with pytest.raises(conveyor.ReadError) as info:
+        folder._engine_source().read(0)
+    assert str(info.value) == f"{path}: No such file or directory"
+    assert info.value.key == path
+
+
+# --- FileList.from_csv ------------------------------------------------------------------
+
+
+def test_file_list_from_csv(tmp_path: Path):
+    touch(tmp_path / "data" / "imgs" / "a.jpg", b"A")
+    touch(tmp_path / "other.jpg", b"B")
+    csv_path = tmp_path / "data" / "list.csv"
+    csv_path.write_text(f"path,label\nimgs/a.jpg,3\n{tmp_path / 'other.jpg'}, 5\n\n")
+    files = FileList.from_csv(csv_path)
+    assert files.paths == [str(tmp_path / "data" / "imgs" / "a.jpg"), str(tmp_path / "other.jpg")]
+    assert files.labels == [3, 5]
+    assert files._engine_source().read(1) == (b"B", 5, str(tmp_path / "other.jpg"))
+    # Column order is free, other columns are ignored, label is optional.
+    csv_path.write_text("id,LABEL,path\n1,7,imgs/a.jpg\n")
+    assert FileList.from_csv(csv_path).labels == [7]
+    csv_path.write_text("path\nimgs/a.jpg\n")
+    assert FileList.from_csv(csv_path).labels is None
+    assert FileList.from_csv(csv_path)._engine_source().read(0)[1] == -1
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("path,label\na.jpg,1\nb.jpg,cat\n", ":3: label 'cat' is not an integer"),
+        ("path,label\na.jpg,1\nb.jpg\n", ":3: expected 2 columns, got 1"),
+        ("path,label\n,1\n", ":2: empty path"),
+        ("file,label\na.jpg,1\n", ":1: the header row ['file', 'label'] has no 'path' column"),
+        ("path,label\n", ": no rows after the header"),
+        ("", ": empty file; expected a header row with the columns path,label"),
+    ],
+)
+def test_file_list_from_csv_errors_name_the_line(tmp_path: Path, text: str, message: str):
+    csv_path = tmp_path / "list.csv"
+    csv_path.write_text(text)
+    with pytest.raises(conveyor.ConfigError) as info:
+        FileList.from_csv(csv_path)
+    assert str(info.value) == f"{csv_path}{message}"
+
+
+def test_file_list_from_missing_csv_is_a_read_error(tmp_path: Path):
+    with pytest.raises(conveyor.ReadError) as info:
+        FileList.from_csv(tmp_path / "nope.csv")
+    assert str(info.value) == f"{tmp_path / 'nope.csv'}: No such file or directory"
+
+
+# --- TarShards and conveyor pack ----------------------------------------------------------
+
+
+@pytest.fixture
+def small_folder(tmp_path: Path) -> Path:
+    """3 classes, 7 images with distinct bytes (content is not decoded here)."""
+    root = tmp_path / "folder"
+    for rel in ["cat/1.jpg", "cat/2.JPEG", "dog/a/3.png", "dog/4.webp", "dog/skip.bmp", "emu/5.jpg",
+                "emu/6.jpg", "emu/7.jpg"]:  # fmt: skip
+        touch(root / rel, (rel * 40).encode())
+    return root
+
+
+def test_pack_then_tar_shards_roundtrip(small_folder: Path, tmp_path: Path):
+    out = tmp_path / "shards" / "shard-%03d.tar"
+    # Each sample is 3 members of 1 kB (header + data < 512 bytes); a shard adds
+    # 1 kB of end marker and pads to 10 kB: 3 samples per 12 kB shard.
+    assert cli_main(["pack", str(small_folder), str(out), "--shard-size", "12kB"]) == 0
+    folder = ImageFolder(small_folder, extensions=(".jpg", ".jpeg", ".png", ".webp"))
+    shards = sorted(str(p) for p in (tmp_path / "shards").iterdir())
+    assert shards == [str(tmp_path / "shards" / f"shard-{i:03d}.tar") for i in range(3)]
+    assert all(os.path.getsize(s) <= 12_000 for s in shards)
+
+    source = TarShards(str(tmp_path / "shards" / "shard-{000..002}.tar"))
+    assert source.shards == shards
+    assert len(source) == len(folder) == 7
+    for i, (path, label) in enumerate(folder.samples):
+        data, got_label, key = source._engine_source().read(i)
+        assert data == Path(path).read_bytes()
+        assert got_label == label
+        ext = os.path.splitext(path)[1][1:].lower()
+        assert key == f"{shards[i // 3]}:{i:06d}.{ext}"
+        assert source.key(i) == key
+        assert source.fields(i) == [ext, "cls", "json"]
+        meta = json.loads(source.field(i, "json"))
+        assert meta == {"class": folder.classes[label], "path": os.path.relpath(path, small_folder)}
+
+
+def test_packed_shards_are_readable_by_webdataset(small_folder: Path, tmp_path: Path):
+    wds = pytest.importorskip("webdataset")
+    shards = pack_image_folder(str(small_folder), str(tmp_path / "s-{:02d}.tar"), shard_size=10**6)
+    assert len(shards) == 1
+    folder = ImageFolder(small_folder, extensions=(".jpg", ".jpeg", ".png", ".webp"))
+    samples = list(wds.WebDataset(shards, shardshuffle=False))
+    assert [s["__key__"] for s in samples] == [f"{i:06d}" for i in range(7)]
+    for sample, (path, label) in zip(samples, folder.samples):
+        ext = os.path.splitext(path)[1][1:].lower()
+        assert sample[ext] == Path(path).read_bytes()
+        assert int(sample["cls"]) == label
+
+
+def test_pack_is_deterministic(small_folder: Path, tmp_path: Path):
+    a = pack_image_folder(str(small_folder), str(tmp_path / "a-%d.tar"))
+    b = pack_image_folder(str(small_folder), str(tmp_path / "b-%d.tar"))
+    assert Path(a[0]).read_bytes() == Path(b[0]).read_bytes()
+
+
+def test_pack_errors(small_folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    assert cli_main(["pack", str(small_folder), str(tmp_path / "plain.tar")]) == 1
+    assert "needs a shard number field" in capsys.readouterr().err
+    assert cli_main(["pack", str(small_folder), str(tmp_path / "x-%d.tar"), "--shard-size", "lots"]) == 1
+    assert "invalid size 'lots'" in capsys.readouterr().err
+    assert cli_main(["pack", str(tmp_path / "nowhere"), str(tmp_path / "x-%d.tar")]) == 1
+
+
+def test_parse_size():
+    assert parse_size("256MB") == 256 * 10**6
+    assert parse_size("64MiB") == 64 * 2**20
+    assert parse_size("1.5GB") == 1_500_000_000
+    assert parse_size("4096") == 4096
+    assert parse_size("10 kb") == 10_000
+    with pytest.raises(conveyor.ConfigError):
+        parse_size("0MB")
+
+
+def write_tar(path: Path, members: list[tuple[str, bytes]], fmt: int = tarfile.PAX_FORMAT) -> Path:
+    with tarfile.open(path, "w", format=fmt) as archive:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_tar_shards_patterns_and_lists(tmp_path: Path):
+    for i in range(3):
+        write_tar(tmp_path / f"part-{i}.tar", [(f"k{i}.jpg", b"%d" % i), (f"k{i}.cls", b"%d" % i)])
+    by_glob = TarShards(str(tmp_path / "part-*.tar"))
+    assert by_glob.shards == [str(tmp_path / f"part-{i}.tar") for i in range(3)]
+    by_list = TarShards([tmp_path / "part-2.tar", tmp_path / "part-0.tar"])
+    assert [by_list._engine_source().read(i)[:2] for i in range(2)] == [(b"2", 2), (b"0", 0)]
+    assert expand_shards("a/{0..2}-{x,y}.tar") == [
+        "a/0-x.tar", "a/0-y.tar", "a/1-x.tar", "a/1-y.tar", "a/2-x.tar", "a/2-y.tar",
+    ]  # fmt: skip
+    assert expand_shards("s-{08..11}.tar") == ["s-08.tar", "s-09.tar", "s-10.tar", "s-11.tar"]
+    with pytest.raises(conveyor.ConfigError, match="no file matches"):
+        TarShards(str(tmp_path / "nothing-*.tar"))
+    with pytest.raises(conveyor.ConfigError, match="shuffle_buffer is not supported yet"):
+        TarShards(str(tmp_path / "part-*.tar"), shuffle_buffer=1000)
+    with pytest.raises(conveyor.ReadError) as info:
+        TarShards(str(tmp_path / "part-{0..3}.tar"))
+    assert str(info.value) == f"{tmp_path / 'part-3.tar'}: No such file or directory"
+
+
+def test_tar_shards_long_names_from_python_tarfile(tmp_path: Path):
+    long_dir = "d" * 120
+    for fmt in (tarfile.PAX_FORMAT, tarfile.GNU_FORMAT, tarfile.USTAR_FORMAT):
+        path = write_tar(
+            tmp_path / f"f{fmt}.tar",
+            [(f"{long_dir}/sample.jpg", b"IMG"), (f"{long_dir}/sample.cls", b"4")],
+            fmt,
+        )
+        source = TarShards(str(path))
+        assert source._engine_source().read(0) == (b"IMG", 4, f"{path}:{long_dir}/sample.jpg")
+    # Non-ASCII names need a pax header.
+    path = write_tar(tmp_path / "utf8.tar", [("café/ü.png", b"P")])
+    assert TarShards(str(path)).key(0) == f"{path}:café/ü.png"
+
+
+def test_truncated_shard_is_a_read_error_naming_shard_and_member(tmp_path: Path):
+    path = write_tar(tmp_path / "t.tar", [("a.jpg", b"A" * 100), ("b.jpg", b"B" * 3000)])
+    data = path.read_bytes()
+    path.write_bytes(data[: 512 * 3 + 1000])
+    with pytest.raises(conveyor.ReadError) as info:
+        TarShards(str(path))
+    assert info.value.key == f"{path}:b.jpg"
+    assert "truncated shard" in str(info.value)
+
+
+def test_loader_over_tar_shards(color_folder: Path, tmp_path: Path):
+    pytest.importorskip("conveyor.transforms")
+    from conveyor.transforms import CenterCrop
+
+    shards = pack_image_folder(str(color_folder), str(tmp_path / "c-%d.tar"), shard_size=20_000)
+    assert len(shards) > 1
+    source = TarShards(shards)
+    loader = conveyor.Loader(source, [CenterCrop(32)], batch_size=8, shuffle=True, dtype="uint8")
+    labels = np.concatenate([np.asarray(labels) for _, labels in loader])
+    assert sorted(labels.tolist()) == sorted(ImageFolder(color_folder).labels)
+
+
+# --- MNIST --------------------------------------------------------------------------------
+
+
+def idx_bytes(array: np.ndarray) -> bytes:
+    return (
+        struct.pack(">BBBB", 0, 0, 8, array.ndim)
+        + struct.pack(f">{array.ndim}I", *array.shape)
+        + array.tobytes()
+    )
+
+
+def write_mnist(folder: Path, prefix: str, n: int, gz: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(n)
+    images = rng.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
+    labels = rng.integers(0, 10, size=n, dtype=np.uint8)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, array in ((f"{prefix}-images-idx3-ubyte", images), (f"{prefix}-labels-idx1-ubyte", labels)):
+        data = idx_bytes(array)
+        if gz:
+            (folder / (name + ".gz")).write_bytes(gzip.compress(data))
+        else:
+            (folder / name).write_bytes(data)
+    return images, labels
+
+
+class Normalize:
+    """Stands for conveyor.transforms.Normalize (matched by class name)."""
+
+    def __init__(self, mean, std):
+        self.mean, self.std = mean, std
+
+
+class Resize:
+    def __init__(self, size):
+        self.size = size
+
+
+def test_mnist_reads_torchvision_layout_and_gzip(tmp_path: Path):
+    train_images, train_labels = write_mnist(tmp_path / "MNIST" / "raw", "train", 50)
+    test_images, test_labels = write_mnist(tmp_path / "MNIST" / "raw", "t10k", 20, gz=True)
+    train, test = MNIST(tmp_path), MNIST(tmp_path, train=False)
+    assert (len(train), len(test)) == (50, 20)
+    assert train.sample_shape == (28, 28)
+    assert train.images_path == str(tmp_path / "MNIST" / "raw" / "train-images-idx3-ubyte")
+    assert test.images_path.endswith("t10k-images-idx3-ubyte.gz")
+    for source, images, labels in ((train, train_images, train_labels), (test, test_images, test_labels)):
+        for i in (0, 7, len(source) - 1):
+            data, label, key = source._engine_source().read(i)
+            assert data == images[i].tobytes()
+            assert label == labels[i]
+            assert key == f"{source.images_path}[{i}]"
+    fashion_root = tmp_path / "f"
+    write_mnist(fashion_root / "FashionMNIST" / "raw", "train", 3)
+    assert len(FashionMNIST(fashion_root)) == 3
+
+
+def test_mnist_errors(tmp_path: Path):
+    with pytest.raises(conveyor.ReadError, match="train-images-idx3-ubyte: not found"):
+        MNIST(tmp_path)
+    images, _ = write_mnist(tmp_path, "train", 5)
+    (tmp_path / "train-labels-idx1-ubyte").write_bytes(idx_bytes(np.zeros(6, np.uint8)))
+    with pytest.raises(conveyor.ConfigError, match="IDX files disagree on the number of samples"):
+        MNIST(tmp_path)
+    (tmp_path / "train-images-idx3-ubyte").write_bytes(idx_bytes(images)[:-1])
+    with pytest.raises(conveyor.ReadError) as info:
+        MNIST(tmp_path)
+    assert str(info.value) == (
+        f"{tmp_path / 'train-images-idx3-ubyte'}: truncated IDX file: the header says 5x28x28, "
+        "the file has 3919 bytes of data"
+    )
+
+
+def batches(loader) -> tuple[np.ndarray, np.ndarray]:
+    images, labels = zip(*[(np.asarray(x), np.asarray(y)) for x, y in loader])
+    return np.concatenate(images), np.concatenate(labels)
+
+
+def test_mnist_through_the_loader(tmp_path: Path):
+    images, labels = write_mnist(tmp_path, "train", 37)
+    source = MNIST(tmp_path)
+    got, got_labels = batches(conveyor.Loader(source, [Normalize(0.1307, 0.3081)], batch_size=8))
+    assert got.shape == (37, 1, 28, 28) and got.dtype == np.float32
+    expected = (images.astype(np.float32) / 255 - 0.1307) / 0.3081
+    np.testing.assert_allclose(got[:, 0], expected, rtol=0, atol=1e-5)
+    np.testing.assert_array_equal(got_labels, labels)
+
+    raw, _ = batches(conveyor.Loader(source, batch_size=10, dtype="uint8", layout="HWC"))
+    assert raw.shape == (37, 28, 28, 1) and raw.dtype == np.uint8
+    np.testing.assert_array_equal(raw[..., 0], images)
+
+    with pytest.raises(conveyor.ConfigError, match="support only Normalize as a transform, got Resize"):
+        conveyor.Loader(source, [Resize(32)], batch_size=8)
+    with pytest.raises(conveyor.ConfigError, match="uint8 or float32, not float16"):
+        conveyor.Loader(source, batch_size=8, dtype="float16")
+
+
+# --- PythonSource --------------------------------------------------------------------------
+
+
+class BytesDataset:
+    def __init__(self, n: int, fail_at: int = -1):
+        self.n, self.fail_at = n, fail_at
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int):
+        if index == self.fail_at:
+            raise KeyError(f"no sample {index}")
+        return bytes([index % 256] * 4), index * 10
+
+
+class RawPythonSource(PythonSource):
+    """Samples are 4 raw bytes (a 1×4 image) so that no decoder is involved."""
+
+    def _sample_transform(self, transforms, **output):
+        return _conveyor.RawTensorTransform(1, 4, dtype="uint8")
+
+
+def test_python_source_reads():
+    source = PythonSource(BytesDataset(5))
+    assert len(source) == 5
+    assert source._engine_source().read(3) == (b"\x03\x03\x03\x03", 30, "BytesDataset[3]")
+
+    class Plain:
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, index):
+            return [b"raw", bytearray(b"ba"), memoryview(b"mv")][index]
+
+    assert PythonSource(Plain())._engine_source().read(0) == (b"raw", -1, "Plain[0]")
+    assert PythonSource(Plain())._engine_source().read(1) == (b"ba", -1, "Plain[1]")
+    assert PythonSource(["a", "b"])._engine_source().key(1) == "list[1]"
+    with pytest.raises(conveyor.ReadError, match=r"^list\[0\]: __getitem__ returned str; expected bytes"):
+        PythonSource(["a"])._engine_source().read(0)
+    with pytest.raises(
+        conveyor.ReadError, match=r"^tuple\[0\]: the label returned by __getitem__ is not an int"
+    ):
+        PythonSource(((b"x", "cat"),))._engine_source().read(0)
+    with pytest.raises(conveyor.ConfigError, match="needs __len__ and __getitem__"):
+        PythonSource(object())
+
+
+def test_python_source_exception_keeps_type_message_index_and_traceback():
+    source = PythonSource(BytesDataset(5, fail_at=2))
+    with pytest.raises(conveyor.ReadError) as info:
+        source._engine_source().read(2)
+    assert str(info.value) == "BytesDataset[2]: __getitem__(2) raised KeyError: 'no sample 2'"
+    assert info.value.key == "BytesDataset[2]"
+    original = info.value.__cause__
+    assert isinstance(original, KeyError) and original.args == ("no sample 2",)
+    assert original.__traceback__ is not None
+    assert "__getitem__" in [frame.name for frame in traceback.extract_tb(original.__traceback__)]
+
+
+def test_python_source_exception_through_the_loader():
+    loader = conveyor.Loader(RawPythonSource(BytesDataset(40, fail_at=21)), batch_size=8, io_threads=4)
+    seen = 0
+    with pytest.raises(conveyor.ReadError) as info:
+        for images, _ in loader:
+            seen += len(images)
+    assert seen == 16
+    assert str(info.value) == "BytesDataset[21]: __getitem__(21) raised KeyError: 'no sample 21'"
+    assert isinstance(info.value.__cause__, KeyError)
+
+
+def test_python_source_through_the_loader_gives_exact_batches():
+    images, labels = batches(conveyor.Loader(RawPythonSource(BytesDataset(50)), batch_size=16, shuffle=True))
+    order = np.asarray(_conveyor.random_permutation(50, 0, 0))
+    np.testing.assert_array_equal(labels, order * 10)
+    np.testing.assert_array_equal(images[:, 0, 0, 0], order % 256)
+
+
+class SleepyDataset:
+    def __init__(self):
+        self.active = 0
+        self.peak = 0
+        self.lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return 640
+
+    def __getitem__(self, index: int):
+        with self.lock:
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+        time.sleep(0.01)
+        with self.lock:
+            self.active -= 1
+        return bytes(4), index
+
+
+def test_python_source_calls_run_concurrently():
+    dataset = SleepyDataset()
+    loader = conveyor.Loader(RawPythonSource(dataset), batch_size=64, io_threads=32, prefetch=4)
+    started = time.perf_counter()
+    _, labels = batches(loader)
+    elapsed = time.perf_counter() - started
+    np.testing.assert_array_equal(labels, np.arange(640))
+    assert elapsed < 3.0  # Serial calls would take 6.4 s.
+    assert dataset.peak > 1
+
+
+def test_python_source_reference_cycle_is_collected():
+    class Cyclic(BytesDataset):
+        pass
+
+    dataset = Cyclic(3)
+    dataset.source = PythonSource(dataset)  # dataset -> source -> engine source -> dataset
+    ref = weakref.ref(dataset)
+    del dataset
+    gc.collect()
+    assert ref() is None
