@@ -75,6 +75,22 @@ asan: setup
 tsan: setup
 	$(call sanitizer_build,tsan,thread,TSAN_OPTIONS=halt_on_error=1)
 
+# The Python tests of bad input and shutdown against an extension built with
+# ASan+UBSan (gcc's runtime preloaded into the venv's Python; leak detection off:
+# CPython itself does not free everything at exit). The package is assembled in
+# build/asan-python/pkg from links to python/conveyor and the instrumented module.
+ASAN_PY := build/asan-python
+asan-python: setup
+	@cmake -S . -B $(ASAN_PY) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_BUILD_TESTS=OFF \
+	  -DCONVEYOR_BUILD_PYTHON=ON -DCONVEYOR_SANITIZE=address -DPython_EXECUTABLE=$(CURDIR)/$(PY) \
+	  -DCONVEYOR_PYTHON_OUTPUT_DIR=$(CURDIR)/$(ASAN_PY)/pkg/conveyor >/dev/null
+	@cmake --build $(ASAN_PY) -j $(JOBS) --target _conveyor | grep -v '^ninja: no work to do' || true; exit $${PIPESTATUS[0]}
+	@for f in python/conveyor/*; do case $$f in *.so) ;; *) ln -sfn $(CURDIR)/$$f $(ASAN_PY)/pkg/conveyor/;; esac; done
+	@LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
+	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  CONVEYOR_UNDER_ASAN=1 PYTHONPATH=$(CURDIR)/$(ASAN_PY)/pkg \
+	  $(PY) -m pytest -q -p no:cacheprovider tests/test_bad_input.py tests/test_shutdown.py
+
 # --- fuzzing: libFuzzer targets (cpp/fuzz) with ASan+UBSan, clang only ------------------
 # `make fuzz` runs each target for FUZZ_SECONDS on seeds from make_corpus.py plus
 # what earlier runs found (build/fuzz-work); crash inputs land in
