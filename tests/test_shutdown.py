@@ -12,11 +12,12 @@ import faulthandler
 import gc
 import io
 import os
+import signal
 import statistics
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -140,16 +141,22 @@ def hang_guard() -> Iterator[None]:
     faulthandler.cancel_dump_traceback_later()
 
 
-def test_keyboard_interrupt_ends_the_wait(hang_guard: None) -> None:
+def send_sigint() -> None:
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+@pytest.mark.parametrize("interrupt", [_thread.interrupt_main, send_sigint], ids=["interrupt_main", "SIGINT"])
+def test_keyboard_interrupt_ends_the_wait(hang_guard: None, interrupt: Callable[[], None]) -> None:
     """Ctrl-C while the consumer waits for a batch raises KeyboardInterrupt
     there (the wait runs in slices); close() then stops the work, and dropping
     the loader leaves no engine thread."""
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     baseline = native_threads()
     dataset = SlowDataset(64, delay=0.5)
     loader = conveyor.Loader(
         conveyor.sources.PythonSource(dataset), [T.Resize((8, 8))], batch_size=4, threads=2, io_threads=2
     )
-    timer = threading.Timer(0.2, _thread.interrupt_main)
+    timer = threading.Timer(0.2, interrupt)
     started = time.monotonic()
     timer.start()
     try:
@@ -170,6 +177,32 @@ def test_keyboard_interrupt_ends_the_wait(hang_guard: None) -> None:
     del loader
     gc.collect()
     assert native_threads() == baseline
+
+
+def test_an_exception_in_the_consumer_stops_the_work(hang_guard: None) -> None:
+    """An exception leaving the for loop closes the iterator, which stops the
+    epoch: no read starts afterwards, even though the loader is still referenced."""
+    dataset = SlowDataset(400, delay=0.01)
+    # A deep prefetch: a loader that kept running would read ~60 samples
+    # ahead during the pause below.
+    loader = conveyor.Loader(
+        conveyor.sources.PythonSource(dataset),
+        [T.Resize((8, 8))],
+        batch_size=2,
+        threads=2,
+        io_threads=2,
+        prefetch=100,
+    )
+    with pytest.raises(ZeroDivisionError):
+        for _ in loader:
+            1 / 0  # noqa: B018 - the consumer's own bug
+    calls = dataset.calls
+    time.sleep(0.3)
+    assert dataset.calls == calls, "reads continued after the consumer's exception"
+    assert calls < dataset.n
+    # The loader is reusable: the next epoch starts from scratch.
+    assert len(next(iter(loader))[1]) == 2
+    loader.close()
 
 
 @pytest.mark.xfail(
