@@ -29,7 +29,8 @@ $(STAMPS)/apt: Makefile
 $(STAMPS)/venv: requirements-dev.txt | $(STAMPS)/apt
 	@[ -x $(PY) ] || python3 -m venv $(VENV)
 	@echo "Installing Python packages into $(VENV)"
-	@$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	@# (grep: pip -q still prints a warning per unusable index location configured on some machines)
+	@$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt 2>&1 | grep -v 'is ignored: it is neither'; exit $${PIPESTATUS[0]}
 	@# The package is used from the source tree: python/ on the venv's path.
 	@echo "$(CURDIR)/python" > $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/conveyor-dev.pth
 	@printf '#!%s\nfrom conveyor.cli import main\nraise SystemExit(main())\n' "$(CURDIR)/$(PY)" > $(VENV)/bin/conveyor

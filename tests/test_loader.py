@@ -238,3 +238,10 @@ def test_context_manager_closes(color_folder):
         next(iter(loader))
     with pytest.raises(conveyor.ConfigError, match="closed"):
         iter(loader)
+
+
+def test_progress_bar_reports_images_and_stall(color_folder, capsys):
+    loader = make_loader(color_folder, progress=True)
+    assert sum(len(images) for images, _ in loader) == N
+    err = capsys.readouterr().err
+    assert "epoch 0" in err and "img" in err and "stall" in err

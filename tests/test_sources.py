@@ -26,6 +26,7 @@ from conveyor.pack import pack_image_folder, parse_size
 from conveyor.sources import (
     IMG_EXTENSIONS,
     MNIST,
+    CocoDetection,
     FashionMNIST,
     FileList,
     ImageFolder,
@@ -33,6 +34,7 @@ from conveyor.sources import (
     TarShards,
     expand_shards,
 )
+from conveyor.transforms import CenterCrop, Normalize, Resize
 
 
 def touch(path: Path, data: bytes = b"") -> Path:
@@ -304,9 +306,6 @@ def test_truncated_shard_is_a_read_error_naming_shard_and_member(tmp_path: Path)
 
 
 def test_loader_over_tar_shards(color_folder: Path, tmp_path: Path):
-    pytest.importorskip("conveyor.transforms")
-    from conveyor.transforms import CenterCrop
-
     shards = pack_image_folder(str(color_folder), str(tmp_path / "c-%d.tar"), shard_size=20_000)
     assert len(shards) > 1
     source = TarShards(shards)
@@ -338,18 +337,6 @@ def write_mnist(folder: Path, prefix: str, n: int, gz: bool = False) -> tuple[np
         else:
             (folder / name).write_bytes(data)
     return images, labels
-
-
-class Normalize:
-    """Stands for conveyor.transforms.Normalize (matched by class name)."""
-
-    def __init__(self, mean, std):
-        self.mean, self.std = mean, std
-
-
-class Resize:
-    def __init__(self, size):
-        self.size = size
 
 
 def test_mnist_reads_torchvision_layout_and_gzip(tmp_path: Path):
@@ -395,10 +382,11 @@ def batches(loader) -> tuple[np.ndarray, np.ndarray]:
 def test_mnist_through_the_loader(tmp_path: Path):
     images, labels = write_mnist(tmp_path, "train", 37)
     source = MNIST(tmp_path)
-    got, got_labels = batches(conveyor.Loader(source, [Normalize(0.1307, 0.3081)], batch_size=8))
+    got, got_labels = batches(conveyor.Loader(source, [Normalize([0.1307], [0.3081])], batch_size=8))
     assert got.shape == (37, 1, 28, 28) and got.dtype == np.float32
-    expected = (images.astype(np.float32) / 255 - 0.1307) / 0.3081
-    np.testing.assert_allclose(got[:, 0], expected, rtol=0, atol=1e-5)
+    # torchvision's ToTensor + Normalize arithmetic in float32, bit for bit.
+    expected = (images.astype(np.float32) / np.float32(255) - np.float32(0.1307)) / np.float32(0.3081)
+    np.testing.assert_array_equal(got[:, 0], expected)
     np.testing.assert_array_equal(got_labels, labels)
 
     raw, _ = batches(conveyor.Loader(source, batch_size=10, dtype="uint8", layout="HWC"))
@@ -529,3 +517,45 @@ def test_python_source_reference_cycle_is_collected():
     del dataset
     gc.collect()
     assert ref() is None
+
+
+# --- CocoDetection ----------------------------------------------------------------------------
+
+
+def test_coco_detection(tmp_path: Path):
+    touch(tmp_path / "images" / "a.jpg", b"A")
+    touch(tmp_path / "images" / "b.jpg", b"B")
+    annotations = {
+        "images": [
+            {"id": 20, "file_name": "b.jpg", "width": 64, "height": 48},
+            {"id": 3, "file_name": "a.jpg", "width": 32, "height": 16},
+        ],
+        "annotations": [
+            {"id": 1, "image_id": 20, "category_id": 5, "bbox": [1, 2, 3, 4], "area": 12, "iscrowd": 0},
+            {"id": 2, "image_id": 20, "category_id": 6, "bbox": [0.5, 0, 10, 10], "area": 100, "iscrowd": 1},
+        ],
+        "categories": [{"id": 5, "name": "cat"}, {"id": 6, "name": "dog"}],
+    }
+    (tmp_path / "instances.json").write_text(json.dumps(annotations))
+    coco = CocoDetection(tmp_path / "images", tmp_path / "instances.json")
+    assert coco.ids == [3, 20]
+    assert coco.categories == {5: "cat", 6: "dog"}
+    assert coco._engine_source().read(1) == (b"B", 1, str(tmp_path / "images" / "b.jpg"))  # label = index
+    assert coco.targets(0)["boxes"] == []
+    assert coco.targets(1) == {
+        "image_id": 20,
+        "width": 64,
+        "height": 48,
+        "boxes": [(1.0, 2.0, 3.0, 4.0), (0.5, 0.0, 10.0, 10.0)],
+        "category_ids": [5, 6],
+        "annotation_ids": [1, 2],
+        "iscrowd": [False, True],
+        "area": [12.0, 100.0],
+    }
+    annotations["annotations"][1]["bbox"] = [1, 2]
+    (tmp_path / "bad.json").write_text(json.dumps(annotations))
+    with pytest.raises(conveyor.ReadError) as info:
+        CocoDetection(tmp_path / "images", tmp_path / "bad.json")
+    assert str(info.value) == (
+        f"{tmp_path / 'bad.json'}: not a COCO instances file: annotations[1].bbox: expected 4 numbers"
+    )

@@ -5,6 +5,7 @@
 
 #include "bindings.h"
 #include "conveyor/core/error.h"
+#include "conveyor/io/coco.h"
 #include "conveyor/io/idx_source.h"
 #include "conveyor/io/source.h"
 #include "conveyor/io/tar_shards.h"
@@ -92,6 +93,48 @@ void bind_io(nb::module_& m) {
   nb::class_<PythonSource, Source>(m, "PythonSource", nb::type_slots(python_source_slots))
       .def(nb::init<nb::object>(), nb::arg("dataset"))
       .def_prop_ro("dataset", &PythonSource::dataset);
+
+  m.def(
+      "read_coco",
+      [](const std::string& path) {
+        CocoDataset coco;
+        {
+          nb::gil_scoped_release release;
+          coco = read_coco(path);
+        }
+        nb::list images;
+        for (const CocoImage& image : coco.images) {
+          nb::list boxes, category_ids, annotation_ids, iscrowd, area;
+          for (const CocoAnnotation& a : image.annotations) {
+            boxes.append(nb::make_tuple(a.bbox[0], a.bbox[1], a.bbox[2], a.bbox[3]));
+            category_ids.append(a.category_id);
+            annotation_ids.append(a.id);
+            iscrowd.append(a.iscrowd);
+            area.append(a.area);
+          }
+          nb::dict d;
+          d["id"] = image.id;
+          d["file_name"] = image.file_name;
+          d["width"] = image.width;
+          d["height"] = image.height;
+          d["boxes"] = boxes;
+          d["category_ids"] = category_ids;
+          d["annotation_ids"] = annotation_ids;
+          d["iscrowd"] = iscrowd;
+          d["area"] = area;
+          images.append(d);
+        }
+        nb::list categories;
+        for (const CocoCategory& c : coco.categories) {
+          nb::dict d;
+          d["id"] = c.id;
+          d["name"] = c.name;
+          d["supercategory"] = c.supercategory;
+          categories.append(d);
+        }
+        return nb::make_tuple(images, categories);
+      },
+      nb::arg("path"), "Parses a COCO instances file: (images sorted by id, categories), as dicts.");
 
   // The transform of raw-pixel sources (ops layer, bound here beside the
   // sources that need it).

@@ -14,6 +14,7 @@ from typing import Any, Optional, Union
 from conveyor import _conveyor
 from conveyor.errors import ConfigError
 from conveyor.sources import Source
+from conveyor.transforms import DEFAULT_MAX_PIXELS
 
 try:  # torch is optional: without it batches are numpy arrays.
     import torch
@@ -26,7 +27,6 @@ _log = logging.getLogger("conveyor")
 
 _DTYPES = ("uint8", "float16", "float32")
 _LAYOUTS = ("CHW", "HWC")
-_DEFAULT_MAX_PIXELS = 178956970
 # How long one wait for a batch lasts before Python gets to check for signals
 # (KeyboardInterrupt); the engine keeps working meanwhile.
 _WAIT_SLICE_SECONDS = 0.05
@@ -89,7 +89,7 @@ class Loader:
         progress: bool = False,
         dtype: str = "float32",
         layout: str = "CHW",
-        max_pixels: int = _DEFAULT_MAX_PIXELS,
+        max_pixels: int = DEFAULT_MAX_PIXELS,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
     ) -> None:
@@ -190,6 +190,7 @@ class Loader:
                 yield _as_tensor(_conveyor.Batch.images(batch)), _as_tensor(_conveyor.Batch.labels(batch))
         finally:
             if bar is not None:
+                self._update_bar(bar, 0, refresh=True)
                 bar.close()
             if iteration == self._iteration:
                 self._engine.stop()
@@ -310,11 +311,12 @@ class Loader:
     def _progress_bar(self, epoch: int) -> Any:
         from tqdm.auto import tqdm
 
-        return tqdm(total=len(self) * self.batch_size, desc=f"epoch {epoch}", unit="img", leave=False)
+        total = min(len(self) * self.batch_size, self._engine.num_samples)
+        return tqdm(total=total, desc=f"epoch {epoch}", unit="img", leave=False)
 
-    def _update_bar(self, bar: Any, samples: int) -> None:
+    def _update_bar(self, bar: Any, samples: int, refresh: bool = False) -> None:
         bar.update(samples)
-        bar.set_postfix_str(f"stall {100 * self.stats()['input_stall']:.0f}%", refresh=False)
+        bar.set_postfix_str(f"stall {100 * self.stats()['input_stall']:.0f}%", refresh=refresh)
 
 
 def _check_int(name: str, value: object, *, minimum: int) -> None:

@@ -136,7 +136,7 @@ def add_commands(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "pack",
         help="write an ImageFolder into tar shards (WebDataset layout)",
-        description=__doc__,
+        description=(__doc__ or "").replace("``", ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("src_dir", metavar="SRC_DIR", help="ImageFolder root: SRC_DIR/<class>/**/<image>")

@@ -19,6 +19,7 @@ __all__ = [
     "IMG_EXTENSIONS",
     "MNIST",
     "FashionMNIST",
+    "CocoDetection",
     "FileList",
     "ImageFolder",
     "PythonSource",
@@ -307,10 +308,12 @@ def _raw_transform(
     sample_shape: Sequence[int], transforms: Sequence[Any], output: dict[str, Any]
 ) -> _conveyor.SampleTransform:
     """The engine transform of raw uint8 pixels: only Normalize is supported."""
+    from conveyor.transforms import Normalize
+
     mean: list[float] = []
     std: list[float] = []
     for transform in transforms:
-        if type(transform).__name__ != "Normalize":
+        if not isinstance(transform, Normalize):
             raise ConfigError(
                 f"raw-pixel sources support only Normalize as a transform, got {type(transform).__name__}"
             )
@@ -432,3 +435,62 @@ class PythonSource(Source):
 
     def _engine_source(self) -> _conveyor.Source:
         return self._source
+
+
+# --- COCO detection --------------------------------------------------------------------------
+
+
+class CocoDetection(FileList):
+    """Images of a COCO "instances" annotation file, with their boxes.
+
+    Images are taken in id order (as torchvision's CocoDetection). The file is
+    parsed once in C++; each image's ``targets(i)`` are returned as Python lists.
+
+    The Loader's labels are **sample indices** here (a batch's ``labels[k]`` is
+    the index of its k-th image): look up the boxes with ``targets(index)``.
+
+    Not yet supported: transforming boxes together with geometric transforms
+    (crops, flips, resizes); the image pipeline has no box path. Use transforms
+    that keep geometry (e.g. only Normalize), or a fixed Resize and scale the
+    boxes yourself with ``width``/``height`` from ``targets``. Segmentations
+    (polygons, RLE) and keypoints are not parsed.
+
+    Args:
+        images_dir: folder holding the images (``file_name`` is relative to it).
+        annotation_json: path of ``instances_*.json``.
+
+    Raises:
+        ReadError: the annotation file is unreadable or malformed (naming it and
+            the entry, e.g. ``annotations[3].bbox``).
+        ConfigError: the file lists no image.
+    """
+
+    def __init__(self, images_dir: PathLike, annotation_json: PathLike) -> None:
+        self.images_dir = os.fspath(images_dir)
+        self.annotation_json = os.fspath(annotation_json)
+        self._images, categories = _conveyor.read_coco(self.annotation_json)
+        if not self._images:
+            raise ConfigError(f"CocoDetection: {self.annotation_json} lists no image")
+        #: Image ids in sample order.
+        self.ids: list[int] = [image["id"] for image in self._images]
+        #: Category id -> name.
+        self.categories: dict[int, str] = {c["id"]: c["name"] for c in categories}
+        paths = [os.path.join(self.images_dir, image["file_name"]) for image in self._images]
+        super().__init__(paths, list(range(len(paths))))
+
+    def targets(self, index: int) -> dict[str, Any]:
+        """Annotations of sample ``index``: ``image_id``, ``width``, ``height``,
+        ``boxes`` (list of (x, y, w, h) in pixels, COCO's xywh), ``category_ids``,
+        ``annotation_ids``, ``iscrowd`` and ``area``, one entry per object in
+        the file's order."""
+        image = self._images[int(index)]
+        return {
+            "image_id": image["id"],
+            "width": image["width"],
+            "height": image["height"],
+            "boxes": list(image["boxes"]),
+            "category_ids": list(image["category_ids"]),
+            "annotation_ids": list(image["annotation_ids"]),
+            "iscrowd": list(image["iscrowd"]),
+            "area": list(image["area"]),
+        }

@@ -2,7 +2,9 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <utility>
@@ -18,7 +20,13 @@ constexpr uint8_t kUnsignedByte = 0x08;
 
 bool ends_with_gz(const std::string& path) { return path.size() >= 3 && path.ends_with(".gz"); }
 
-// The whole decompressed content of a gzip file. Closes the gzFile on every path.
+uint32_t big_endian_u32(const uint8_t* p) {
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+}
+
+// The decompressed content of a gzip IDX file, up to one byte more than its
+// header announces: enough for parse_idx to tell "too long", while a
+// decompression bomb can't exhaust memory. Closes the gzFile on every path.
 Bytes read_gzip(const std::string& path) {
   gzFile file = gzopen(path.c_str(), "rb");
   if (file == nullptr) throw Error(ErrorKind::kRead, std::strerror(errno != 0 ? errno : ENOMEM), path);
@@ -27,31 +35,46 @@ Bytes read_gzip(const std::string& path) {
     ~Closer() { gzclose(f); }
   } closer{file};
   gzbuffer(file, 1 << 16);
+  auto fail = [&] {
+    int code = 0;
+    const char* message = gzerror(file, &code);
+    throw Error(ErrorKind::kRead,
+                std::string("gzip decompression failed: ") +
+                    (code == Z_ERRNO ? std::strerror(errno) : (message != nullptr ? message : "unknown error")),
+                path);
+  };
   std::vector<uint8_t> data;
-  constexpr size_t kChunk = 1 << 20;
-  for (;;) {
-    const size_t done = data.size();
-    data.resize(done + kChunk);
-    const int n = gzread(file, data.data() + done, static_cast<unsigned>(kChunk));
-    if (n < 0) {
-      int code = 0;
-      const char* message = gzerror(file, &code);
-      throw Error(ErrorKind::kRead,
-                  std::string("gzip decompression failed: ") +
-                      (code == Z_ERRNO ? std::strerror(errno) : (message != nullptr ? message : "unknown error")),
-                  path);
+  // Reads up to `limit` bytes in total; false at the end of the stream.
+  auto read_up_to = [&](size_t limit) {
+    constexpr size_t kChunk = 1 << 20;
+    while (data.size() < limit) {
+      const size_t done = data.size();
+      const size_t want = std::min(kChunk, limit - done);
+      data.resize(done + want);
+      const int n = gzread(file, data.data() + done, static_cast<unsigned>(want));
+      if (n < 0) fail();
+      data.resize(done + static_cast<size_t>(n));
+      if (n == 0) return false;
     }
-    data.resize(done + static_cast<size_t>(n));
-    if (n == 0) break;
+    return true;
+  };
+  // Payloads over 1 TiB are not IDX files anyone has; parse_idx rejects them.
+  constexpr uint64_t kMaxPayload = uint64_t{1} << 40;
+  size_t limit = SIZE_MAX;
+  if (read_up_to(4) && read_up_to(4 + 4 * size_t{data[3]})) {
+    uint64_t payload = 1;
+    for (size_t i = 0; i < data[3] && payload <= kMaxPayload; ++i) {
+      const uint32_t dim = big_endian_u32(&data[4 + 4 * i]);
+      payload = (dim != 0 && payload > kMaxPayload / dim) ? kMaxPayload + 1 : payload * dim;
+    }
+    limit = data.size() + static_cast<size_t>(std::min(payload, kMaxPayload)) + 1;
   }
+  read_up_to(limit);
   // zlib reports a stream that stops before its end as EOF without an error
   // from gzread; gzerror tells.
   int code = 0;
-  const char* message = gzerror(file, &code);
-  if (code != Z_OK && code != Z_STREAM_END) {
-    throw Error(ErrorKind::kRead, std::string("gzip decompression failed: ") + (message ? message : "unknown error"),
-                path);
-  }
+  gzerror(file, &code);
+  if (code != Z_OK && code != Z_STREAM_END) fail();
   return Bytes::from_vector(std::move(data));
 }
 
@@ -62,10 +85,6 @@ Bytes load(const std::string& path) {
   const uint8_t* data = map->data();
   const size_t size = map->size();
   return Bytes(std::move(map), data, size);
-}
-
-uint32_t big_endian_u32(const uint8_t* p) {
-  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
 }
 
 struct IdxFile {
@@ -123,9 +142,17 @@ IdxFile parse_idx(const std::string& path, int min_dims, int max_dims, const cha
       if (!shape.empty()) shape.push_back('x');
       shape.append(std::to_string(d));
     }
+    if (too_big) {
+      throw Error(ErrorKind::kRead,
+                  "truncated IDX file: the header says " + shape + ", the file has " + std::to_string(payload) +
+                      " bytes of data",
+                  path);
+    }
+    // (A gzip file is decompressed only one byte past the header's size, so
+    // the excess is not counted.)
     throw Error(ErrorKind::kRead,
-                std::string(too_big ? "truncated" : "too long") + " IDX file: the header says " + shape +
-                    ", the file has " + std::to_string(payload) + " bytes of data",
+                "too long IDX file: the header says " + shape + " (" + std::to_string(product) +
+                    " bytes of data), the file has more",
                 path);
   }
   return file;

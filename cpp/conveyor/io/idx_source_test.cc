@@ -118,6 +118,19 @@ TEST_F(IdxSourceTest, ReadsGzipFiles) {
   EXPECT_EQ(source.read(4).data.data()[11], pixel(4, 3, 2));
   EXPECT_EQ(source.read(4).label, 2);
 
+  // A gzip "bomb" (header: 1 sample of 4x3, then 100 MB of zeros) is read
+  // only one byte past what its header announces: "too long", not out of memory.
+  std::vector<uint8_t> bomb = idx({1, 4, 3}, std::vector<uint8_t>(100u << 20, 0));
+  const std::string bomb_path = write_gz("bomb.gz", bomb);
+  bomb.clear();
+  try {
+    IdxSource bad(bomb_path, write("one", idx({1}, {0})));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              bomb_path + ": too long IDX file: the header says 1x4x3 (12 bytes of data), the file has more");
+  }
+
   // A truncated gzip stream is a read error naming the file.
   const std::string whole = write_gz("whole.gz", image_bytes);
   std::ifstream in(whole, std::ios::binary);
@@ -155,7 +168,7 @@ TEST_F(IdxSourceTest, ValidatesHeadersAndSizes) {
   payload.push_back(2);
   const std::string long_file = write("long", idx({5, 4, 3}, payload));
   expect_error(long_file, good_labels, ErrorKind::kRead,
-               long_file + ": too long IDX file: the header says 5x4x3, the file has 61 bytes of data");
+               long_file + ": too long IDX file: the header says 5x4x3 (60 bytes of data), the file has more");
   const std::string huge = write("huge", idx({0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF}, {}));
   expect_error(
       huge, good_labels, ErrorKind::kRead,
@@ -211,7 +224,7 @@ TEST_F(IdxSourceTest, LoaderDeliversExactBatches) {
       for (int y = 0; y < h; ++y) {
         for (int x = 0; x < w; ++x) {
           const float expected = (static_cast<float>(pixel(sample, y, x)) / 255.0f - 0.5f) / 0.25f;
-          ASSERT_NEAR(data[(i * h + y) * w + x], expected, 1e-5f) << "sample " << sample;
+          ASSERT_EQ(data[(i * h + y) * w + x], expected) << "sample " << sample;
         }
       }
     }

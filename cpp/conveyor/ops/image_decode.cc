@@ -63,7 +63,7 @@ Image decode_image(std::span<const uint8_t> data, int channels, int64_t max_pixe
   detail::DecodeRequest request;
   request.region = {0, 0, info.width, info.height};
   request.channels = channels;
-  const ImageView view = decoder->decode(request, scratch);
+  const ImageView view = decoder->decode(request, scratch).view;
   Image image;
   image.height = view.height;
   image.width = view.width;

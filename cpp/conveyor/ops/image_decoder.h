@@ -38,9 +38,18 @@ struct Scratch {
   std::vector<uint8_t> converted;
   std::vector<uint8_t> oriented;
   std::vector<uint8_t> prefiltered;
-  std::vector<uint8_t> intermediate;
   std::vector<uint8_t> resized;
   std::vector<uint8_t> padded;
+};
+
+/// A decoded region and where it lies in the (displayed) image: view pixel
+/// (row r, column c) covers image pixels [x + c * scale, x + (c + 1) * scale)
+/// horizontally, likewise vertically; scale > 1 after a DCT-scaled decode.
+struct Decoded {
+  ImageView view;
+  double x = 0;
+  double y = 0;
+  double scale = 1;
 };
 
 /// One image being decoded: the header is parsed at open, decode() runs once.
@@ -52,9 +61,9 @@ class ImageDecoder {
   /// The header's facts (displayed orientation).
   const ImageInfo& info() const noexcept { return info_; }
 
-  /// Decodes `request.region`; the returned view points into `scratch`.
-  /// Throws Error{kDecode} on corrupt or truncated data.
-  virtual ImageView decode(const DecodeRequest& request, Scratch& scratch) = 0;
+  /// Decodes (at least) `request.region`; the returned view points into
+  /// `scratch`. Throws Error{kDecode} on corrupt or truncated data.
+  virtual Decoded decode(const DecodeRequest& request, Scratch& scratch) = 0;
 
  protected:
   ImageInfo info_;

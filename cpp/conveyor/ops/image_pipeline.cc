@@ -312,8 +312,8 @@ void ImagePipeline::apply(std::span<const uint8_t> input, SampleRng& rng, void* 
   struct Trim {
     ~Trim() {
       constexpr size_t kKeep = size_t{64} << 20;
-      for (auto* b : {&scratch.decoded, &scratch.converted, &scratch.oriented, &scratch.prefiltered,
-                      &scratch.intermediate, &scratch.resized, &scratch.padded})
+      for (auto* b : {&scratch.decoded, &scratch.converted, &scratch.oriented, &scratch.prefiltered, &scratch.resized,
+                      &scratch.padded})
         if (b->capacity() > kKeep) std::vector<uint8_t>().swap(*b);
     }
   } trim;
@@ -323,48 +323,69 @@ void ImagePipeline::apply(std::span<const uint8_t> input, SampleRng& rng, void* 
   const Placement p = plan.place(info.height, info.width, rng);
   const int out_h = plan.size.height, out_w = plan.size.width, channels = plan.output.channels;
 
-  // The source box, clipped to the image (a CenterCrop larger than the image
-  // pads with zeros), and the part of the output it covers.
-  const double bx0 = std::max(p.x0, 0.0), bx1 = std::min(p.x0 + p.sx * out_w, static_cast<double>(info.width));
-  const double by0 = std::max(p.y0, 0.0), by1 = std::min(p.y0 + p.sy * out_h, static_cast<double>(info.height));
-  const int sx0 = static_cast<int>(std::lround(bx0)), sx1 = static_cast<int>(std::lround(bx1));
-  const int sy0 = static_cast<int>(std::lround(by0)), sy1 = static_cast<int>(std::lround(by1));
-  const int dx0 = std::clamp(static_cast<int>(std::lround((bx0 - p.x0) / p.sx)), 0, out_w);
-  const int dx1 = std::clamp(static_cast<int>(std::lround((bx1 - p.x0) / p.sx)), 0, out_w);
-  const int dy0 = std::clamp(static_cast<int>(std::lround((by0 - p.y0) / p.sy)), 0, out_h);
-  const int dy1 = std::clamp(static_cast<int>(std::lround((by1 - p.y0) / p.sy)), 0, out_h);
-  const bool covered = sx1 > sx0 && sy1 > sy0 && dx1 > dx0 && dy1 > dy0;
+  // The source box (fractional after a resize), clipped to the image (a
+  // CenterCrop larger than the image pads with zeros), and the output
+  // rectangle it covers.
+  BoxF box{std::max(p.x0, 0.0), std::max(p.y0, 0.0), std::min(p.x0 + p.sx * out_w, static_cast<double>(info.width)),
+           std::min(p.y0 + p.sy * out_h, static_cast<double>(info.height))};
+  const int dx0 = std::clamp(static_cast<int>(std::lround((box.x0 - p.x0) / p.sx)), 0, out_w);
+  const int dx1 = std::clamp(static_cast<int>(std::lround((box.x1 - p.x0) / p.sx)), 0, out_w);
+  const int dy0 = std::clamp(static_cast<int>(std::lround((box.y0 - p.y0) / p.sy)), 0, out_h);
+  const int dy1 = std::clamp(static_cast<int>(std::lround((box.y1 - p.y0) / p.sy)), 0, out_h);
   const int rect_w = dx1 - dx0, rect_h = dy1 - dy0;
+  const bool covered = rect_w > 0 && rect_h > 0 && box.x1 > box.x0 && box.y1 > box.y0;
 
   ImageView image;
   if (covered) {
+    // The decoded region: the box itself when its edges are whole pixels (a
+    // crop: PIL crops, then resizes), else the box grown by the resize
+    // kernel's reach, so the samples near its edges see their real neighbours.
+    auto whole = [](double v) { return std::abs(v - std::round(v)) < 1e-6; };
+    const bool exact = whole(box.x0) && whole(box.x1) && whole(box.y0) && whole(box.y1);
+    const int mx = exact ? 0 : static_cast<int>(std::ceil(std::max(p.sx, 1.0))) + 1;
+    const int my = exact ? 0 : static_cast<int>(std::ceil(std::max(p.sy, 1.0))) + 1;
+    const int rx0 = std::max(static_cast<int>(std::floor(box.x0 + 1e-6)) - mx, 0);
+    const int rx1 = std::min(static_cast<int>(std::ceil(box.x1 - 1e-6)) + mx, info.width);
+    const int ry0 = std::max(static_cast<int>(std::floor(box.y0 + 1e-6)) - my, 0);
+    const int ry1 = std::min(static_cast<int>(std::ceil(box.y1 - 1e-6)) + my, info.height);
     detail::DecodeRequest request;
     request.channels = channels;
-    request.region = plan.options.crop_decode ? detail::Region{sx0, sy0, sx1 - sx0, sy1 - sy0}
+    request.region = plan.options.crop_decode ? detail::Region{rx0, ry0, rx1 - rx0, ry1 - ry0}
                                               : detail::Region{0, 0, info.width, info.height};
     if (plan.options.dct_scale) {
-      // The decoded region may shrink as long as the box stays >= its output size.
+      // The region may be decoded downscaled as long as the box stays
+      // dct_margin times larger than its output rectangle.
       const double margin = std::max(1.0, plan.options.dct_margin);
-      request.min_width = static_cast<int>(std::ceil(margin * rect_w * request.region.width / (sx1 - sx0)));
-      request.min_height = static_cast<int>(std::ceil(margin * rect_h * request.region.height / (sy1 - sy0)));
+      request.min_width = static_cast<int>(std::ceil(margin * rect_w * request.region.width / (box.x1 - box.x0)));
+      request.min_height = static_cast<int>(std::ceil(margin * rect_h * request.region.height / (box.y1 - box.y0)));
     }
-    const ImageView decoded = decoder->decode(request, scratch);
-    // The box inside the decoded region (which may be downscaled).
-    const double kx = static_cast<double>(decoded.width) / request.region.width;
-    const double ky = static_cast<double>(decoded.height) / request.region.height;
-    detail::Region box;
-    box.x = std::clamp(static_cast<int>(std::lround((sx0 - request.region.x) * kx)), 0, decoded.width - 1);
-    box.y = std::clamp(static_cast<int>(std::lround((sy0 - request.region.y) * ky)), 0, decoded.height - 1);
-    box.width =
-        std::clamp(static_cast<int>(std::lround((sx1 - request.region.x) * kx)), box.x + 1, decoded.width) - box.x;
-    box.height =
-        std::clamp(static_cast<int>(std::lround((sy1 - request.region.y) * ky)), box.y + 1, decoded.height) - box.y;
-    image = detail::crop_view(decoded, box);
-    if (image.width != rect_w || image.height != rect_h) {
+    const detail::Decoded out = decoder->decode(request, scratch);
+    const ImageView& decoded = out.view;
+    // The box in the decoded view's pixels (which may be downscaled).
+    const double k = 1.0 / out.scale;
+    BoxF in_decoded{(box.x0 - out.x) * k, (box.y0 - out.y) * k, (box.x1 - out.x) * k, (box.y1 - out.y) * k};
+    ImageView source = decoded;
+    if (exact) {
+      // A crop: the resize must not see pixels beyond it, whether or not the
+      // decoder returned more (full decode) -- PIL crops, then resizes.
+      const int cx0 = std::clamp(static_cast<int>(std::floor(in_decoded.x0 + 1e-6)), 0, decoded.width - 1);
+      const int cy0 = std::clamp(static_cast<int>(std::floor(in_decoded.y0 + 1e-6)), 0, decoded.height - 1);
+      const int cx1 = std::clamp(static_cast<int>(std::ceil(in_decoded.x1 - 1e-6)), cx0 + 1, decoded.width);
+      const int cy1 = std::clamp(static_cast<int>(std::ceil(in_decoded.y1 - 1e-6)), cy0 + 1, decoded.height);
+      source = detail::crop_view(decoded, {cx0, cy0, cx1 - cx0, cy1 - cy0});
+      in_decoded = {in_decoded.x0 - cx0, in_decoded.y0 - cy0, in_decoded.x1 - cx0, in_decoded.y1 - cy0};
+    }
+    const bool plain_crop = whole(in_decoded.x0) && whole(in_decoded.y0) &&
+                            std::abs(in_decoded.x1 - in_decoded.x0 - rect_w) < 1e-6 &&
+                            std::abs(in_decoded.y1 - in_decoded.y0 - rect_h) < 1e-6;
+    if (plain_crop) {
+      image = detail::crop_view(source, {static_cast<int>(std::lround(in_decoded.x0)),
+                                         static_cast<int>(std::lround(in_decoded.y0)), rect_w, rect_h});
+    } else {
       std::vector<uint8_t>& dst = scratch.resized;
       dst.resize(static_cast<size_t>(rect_w) * rect_h * channels);
-      resize_image(image, dst.data(), rect_h, rect_w, static_cast<ptrdiff_t>(rect_w) * channels, plan.antialias,
-                   scratch.intermediate, scratch.prefiltered);
+      resize_image(source, in_decoded, dst.data(), rect_h, rect_w, static_cast<ptrdiff_t>(rect_w) * channels,
+                   plan.antialias, scratch.prefiltered);
       image = {dst.data(), rect_h, rect_w, channels, static_cast<ptrdiff_t>(rect_w) * channels};
     }
   }

@@ -4,6 +4,7 @@
 #include <jpeglib.h>
 
 #include <algorithm>
+#include <array>
 #include <csetjmp>
 #include <cstdio>  // jpeglib.h needs FILE and size_t first.
 #include <cstring>
@@ -112,6 +113,29 @@ Region to_stored(const Region& r, int orientation, int w, int h) {
   }
 }
 
+// The inverse of to_stored, on fractional rectangles {x, y, width, height}.
+std::array<double, 4> to_displayed(const std::array<double, 4>& r, int orientation, int w, int h) {
+  const double x0 = r[0], y0 = r[1], x1 = r[0] + r[2], y1 = r[1] + r[3];
+  switch (orientation) {
+    case 2:
+      return {w - x1, y0, r[2], r[3]};
+    case 3:
+      return {w - x1, h - y1, r[2], r[3]};
+    case 4:
+      return {x0, h - y1, r[2], r[3]};
+    case 5:
+      return {y0, x0, r[3], r[2]};
+    case 6:
+      return {h - y1, x0, r[3], r[2]};
+    case 7:
+      return {h - y1, w - x1, r[3], r[2]};
+    case 8:
+      return {y0, w - x1, r[3], r[2]};
+    default:
+      return r;
+  }
+}
+
 // PIL's CMYK -> RGB on Adobe-inverted samples (PIL assumes Adobe polarity for
 // every CMYK JPEG): R = (255 - C) * (255 - K) / 255, rounded as PIL's MULDIV255.
 inline uint8_t muldiv255(uint32_t a, uint32_t b) {
@@ -148,7 +172,7 @@ class JpegDecoder final : public ImageDecoder {
     info_.height = transposes(orientation_) ? w : h;
   }
 
-  ImageView decode(const DecodeRequest& request, Scratch& scratch) override {
+  Decoded decode(const DecodeRequest& request, Scratch& scratch) override {
     const int stored_w = static_cast<int>(cinfo_.image_width), stored_h = static_cast<int>(cinfo_.image_height);
     const Region stored = to_stored(request.region, orientation_, stored_w, stored_h);
     int min_w = request.min_width, min_h = request.min_height;
@@ -163,13 +187,15 @@ class JpegDecoder final : public ImageDecoder {
       }
     }
     const bool cmyk = cinfo_.jpeg_color_space == JCS_CMYK || cinfo_.jpeg_color_space == JCS_YCCK;
-    ImageView view = decode_stored(stored, denom, cmyk ? 4 : request.channels, scratch.decoded);
+    std::array<double, 4> covered{};  // What the view covers, in stored pixels.
+    ImageView view = decode_stored(stored, denom, cmyk ? 4 : request.channels, scratch.decoded, covered);
     if (cmyk) {
       view = cmyk_to_rgb(view);
       if (request.channels == 1) view = rgb_to_gray(view, scratch.converted);
     }
     if (orientation_ != 1) view = orient(view, scratch.oriented);
-    return view;
+    const auto shown = to_displayed(covered, orientation_, stored_w, stored_h);
+    return {view, shown[0], shown[1], static_cast<double>(denom)};
   }
 
  private:
@@ -178,7 +204,8 @@ class JpegDecoder final : public ImageDecoder {
   // Decodes `stored` (stored coordinates) at 1/denom scale with `components`
   // output components (1 gray, 3 RGB, 4 CMYK as stored) into `buffer`, reading
   // only the rows of the region and (jpeg_crop_scanline) its iMCU columns.
-  ImageView decode_stored(const Region& stored, int denom, int components, std::vector<uint8_t>& buffer) {
+  ImageView decode_stored(const Region& stored, int denom, int components, std::vector<uint8_t>& buffer,
+                          std::array<double, 4>& covered) {
     if (setjmp(err_.jump)) fail();
     cinfo_.scale_num = 1;
     cinfo_.scale_denom = static_cast<unsigned int>(denom);
@@ -191,9 +218,10 @@ class JpegDecoder final : public ImageDecoder {
     const JDIMENSION x1 = std::max(scaled(stored.x + stored.width, cinfo_.output_width), x0 + 1);
     const JDIMENSION y0 = scaled(stored.y, cinfo_.output_height);
     const JDIMENSION y1 = std::max(scaled(stored.y + stored.height, cinfo_.output_height), y0 + 1);
-    // Two extra columns on the right: at the right edge of a cropped scanline the
+    // Two extra columns on each side: at the edges of a cropped scanline the
     // chroma upsampler replicates the edge instead of using the next pixel.
-    JDIMENSION x_offset = x0, crop_width = std::min(x1 + 2, cinfo_.output_width) - x0;
+    JDIMENSION x_offset = x0 >= 2 ? x0 - 2 : 0;
+    JDIMENSION crop_width = std::min(x1 + 2, cinfo_.output_width) - x_offset;
     if (crop_width < cinfo_.output_width) jpeg_crop_scanline(&cinfo_, &x_offset, &crop_width);
     const size_t row_bytes = size_t{cinfo_.output_width} * static_cast<size_t>(cinfo_.output_components);
     buffer.resize(row_bytes * (y1 - y0));
@@ -206,6 +234,9 @@ class JpegDecoder final : public ImageDecoder {
     }
     // The rest of the image is not needed; abort keeps the object reusable for destroy.
     jpeg_abort_decompress(&cinfo_);
+    // Scaled pixel i covers stored pixels [i * denom, (i + 1) * denom).
+    covered = {static_cast<double>(x0) * denom, static_cast<double>(y0) * denom, static_cast<double>(x1 - x0) * denom,
+               static_cast<double>(y1 - y0) * denom};
     ImageView view;
     view.data = buffer.data() + (x0 - x_offset) * static_cast<size_t>(cinfo_.output_components);
     view.height = static_cast<int>(y1 - y0);

@@ -32,14 +32,15 @@ class PngDecoder final : public ImageDecoder {
   // libspng converts every colour type and depth to RGB8: palette expanded,
   // alpha dropped (not composited, as PIL's convert("RGB")), gray replicated,
   // 16-bit samples reduced to their high byte. No gamma correction (as PIL).
-  ImageView decode(const DecodeRequest& request, Scratch& scratch) override {
+  Decoded decode(const DecodeRequest& request, Scratch& scratch) override {
     size_t size = 0;
     check(spng_decoded_image_size(ctx_, SPNG_FMT_RGB8, &size));
     scratch.decoded.resize(size);
     check(spng_decode_image(ctx_, scratch.decoded.data(), size, SPNG_FMT_RGB8, 0));
     ImageView full{scratch.decoded.data(), info_.height, info_.width, 3, static_cast<ptrdiff_t>(info_.width) * 3};
     if (request.channels == 1) full = rgb_to_gray(full, scratch.converted);
-    return crop_view(full, request.region);
+    return {crop_view(full, request.region), static_cast<double>(request.region.x),
+            static_cast<double>(request.region.y), 1.0};
   }
 
  private:

@@ -30,10 +30,15 @@ RawTensorTransform::RawTensorTransform(RawTensorSpec spec) : spec_(std::move(spe
     mean = per_channel(spec_.mean, "mean");
     std = per_channel(spec_.std, "std");
   }
+  for (size_t i = 0; i < c; ++i) check_config(std[i] != 0.0f, "Normalize std must not be zero");
+  // One table lookup per byte: exact torchvision arithmetic at copy speed.
+  lut_.resize(c * 256);
   for (size_t i = 0; i < c; ++i) {
-    check_config(std[i] != 0.0f, "Normalize std must not be zero");
-    scale_.push_back(1.0f / (255.0f * std[i]));
-    offset_.push_back(-mean[i] / std[i]);
+    for (int v = 0; v < 256; ++v) {
+      float x = static_cast<float>(v) / 255.0f;
+      if (normalize) x = (x - mean[i]) / std[i];
+      lut_[i * 256 + static_cast<size_t>(v)] = x;
+    }
   }
 }
 
@@ -64,15 +69,15 @@ void RawTensorTransform::apply(std::span<const uint8_t> input, SampleRng&, void*
     return;
   }
   auto* dst = static_cast<float*>(out);
+  const float* lut = lut_.data();
   if (interleaved_out) {
     for (size_t p = 0; p < pixels; ++p) {
-      for (size_t ch = 0; ch < c; ++ch) dst[p * c + ch] = static_cast<float>(in[p * c + ch]) * scale_[ch] + offset_[ch];
+      for (size_t ch = 0; ch < c; ++ch) dst[p * c + ch] = lut[ch * 256 + in[p * c + ch]];
     }
   } else {
     for (size_t ch = 0; ch < c; ++ch) {
-      const float scale = scale_[ch];
-      const float offset = offset_[ch];
-      for (size_t p = 0; p < pixels; ++p) dst[ch * pixels + p] = static_cast<float>(in[p * c + ch]) * scale + offset;
+      const float* table = lut + ch * 256;
+      for (size_t p = 0; p < pixels; ++p) dst[ch * pixels + p] = table[in[p * c + ch]];
     }
   }
 }

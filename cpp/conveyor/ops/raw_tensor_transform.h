@@ -25,6 +25,8 @@ struct RawTensorSpec {
 /// The SampleTransform of raw-pixel sources (e.g. IdxSource for MNIST): the
 /// input is exactly H×W×C uint8 pixels, written into the batch slot as uint8,
 /// or as float32 scaled by 1/255 and optionally normalized, in C×H×W or H×W×C.
+/// Float values are computed as torchvision does, (v / 255 - mean) / std in
+/// float32, so they match it bit for bit.
 ///
 /// Thread-safety: immutable after construction; apply() may run concurrently.
 class RawTensorTransform final : public SampleTransform {
@@ -39,8 +41,7 @@ class RawTensorTransform final : public SampleTransform {
 
  private:
   RawTensorSpec spec_;
-  std::vector<float> scale_;   // Per channel: 1 / (255 * std).
-  std::vector<float> offset_;  // Per channel: -mean / std.
+  std::vector<float> lut_;  // Output value of each (channel, byte): lut_[c * 256 + v].
 };
 
 }  // namespace conveyor

@@ -8,23 +8,28 @@
 
 namespace conveyor {
 
-/// Which interpolation resize_image() uses for each axis.
-enum class ResizeFilter {
-  kArea,    ///< OpenCV INTER_AREA: box-filter antialiasing, for downscaling.
-  kLinear,  ///< OpenCV INTER_LINEAR: bilinear without antialiasing, for upscaling.
+/// A rectangle with fractional edges, in pixel units of an image (pixel i
+/// spans [i, i + 1)).
+struct BoxF {
+  double x0 = 0;
+  double y0 = 0;
+  double x1 = 0;
+  double y1 = 0;
 };
 
-/// Resizes `src` into the `dst_height` x `dst_width` HWC buffer `dst` (same
-/// channel count, rows `dst_stride` bytes apart), approximating PIL's
-/// antialiased bilinear resize (what torchvision uses): when `antialias`, axes
-/// that shrink by s get a box prefilter of width s then INTER_AREA (together a
-/// tent of radius s, PIL's filter); axes that grow (or all, without
-/// `antialias`) use INTER_LINEAR; mixed axes run in two passes (see
-/// docs/design/resize.md). `tmp` and `prefiltered` are scratch buffers. Runs single-threaded
-/// (OpenCV's own threading is turned off once: our workers parallelize).
-/// Thread-safe for distinct buffers.
-void resize_image(const ImageView& src, uint8_t* dst, int dst_height, int dst_width, ptrdiff_t dst_stride,
-                  bool antialias, std::vector<uint8_t>& tmp, std::vector<uint8_t>& prefiltered);
+/// Resamples the part `box` of `src` into the `dst_height` x `dst_width` HWC
+/// buffer `dst` (same channel count, rows `dst_stride` bytes apart), like PIL's
+/// bilinear resize of that box (what torchvision uses): when `antialias`, an
+/// axis shrinking by s is first smoothed with a triangle filter of radius s
+/// (PIL's antialiasing kernel), then every output pixel is sampled at its exact
+/// (fractional) source position with bilinear interpolation. Fractional boxes
+/// are honoured exactly, which matters for fused Resize-then-crop chains and
+/// DCT-scaled decodes (see docs/design/resize.md). Pixels outside `src` are
+/// replicated edges. `scratch` holds the smoothed rows.
+/// Runs single-threaded (OpenCV's own threading is turned off once: our
+/// workers parallelize). Thread-safe for distinct buffers.
+void resize_image(const ImageView& src, const BoxF& box, uint8_t* dst, int dst_height, int dst_width,
+                  ptrdiff_t dst_stride, bool antialias, std::vector<uint8_t>& scratch);
 
 /// Turns off OpenCV's internal thread pool (idempotent, thread-safe).
 void use_single_threaded_opencv();

@@ -26,7 +26,7 @@ class WebpDecoder final : public ImageDecoder {
   }
 
   // Alpha, if any, is dropped (as PIL's convert("RGB")).
-  ImageView decode(const DecodeRequest& request, Scratch& scratch) override {
+  Decoded decode(const DecodeRequest& request, Scratch& scratch) override {
     const ptrdiff_t stride = static_cast<ptrdiff_t>(info_.width) * 3;
     scratch.decoded.resize(static_cast<size_t>(stride) * info_.height);
     if (WebPDecodeRGBInto(data_.data(), data_.size(), scratch.decoded.data(), scratch.decoded.size(),
@@ -35,7 +35,8 @@ class WebpDecoder final : public ImageDecoder {
     }
     ImageView full{scratch.decoded.data(), info_.height, info_.width, 3, stride};
     if (request.channels == 1) full = rgb_to_gray(full, scratch.converted);
-    return crop_view(full, request.region);
+    return {crop_view(full, request.region), static_cast<double>(request.region.x),
+            static_cast<double>(request.region.y), 1.0};
   }
 
  private:

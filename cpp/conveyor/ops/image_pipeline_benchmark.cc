@@ -1,0 +1,162 @@
+// Per-core throughput of the image kernels (images/s = items_per_second).
+//
+//   build/dev/image_pipeline_benchmark [--benchmark_min_time=2s]
+//
+// Input: 200 JPEGs generated at start-up (textured synthetic images, short
+// side 200-500 px, ImageNet-like aspect ratios, quality 90, 4:2:0), or every
+// .jpg/.jpeg file of the folder named by CONVEYOR_BENCH_IMAGES. All files are
+// in memory: this measures decode + transforms only, on one thread.
+#include <benchmark/benchmark.h>
+#include <turbojpeg.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "conveyor/ops/image_decode.h"
+#include "conveyor/ops/image_pipeline.h"
+
+namespace conveyor {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+// Photo-like content: smooth gradients, a few hard edges, mid-frequency waves
+// and sensor-like noise, so entropy decoding and resampling do real work.
+Bytes synthetic_jpeg(int height, int width, std::mt19937& gen) {
+  std::vector<uint8_t> rgb(static_cast<size_t>(height) * width * 3);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::normal_distribution<double> noise(0, 6);
+  const double fx = 0.02 + 0.2 * u(gen), fy = 0.02 + 0.2 * u(gen), edge = width * u(gen);
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < width; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        double v = 90 + 60.0 * x / width + 40.0 * y / height * (c + 1) / 2;
+        v += 35 * std::sin(fx * x * (1 + 0.3 * c) + fy * y) * std::cos(0.013 * x * y / (1 + y));
+        v += (x + 0.5 * y > edge ? 40 : -20) + noise(gen);
+        rgb[(static_cast<size_t>(y) * width + x) * 3 + c] = static_cast<uint8_t>(std::clamp(v, 0.0, 255.0));
+      }
+    }
+  }
+  tjhandle handle = tjInitCompress();
+  unsigned char* out = nullptr;
+  unsigned long size = 0;
+  if (tjCompress2(handle, rgb.data(), width, 0, height, TJPF_RGB, &out, &size, TJSAMP_420, 90, 0) != 0) {
+    throw std::runtime_error(tjGetErrorStr2(handle));
+  }
+  Bytes bytes(out, out + size);
+  tjFree(out);
+  tjDestroy(handle);
+  return bytes;
+}
+
+const std::vector<Bytes>& images() {
+  static const std::vector<Bytes> files = [] {
+    std::vector<Bytes> result;
+    if (const char* dir = std::getenv("CONVEYOR_BENCH_IMAGES")) {
+      for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
+        std::string ext = entry.path().extension().string();
+        std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
+        if (ext != ".jpg" && ext != ".jpeg") continue;
+        std::ifstream in(entry.path(), std::ios::binary);
+        result.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      }
+      if (result.empty()) throw std::runtime_error(std::string("no JPEG files in ") + dir);
+      return result;
+    }
+    std::mt19937 gen(2024);
+    std::uniform_int_distribution<int> short_side(200, 500);
+    const double aspects[] = {4.0 / 3.0, 3.0 / 2.0, 1.0, 3.0 / 4.0, 2.0 / 3.0};
+    for (int i = 0; i < 200; ++i) {
+      const int s = short_side(gen);
+      const double a = aspects[i % 5];
+      const int h = a >= 1 ? s : static_cast<int>(s / a), w = a >= 1 ? static_cast<int>(s * a) : s;
+      result.push_back(synthetic_jpeg(h, w, gen));
+    }
+    return result;
+  }();
+  return files;
+}
+
+void BM_TurboJpegFullDecode(benchmark::State& state) {
+  const auto& files = images();
+  tjhandle handle = tjInitDecompress();
+  std::vector<uint8_t> out;
+  size_t i = 0;
+  for (auto _ : state) {
+    const Bytes& f = files[i++ % files.size()];
+    int w = 0, h = 0, subsamp = 0, colorspace = 0;
+    tjDecompressHeader3(handle, f.data(), f.size(), &w, &h, &subsamp, &colorspace);
+    out.resize(static_cast<size_t>(w) * h * 3);
+    tjDecompress2(handle, f.data(), f.size(), out.data(), w, 0, h, TJPF_RGB, 0);
+    benchmark::DoNotOptimize(out.data());
+  }
+  tjDestroy(handle);
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_TurboJpegFullDecode);
+
+void BM_DecodeImage(benchmark::State& state) {
+  const auto& files = images();
+  size_t i = 0;
+  for (auto _ : state) {
+    const Bytes& f = files[i++ % files.size()];
+    Image image = decode_image({f.data(), f.size()});
+    benchmark::DoNotOptimize(image.pixels.data());
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_DecodeImage);
+
+void run_pipeline(benchmark::State& state, const ImagePipeline& pipeline) {
+  const auto& files = images();
+  std::vector<uint8_t> out(pipeline.output_spec().num_bytes());
+  uint64_t i = 0;
+  for (auto _ : state) {
+    const Bytes& f = files[i % files.size()];
+    SampleRng rng(0, 0, i++);
+    pipeline.apply({f.data(), f.size()}, rng, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+const NormalizeSpec kImageNet{{0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}};
+
+void BM_TrainChain(benchmark::State& state) {
+  // RandomResizedCrop(224) + RandomHorizontalFlip + Normalize -> float32 CHW.
+  ImagePipelineOptions options;
+  options.crop_decode = state.range(0) != 0;
+  options.dct_scale = state.range(0) != 0;
+  const ImagePipeline p({RandomResizedCropSpec{{224, 224}}, HorizontalFlipSpec{0.5}, kImageNet}, {}, kDefaultMaxPixels,
+                        options);
+  run_pipeline(state, p);
+}
+BENCHMARK(BM_TrainChain)->ArgName("crop_decode")->Arg(1)->Arg(0);
+
+void BM_TrainChainUint8(benchmark::State& state) {
+  // The same geometry, uint8 CHW output (normalize on the GPU).
+  const ImagePipeline p({RandomResizedCropSpec{{224, 224}}, HorizontalFlipSpec{0.5}}, {DType::kUInt8});
+  run_pipeline(state, p);
+}
+BENCHMARK(BM_TrainChainUint8);
+
+void BM_EvalChain(benchmark::State& state) {
+  // Resize(256) + CenterCrop(224) + Normalize -> float32 CHW.
+  const ImagePipeline p({ResizeSpec{256}, CenterCropSpec{{224, 224}}, kImageNet}, {});
+  run_pipeline(state, p);
+}
+BENCHMARK(BM_EvalChain);
+
+}  // namespace
+}  // namespace conveyor
+
+BENCHMARK_MAIN();

@@ -1,0 +1,311 @@
+"""conveyor.transforms against torchvision's algorithms, re-implemented here
+with PIL exactly as torchvision applies them to PIL images (torchvision is not
+a dependency): Resize uses PIL's antialiased bilinear, CenterCrop pads then
+crops at round((size - crop) / 2), RandomResizedCrop crops its box then resizes.
+"""
+
+import io
+import math
+import random
+
+import numpy as np
+import pytest
+from PIL import Image
+from skimage import data
+
+import conveyor
+from conveyor import _conveyor
+from conveyor import transforms as T
+
+MEAN = [0.485, 0.456, 0.406]
+STD = [0.229, 0.224, 0.225]
+PHOTOS = ["astronaut", "chelsea", "coffee"]
+
+
+def jpeg_of(name, quality=95):
+    buf = io.BytesIO()
+    Image.fromarray(getattr(data, name)()).save(buf, "JPEG", quality=quality)
+    return buf.getvalue()
+
+
+def pil_of(jpeg):
+    return Image.open(io.BytesIO(jpeg)).convert("RGB")
+
+
+# --- torchvision's PIL path -----------------------------------------------------
+def tv_resize(img, size):
+    w, h = img.size
+    if isinstance(size, int):
+        short, long = (w, h) if w <= h else (h, w)
+        new_short, new_long = size, int(size * long / short)
+        new_w, new_h = (new_short, new_long) if w <= h else (new_long, new_short)
+    else:
+        new_h, new_w = size
+    return img.resize((new_w, new_h), Image.BILINEAR)
+
+
+def tv_center_crop(img, size):
+    ch, cw = size
+    w, h = img.size
+    if cw > w or ch > h:
+        pad_l, pad_t = max(cw - w, 0) // 2, max(ch - h, 0) // 2
+        canvas = Image.new("RGB", (max(w, cw), max(h, ch)))
+        canvas.paste(img, (pad_l, pad_t))
+        img, (w, h) = canvas, canvas.size
+    top, left = int(round((h - ch) / 2.0)), int(round((w - cw) / 2.0))
+    return img.crop((left, top, left + cw, top + ch))
+
+
+def tv_resized_crop(img, box, size):
+    i, j, h, w = box
+    return img.crop((j, i, j + w, i + h)).resize((size[1], size[0]), Image.BILINEAR)
+
+
+def ours(transforms, data_bytes, index=0, seed=0, epoch=0, **kw):
+    kw.setdefault("dtype", "uint8")
+    kw.setdefault("layout", "HWC")
+    return np.asarray(T.compile_pipeline(transforms, **kw).apply(data_bytes, seed, epoch, index))
+
+
+def assert_close_to_pil(a, ref, mean_tol=2.0, max_tol=40):
+    diff = np.abs(a.astype(int) - np.asarray(ref).astype(int))
+    assert a.shape == np.asarray(ref).shape
+    assert diff.mean() <= mean_tol and diff.max() <= max_tol, (diff.mean(), diff.max())
+    return diff
+
+
+# --- parity ------------------------------------------------------------------------
+@pytest.mark.parametrize("name", PHOTOS)
+@pytest.mark.parametrize("size", [(256, 256), (224, 300), (128, 96), (64, 64), (700, 500)])
+def test_resize_to_size_close_to_pil(name, size):
+    jpeg = jpeg_of(name)
+    assert_close_to_pil(ours([T.Resize(size)], jpeg), tv_resize(pil_of(jpeg), size))
+
+
+@pytest.mark.parametrize("name", PHOTOS)
+@pytest.mark.parametrize("resize,crop", [(256, 224), (160, 128), (64, 56)])
+def test_eval_chain_close_to_pil(name, resize, crop):
+    jpeg = jpeg_of(name)
+    ref = tv_center_crop(tv_resize(pil_of(jpeg), resize), (crop, crop))
+    assert_close_to_pil(ours([T.Resize(resize), T.CenterCrop(crop)], jpeg), ref)
+
+
+@pytest.mark.parametrize("name", PHOTOS)
+@pytest.mark.parametrize("size", [(224, 224), (100, 150), (600, 700)])
+def test_center_crop_exact(name, size):
+    # No resize: pure pixel selection (and zero padding when larger).
+    jpeg = jpeg_of(name)
+    expected = np.asarray(tv_center_crop(pil_of(jpeg), size))
+    np.testing.assert_array_equal(ours([T.CenterCrop(size)], jpeg), expected)
+
+
+@pytest.mark.parametrize("name", PHOTOS)
+def test_random_resized_crop_close_to_pil_for_its_box(name):
+    jpeg = jpeg_of(name)
+    img = pil_of(jpeg)
+    w, h = img.size
+    means = []
+    for index in range(40):
+        box = _conveyor.sample_random_resized_crop(h, w, (0.08, 1.0), (3 / 4, 4 / 3), 7, 0, index)
+        out = ours([T.RandomResizedCrop(224)], jpeg, index=index, seed=7)
+        means.append(assert_close_to_pil(out, tv_resized_crop(img, box, (224, 224))).mean())
+    assert np.mean(means) < 1.0
+
+
+# --- RandomResizedCrop's rule --------------------------------------------------------
+def tv_get_params(height, width, rnd, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
+    """torchvision.transforms.RandomResizedCrop.get_params, with `rnd` for torch's RNG."""
+    area = height * width
+    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+    for _ in range(10):
+        target_area = area * rnd.uniform(*scale)
+        aspect_ratio = math.exp(rnd.uniform(*log_ratio))
+        w = int(round(math.sqrt(target_area * aspect_ratio)))
+        h = int(round(math.sqrt(target_area / aspect_ratio)))
+        if 0 < w <= width and 0 < h <= height:
+            return rnd.randint(0, height - h), rnd.randint(0, width - w), h, w
+    in_ratio = width / height
+    if in_ratio < min(ratio):
+        w, h = width, int(round(width / min(ratio)))
+    elif in_ratio > max(ratio):
+        h, w = height, int(round(height * max(ratio)))
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+def boxes(h, w, n, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), seed=0, epoch=0):
+    draw = _conveyor.sample_random_resized_crop
+    return np.array([draw(h, w, scale, ratio, seed, epoch, i) for i in range(n)])
+
+
+def test_random_resized_crop_box_distribution():
+    h, w = 375, 500
+    b = boxes(h, w, 10000)
+    top, left, bh, bw = b.T
+    assert (top >= 0).all() and (left >= 0).all() and (top + bh <= h).all() and (left + bw <= w).all()
+    area = bh * bw / (h * w)
+    aspect = bw / bh
+    # Rounding to whole pixels moves area and aspect slightly past the bounds.
+    assert area.min() >= 0.075 and area.max() <= 1.0
+    assert aspect.min() >= 0.75 * 0.98 and aspect.max() <= 4 / 3 * 1.02
+    # Log-uniform aspect: on a square image (no rejection bias) the log is
+    # symmetric around 0 and uniform over [log 3/4, log 4/3].
+    sq = boxes(400, 400, 10000)
+    log_aspect = np.log(sq[:, 3] / sq[:, 2])
+    assert abs(log_aspect.mean()) < 0.01
+    hist, _ = np.histogram(log_aspect, bins=4, range=(np.log(3 / 4), np.log(4 / 3)))
+    assert hist.min() > 0.8 * hist.max()
+    # The same distribution as torchvision's get_params (re-implemented below
+    # with Python's random): large boxes that do not fit are redrawn, so the
+    # mean area is well below the 0.54 of uniform(0.08, 1).
+    ref = np.array([tv_get_params(h, w, random.Random(i)) for i in range(10000)])
+    ref_area = ref[:, 2] * ref[:, 3] / (h * w)
+    assert abs(area.mean() - ref_area.mean()) < 0.01
+    q = [10, 50, 90]
+    np.testing.assert_allclose(np.percentile(area, q), np.percentile(ref_area, q), atol=0.02)
+    # Both ends are reached.
+    assert area.min() < 0.1 and area.max() > 0.95
+    # Positions cover the full range.
+    assert left.min() == 0 and (left + bw).max() == w
+
+
+def test_random_resized_crop_fallback_is_central_crop():
+    # No draw can fit: the ratio range is far from the image's.
+    b = boxes(100, 400, 50, scale=(0.9, 1.0), ratio=(1.0, 1.0))
+    np.testing.assert_array_equal(b, np.tile([0, 150, 100, 100], (50, 1)))
+    tall = boxes(400, 100, 5, scale=(0.95, 1.0), ratio=(2.0, 3.0))
+    # in_ratio 0.25 < 2: w = 100, h = round(100 / 2) = 50, centred.
+    np.testing.assert_array_equal(tall, np.tile([175, 0, 50, 100], (5, 1)))
+    assert tv_get_params(400, 100, random.Random(0), scale=(0.95, 1.0), ratio=(2.0, 3.0)) == (175, 0, 50, 100)
+
+
+def test_random_resized_crop_same_seed_same_boxes():
+    a, b = boxes(300, 300, 200, seed=5, epoch=2), boxes(300, 300, 200, seed=5, epoch=2)
+    np.testing.assert_array_equal(a, b)
+    assert (a != boxes(300, 300, 200, seed=5, epoch=3)).any()
+    assert (a != boxes(300, 300, 200, seed=6, epoch=2)).any()
+
+
+# --- fused decode ---------------------------------------------------------------------
+@pytest.mark.parametrize("name", PHOTOS)
+def test_crop_window_and_dct_decode_close_to_full_decode(name):
+    jpeg = jpeg_of(name, quality=90)
+    chains = [
+        [_conveyor.RandomResizedCropSpec(112, 112, (0.08, 1.0), (3 / 4, 4 / 3))],
+        [_conveyor.ResizeSpec(shorter=128), _conveyor.CenterCropSpec(112, 112)],
+        [_conveyor.CenterCropSpec(200, 100)],
+    ]
+    for specs in chains:
+        for index in range(10):
+
+            def run(specs=specs, index=index, **kw):
+                p = _conveyor.ImagePipeline(specs, dtype="uint8", layout="HWC", **kw)
+                return np.asarray(p.apply(jpeg, 0, 0, index)).astype(int)
+
+            full = run(crop_decode=False, dct_scale=False)
+            window = run(crop_decode=True, dct_scale=False)
+            np.testing.assert_array_equal(window, full)  # crop-window decode is exact
+            # DCT scaling (default margin 2): close; at margin 1 the IDCT's own
+            # low-pass shows (see docs/design/resize.md) but stays near.
+            assert np.abs(run() - full).mean() < 1.5
+            assert np.abs(run(dct_margin=1.0) - full).mean() < 4.5
+
+
+# --- output pass -------------------------------------------------------------------------
+def test_normalize_and_dtypes_match_torchvision_arithmetic():
+    jpeg = jpeg_of("chelsea")
+    chain = [T.Resize(64), T.CenterCrop(56)]
+    u8 = ours(chain, jpeg, layout="CHW")
+    f32 = ours([*chain, T.Normalize(MEAN, STD)], jpeg, dtype="float32", layout="CHW")
+    assert u8.dtype == np.uint8 and f32.dtype == np.float32 and u8.shape == f32.shape == (3, 56, 56)
+    # torchvision: to_tensor divides by 255 in float32, Normalize subtracts and divides in float32.
+    mean = np.array(MEAN, np.float32)[:, None, None]
+    std = np.array(STD, np.float32)[:, None, None]
+    np.testing.assert_array_equal(f32, (u8.astype(np.float32) / np.float32(255) - mean) / std)
+    plain = ours(chain, jpeg, dtype="float32", layout="CHW")
+    np.testing.assert_array_equal(plain, u8.astype(np.float32) / np.float32(255))
+    f16 = ours([*chain, T.Normalize(MEAN, STD)], jpeg, dtype="float16", layout="CHW")
+    assert f16.dtype == np.float16
+    np.testing.assert_array_equal(f16, f32.astype(np.float16))
+
+
+def test_hwc_layout_is_transposed_chw():
+    jpeg = jpeg_of("coffee")
+    chain = [T.RandomResizedCrop((48, 64)), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)]
+    for index in range(4):
+        chw = ours(chain, jpeg, index=index, dtype="float32", layout="CHW")
+        hwc = ours(chain, jpeg, index=index, dtype="float32", layout="HWC")
+        assert chw.shape == (3, 48, 64) and hwc.shape == (48, 64, 3)
+        np.testing.assert_array_equal(hwc, chw.transpose(1, 2, 0))
+
+
+def test_flip_is_deterministic_per_sample_and_mirrors():
+    jpeg = jpeg_of("astronaut")
+    base = ours([T.CenterCrop(100)], jpeg)
+    always = ours([T.CenterCrop(100), T.RandomHorizontalFlip(1.0)], jpeg)
+    np.testing.assert_array_equal(always, base[:, ::-1])
+    chain = [T.CenterCrop(100), T.RandomHorizontalFlip(0.5)]
+    flipped = []
+    for index in range(40):
+        a = ours(chain, jpeg, index=index, seed=3)
+        np.testing.assert_array_equal(a, ours(chain, jpeg, index=index, seed=3))
+        assert (a == base).all() or (a == always).all()
+        flipped.append(bool((a == always).all()))
+    assert 5 < sum(flipped) < 35
+    assert flipped != [bool((ours(chain, jpeg, index=i, seed=4) == always).all()) for i in range(40)]
+
+
+def test_grayscale_output():
+    jpeg = jpeg_of("chelsea")
+    gray = ours([T.CenterCrop(50)], jpeg, channels=1)
+    assert gray.shape == (50, 50, 1)
+    rgb = ours([T.CenterCrop(50)], jpeg).astype(np.float64)
+    luma = rgb @ np.array([0.299, 0.587, 0.114])
+    assert np.abs(gray[..., 0] - luma).max() <= 2.0
+
+
+# --- configuration errors -----------------------------------------------------------------
+@pytest.mark.parametrize(
+    "make,needle",
+    [
+        (lambda: T.Resize("big"), "size"),
+        (lambda: T.Resize((1, 2, 3)), "size"),
+        (lambda: T.CenterCrop(0), "positive"),
+        (lambda: T.CenterCrop(2.5), "size"),
+        (lambda: T.RandomResizedCrop(224, scale=(0.9, 0.1)), "scale"),
+        (lambda: T.RandomResizedCrop(224, ratio=(1,)), "ratio"),
+        (lambda: T.RandomHorizontalFlip(2), "p must"),
+        (lambda: T.Normalize([0.5, 0.5], [0.5]), "mean has 2"),
+        (lambda: T.Normalize(MEAN, [1, 0, 1]), "non-zero"),
+        (lambda: T.compile_pipeline(None), "Resize((h, w))"),
+        (lambda: T.compile_pipeline([]), "crop"),
+        (lambda: T.compile_pipeline([T.Resize(256)]), "fixed output size"),
+        (lambda: T.compile_pipeline([T.CenterCrop(8), T.Normalize([0.5], [0.5])]), "one value per channel"),
+        (lambda: T.compile_pipeline([T.CenterCrop(8), T.Normalize(MEAN, STD)], dtype="uint8"), "uint8"),
+        (lambda: T.compile_pipeline([T.Normalize(MEAN, STD), T.CenterCrop(8)]), "after Normalize"),
+        (lambda: T.compile_pipeline([T.CenterCrop(8)], dtype="int64"), "dtype"),
+        (lambda: T.compile_pipeline([T.CenterCrop(8)], layout="NCHW"), "layout"),
+        (lambda: T.compile_pipeline([T.CenterCrop(8)], channels=4), "channels"),
+    ],
+)
+def test_invalid_configurations_raise_config_error(make, needle):
+    with pytest.raises(conveyor.ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        make()
+
+
+def test_foreign_transform_is_named():
+    class ToTensor:  # stands in for a torchvision transform
+        pass
+
+    with pytest.raises(conveyor.ConfigError, match="test_transforms.*ToTensor.*not a conveyor transform"):
+        T.compile_pipeline([T.CenterCrop(8), ToTensor()])
+
+
+def test_sample_shape_and_dtype():
+    p = T.compile_pipeline([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)])
+    assert isinstance(p, _conveyor.SampleTransform)
+    assert list(p.sample_shape) == [3, 224, 224] and p.dtype == "float32"
+    p = T.compile_pipeline([T.Resize((32, 48))], dtype="float16", layout="HWC", channels=1)
+    assert list(p.sample_shape) == [32, 48, 1] and p.dtype == "float16"
+    assert math.isclose(T.RandomResizedCrop(10).ratio[1], 4 / 3)
