@@ -43,8 +43,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   const std::vector<int64_t>& shape = source->sample_shape();
-  int64_t sample_bytes = 1;
-  for (int64_t d : shape) sample_bytes *= d;
+  // Unsigned: with no samples the header's dimensions are unchecked and their
+  // product may wrap (harmless: nothing is read then).
+  uint64_t sample_bytes = 1;
+  for (int64_t d : shape) sample_bytes *= static_cast<uint64_t>(d);
   std::unique_ptr<conveyor::RawTensorTransform> transform;
   std::vector<uint8_t> out;
   if (sample_bytes > 0 && sample_bytes <= (1 << 20)) {
@@ -60,7 +62,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t n = std::min<int64_t>(source->size(), 256);
   for (int64_t i = 0; i < n; ++i) {
     const conveyor::Record record = source->read(i);
-    if (static_cast<int64_t>(record.data.size()) != sample_bytes) std::abort();
+    if (record.data.size() != sample_bytes) std::abort();
     volatile uint8_t sink = 0;
     for (size_t k = 0; k < record.data.size(); ++k) sink = sink ^ record.data.data()[k];
     (void)sink;

@@ -17,6 +17,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import json
 import struct
 import sys
 import tarfile
@@ -160,6 +161,48 @@ def idx_seeds() -> dict[str, bytes]:
     }
 
 
+def coco_seeds() -> dict[str, bytes]:
+    """COCO instances files: valid (ids as integers and as floats), and broken ones."""
+    valid = {
+        "images": [
+            {"id": 2, "file_name": "b.jpg", "width": 640, "height": 480},
+            {"id": 1, "file_name": "a.jpg", "width": 10, "height": 20},
+        ],
+        "annotations": [
+            {"id": 7, "image_id": 1, "category_id": 3, "bbox": [1, 2.5, 3, 4], "area": 12.0, "iscrowd": 0},
+            {
+                "image_id": 2.0,
+                "category_id": 1.0,
+                "bbox": [0, 0, 1e3, 1e-3],
+                "iscrowd": 1,
+                "segmentation": [[1, 2]],
+            },
+        ],
+        "categories": [{"id": 1, "name": "cat", "supercategory": "animal"}, {"id": 3, "name": "dog"}],
+        "info": {"year": 2017},
+    }
+    seeds = {
+        "valid": json.dumps(valid),
+        "minimal": json.dumps({"images": []}),
+        "unknown-image": json.dumps(
+            {"images": [], "annotations": [{"image_id": 1, "category_id": 1, "bbox": [0] * 4}]}
+        ),
+        "duplicate-id": json.dumps({"images": [{"id": 1, "file_name": "a"}, {"id": 1, "file_name": "b"}]}),
+        "bad-bbox": json.dumps(
+            {
+                "images": [{"id": 1, "file_name": "a"}],
+                "annotations": [{"image_id": 1, "category_id": 1, "bbox": [1, 2]}],
+            }
+        ),
+        "float-id": '{"images": [{"id": 1e30, "file_name": "a"}]}',
+        "not-object": "[1, 2, 3]",
+        "invalid": '{"images": [',
+        "nested": "[" * 200 + "]" * 200,
+        "unicode": json.dumps({"images": [{"id": 1, "file_name": "\u00e9\ud83d\ude00.jpg"}]}),
+    }
+    return {name: text.encode() for name, text in seeds.items()}
+
+
 def _with_config(data: bytes, name: str) -> bytes:
     """Appends the pipeline target's 8 configuration bytes (from the seed's name)."""
     return data + hashlib.sha256(name.encode()).digest()[:PIPELINE_CONFIG_BYTES]
@@ -178,6 +221,7 @@ def main(argv: list[str]) -> int:
         },
         "tar_shards_fuzzer": tar_seeds(images),
         "idx_fuzzer": idx_seeds(),
+        "coco_fuzzer": coco_seeds(),
     }
     for target, seeds in corpora.items():
         folder = out / target
