@@ -144,10 +144,12 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def report(event: str, epoch: int, **extra: Any) -> None:
+    """Tells the measuring parent (one JSON line on stdout) that an epoch starts or ended."""
     print(json.dumps({"event": event, "epoch": epoch, **extra}), flush=True)
 
 
 def run_conveyor(args: argparse.Namespace) -> None:
+    """The conveyor pipeline, epoch by epoch (runs in the child process)."""
     import conveyor
     from conveyor import transforms as T
 
@@ -216,6 +218,7 @@ class PilFolder:
 
 
 def run_torch(args: argparse.Namespace) -> None:
+    """The DataLoader pipeline, epoch by epoch (runs in the child process)."""
     import torch
 
     torch.set_num_threads(1)  # As each DataLoader worker does.
@@ -252,6 +255,7 @@ def make_folder(root: Path, count: int) -> None:
 
 
 def table(results: list[dict[str, Any]]) -> str:
+    """The results as a Markdown table, one row per loader and epoch."""
     lines = [
         "| loader | epoch | peak PSS (MB) | peak RSS sum (MB) | processes | batch buffers | images/s |",
         "|---|---|---|---|---|---|---|",
@@ -269,6 +273,7 @@ def table(results: list[dict[str, Any]]) -> str:
 
 
 def main() -> int:
+    """Parses the command line; measures each loader (or runs one as a child)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", nargs="?", type=Path, default=Path("demo-data"))
     parser.add_argument("--epochs", type=int, default=5)
