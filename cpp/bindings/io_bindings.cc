@@ -1,6 +1,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
@@ -64,9 +65,21 @@ void bind_io(nb::module_& m) {
             return nb::make_tuple(to_bytes(record.data), record.label, record.key);
           },
           nb::arg("index"), "Reads one sample: (bytes, label, key).");
+  using BoxTuple = std::tuple<float, float, float, float, int64_t>;
   nb::class_<FileSource, Source>(m, "FileSource")
-      .def(nb::init<std::vector<std::string>, std::vector<int64_t>>(), nb::arg("paths"),
-           nb::arg("labels") = std::vector<int64_t>{});
+      .def(
+          "__init__",
+          [](FileSource* self, std::vector<std::string> paths, std::vector<int64_t> labels,
+             const std::vector<std::vector<BoxTuple>>& boxes) {
+            std::vector<std::vector<BoundingBox>> converted(boxes.size());
+            for (size_t i = 0; i < boxes.size(); ++i) {
+              for (const auto& [x, y, w, h, category] : boxes[i]) converted[i].push_back({x, y, w, h, category});
+            }
+            new (self) FileSource(std::move(paths), std::move(labels), std::move(converted));
+          },
+          nb::arg("paths"), nb::arg("labels") = std::vector<int64_t>{},
+          nb::arg("boxes") = std::vector<std::vector<BoxTuple>>{},
+          "boxes: per path, its objects as (x, y, width, height, category) tuples.");
 
   nb::class_<TarShardSource, Source>(m, "TarShardSource")
       .def(nb::init<std::vector<std::string>>(), nb::arg("shards"), nb::call_guard<nb::gil_scoped_release>())

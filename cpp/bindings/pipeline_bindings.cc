@@ -59,6 +59,14 @@ BufferAllocator python_allocator(nb::object allocator) {
           }};
 }
 
+// A numpy array owning `data`.
+template <typename T>
+nb::ndarray<nb::numpy, T> owned_array(std::vector<T> data, std::initializer_list<size_t> shape) {
+  auto* owned = new std::vector<T>(std::move(data));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  return nb::ndarray<nb::numpy, T>(owned->data(), shape.size(), shape.begin(), owner);
+}
+
 }  // namespace
 
 void bind_pipeline(nb::module_& m) {
@@ -77,7 +85,27 @@ void bind_pipeline(nb::module_& m) {
           [](const std::shared_ptr<Batch>& b) {
             return view(b, const_cast<int64_t*>(b->labels().data()), {b->size()}, DType::kInt64);
           },
-          nb::arg("batch"), "The labels as a DLPack int64 array sharing the batch's memory.");
+          nb::arg("batch"), "The labels as a DLPack int64 array sharing the batch's memory.")
+      .def_static(
+          "boxes",
+          [](const std::shared_ptr<Batch>& b) {
+            // Copies (boxes are small): per-sample counts, then every box and
+            // category in sample order.
+            std::vector<int64_t> counts;
+            std::vector<float> coords;
+            std::vector<int64_t> categories;
+            for (const auto& sample : b->boxes()) {
+              counts.push_back(static_cast<int64_t>(sample.size()));
+              for (const BoundingBox& box : sample) {
+                coords.insert(coords.end(), {box.x, box.y, box.width, box.height});
+                categories.push_back(box.category);
+              }
+            }
+            const size_t samples = counts.size(), total = categories.size();
+            return nb::make_tuple(owned_array(std::move(counts), {samples}), owned_array(std::move(coords), {total, 4}),
+                                  owned_array(std::move(categories), {total}));
+          },
+          nb::arg("batch"), "(counts per sample, float32 boxes K×4 xywh, int64 categories K).");
 
   nb::class_<SkippedSample>(m, "SkippedSample")
       .def_ro("position", &SkippedSample::position)

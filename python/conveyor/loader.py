@@ -63,9 +63,14 @@ class Loader:
         max_pixels: images whose header claims more pixels raise TooLargeError.
         rank, world_size: this process's share of each epoch; default from
             torch.distributed when initialized, else 0 and 1.
+        targets: for sources with boxes (CocoDetection): "list" gives per
+            image a dict {"boxes": K×4 xywh float32, "labels": K int64,
+            "image_id"}; "padded" gives one dict {"boxes": N×Kmax×4,
+            "labels": N×Kmax (-1 where padded), "counts": N, "image_ids"}.
 
     Each batch is ``(images, labels)``: ``images`` N×C×H×W (or N×H×W×C),
     ``labels`` int64 of length N; torch tensors, or numpy arrays without torch.
+    For sources with boxes, each batch is ``(images, targets)`` instead.
 
     Raises:
         ConfigError: an invalid argument, naming it.
@@ -92,6 +97,7 @@ class Loader:
         max_pixels: int = DEFAULT_MAX_PIXELS,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
+        targets: str = "list",
     ) -> None:
         if not isinstance(source, Source):
             raise ConfigError(
@@ -111,11 +117,14 @@ class Loader:
             raise ConfigError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
         if layout not in _LAYOUTS:
             raise ConfigError(f"layout must be 'CHW' or 'HWC', got {layout!r}")
+        if targets not in ("list", "padded"):
+            raise ConfigError(f"targets must be 'list' or 'padded', got {targets!r}")
         rank, world_size = _distributed(rank, world_size)
 
         self.source = source
         self.batch_size = batch_size
         self.progress = progress
+        self._padded_targets = targets == "padded"
         self._seed = seed
         self._device = _parse_device(device)
         self._pin = _is_cuda(self._device) if pin_memory is None else bool(pin_memory)
@@ -187,13 +196,45 @@ class Loader:
                 self._position, self._batches_done = batch.end_position, batch.index + 1
                 if bar is not None:
                     self._update_bar(bar, batch.size)
-                yield _as_tensor(_conveyor.Batch.images(batch)), _as_tensor(_conveyor.Batch.labels(batch))
+                images = _as_tensor(_conveyor.Batch.images(batch))
+                labels = _as_tensor(_conveyor.Batch.labels(batch))
+                if self.source.has_boxes:
+                    yield images, self._targets(batch, labels)
+                else:
+                    yield images, labels
         finally:
             if bar is not None:
                 self._update_bar(bar, 0, refresh=True)
                 bar.close()
             if iteration == self._iteration:
                 self._engine.stop()
+
+    def _targets(self, batch: _conveyor.Batch, labels: Any) -> Any:
+        # Boxes are copied out of the engine (they are small): per image a
+        # dict, or one padded dict with the count of boxes per image.
+        counts, boxes, categories = (_from_numpy(a) for a in _conveyor.Batch.boxes(batch))
+        image_ids = [self.source._image_id(int(label)) for label in labels]
+        if self._padded_targets:
+            n, most = len(image_ids), max(counts.tolist(), default=0)
+            padded_boxes = _zeros(boxes, (n, most, 4))
+            padded_labels = _zeros(categories, (n, most)) - 1
+            start = 0
+            for i, count in enumerate(counts.tolist()):
+                padded_boxes[i, :count] = boxes[start : start + count]
+                padded_labels[i, :count] = categories[start : start + count]
+                start += count
+            return {"boxes": padded_boxes, "labels": padded_labels, "counts": counts, "image_ids": image_ids}
+        out, start = [], 0
+        for image_id, count in zip(image_ids, counts.tolist()):
+            out.append(
+                {
+                    "boxes": boxes[start : start + count],
+                    "labels": categories[start : start + count],
+                    "image_id": image_id,
+                }
+            )
+            start += count
+        return out
 
     def _cuda_batches(self, batches: Iterator[Batch]) -> Iterator[Batch]:
         # Batch k+1's host-to-device copy is issued on a side stream before
@@ -392,6 +433,18 @@ class _DLPackCapsule:
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return (1, 0)  # kDLCPU, device 0.
+
+
+def _from_numpy(array: Any) -> Any:
+    return torch.from_numpy(array) if torch is not None else array
+
+
+def _zeros(like: Any, shape: tuple[int, ...]) -> Any:
+    if torch is not None:
+        return torch.zeros(shape, dtype=like.dtype)
+    import numpy
+
+    return numpy.zeros(shape, dtype=like.dtype)
 
 
 def _as_tensor(capsule: Any) -> Any:

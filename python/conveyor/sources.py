@@ -42,6 +42,13 @@ class Source:
     default samples are encoded images run through the image pipeline.
     """
 
+    #: True when samples carry boxes (detection): the Loader then returns targets.
+    has_boxes = False
+
+    def _image_id(self, label: int) -> int:
+        """The id reported in a detection target for a sample with ``label``."""
+        return label
+
     def __len__(self) -> int:
         return len(self._engine_source())
 
@@ -57,21 +64,32 @@ class Source:
 
 
 class FileList(Source):
-    """Image files given as a list of paths, with optional integer labels.
+    """Image files given as a list of paths, with optional integer labels and
+    optional boxes (for detection).
 
     Args:
         paths: image file paths.
         labels: one class index per path, or None (every label is -1).
+        boxes: per path, its objects as ``(x, y, width, height, category)`` in
+            pixels; the Loader then returns each batch's boxes moved along
+            with the image's crops, resizes and flips (see ``Loader(targets=)``).
     """
 
-    def __init__(self, paths: Sequence[PathLike], labels: Optional[Sequence[int]] = None) -> None:
+    def __init__(
+        self,
+        paths: Sequence[PathLike],
+        labels: Optional[Sequence[int]] = None,
+        boxes: Optional[Sequence[Sequence[tuple[float, float, float, float, int]]]] = None,
+    ) -> None:
         self.paths = [os.fspath(p) for p in paths]
         if not self.paths:
             raise ConfigError("FileList: paths is empty")
-        if labels is not None and len(labels) != len(self.paths):
-            raise ConfigError(f"FileList: labels has {len(labels)} entries for {len(self.paths)} paths")
+        for name, values in (("labels", labels), ("boxes", boxes)):
+            if values is not None and len(values) != len(self.paths):
+                raise ConfigError(f"FileList: {name} has {len(values)} entries for {len(self.paths)} paths")
         self.labels = None if labels is None else [int(label) for label in labels]
-        self._source = _conveyor.FileSource(self.paths, self.labels or [])
+        self.has_boxes = boxes is not None
+        self._source = _conveyor.FileSource(self.paths, self.labels or [], [list(b) for b in boxes or []])
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -443,17 +461,14 @@ class PythonSource(Source):
 class CocoDetection(FileList):
     """Images of a COCO "instances" annotation file, with their boxes.
 
-    Images are taken in id order (as torchvision's CocoDetection). The file is
-    parsed once in C++; each image's ``targets(i)`` are returned as Python lists.
-
-    The Loader's labels are **sample indices** here (a batch's ``labels[k]`` is
-    the index of its k-th image): look up the boxes with ``targets(index)``.
-
-    Not yet supported: transforming boxes together with geometric transforms
-    (crops, flips, resizes); the image pipeline has no box path. Use transforms
-    that keep geometry (e.g. only Normalize), or a fixed Resize and scale the
-    boxes yourself with ``width``/``height`` from ``targets``. Segmentations
-    (polygons, RLE) and keypoints are not parsed.
+    Images are taken in id order (as torchvision's CocoDetection); the file is
+    parsed once in C++. Through a Loader each batch is ``(images, targets)``:
+    every object's box (COCO's x, y, width, height, in pixels of the
+    transformed image) follows the sample's crops, resizes and flips; boxes
+    cropped away are dropped, partly visible ones clipped. ``targets`` is a
+    list of per-image dicts or one padded dict (``Loader(targets=...)``).
+    ``targets(i)`` gives the untransformed annotations of sample ``i``.
+    Segmentations (polygons, RLE) and keypoints are not parsed.
 
     Args:
         images_dir: folder holding the images (``file_name`` is relative to it).
@@ -476,7 +491,14 @@ class CocoDetection(FileList):
         #: Category id -> name.
         self.categories: dict[int, str] = {c["id"]: c["name"] for c in categories}
         paths = [os.path.join(self.images_dir, image["file_name"]) for image in self._images]
-        super().__init__(paths, list(range(len(paths))))
+        boxes = [
+            [(*box, category) for box, category in zip(image["boxes"], image["category_ids"])]
+            for image in self._images
+        ]
+        super().__init__(paths, list(range(len(paths))), boxes)
+
+    def _image_id(self, label: int) -> int:
+        return self.ids[label]  # The label of sample i is i.
 
     def targets(self, index: int) -> dict[str, Any]:
         """Annotations of sample ``index``: ``image_id``, ``width``, ``height``,

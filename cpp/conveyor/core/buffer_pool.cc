@@ -34,7 +34,9 @@ PooledBuffer::PooledBuffer(std::shared_ptr<detail::BufferPoolState> state, void*
     : state_(std::move(state)), data_(data), size_(size) {}
 
 PooledBuffer::PooledBuffer(PooledBuffer&& other) noexcept
-    : state_(std::move(other.state_)), data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+    : state_(std::move(other.state_)),
+      data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)) {}
 
 PooledBuffer& PooledBuffer::operator=(PooledBuffer&& other) noexcept {
   if (this != &other) {

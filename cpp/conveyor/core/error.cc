@@ -29,10 +29,7 @@ std::string format_message(const std::string& cause, const std::string& key) {
 }  // namespace
 
 Error::Error(ErrorKind kind, std::string cause, std::string key)
-    : std::runtime_error(format_message(cause, key)),
-      kind_(kind),
-      cause_(std::move(cause)),
-      key_(std::move(key)) {}
+    : std::runtime_error(format_message(cause, key)), kind_(kind), cause_(std::move(cause)), key_(std::move(key)) {}
 
 Error Error::with_key(std::string key) const {
   if (!key_.empty()) return *this;

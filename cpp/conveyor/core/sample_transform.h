@@ -4,6 +4,7 @@
 #include <span>
 
 #include "conveyor/core/dtype.h"
+#include "conveyor/core/geometry.h"
 #include "conveyor/core/rng.h"
 
 namespace conveyor {
@@ -25,6 +26,16 @@ class SampleTransform {
   /// writable bytes. Random choices come only from `rng`. Throws conveyor::Error
   /// (kDecode, kTooLarge, ...) on bad input; the loader adds the sample's key.
   virtual void apply(std::span<const uint8_t> input, SampleRng& rng, void* out) const = 0;
+
+  /// As apply(), and also reports how output pixels map to input pixels, so
+  /// that annotations (boxes) can follow the image. Transforms without a
+  /// geometric meaning keep the default: apply() and no geometry (false).
+  virtual bool apply_tracked(std::span<const uint8_t> input, SampleRng& rng, void* out,
+                             SampleGeometry& geometry) const {
+    (void)geometry;
+    apply(input, rng, out);
+    return false;
+  }
 };
 
 }  // namespace conveyor

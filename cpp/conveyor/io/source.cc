@@ -54,16 +54,23 @@ Bytes read_file(const std::string& path) {
   return Bytes::from_vector(std::move(data));
 }
 
-FileSource::FileSource(std::vector<std::string> paths, std::vector<int64_t> labels)
-    : paths_(std::move(paths)), labels_(std::move(labels)) {
-  check_config(labels_.empty() || labels_.size() == paths_.size(), "labels must be empty or have one entry per path (" +
-                                                                       std::to_string(paths_.size()) + " paths, " +
-                                                                       std::to_string(labels_.size()) + " labels)");
+FileSource::FileSource(std::vector<std::string> paths, std::vector<int64_t> labels,
+                       std::vector<std::vector<BoundingBox>> boxes)
+    : paths_(std::move(paths)), labels_(std::move(labels)), boxes_(std::move(boxes)) {
+  auto check_count = [&](size_t n, const char* what) {
+    check_config(n == 0 || n == paths_.size(), std::string(what) + " must be empty or have one entry per path (" +
+                                                   std::to_string(paths_.size()) + " paths, " + std::to_string(n) +
+                                                   " " + what + ")");
+  };
+  check_count(labels_.size(), "labels");
+  check_count(boxes_.size(), "boxes");
 }
 
 Record FileSource::read(int64_t index) const {
-  const std::string& path = paths_.at(static_cast<size_t>(index));
-  return Record{read_file(path), labels_.empty() ? -1 : labels_[static_cast<size_t>(index)], path};
+  const auto i = static_cast<size_t>(index);
+  const std::string& path = paths_.at(i);
+  return Record{read_file(path), labels_.empty() ? -1 : labels_[i], path,
+                boxes_.empty() ? std::vector<BoundingBox>{} : boxes_[i]};
 }
 
 std::string FileSource::key(int64_t index) const { return paths_.at(static_cast<size_t>(index)); }

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "conveyor/core/geometry.h"
+
 namespace conveyor {
 
 /// Immutable bytes with shared ownership: an owned vector, or a view into a
@@ -32,9 +34,10 @@ class Bytes {
 
 /// One sample as read from storage, before decoding.
 struct Record {
-  Bytes data;          ///< Encoded sample (e.g. JPEG file contents, or raw pixels).
-  int64_t label = -1;  ///< Class index, or -1 when the source has no labels.
-  std::string key;     ///< Names the sample in errors: a path, or "shard.tar:member".
+  Bytes data;                      ///< Encoded sample (e.g. JPEG file contents, or raw pixels).
+  int64_t label = -1;              ///< Class index, or -1 when the source has no labels.
+  std::string key;                 ///< Names the sample in errors: a path, or "shard.tar:member".
+  std::vector<BoundingBox> boxes;  ///< Objects in the image (detection sources), in source pixels.
 };
 
 /// Maps a sample index in [0, size()) to its Record.
@@ -60,12 +63,14 @@ class Source {
 /// system's reason (e.g. "No such file or directory").
 Bytes read_file(const std::string& path);
 
-/// Samples that are files on a filesystem, with optional labels; the source
-/// behind ImageFolder and FileList.
+/// Samples that are files on a filesystem, with optional labels and boxes;
+/// the source behind ImageFolder, FileList and CocoDetection.
 class FileSource final : public Source {
  public:
-  /// `labels` is empty (every label -1) or has one entry per path.
-  explicit FileSource(std::vector<std::string> paths, std::vector<int64_t> labels = {});
+  /// `labels` is empty (every label -1) or has one entry per path; so has
+  /// `boxes` (each file's objects, for detection) when not empty.
+  explicit FileSource(std::vector<std::string> paths, std::vector<int64_t> labels = {},
+                      std::vector<std::vector<BoundingBox>> boxes = {});
 
   int64_t size() const override { return static_cast<int64_t>(paths_.size()); }
   Record read(int64_t index) const override;
@@ -74,6 +79,7 @@ class FileSource final : public Source {
  private:
   std::vector<std::string> paths_;
   std::vector<int64_t> labels_;
+  std::vector<std::vector<BoundingBox>> boxes_;
 };
 
 }  // namespace conveyor

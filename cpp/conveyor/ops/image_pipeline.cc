@@ -305,6 +305,16 @@ SampleSpec ImagePipeline::output_spec() const {
 }
 
 void ImagePipeline::apply(std::span<const uint8_t> input, SampleRng& rng, void* out) const {
+  run(input, rng, out, nullptr);
+}
+
+bool ImagePipeline::apply_tracked(std::span<const uint8_t> input, SampleRng& rng, void* out,
+                                  SampleGeometry& geometry) const {
+  run(input, rng, out, &geometry);
+  return true;
+}
+
+void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* out, SampleGeometry* geometry) const {
   const Plan& plan = *plan_;
   // Per-thread buffers: no allocation per sample once warm. Very large ones
   // are released afterwards so one huge image does not pin memory.
@@ -322,6 +332,7 @@ void ImagePipeline::apply(std::span<const uint8_t> input, SampleRng& rng, void* 
   const ImageInfo& info = decoder->info();
   const Placement p = plan.place(info.height, info.width, rng);
   const int out_h = plan.size.height, out_w = plan.size.width, channels = plan.output.channels;
+  if (geometry != nullptr) *geometry = {p.x0, p.y0, p.sx, p.sy, p.flip, out_h, out_w};
 
   // The source box (fractional after a resize), clipped to the image (a
   // CenterCrop larger than the image pads with zeros), and the output

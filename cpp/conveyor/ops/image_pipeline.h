@@ -111,9 +111,13 @@ class ImagePipeline final : public SampleTransform {
 
   SampleSpec output_spec() const override;
   void apply(std::span<const uint8_t> input, SampleRng& rng, void* out) const override;
+  /// As apply(); `geometry` receives the chain's crop/resize/flip as one map.
+  bool apply_tracked(std::span<const uint8_t> input, SampleRng& rng, void* out,
+                     SampleGeometry& geometry) const override;
 
  private:
   struct Plan;
+  void run(std::span<const uint8_t> input, SampleRng& rng, void* out, SampleGeometry* geometry) const;
   std::unique_ptr<const Plan> plan_;
 };
 

@@ -43,6 +43,7 @@ struct InFlightBatch {
   PooledBuffer buffer;
   std::vector<Slot> slots;
   std::vector<int64_t> labels;
+  std::vector<std::vector<BoundingBox>> boxes;
   int issued = 0;  // Slots [0, issued) are assigned, in position order.
 };
 
@@ -50,8 +51,8 @@ struct InFlightBatch {
 // loader's mutex.
 struct EpochRun : std::enable_shared_from_this<EpochRun> {
   int64_t epoch = 0;
-  std::vector<int64_t> order;  // Sample index at each position of the epoch.
-  int64_t next_position = 0;   // Next position to issue.
+  std::vector<int64_t> order;         // Sample index at each position of the epoch.
+  int64_t next_position = 0;          // Next position to issue.
   std::deque<InFlightBatch> batches;  // front() is the next to deliver.
   int64_t front_index = 0;            // Batch index of batches.front().
   int64_t outstanding = 0;            // Tasks issued and not yet finished.
@@ -83,9 +84,9 @@ LoaderOptions validated(LoaderOptions options, const Source& source) {
   check_config(options.threads >= 0, "threads must be >= 0, got " + std::to_string(options.threads));
   check_config(options.io_threads >= 0, "io_threads must be >= 0, got " + std::to_string(options.io_threads));
   check_config(options.world_size >= 1, "world_size must be >= 1, got " + std::to_string(options.world_size));
-  check_config(options.rank >= 0 && options.rank < options.world_size,
-               "rank must be in [0, world_size), got rank " + std::to_string(options.rank) + " of " +
-                   std::to_string(options.world_size));
+  check_config(options.rank >= 0 && options.rank < options.world_size, "rank must be in [0, world_size), got rank " +
+                                                                           std::to_string(options.rank) + " of " +
+                                                                           std::to_string(options.world_size));
   check_config(source.size() > 0, "the source has no samples");
   if (options.threads == 0) options.threads = ThreadPool::default_cpu_threads();
   if (options.io_threads == 0) options.io_threads = kDefaultIoThreads;
@@ -119,8 +120,8 @@ Loader::Loader(std::shared_ptr<const Source> source, std::shared_ptr<const Sampl
       cpu_pool_(options_.threads, "conveyor-cpu"),
       io_pool_(options_.io_threads, "conveyor-io") {
   check_config(spec_.num_bytes() > 0, "the transform produces empty samples");
-  check_config(samples_per_epoch_ > 0, "world_size " + std::to_string(options_.world_size) +
-                                           " leaves no sample for each rank with drop_last");
+  check_config(samples_per_epoch_ > 0,
+               "world_size " + std::to_string(options_.world_size) + " leaves no sample for each rank with drop_last");
 }
 
 Loader::~Loader() { stop(); }
@@ -191,6 +192,7 @@ void Loader::issue_locked(EpochRun& run) {
       batch.buffer = pool_.acquire();
       batch.slots.resize(static_cast<size_t>(batch_size));
       batch.labels.resize(static_cast<size_t>(batch_size), -1);
+      batch.boxes.resize(static_cast<size_t>(batch_size));
       run.batches.push_back(std::move(batch));
       target = &run.batches.back();
     }
@@ -216,7 +218,7 @@ void Loader::read_task(const std::shared_ptr<EpochRun>& run, int64_t batch, int 
     std::lock_guard lock(mu_);
     Slot& s = run->batch(batch).slots[static_cast<size_t>(slot)];
     if (run->cancelled || s.ticket != ticket) {
-      finish_task(*run, batch, slot, ticket, -1, nullptr);
+      finish_task(*run, batch, slot, ticket, -1, {}, nullptr);
       return;
     }
     sample = run->order[static_cast<size_t>(s.position)];
@@ -236,7 +238,7 @@ void Loader::read_task(const std::shared_ptr<EpochRun>& run, int64_t batch, int 
   ++samples_read_;
   if (error) {
     std::lock_guard lock(mu_);
-    finish_task(*run, batch, slot, ticket, -1, &*error);
+    finish_task(*run, batch, slot, ticket, -1, {}, &*error);
     return;
   }
   cpu_pool_.submit([this, run, batch, slot, ticket, record = std::move(record)]() mutable {
@@ -253,7 +255,7 @@ void Loader::process_task(const std::shared_ptr<EpochRun>& run, int64_t batch, i
     InFlightBatch& b = run->batch(batch);
     Slot& s = b.slots[static_cast<size_t>(slot)];
     if (run->cancelled || s.ticket != ticket) {
-      finish_task(*run, batch, slot, ticket, -1, nullptr);
+      finish_task(*run, batch, slot, ticket, -1, {}, nullptr);
       return;
     }
     out = static_cast<uint8_t*>(b.buffer.data()) + static_cast<size_t>(slot) * spec_.num_bytes();
@@ -262,9 +264,17 @@ void Loader::process_task(const std::shared_ptr<EpochRun>& run, int64_t batch, i
   // The slot stays busy until finish_task, so nothing else writes `out` meanwhile.
   const int64_t started = now_ns();
   std::optional<SampleError> error;
+  std::vector<BoundingBox> boxes;
   try {
     SampleRng rng(options_.seed, static_cast<uint64_t>(run->epoch), static_cast<uint64_t>(sample));
-    transform_->apply(record.data.span(), rng, out);
+    if (record.boxes.empty()) {
+      transform_->apply(record.data.span(), rng, out);
+    } else {
+      // Boxes follow the image's crops, resizes and flips.
+      SampleGeometry geometry;
+      const bool moved = transform_->apply_tracked(record.data.span(), rng, out, geometry);
+      boxes = moved ? transform_boxes(record.boxes, geometry) : std::move(record.boxes);
+    }
   } catch (const Error& e) {
     error = SampleError::from(e, record.key);
   } catch (const std::exception& e) {
@@ -273,11 +283,11 @@ void Loader::process_task(const std::shared_ptr<EpochRun>& run, int64_t batch, i
   process_ns_ += now_ns() - started;
   ++samples_processed_;
   std::lock_guard lock(mu_);
-  finish_task(*run, batch, slot, ticket, record.label, error ? &*error : nullptr);
+  finish_task(*run, batch, slot, ticket, record.label, std::move(boxes), error ? &*error : nullptr);
 }
 
 void Loader::finish_task(EpochRun& run, int64_t batch_index, int slot_index, uint64_t ticket, int64_t label,
-                         const SampleError* error) {
+                         std::vector<BoundingBox> boxes, const SampleError* error) {
   --run.outstanding;
   InFlightBatch& batch = run.batch(batch_index);
   Slot& slot = batch.slots[static_cast<size_t>(slot_index)];
@@ -286,6 +296,7 @@ void Loader::finish_task(EpochRun& run, int64_t batch_index, int slot_index, uin
   if (current && error == nullptr) {
     slot.state = Slot::State::kDone;
     batch.labels[static_cast<size_t>(slot_index)] = label;
+    batch.boxes[static_cast<size_t>(slot_index)] = std::move(boxes);
   } else if (current && options_.on_error == OnError::kRaise) {
     slot.state = Slot::State::kFailed;
     slot.error = *error;
@@ -353,8 +364,9 @@ NextResult Loader::next(std::chrono::milliseconds timeout) {
         const int64_t size = front.issued;
         const int64_t end_position = front.slots[static_cast<size_t>(size - 1)].position + 1;
         front.labels.resize(static_cast<size_t>(size));
+        front.boxes.resize(static_cast<size_t>(size));
         auto batch = std::make_shared<Batch>(front.index, size, end_position, spec_, std::move(front.buffer),
-                                             std::move(front.labels));
+                                             std::move(front.labels), std::move(front.boxes));
         run->batches.pop_front();
         ++run->front_index;
         ++batches_delivered_;
@@ -400,8 +412,7 @@ LoaderStats Loader::stats() const {
   if (run_ != nullptr) {
     stats.epoch = run_->epoch;
     stats.skipped = static_cast<int64_t>(run_->skipped.size());
-    stats.wall_seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_started_).count();
+    stats.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_started_).count();
     const auto batch_size = static_cast<int>(options_.batch_size);
     for (const auto& batch : run_->batches) {
       bool done = batch.issued == batch_size || (batch.issued > 0 && run_->at_end());

@@ -37,7 +37,7 @@ struct LoaderOptions {
   int io_threads = 0;      ///< io pool size (reads); 0 = kDefaultIoThreads.
   int prefetch = 2;        ///< Batches allowed in flight or ready ahead of the consumer.
   OnError on_error = OnError::kRaise;
-  int64_t rank = 0;        ///< This process's share of each epoch (as DistributedSampler).
+  int64_t rank = 0;  ///< This process's share of each epoch (as DistributedSampler).
   int64_t world_size = 1;
   BufferAllocator allocator = BufferAllocator::aligned();  ///< Batch memory (e.g. pinned).
 };
@@ -74,13 +74,14 @@ struct LoaderStats {
 class Batch {
  public:
   Batch(int64_t index, int64_t size, int64_t end_position, SampleSpec spec, PooledBuffer buffer,
-        std::vector<int64_t> labels)
+        std::vector<int64_t> labels, std::vector<std::vector<BoundingBox>> boxes)
       : index_(index),
         size_(size),
         end_position_(end_position),
         spec_(std::move(spec)),
         buffer_(std::move(buffer)),
-        labels_(std::move(labels)) {}
+        labels_(std::move(labels)),
+        boxes_(std::move(boxes)) {}
 
   /// Batch number within the epoch.
   int64_t index() const noexcept { return index_; }
@@ -95,6 +96,9 @@ class Batch {
   /// Start of the samples (size() * sample_spec().num_bytes() bytes).
   void* data() const noexcept { return buffer_.data(); }
   const std::vector<int64_t>& labels() const noexcept { return labels_; }
+  /// Per sample, its boxes after the sample's crops, resizes and flips (empty
+  /// for sources without boxes).
+  const std::vector<std::vector<BoundingBox>>& boxes() const noexcept { return boxes_; }
 
  private:
   int64_t index_;
@@ -103,6 +107,7 @@ class Batch {
   SampleSpec spec_;
   PooledBuffer buffer_;
   std::vector<int64_t> labels_;
+  std::vector<std::vector<BoundingBox>> boxes_;
 };
 
 /// Result of Loader::next().
@@ -129,8 +134,7 @@ struct SampleError;
 class Loader {
  public:
   /// Throws Error{kConfig} for invalid options.
-  Loader(std::shared_ptr<const Source> source, std::shared_ptr<const SampleTransform> transform,
-         LoaderOptions options);
+  Loader(std::shared_ptr<const Source> source, std::shared_ptr<const SampleTransform> transform, LoaderOptions options);
   /// Stops the epoch and joins every thread.
   ~Loader();
 
@@ -168,7 +172,7 @@ class Loader {
   void process_task(const std::shared_ptr<detail::EpochRun>& run, int64_t batch, int slot, uint64_t ticket,
                     Record record);
   void finish_task(detail::EpochRun& run, int64_t batch, int slot, uint64_t ticket, int64_t label,
-                   const detail::SampleError* error);
+                   std::vector<BoundingBox> boxes, const detail::SampleError* error);
   void stop_locked(std::unique_lock<std::mutex>& lock);
   std::vector<int64_t> epoch_order(int64_t epoch) const;
 
@@ -187,8 +191,8 @@ class Loader {
   std::atomic<int64_t> samples_processed_{0};
   std::atomic<int64_t> read_ns_{0};
   std::atomic<int64_t> process_ns_{0};
-  int64_t wait_ns_ = 0;  // Guarded by mu_.
-  int64_t batches_delivered_ = 0;  // Guarded by mu_.
+  int64_t wait_ns_ = 0;                                  // Guarded by mu_.
+  int64_t batches_delivered_ = 0;                        // Guarded by mu_.
   std::chrono::steady_clock::time_point epoch_started_;  // Guarded by mu_.
 
   BufferPool pool_;

@@ -1,12 +1,12 @@
 #include "conveyor/pipeline/loader.h"
 
+#include <dirent.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <dirent.h>
 #include <future>
 #include <random>
 #include <set>
@@ -117,8 +117,7 @@ LoaderOptions options(int64_t batch_size, int threads, int io_threads, int prefe
 }
 
 TEST(LoaderTest, DeliversEveryBatchInOrderDespiteRandomDelays) {
-  Loader loader(std::make_shared<MemorySource>(103, 300), std::make_shared<IndexTransform>(300),
-                options(8, 4, 8, 3));
+  Loader loader(std::make_shared<MemorySource>(103, 300), std::make_shared<IndexTransform>(300), options(8, 4, 8, 3));
   EXPECT_EQ(loader.num_batches(), 13);
   Epoch epoch = run_epoch(loader, 0);
   ASSERT_EQ(epoch.batches.size(), 13u);
@@ -311,8 +310,8 @@ TEST(LoaderTest, StopWhileConsumerBlockedAndTasksQueuedReturnsPromptly) {
   std::atomic<int> running{0};
   {
     // Each sample takes 20 ms on one cpu thread: the queue stays full.
-    Loader loader(std::make_shared<MemorySource>(10000), std::make_shared<IndexTransform>(20000, std::set<int64_t>{}, &running),
-                  options(64, 1, 4, 4));
+    Loader loader(std::make_shared<MemorySource>(10000),
+                  std::make_shared<IndexTransform>(20000, std::set<int64_t>{}, &running), options(64, 1, 4, 4));
     loader.start_epoch(0);
     auto consumer = std::async(std::launch::async, [&] { return loader.next(); });
     while (running.load() == 0) std::this_thread::yield();
@@ -327,8 +326,8 @@ TEST(LoaderTest, StopWhileConsumerBlockedAndTasksQueuedReturnsPromptly) {
 
 TEST(LoaderTest, NextTimesOutWhenNoBatchIsReady) {
   std::atomic<int> running{0};
-  Loader loader(std::make_shared<MemorySource>(100), std::make_shared<IndexTransform>(50000, std::set<int64_t>{}, &running),
-                options(50, 1, 1, 1));
+  Loader loader(std::make_shared<MemorySource>(100),
+                std::make_shared<IndexTransform>(50000, std::set<int64_t>{}, &running), options(50, 1, 1, 1));
   loader.start_epoch(0);
   EXPECT_EQ(loader.next(std::chrono::milliseconds(1)).status, NextResult::Status::kTimeout);
 }

@@ -1,0 +1,300 @@
+"""The stock PyTorch side of the benchmarks: map-style datasets for
+``torch.utils.data.DataLoader`` with torchvision's transforms when torchvision
+is importable, else a PIL implementation of the same algorithms (PIL bilinear
+resize, which antialiases when it shrinks; RandomResizedCrop's ``get_params``;
+ToTensor and Normalize with torch ops).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import time
+from collections.abc import Sequence
+from typing import Any, Callable, Optional, Union
+
+import numpy as np
+import torch
+from PIL import Image
+
+__all__ = [
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "IdxDataset",
+    "ImageFolderDataset",
+    "SlowDecodedFiles",
+    "SlowFiles",
+    "eval_transform",
+    "image_folder",
+    "read_idx",
+    "reference_name",
+    "resize_transform",
+    "train_transform",
+]
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+Transform = Callable[[Image.Image], Any]
+
+try:
+    import torchvision
+    import torchvision.transforms as tv
+except ImportError:  # The usual case here: torchvision is not a dependency.
+    torchvision = None
+    tv = None
+
+
+def reference_name() -> str:
+    """Which implementation of the stock transforms runs."""
+    if torchvision is not None:
+        return f"torchvision {torchvision.__version__}"
+    return "PIL implementation of torchvision's transforms (torchvision not installed)"
+
+
+# --- the PIL implementation of torchvision's transforms ------------------------------------------
+
+
+class _RandomResizedCrop:
+    """torchvision's RandomResizedCrop on PIL images: ``get_params`` draws the box
+    with torch's RNG (10 tries, then a centre crop), then crop and bilinear resize."""
+
+    def __init__(
+        self, size: int, scale: Sequence[float] = (0.08, 1.0), ratio: Sequence[float] = (3 / 4, 4 / 3)
+    ):
+        self.size = (size, size)
+        self.scale = scale
+        self.ratio = ratio
+
+    def get_params(self, width: int, height: int) -> tuple[int, int, int, int]:
+        """The crop box (top, left, height, width), exactly as torchvision draws it."""
+        area = height * width
+        log_ratio = torch.log(torch.tensor(self.ratio))
+        for _ in range(10):
+            target_area = area * torch.empty(1).uniform_(self.scale[0], self.scale[1]).item()
+            aspect = math.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1]).item())
+            w = int(round(math.sqrt(target_area * aspect)))
+            h = int(round(math.sqrt(target_area / aspect)))
+            if 0 < w <= width and 0 < h <= height:
+                i = int(torch.randint(0, height - h + 1, size=(1,)).item())
+                j = int(torch.randint(0, width - w + 1, size=(1,)).item())
+                return i, j, h, w
+        in_ratio = width / height
+        if in_ratio < min(self.ratio):
+            w, h = width, int(round(width / min(self.ratio)))
+        elif in_ratio > max(self.ratio):
+            w, h = int(round(height * max(self.ratio))), height
+        else:
+            w, h = width, height
+        return (height - h) // 2, (width - w) // 2, h, w
+
+    def __call__(self, img: Image.Image) -> Image.Image:
+        i, j, h, w = self.get_params(*img.size)
+        return img.crop((j, i, j + w, i + h)).resize(self.size[::-1], Image.Resampling.BILINEAR)
+
+
+class _Resize:
+    """torchvision's Resize on PIL images: an int sets the short side (the long
+    side is truncated as torchvision does), a pair is (height, width)."""
+
+    def __init__(self, size: Union[int, tuple[int, int]]):
+        self.size = size
+
+    def __call__(self, img: Image.Image) -> Image.Image:
+        w, h = img.size
+        if isinstance(self.size, int):
+            short, long = (w, h) if w <= h else (h, w)
+            new_short, new_long = self.size, int(self.size * long / short)
+            new_w, new_h = (new_short, new_long) if w <= h else (new_long, new_short)
+        else:
+            new_h, new_w = self.size
+        return img.resize((new_w, new_h), Image.Resampling.BILINEAR)
+
+
+class _CenterCrop:
+    def __init__(self, size: int):
+        self.size = size
+
+    def __call__(self, img: Image.Image) -> Image.Image:
+        w, h = img.size
+        top, left = int(round((h - self.size) / 2.0)), int(round((w - self.size) / 2.0))
+        return img.crop((left, top, left + self.size, top + self.size))
+
+
+class _RandomHorizontalFlip:
+    def __call__(self, img: Image.Image) -> Image.Image:
+        return img.transpose(Image.Transpose.FLIP_LEFT_RIGHT) if torch.rand(1) < 0.5 else img
+
+
+def _to_tensor(img: Image.Image) -> torch.Tensor:
+    """torchvision's ToTensor for RGB images: float32 CHW in [0, 1]."""
+    pixels = torch.from_numpy(np.array(img, np.uint8, copy=True))
+    pixels = pixels.view(img.size[1], img.size[0], len(img.getbands())).permute((2, 0, 1)).contiguous()
+    return pixels.to(dtype=torch.float32).div(255)
+
+
+class _Normalize:
+    def __init__(self, mean: Sequence[float], std: Sequence[float]):
+        self.mean = torch.as_tensor(mean, dtype=torch.float32)[:, None, None]
+        self.std = torch.as_tensor(std, dtype=torch.float32)[:, None, None]
+
+    def __call__(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.clone().sub_(self.mean).div_(self.std)
+
+
+class _Compose:
+    def __init__(self, steps: Sequence[Callable[[Any], Any]]):
+        self.steps = list(steps)
+
+    def __call__(self, value: Any) -> Any:
+        for step in self.steps:
+            value = step(value)
+        return value
+
+
+# --- the pipelines ---------------------------------------------------------------------------------
+
+
+def train_transform(size: int = 224) -> Transform:
+    """ImageNet training: RandomResizedCrop, horizontal flip, ToTensor, Normalize."""
+    if tv is not None:
+        return tv.Compose(
+            [
+                tv.RandomResizedCrop(size),
+                tv.RandomHorizontalFlip(),
+                tv.ToTensor(),
+                tv.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+            ]
+        )
+    return _Compose(
+        [
+            _RandomResizedCrop(size),
+            _RandomHorizontalFlip(),
+            _to_tensor,
+            _Normalize(IMAGENET_MEAN, IMAGENET_STD),
+        ]
+    )
+
+
+def eval_transform(resize: int = 256, crop: int = 224) -> Transform:
+    """ImageNet evaluation: Resize (short side), CenterCrop, ToTensor, Normalize."""
+    if tv is not None:
+        return tv.Compose(
+            [tv.Resize(resize), tv.CenterCrop(crop), tv.ToTensor(), tv.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+        )
+    return _Compose([_Resize(resize), _CenterCrop(crop), _to_tensor, _Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+
+
+def resize_transform(height: int, width: int) -> Transform:
+    """Resize to exactly (height, width), then ToTensor."""
+    if tv is not None:
+        return tv.Compose([tv.Resize((height, width)), tv.ToTensor()])
+    return _Compose([_Resize((height, width)), _to_tensor])
+
+
+def _rgb_loader(path: str) -> Image.Image:
+    """torchvision's default (PIL) loader."""
+    with open(path, "rb") as f:
+        img = Image.open(f)
+        return img.convert("RGB")
+
+
+class ImageFolderDataset(torch.utils.data.Dataset):
+    """torchvision's ImageFolder: ``root/<class>/**/<image>``, sorted classes and files."""
+
+    def __init__(
+        self, root: str, transform: Transform, extensions: Sequence[str] = (".jpg", ".jpeg", ".png")
+    ):
+        self.classes = sorted(entry.name for entry in os.scandir(root) if entry.is_dir())
+        self.samples = []
+        for label, name in enumerate(self.classes):
+            for folder, _, files in sorted(os.walk(os.path.join(root, name), followlinks=True)):
+                self.samples += [
+                    (os.path.join(folder, file), label)
+                    for file in sorted(files)
+                    if file.lower().endswith(tuple(extensions))
+                ]
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        path, label = self.samples[index]
+        return self.transform(_rgb_loader(path)), label
+
+
+def image_folder(root: str, transform: Transform) -> torch.utils.data.Dataset:
+    """torchvision's ImageFolder when importable, else ``ImageFolderDataset``."""
+    if torchvision is not None:
+        return torchvision.datasets.ImageFolder(root, transform)
+    return ImageFolderDataset(root, transform)
+
+
+# --- slow storage ------------------------------------------------------------------------------------
+
+
+class SlowFiles:
+    """``count`` samples cycling over ``paths``; every read first sleeps
+    ``latency`` seconds (slow storage) and returns the file's bytes."""
+
+    def __init__(self, paths: Sequence[str], count: int, latency: float):
+        self.paths = list(paths)
+        self.count = count
+        self.latency = latency
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int) -> bytes:
+        if not 0 <= index < self.count:
+            raise IndexError(index)
+        time.sleep(self.latency)
+        with open(self.paths[index % len(self.paths)], "rb") as f:
+            return f.read()
+
+
+class SlowDecodedFiles(torch.utils.data.Dataset):
+    """SlowFiles decoded with PIL and transformed: the DataLoader side."""
+
+    def __init__(self, files: SlowFiles, transform: Transform):
+        self.files = files
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.transform(Image.open(io.BytesIO(self.files[index])).convert("RGB"))
+
+
+# --- MNIST ----------------------------------------------------------------------------------------------
+
+
+def read_idx(path: str) -> np.ndarray:
+    """An unsigned-byte IDX file as a numpy array."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:3] != b"\0\0\x08":
+        raise ValueError(f"{path}: not an unsigned-byte IDX file")
+    ndim = data[3]
+    shape = tuple(int.from_bytes(data[4 + 4 * d : 8 + 4 * d], "big") for d in range(ndim))
+    return np.frombuffer(data, np.uint8, offset=4 + 4 * ndim).reshape(shape)
+
+
+class IdxDataset(torch.utils.data.Dataset):
+    """MNIST from IDX files, the tuning guide's way: all samples in memory as
+    tensors, each item converted to float and normalized in ``__getitem__``."""
+
+    MEAN, STD = 0.1307, 0.3081
+
+    def __init__(self, images_path: str, labels_path: str, limit: Optional[int] = None):
+        self.images = torch.from_numpy(read_idx(images_path)[:limit].copy())
+        self.labels = torch.from_numpy(read_idx(labels_path)[:limit].astype(np.int64))
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        image = (self.images[index].float().div(255) - self.MEAN) / self.STD
+        return image.unsqueeze(0), self.labels[index]

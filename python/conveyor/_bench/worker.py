@@ -1,0 +1,302 @@
+"""One measurement in a fresh process: ``python -m conveyor._bench.worker SPEC``.
+
+SPEC is a JSON object naming the benchmark (``bench``), the side
+(``conveyor`` or ``dataloader``) and its parameters; the figures are printed
+as one JSON line prefixed with ``RESULT `` on stdout. Running each measurement
+in its own process gives each side the same clean start and lets the parent
+sample the memory of exactly this process tree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any, Callable, Optional
+
+RESULT_PREFIX = "RESULT "
+
+Spec = dict[str, Any]
+
+
+def _conveyor_image_transforms(case: str) -> list[Any]:
+    from conveyor import transforms as T
+    from conveyor._bench.reference import IMAGENET_MEAN, IMAGENET_STD
+
+    if case == "train":
+        return [T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+    return [T.Resize(256), T.CenterCrop(224), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+
+
+def _spread(count: int, limit: Optional[int]) -> list[int]:
+    """``limit`` indices spread evenly over ``range(count)`` (all when None)."""
+    if limit is None or limit >= count:
+        return list(range(count))
+    return [i * count // limit for i in range(limit)]
+
+
+def _image_loader(spec: Spec) -> Iterable[Any]:
+    train = spec["case"] == "train"
+    if spec["side"] == "conveyor":
+        import conveyor
+
+        folder = conveyor.sources.ImageFolder(spec["data"])
+        keep = _spread(len(folder), spec.get("limit"))
+        source = conveyor.sources.FileList([folder.paths[i] for i in keep], [folder.labels[i] for i in keep])
+        return conveyor.Loader(
+            source,
+            transforms=_conveyor_image_transforms(spec["case"]),
+            batch_size=spec["batch_size"],
+            shuffle=train,
+            seed=0,
+            threads=spec["workers"],
+        )
+    import torch
+
+    from conveyor._bench import reference
+
+    transform = reference.train_transform() if train else reference.eval_transform()
+    dataset = reference.image_folder(spec["data"], transform)
+    dataset = torch.utils.data.Subset(dataset, _spread(len(dataset), spec.get("limit")))
+    return torch.utils.data.DataLoader(
+        dataset, batch_size=spec["batch_size"], shuffle=train, num_workers=spec["workers"], pin_memory=False
+    )
+
+
+class _Timed:
+    """Iterates ``batches``, timing the first batch and the time spent waiting
+    for each (the input stall seen by the consumer)."""
+
+    def __init__(self, batches: Iterable[Any]):
+        self.batches = batches
+        self.first_batch_s: Optional[float] = None
+        self.wait_s = 0.0
+        self.samples = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        start = time.perf_counter()
+        iterator = iter(self.batches)
+        while True:
+            before = time.perf_counter()
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                return
+            now = time.perf_counter()
+            self.wait_s += now - before
+            if self.first_batch_s is None:
+                self.first_batch_s = now - start
+            self.samples += len(batch[1])
+            yield batch
+
+
+def _rusage() -> dict[str, float]:
+    """Peak RSS (MB) of this process and of its largest finished child (Linux: KB units)."""
+    return {
+        "maxrss_self_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "maxrss_largest_child_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+    }
+
+
+def _stats(loader: Any) -> Optional[dict[str, Any]]:
+    stats = getattr(loader, "stats", None)
+    return dict(stats()) if callable(stats) else None
+
+
+def _close(loader: Any) -> None:
+    close = getattr(loader, "close", None)
+    if callable(close):
+        close()
+
+
+def throughput(spec: Spec) -> dict[str, Any]:
+    """One epoch of the ImageNet train or eval pipeline; images/s."""
+    start = time.perf_counter()
+    loader = _image_loader(spec)
+    construct_s = time.perf_counter() - start
+    timed = _Timed(loader)
+    epoch_start = time.perf_counter()
+    for _ in timed:
+        pass
+    epoch_s = time.perf_counter() - epoch_start
+    stats = _stats(loader)
+    _close(loader)
+    return {
+        "images": timed.samples,
+        "construct_s": construct_s,
+        "epoch_s": epoch_s,
+        "images_per_s": timed.samples / epoch_s,
+        "first_batch_s": timed.first_batch_s,
+        "wait_s": timed.wait_s,
+        "stats": stats,
+    }
+
+
+def _slow_loader(spec: Spec) -> Iterable[Any]:
+    from conveyor._bench.reference import SlowDecodedFiles, SlowFiles
+
+    paths = sorted(
+        os.path.join(folder, name)
+        for folder, _, names in os.walk(spec["data"])
+        for name in names
+        if name.lower().endswith((".jpg", ".jpeg"))
+    )
+    files = SlowFiles(paths, spec["steps"] * spec["batch_size"], spec["read_latency"])
+    size = spec["size"]
+    if spec["side"] == "conveyor":
+        import conveyor
+        from conveyor import transforms as T
+
+        return conveyor.Loader(
+            conveyor.sources.PythonSource(files),
+            transforms=[T.Resize((size, size))],
+            batch_size=spec["batch_size"],
+            threads=spec["workers"],
+        )
+    import torch
+
+    from conveyor._bench.reference import resize_transform
+
+    return torch.utils.data.DataLoader(
+        SlowDecodedFiles(files, resize_transform(size, size)),
+        batch_size=spec["batch_size"],
+        num_workers=spec["workers"],
+    )
+
+
+def slow_storage(spec: Spec) -> dict[str, Any]:
+    """``steps`` training steps of ``step_time`` s each over storage whose every
+    read takes ``read_latency`` s more; total time against the ideal."""
+    start = time.perf_counter()
+    loader = _slow_loader(spec)
+    timed = _Timed(loader)
+    steps = 0
+    for _ in timed:
+        time.sleep(spec["step_time"])  # The training step.
+        steps += 1
+        if steps == spec["steps"]:
+            break
+    total_s = time.perf_counter() - start
+    stats = _stats(loader)
+    _close(loader)
+    ideal_s = spec["steps"] * spec["step_time"]
+    return {
+        "steps": steps,
+        "seconds": total_s,
+        "ideal_s": ideal_s,
+        "overhead": total_s / ideal_s,
+        "first_batch_s": timed.first_batch_s,
+        "wait_s": timed.wait_s,
+        "stats": stats,
+    }
+
+
+def _small_cnn() -> Any:
+    """2 conv + 2 fully connected layers for 28×28 digits."""
+    from torch import nn
+
+    return nn.Sequential(
+        nn.Conv2d(1, 8, 3),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(8, 16, 3),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(16 * 5 * 5, 64),
+        nn.ReLU(),
+        nn.Linear(64, 10),
+    )
+
+
+def _mnist_loader(spec: Spec) -> Iterable[Any]:
+    from conveyor.dataset import MNIST_FILES
+
+    if spec["side"] == "conveyor":
+        import conveyor
+        from conveyor import transforms as T
+        from conveyor._bench.reference import IdxDataset
+
+        return conveyor.Loader(
+            conveyor.sources.MNIST(spec["mnist_data"], train=True),
+            transforms=[T.Normalize((IdxDataset.MEAN,), (IdxDataset.STD,))],
+            batch_size=spec["batch_size"],
+            shuffle=True,
+            seed=0,
+            threads=spec["workers"] or None,
+        )
+    import torch
+
+    from conveyor._bench.reference import IdxDataset
+
+    images, labels = (os.path.join(spec["mnist_data"], name) for name in MNIST_FILES[True])
+    return torch.utils.data.DataLoader(
+        IdxDataset(images, labels),
+        batch_size=spec["batch_size"],
+        shuffle=True,
+        num_workers=spec["workers"],
+        pin_memory=spec["pin_memory"],
+    )
+
+
+def mnist(spec: Spec) -> dict[str, Any]:
+    """One epoch of training a small CNN on MNIST-format data."""
+    import torch
+
+    torch.manual_seed(0)
+    model = _small_cnn()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    start = time.perf_counter()
+    loader = _mnist_loader(spec)
+    timed = _Timed(loader)
+    loss = torch.zeros(())
+    for images, labels in timed:
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(images), labels)
+        loss.backward()
+        optimizer.step()
+    total_s = time.perf_counter() - start
+    stats = _stats(loader)
+    _close(loader)
+    return {
+        "samples": timed.samples,
+        "seconds": total_s,
+        "first_batch_s": timed.first_batch_s,
+        "wait_s": timed.wait_s,
+        "final_loss": float(loss),
+        "stats": stats,
+    }
+
+
+def baseline(spec: Spec) -> dict[str, Any]:
+    """Nothing but the imports both sides pay for: the memory floor of a process."""
+    import torch
+
+    import conveyor.sources
+
+    return {"torch": torch.__version__, "conveyor": conveyor.sources.__name__}
+
+
+RUNNERS: dict[str, Callable[[Spec], dict[str, Any]]] = {
+    "baseline": baseline,
+    "throughput": throughput,
+    "slow-storage": slow_storage,
+    "mnist": mnist,
+}
+
+
+def main(argv: list[str]) -> int:
+    """Runs the measurement described by ``argv[0]`` (JSON) and prints the result."""
+    spec = json.loads(argv[0])
+    result = RUNNERS[spec["bench"]](spec)
+    result.update(_rusage())
+    print(RESULT_PREFIX + json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,566 @@
+"""``conveyor bench``: conveyor against PyTorch's DataLoader, in the same run.
+
+Sub-commands: ``throughput`` (ImageNet train and eval pipelines, images/s,
+time to first batch, peak memory of the process tree), ``slow-storage`` (the
+field report's experiment: slow reads, slow steps), ``mnist`` (one epoch of a
+small CNN) and ``all``. Each measurement runs in a fresh process
+(``conveyor._bench.worker``); the two sides alternate over ``--repeats``
+repeats, so drifting machine load hits both alike. The stock side uses
+torchvision's transforms when torchvision is importable, else a PIL
+implementation of the same algorithms (``conveyor._bench.reference``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import importlib.util
+import json
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import Any, Optional
+
+from conveyor._bench import report
+from conveyor._bench.procmem import TreeMemorySampler
+from conveyor._bench.report import CONVEYOR, Metric
+
+__all__ = ["BENCHES", "add_commands", "machine_info", "run_benchmarks"]
+
+BENCHES = ("throughput", "slow-storage", "mnist")
+PEERS = {"DALI": "nvidia.dali", "FFCV": "ffcv", "SPDL": "spdl"}
+QUICK_IMAGES = 128
+QUICK_STEPS = 5
+QUICK_MNIST = 512
+RUN_TIMEOUT_S = 1800
+
+METRICS: dict[str, tuple[Metric, ...]] = {
+    "throughput": (
+        Metric("images_per_s", "images/s", headline=True),
+        Metric("first_batch_s", "first batch s"),
+        Metric("wait_s", "input stall s"),
+        Metric("peak_pss_mb", "peak PSS MB (tree)"),
+        Metric("peak_rss_mb", "peak RSS MB (tree)"),
+        Metric("peak_processes", "processes"),
+    ),
+    "slow-storage": (
+        Metric("seconds", "total s", headline=True),
+        Metric("overhead", "x ideal"),
+        Metric("wait_s", "input stall s"),
+        Metric("first_batch_s", "first batch s"),
+        Metric("peak_pss_mb", "peak PSS MB (tree)"),
+    ),
+    "mnist": (
+        Metric("seconds", "epoch s", headline=True),
+        Metric("wait_s", "input stall s"),
+        Metric("first_batch_s", "first batch s"),
+        Metric("peak_pss_mb", "peak PSS MB (tree)"),
+    ),
+}
+
+#: The field report's figures for the slow-storage experiment (8 DataLoader
+#: workers, a GPU machine): quoted beside ours, never measured here.
+FIELD_REPORT = (
+    ("DataLoader", 11.1),
+    ("DALI, serial Python iterator", 14.2),
+    ("DataLoader feeding DALI", 10.3),
+    ("ideal", 10.0),
+)
+
+#: The figures of ``loader.stats()`` printed (all are in the JSON).
+STATS_SHOWN = (
+    "samples_read",
+    "read_seconds",
+    "process_seconds",
+    "wait_seconds",
+    "wall_seconds",
+    "input_stall",
+)
+
+#: What each benchmark needs from conveyor (attributes of the package).
+NEEDS = {
+    "throughput": ("Loader", "transforms", "sources.ImageFolder"),
+    "slow-storage": ("Loader", "transforms", "sources.PythonSource"),
+    "mnist": ("Loader", "transforms", "sources.MNIST"),
+}
+
+
+# --- environment -------------------------------------------------------------------------------
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _ram_gb() -> Optional[float]:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # Not Linux.
+        return os.cpu_count() or 1
+
+
+def _version(package: str) -> Optional[str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+def machine_info() -> dict[str, Any]:
+    """The machine and software the figures were measured on."""
+    return {
+        "cores": _cores(),
+        "cpu": _cpu_model(),
+        "ram_gb": _ram_gb(),
+        "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        **{name: _version(name) for name in ("torch", "torchvision", "pillow", "numpy")},
+    }
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # A parent package is missing.
+        return False
+
+
+def _reference_pipeline() -> str:
+    if _importable("torchvision"):
+        return f"torchvision {_version('torchvision')}"
+    return "PIL implementation of torchvision's transforms (torchvision not installed)"
+
+
+def peers() -> dict[str, str]:
+    """Other input pipelines: whether they are installed. None is run by this
+    version of the benchmark; they are listed, never faked."""
+    return {
+        name: "installed, not run (no runner in this version)" if _importable(module) else "not installed"
+        for name, module in PEERS.items()
+    }
+
+
+def conveyor_missing(bench: str) -> Optional[str]:
+    """Why conveyor's side of ``bench`` cannot run yet (a piece not merged), or None."""
+    missing = []
+    for need in NEEDS[bench]:
+        module_name, _, attribute = f"conveyor.{need}".rpartition(".")
+        try:
+            module = importlib.import_module(module_name)
+            if not hasattr(module, attribute) and not _importable(f"{module_name}.{attribute}"):
+                missing.append(f"conveyor.{need}")
+        except ImportError:
+            missing.append(f"conveyor.{need}")
+    return f"pending: {', '.join(missing)} not available yet" if missing else None
+
+
+# --- planning ----------------------------------------------------------------------------------
+
+
+def _side(
+    bench: str, case: str, label: str, spec: dict[str, Any], skip: Optional[str] = None
+) -> dict[str, Any]:
+    return {"bench": bench, "case": case, "label": label, "spec": {"bench": bench, **spec}, "skip": skip}
+
+
+def _dataloader_label(workers: int, pin: Optional[bool] = None) -> str:
+    return f"DataLoader W={workers}" + ("" if pin is None else f" pin={'on' if pin else 'off'}")
+
+
+def plan(bench: str, args: argparse.Namespace) -> list[list[dict[str, Any]]]:
+    """The groups of sides compared with each other, for one repeat of ``bench``."""
+    pending = conveyor_missing(bench)
+    workers = args.workers
+    if bench == "throughput":
+        common = {
+            "data": args.data,
+            "workers": workers,
+            "batch_size": 64,
+            "limit": QUICK_IMAGES if args.quick else None,
+        }
+        return [
+            [
+                _side(bench, case, CONVEYOR, {**common, "case": case, "side": "conveyor"}, pending),
+                _side(
+                    bench, case, _dataloader_label(workers), {**common, "case": case, "side": "dataloader"}
+                ),
+            ]
+            for case in ("train", "eval")
+        ]
+    if bench == "slow-storage":
+        common = {
+            "data": args.data,
+            "workers": workers,
+            "batch_size": 16,
+            "size": 512,
+            "steps": QUICK_STEPS if args.quick else args.steps,
+            "read_latency": args.read_latency / 1000,
+            "step_time": args.step_time / 1000,
+        }
+        case = f"{common['steps']} steps"
+        return [
+            [
+                _side(bench, case, CONVEYOR, {**common, "side": "conveyor"}, pending),
+                _side(bench, case, _dataloader_label(workers), {**common, "side": "dataloader"}),
+            ]
+        ]
+    common = {"mnist_data": args.mnist_data, "batch_size": 64}
+    no_pinning = None if _has_accelerator() else "skipped: no accelerator here, pin_memory is a no-op"
+    sides = [_side(bench, "epoch", CONVEYOR, {**common, "side": "conveyor", "workers": workers}, pending)]
+    for w in sorted({0, workers}):
+        for pin in (False, True):
+            spec = {**common, "side": "dataloader", "workers": w, "pin_memory": pin}
+            sides.append(_side(bench, "epoch", _dataloader_label(w, pin), spec, no_pinning if pin else None))
+    return [sides]
+
+
+def _has_accelerator() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+# --- running -----------------------------------------------------------------------------------
+
+
+def _worker_env() -> dict[str, str]:
+    """The environment of a worker process: this conveyor package first on the path."""
+    import conveyor
+
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(conveyor.__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def execute(spec: dict[str, Any]) -> dict[str, Any]:
+    """Runs one measurement in a fresh process while sampling its process tree's
+    memory; returns ``result``, ``memory`` and ``error`` (None or the reason)."""
+    from conveyor._bench.worker import RESULT_PREFIX
+
+    command = [sys.executable, "-m", "conveyor._bench.worker", json.dumps(spec)]
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_worker_env()
+    )
+    with TreeMemorySampler(proc.pid) as sampler:
+        try:
+            out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            err += f"\ntimed out after {RUN_TIMEOUT_S} s"
+    lines = [line for line in out.splitlines() if line.startswith(RESULT_PREFIX)]
+    if proc.returncode != 0 or not lines:
+        tail = "\n".join(err.strip().splitlines()[-6:])
+        return {"result": None, "memory": sampler.result(), "error": f"exit code {proc.returncode}: {tail}"}
+    return {"result": json.loads(lines[-1][len(RESULT_PREFIX) :]), "memory": sampler.result(), "error": None}
+
+
+def run_benchmarks(benches: Sequence[str], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Runs every side of ``benches`` ``args.repeats`` times, alternating the
+    order of the sides from one repeat to the next; returns all runs."""
+    from tqdm import tqdm
+
+    groups = [group for bench in benches for group in plan(bench, args)]
+    runs: list[dict[str, Any]] = []
+    for group in groups:
+        for side in group:
+            if side["skip"]:
+                runs.append({**side, "repeat": None, "result": None, "memory": None, "error": None})
+    todo = [(r, side) for r in range(args.repeats) for group in groups for side in _ordered(group, r)]
+    with tqdm(total=len(todo), desc="bench", unit="run", file=sys.stderr, disable=args.no_progress) as bar:
+        for repeat, side in todo:
+            bar.set_postfix_str(f"{side['bench']} {side['case']} {side['label']} #{repeat + 1}")
+            runs.append({**side, "repeat": repeat, **execute(side["spec"])})
+            bar.update()
+    return runs
+
+
+def _ordered(group: list[dict[str, Any]], repeat: int) -> list[dict[str, Any]]:
+    """The sides to run in this repeat, reversed every other repeat."""
+    sides = [side for side in group if not side["skip"]]
+    return sides if repeat % 2 == 0 else sides[::-1]
+
+
+# --- reporting ---------------------------------------------------------------------------------
+
+
+def _stats_breakdown(runs: Sequence[dict[str, Any]], bench: str) -> list[str]:
+    """Medians of conveyor's ``loader.stats()`` figures, per case."""
+    import statistics
+
+    lines = []
+    cases = dict.fromkeys(run["case"] for run in runs if run["bench"] == bench)
+    for case in cases:
+        stats = [
+            (run["result"] or {}).get("stats") or {}
+            for run in runs
+            if (run["bench"], run["case"], run["label"]) == (bench, case, CONVEYOR) and run["result"]
+        ]
+        keys = [k for k in STATS_SHOWN if stats and isinstance(stats[0].get(k), (int, float))]
+        if keys:
+            parts = [f"{k}={report._number(statistics.median(s[k] for s in stats if k in s))}" for k in keys]
+            lines.append(f"  conveyor loader.stats() {case} (median): " + ", ".join(parts))
+    return lines
+
+
+def _notes(runs: Sequence[dict[str, Any]], bench: str) -> list[str]:
+    notes = []
+    for run in runs:
+        if run["bench"] == bench and run["skip"]:
+            notes.append(f"  {run['case']} / {run['label']}: {run['skip']}")
+        elif run["bench"] == bench and run["error"]:
+            notes.append(f"  ERROR {run['case']} / {run['label']} #{run['repeat'] + 1}: {run['error']}")
+    return notes
+
+
+def _field_report_lines() -> list[str]:
+    lines = ["  field report, not measured here (8 DataLoader workers, another machine):"]
+    lines += [f"    {label}: {seconds} s" for label, seconds in FIELD_REPORT]
+    return lines
+
+
+def print_report(
+    runs: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], benches: Sequence[str]
+) -> None:
+    """Prints one table per benchmark with its notes."""
+    for bench in benches:
+        print(f"\n== {bench} ==")
+        print(report.format_table(rows, bench))
+        extra = _stats_breakdown(runs, bench)
+        if bench == "slow-storage":
+            ideal = next((r["result"]["ideal_s"] for r in runs if r["bench"] == bench and r["result"]), None)
+            if ideal is not None:
+                extra.append(f"  ideal (steps x step time): {ideal:.2f} s")
+            extra += _field_report_lines()
+        for line in extra + _notes(runs, bench):
+            print(line)
+
+
+def build_report(
+    args: argparse.Namespace, benches: Sequence[str], runs: list[dict[str, Any]], started: str
+) -> dict[str, Any]:
+    """Everything measured, as written by ``--json``."""
+    return {
+        "schema": "conveyor-bench/1",
+        "started": started,
+        "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine_info(),
+        "reference_pipeline": _reference_pipeline(),
+        "peers": peers(),
+        "params": {k: v for k, v in vars(args).items() if k != "run"},
+        "benchmarks": list(benches),
+        "field_report": {label: seconds for label, seconds in FIELD_REPORT}
+        if "slow-storage" in benches
+        else None,
+        "runs": runs,
+        "summary": report.summarize(runs, METRICS),
+    }
+
+
+def _prepare_mnist(args: argparse.Namespace) -> None:
+    from conveyor.dataset import is_complete, make_mnist
+
+    count = QUICK_MNIST if args.quick else args.mnist_images
+    if not is_complete(args.mnist_data, kind="mnist", images=count, seed=0):
+        print(f"generating {count} MNIST-format digits in {args.mnist_data}", file=sys.stderr)
+        make_mnist(args.mnist_data, count)
+
+
+def _run(args: argparse.Namespace) -> int:
+    benches = BENCHES if args.bench == "all" else (args.bench,)
+    if args.repeats is None:
+        args.repeats = 1 if args.quick else 3
+    if args.mnist_data is None:
+        suffix = "-mnist-quick" if args.quick else "-mnist"
+        args.mnist_data = os.path.normpath(args.data) + suffix
+    if "mnist" in benches:
+        _prepare_mnist(args)
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    print(f"reference pipeline: {_reference_pipeline()}")
+    print("peers: " + ", ".join(f"{name} {state}" for name, state in peers().items()))
+    runs = run_benchmarks(benches, args)
+    full = build_report(args, benches, runs, started)
+    full["baseline"] = execute({"bench": "baseline"}) if "throughput" in benches else None
+    print_report(runs, full["summary"], benches)
+    if full["baseline"] is not None:
+        print(_baseline_line(full["baseline"]))
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(full, f, indent=1)
+    if args.plot:
+        os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
+        quoted = FIELD_REPORT[:3] if "slow-storage" in benches and _field_setup(args) else ()
+        references = {"slow-storage": {"quoted": quoted, "ideal": _ideal(runs)}}
+        report.plot(full["summary"], args.plot, _plot_title(full), references)
+    return 1 if any(run["error"] for run in runs) else 0
+
+
+def _baseline_line(baseline: dict[str, Any]) -> str:
+    memory = baseline["memory"] or {}
+    if baseline["error"] or memory.get("peak_rss_mb") is None:
+        return f"\nmemory floor: not measured ({baseline['error'] or 'no /proc'})"
+    return (
+        f"\nmemory floor (a process that only imports torch and conveyor): "
+        f"PSS {report._number(memory['peak_pss_mb'])} MB, RSS {report._number(memory['peak_rss_mb'])} MB"
+    )
+
+
+def _field_setup(args: argparse.Namespace) -> bool:
+    """Whether slow-storage ran the field report's experiment (so its figures compare)."""
+    return not args.quick and (args.steps, args.step_time, args.read_latency) == (100, 100.0, 10.0)
+
+
+def _ideal(runs: Sequence[dict[str, Any]]) -> Optional[float]:
+    return next((r["result"]["ideal_s"] for r in runs if r["bench"] == "slow-storage" and r["result"]), None)
+
+
+def _plot_title(full: dict[str, Any]) -> str:
+    machine = full["machine"]
+    return f"conveyor vs DataLoader - {machine['cores']} cores, {machine['cpu']} - medians, min-max whiskers"
+
+
+# --- the command line --------------------------------------------------------------------------
+
+
+def _int_at_least(minimum: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _non_negative_ms(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0:  # Also rejects NaN.
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _directory(text: str) -> str:
+    if not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"not a directory: {text!r} (make one with: conveyor make-dataset)")
+    return text
+
+
+def _png(text: str) -> str:
+    if not text.lower().endswith(".png"):
+        raise argparse.ArgumentTypeError(f"the plot is a PNG file, got {text!r}")
+    return text
+
+
+def _common_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--data", type=_directory, required=True, metavar="DIR", help="image folder (make-dataset)"
+    )
+    common.add_argument(
+        "--repeats", type=_int_at_least(1), metavar="R", help="repeats per side (default 3, --quick 1)"
+    )
+    common.add_argument(
+        "--workers",
+        type=_int_at_least(1),
+        default=_cores(),
+        metavar="W",
+        help=f"DataLoader workers and conveyor threads (default: the core count, {_cores()})",
+    )
+    common.add_argument("--quick", action="store_true", help="tiny sizes, one repeat (a smoke test)")
+    common.add_argument("--json", metavar="FILE", help="write every raw figure to FILE")
+    common.add_argument("--plot", type=_png, metavar="FILE.png", help="draw the medians as a bar chart")
+    common.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return common
+
+
+def _slow_storage_options() -> argparse.ArgumentParser:
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument(
+        "--read-latency",
+        type=_non_negative_ms,
+        default=10.0,
+        metavar="MS",
+        help="sleep per read (default 10 ms)",
+    )
+    options.add_argument(
+        "--step-time",
+        type=_non_negative_ms,
+        default=100.0,
+        metavar="MS",
+        help="sleep per step (default 100 ms)",
+    )
+    options.add_argument(
+        "--steps", type=_int_at_least(1), default=100, help="training steps (default 100; --quick 5)"
+    )
+    return options
+
+
+def _mnist_options() -> argparse.ArgumentParser:
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument(
+        "--mnist-data", metavar="DIR", help="MNIST IDX folder, generated when missing (default: DATA-mnist)"
+    )
+    options.add_argument(
+        "--mnist-images",
+        type=_int_at_least(1),
+        default=60000,
+        metavar="N",
+        help=f"training digits to generate (default 60000; --quick {QUICK_MNIST})",
+    )
+    return options
+
+
+def add_commands(subparsers: Any) -> None:
+    """Adds ``bench`` to the ``conveyor`` command line."""
+    parser = subparsers.add_parser(
+        "bench",
+        help="compare conveyor with PyTorch's DataLoader",
+        description=__doc__.split("\n\n")[1].replace("\n", " "),
+    )
+    benches = parser.add_subparsers(dest="bench", metavar="BENCH", required=True)
+    common, slow, mnist = _common_options(), _slow_storage_options(), _mnist_options()
+    helps = {
+        "throughput": ("ImageNet train/eval pipelines: images/s, first batch, peak memory", [common]),
+        "slow-storage": ("slow reads (10 ms) and slow steps (100 ms): total time vs ideal", [common, slow]),
+        "mnist": ("one epoch of a small CNN on MNIST-format data", [common, mnist]),
+        "all": ("throughput, slow-storage and mnist", [common, slow, mnist]),
+    }
+    for name, (help_text, parents) in helps.items():
+        sub = benches.add_parser(name, parents=parents, help=help_text, description=help_text)
+        if mnist not in parents:
+            sub.set_defaults(mnist_data=None, mnist_images=QUICK_MNIST)
+        sub.set_defaults(run=_run)
