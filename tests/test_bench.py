@@ -68,7 +68,7 @@ def _runs(full, bench_name, label_prefix):
 
 
 def _check_common_report(full, benches):
-    assert full["schema"] == "conveyor-bench/1"
+    assert full["schema"] == "conveyor-bench/1" and full["partial"] is False
     assert full["benchmarks"] == benches
     machine = full["machine"]
     assert machine["cores"] >= 1 and machine["cpu"] and machine["torch"]
@@ -118,6 +118,7 @@ def test_quick_throughput_run_reports_every_figure(tmp_path, data, capsys):
         result = run["result"]
         assert result["images"] == 24 and result["images_per_s"] > 0
         assert 0 < result["first_batch_s"] <= result["epoch_s"]
+        assert result["cpu_ms_per_image"] > 0
         assert (
             run["memory"]["peak_pss_mb"] > 0 and run["memory"]["peak_rss_mb"] >= run["memory"]["peak_pss_mb"]
         )

@@ -6,6 +6,7 @@ crops at round((size - crop) / 2), RandomResizedCrop crops its box then resizes.
 
 import io
 import math
+import os
 import random
 
 import numpy as np
@@ -212,6 +213,29 @@ def test_crop_window_and_dct_decode_close_to_full_decode(name):
             assert np.abs(run(dct_margin=1.0) - full).mean() < 4.5
 
 
+@pytest.mark.parametrize("options", [{"quality": 80}, {"lossless": True}])
+def test_webp_crop_window_decode_is_exact(options):
+    buf = io.BytesIO()
+    Image.fromarray(data.coffee()).save(buf, "WEBP", **options)
+    blob = buf.getvalue()
+    chains = [
+        [_conveyor.RandomResizedCropSpec(64, 64, (0.08, 1.0), (3 / 4, 4 / 3))],
+        [_conveyor.ResizeSpec(shorter=100), _conveyor.CenterCropSpec(90, 90)],
+        [_conveyor.CenterCropSpec(101, 77)],
+    ]
+    for specs in chains:
+        for index in range(6):
+            window, full = (
+                np.asarray(
+                    _conveyor.ImagePipeline(specs, dtype="uint8", layout="HWC", crop_decode=c).apply(
+                        blob, 0, 0, index
+                    )
+                )
+                for c in (True, False)
+            )
+            np.testing.assert_array_equal(window, full)
+
+
 # --- output pass -------------------------------------------------------------------------
 def test_normalize_and_dtypes_match_torchvision_arithmetic():
     jpeg = jpeg_of("chelsea")
@@ -309,3 +333,22 @@ def test_sample_shape_and_dtype():
     p = T.compile_pipeline([T.Resize((32, 48))], dtype="float16", layout="HWC", channels=1)
     assert list(p.sample_shape) == [32, 48, 1] and p.dtype == "float16"
     assert math.isclose(T.RandomResizedCrop(10).ratio[1], 4 / 3)
+
+
+# --- inside the Loader ------------------------------------------------------------------------
+def test_loader_batches_equal_the_pipeline_per_sample(tmp_path):
+    # Each batch slot is the pipeline's output for that sample's (seed, epoch, index) stream.
+    from conveyor.sources import ImageFolder
+
+    for k, name in enumerate(PHOTOS):
+        os.makedirs(tmp_path / "c" / str(k))
+        (tmp_path / "c" / str(k) / f"{name}.jpg").write_bytes(jpeg_of(name, quality=85))
+    source = ImageFolder(tmp_path / "c")
+    chain = [T.RandomResizedCrop(64), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)]
+    loader = conveyor.Loader(source, chain, batch_size=3, shuffle=False, seed=11, threads=2)
+    for epoch in range(2):
+        (images, _labels), *_ = list(loader)
+        pipeline = T.compile_pipeline(chain)
+        for index, path in enumerate(source.paths):
+            expected = np.asarray(pipeline.apply(open(path, "rb").read(), 11, epoch, index))
+            np.testing.assert_array_equal(np.asarray(images[index]), expected)

@@ -12,6 +12,9 @@ namespace nb = nanobind;
 
 NB_MODULE(_conveyor, m) {
   m.doc() = "conveyor's C++ engine (internal; use the conveyor package)";
+  // Objects still referenced at interpreter exit (e.g. by the traceback of an
+  // uncaught error) are not leaks worth a page of warnings to the user.
+  nb::set_leak_warnings(false);
 
   // conveyor::Error becomes the matching class of conveyor.errors, the one
   // place where C++ errors are translated.

@@ -22,11 +22,11 @@ import platform
 import subprocess
 import sys
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from conveyor._bench import report
 from conveyor._bench.procmem import TreeMemorySampler
-from conveyor._bench.report import CONVEYOR, Metric
+from conveyor._bench.report import CONVEYOR, Metric, format_number
 
 __all__ = ["BENCHES", "add_commands", "machine_info", "run_benchmarks"]
 
@@ -36,12 +36,17 @@ QUICK_IMAGES = 128
 QUICK_STEPS = 5
 QUICK_MNIST = 512
 RUN_TIMEOUT_S = 1800
+#: The small CNN trains on one thread on both sides: on a shared machine, torch's
+#: multi-threaded kernels stall whenever one of their threads is descheduled,
+#: which would swamp the loaders' difference; the loader keeps the other cores.
+MNIST_TORCH_THREADS = 1
 
 METRICS: dict[str, tuple[Metric, ...]] = {
     "throughput": (
         Metric("images_per_s", "images/s", headline=True),
         Metric("first_batch_s", "first batch s"),
         Metric("wait_s", "input stall s"),
+        Metric("cpu_ms_per_image", "CPU ms/image (tree)"),
         Metric("peak_pss_mb", "peak PSS MB (tree)"),
         Metric("peak_rss_mb", "peak RSS MB (tree)"),
         Metric("peak_processes", "processes"),
@@ -51,12 +56,14 @@ METRICS: dict[str, tuple[Metric, ...]] = {
         Metric("overhead", "x ideal"),
         Metric("wait_s", "input stall s"),
         Metric("first_batch_s", "first batch s"),
+        Metric("cpu_s", "CPU s (tree)"),
         Metric("peak_pss_mb", "peak PSS MB (tree)"),
     ),
     "mnist": (
         Metric("seconds", "epoch s", headline=True),
         Metric("wait_s", "input stall s"),
         Metric("first_batch_s", "first batch s"),
+        Metric("cpu_s", "CPU s (tree)"),
         Metric("peak_pss_mb", "peak PSS MB (tree)"),
     ),
 }
@@ -228,7 +235,7 @@ def plan(bench: str, args: argparse.Namespace) -> list[list[dict[str, Any]]]:
                 _side(bench, case, _dataloader_label(workers), {**common, "side": "dataloader"}),
             ]
         ]
-    common = {"mnist_data": args.mnist_data, "batch_size": 64}
+    common = {"mnist_data": args.mnist_data, "batch_size": 64, "torch_threads": MNIST_TORCH_THREADS}
     no_pinning = None if _has_accelerator() else "skipped: no accelerator here, pin_memory is a no-op"
     sides = [_side(bench, "epoch", CONVEYOR, {**common, "side": "conveyor", "workers": workers}, pending)]
     for w in sorted({0, workers}):
@@ -282,24 +289,29 @@ def execute(spec: dict[str, Any]) -> dict[str, Any]:
     return {"result": json.loads(lines[-1][len(RESULT_PREFIX) :]), "memory": sampler.result(), "error": None}
 
 
-def run_benchmarks(benches: Sequence[str], args: argparse.Namespace) -> list[dict[str, Any]]:
+def run_benchmarks(
+    benches: Sequence[str],
+    args: argparse.Namespace,
+    on_run: Optional[Callable[[list[dict[str, Any]]], None]] = None,
+) -> list[dict[str, Any]]:
     """Runs every side of ``benches`` ``args.repeats`` times, alternating the
-    order of the sides from one repeat to the next; returns all runs."""
+    order of the sides from one repeat to the next; returns all runs, and
+    passes the runs so far to ``on_run`` after each one."""
     from tqdm import tqdm
 
     groups = [group for bench in benches for group in plan(bench, args)]
     runs: list[dict[str, Any]] = []
-    for group in groups:
-        for side in group:
-            if side["skip"]:
-                runs.append({**side, "repeat": None, "result": None, "memory": None, "error": None})
     todo = [(r, side) for r in range(args.repeats) for group in groups for side in _ordered(group, r)]
     with tqdm(total=len(todo), desc="bench", unit="run", file=sys.stderr, disable=args.no_progress) as bar:
         for repeat, side in todo:
             bar.set_postfix_str(f"{side['bench']} {side['case']} {side['label']} #{repeat + 1}")
             runs.append({**side, "repeat": repeat, **execute(side["spec"])})
             bar.update()
-    return runs
+            if on_run is not None:
+                on_run(runs)
+    skipped = [side for group in groups for side in group if side["skip"]]
+    not_run = {"repeat": None, "result": None, "memory": None, "error": None}
+    return runs + [{**side, **not_run} for side in skipped]
 
 
 def _ordered(group: list[dict[str, Any]], repeat: int) -> list[dict[str, Any]]:
@@ -325,7 +337,7 @@ def _stats_breakdown(runs: Sequence[dict[str, Any]], bench: str) -> list[str]:
         ]
         keys = [k for k in STATS_SHOWN if stats and isinstance(stats[0].get(k), (int, float))]
         if keys:
-            parts = [f"{k}={report._number(statistics.median(s[k] for s in stats if k in s))}" for k in keys]
+            parts = [f"{k}={format_number(statistics.median(s[k] for s in stats if k in s))}" for k in keys]
             lines.append(f"  conveyor loader.stats() {case} (median): " + ", ".join(parts))
     return lines
 
@@ -369,6 +381,7 @@ def build_report(
     """Everything measured, as written by ``--json``."""
     return {
         "schema": "conveyor-bench/1",
+        "partial": False,
         "started": started,
         "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine_info(),
@@ -405,16 +418,18 @@ def _run(args: argparse.Namespace) -> int:
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     print(f"reference pipeline: {_reference_pipeline()}")
     print("peers: " + ", ".join(f"{name} {state}" for name, state in peers().items()))
-    runs = run_benchmarks(benches, args)
+
+    def checkpoint(runs: list[dict[str, Any]]) -> None:  # Figures so far survive an interruption.
+        _write_json(args.json, {**build_report(args, benches, runs, started), "partial": True})
+
+    runs = run_benchmarks(benches, args, checkpoint if args.json else None)
     full = build_report(args, benches, runs, started)
     full["baseline"] = execute({"bench": "baseline"}) if "throughput" in benches else None
     print_report(runs, full["summary"], benches)
     if full["baseline"] is not None:
         print(_baseline_line(full["baseline"]))
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(full, f, indent=1)
+        _write_json(args.json, full)
     if args.plot:
         os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
         quoted = FIELD_REPORT[:3] if "slow-storage" in benches and _field_setup(args) else ()
@@ -423,13 +438,20 @@ def _run(args: argparse.Namespace) -> int:
     return 1 if any(run["error"] for run in runs) else 0
 
 
+def _write_json(path: str, content: dict[str, Any]) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(content, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
 def _baseline_line(baseline: dict[str, Any]) -> str:
     memory = baseline["memory"] or {}
     if baseline["error"] or memory.get("peak_rss_mb") is None:
         return f"\nmemory floor: not measured ({baseline['error'] or 'no /proc'})"
     return (
         f"\nmemory floor (a process that only imports torch and conveyor): "
-        f"PSS {report._number(memory['peak_pss_mb'])} MB, RSS {report._number(memory['peak_rss_mb'])} MB"
+        f"PSS {format_number(memory['peak_pss_mb'])} MB, RSS {format_number(memory['peak_rss_mb'])} MB"
     )
 
 

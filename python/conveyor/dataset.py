@@ -88,7 +88,7 @@ def is_complete(out: str, **spec: Any) -> bool:
     )
 
 
-def _prepare(out: str, spec: dict[str, Any]) -> Optional[dict[str, Any]]:
+def _prepare(out: str, spec: dict[str, Any]) -> None:
     """Creates ``out`` or clears what an earlier run of ours left there. Refuses
     (ValueError) to write into a non-empty folder that we did not create."""
     os.makedirs(out, exist_ok=True)
@@ -102,7 +102,6 @@ def _prepare(out: str, spec: dict[str, Any]) -> Optional[dict[str, Any]]:
         elif os.path.exists(path):
             os.remove(path)
     _write_marker(out, spec, complete=False)
-    return previous
 
 
 # --- ImageNet-like JPEG folder -------------------------------------------------------------

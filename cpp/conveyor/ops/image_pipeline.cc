@@ -370,11 +370,11 @@ void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* ou
       request.min_width = static_cast<int>(std::ceil(margin * rect_w * request.region.width / (box.x1 - box.x0)));
       request.min_height = static_cast<int>(std::ceil(margin * rect_h * request.region.height / (box.y1 - box.y0)));
     }
-    const detail::Decoded out = decoder->decode(request, scratch);
-    const ImageView& decoded = out.view;
+    const detail::Decoded region = decoder->decode(request, scratch);
+    const ImageView& decoded = region.view;
     // The box in the decoded view's pixels (which may be downscaled).
-    const double k = 1.0 / out.scale;
-    BoxF in_decoded{(box.x0 - out.x) * k, (box.y0 - out.y) * k, (box.x1 - out.x) * k, (box.y1 - out.y) * k};
+    const double k = 1.0 / region.scale;
+    BoxF in_decoded{(box.x0 - region.x) * k, (box.y0 - region.y) * k, (box.x1 - region.x) * k, (box.y1 - region.y) * k};
     ImageView source = decoded;
     if (exact) {
       // A crop: the resize must not see pixels beyond it, whether or not the

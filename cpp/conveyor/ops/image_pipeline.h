@@ -70,11 +70,11 @@ struct ImageOutputSpec {
 /// How the decode is fused with the first crop; both on by default. Turning
 /// them off is for measurements and tests (the output barely changes).
 struct ImagePipelineOptions {
-  bool crop_decode = true;  ///< JPEG: decode only the rows/columns of the source box.
+  bool crop_decode = true;  ///< JPEG, WebP: decode only the rows/columns of the source box.
   bool dct_scale = true;    ///< JPEG: decode at 1/2, 1/4, 1/8 when the box stays >= dct_margin x the output.
-  /// How much larger than the output the DCT-scaled box must stay (>= 1). At 1, the
-  /// IDCT's own low-pass replaces most of the tent filter and parity with PIL drops
-  /// (docs/design/resize.md: mean error 2-3, max > 100); at 2 it stays within 1.
+  /// How much larger than the output the DCT-scaled box must stay (>= 1). At 1 the
+  /// IDCT's own low-pass replaces much of PIL's tent filter and parity drops
+  /// (docs/design/resize.md: mean error up to 2.5 per channel); at 2 it stays about 1.
   double dct_margin = 2.0;
 };
 
@@ -94,10 +94,12 @@ struct CropBox {
 CropBox sample_random_resized_crop(int height, int width, const std::array<double, 2>& scale,
                                    const std::array<double, 2>& ratio, SampleRng& rng);
 
-/// A transform chain planned once per loader: crop transforms fuse into the
-/// decode (crop-window decode, DCT downscale), pointwise steps (flip,
-/// normalize, dtype, layout) run in one pass writing into the batch slot.
-/// Decodes JPEG, PNG and WebP, detected from the bytes.
+/// A transform chain planned once per loader: all crops and resizes compose
+/// into one source box that is decoded alone (crop-window decode, DCT
+/// downscale) and resampled once like PIL's antialiased bilinear; pointwise
+/// steps (flip, normalize, dtype, layout) run in one pass writing into the
+/// batch slot. Normalize must come after every crop and resize. Decodes JPEG,
+/// PNG and WebP, detected from the bytes.
 ///
 /// Thread-safety: immutable after construction; apply() may run concurrently.
 class ImagePipeline final : public SampleTransform {

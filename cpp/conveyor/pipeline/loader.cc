@@ -322,7 +322,11 @@ void Loader::finish_task(EpochRun& run, int64_t batch_index, int slot_index, uin
     }
   }
   issue_locked(run);
-  cv_.notify_all();
+  // Wake the consumer only when it may have something to do: a sample of the
+  // batch it waits for finished (or a skip reshuffled slots), or, for stop(),
+  // the last task ended. Waking it for every sample costs a context switch
+  // per sample on a machine whose cores are busy decoding.
+  if (batch_index == run.front_index || run.outstanding == 0 || (current && error != nullptr)) cv_.notify_all();
 }
 
 NextResult Loader::next(std::chrono::milliseconds timeout) {

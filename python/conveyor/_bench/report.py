@@ -81,7 +81,8 @@ def summarize(runs: Sequence[Run], metrics: dict[str, Sequence[Metric]]) -> list
     return rows
 
 
-def _number(value: Optional[float]) -> str:
+def format_number(value: Optional[float]) -> str:
+    """A figure with 3 significant digits (whole numbers from 100 up); "-" for None."""
     if value is None:
         return "-"
     if abs(value) >= 100:
@@ -105,9 +106,9 @@ def format_table(rows: Sequence[dict[str, Any]], bench: str) -> str:
                 row["case"],
                 row["side"],
                 row["label"],
-                _number(row["median"]),
-                _number(row["min"]),
-                _number(row["max"]),
+                format_number(row["median"]),
+                format_number(row["min"]),
+                format_number(row["max"]),
                 ratio_text,
             )
         )

@@ -101,6 +101,13 @@ def _rusage() -> dict[str, float]:
     }
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU time of this process (all threads) and of its children
+    that have been waited for (DataLoader workers, once shut down)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def _stats(loader: Any) -> Optional[dict[str, Any]]:
     stats = getattr(loader, "stats", None)
     return dict(stats()) if callable(stats) else None
@@ -114,6 +121,7 @@ def _close(loader: Any) -> None:
 
 def throughput(spec: Spec) -> dict[str, Any]:
     """One epoch of the ImageNet train or eval pipeline; images/s."""
+    cpu_start = _cpu_seconds()
     start = time.perf_counter()
     loader = _image_loader(spec)
     construct_s = time.perf_counter() - start
@@ -124,7 +132,10 @@ def throughput(spec: Spec) -> dict[str, Any]:
     epoch_s = time.perf_counter() - epoch_start
     stats = _stats(loader)
     _close(loader)
+    cpu_s = _cpu_seconds() - cpu_start
     return {
+        "cpu_s": cpu_s,
+        "cpu_ms_per_image": 1000 * cpu_s / max(1, timed.samples),
         "images": timed.samples,
         "construct_s": construct_s,
         "epoch_s": epoch_s,
@@ -170,6 +181,7 @@ def _slow_loader(spec: Spec) -> Iterable[Any]:
 def slow_storage(spec: Spec) -> dict[str, Any]:
     """``steps`` training steps of ``step_time`` s each over storage whose every
     read takes ``read_latency`` s more; total time against the ideal."""
+    cpu_start = _cpu_seconds()
     start = time.perf_counter()
     loader = _slow_loader(spec)
     timed = _Timed(loader)
@@ -182,8 +194,11 @@ def slow_storage(spec: Spec) -> dict[str, Any]:
     total_s = time.perf_counter() - start
     stats = _stats(loader)
     _close(loader)
+    # Leaving the loop freed the DataLoader's iterator, which joined its workers:
+    # their CPU time is in RUSAGE_CHILDREN now.
     ideal_s = spec["steps"] * spec["step_time"]
     return {
+        "cpu_s": _cpu_seconds() - cpu_start,
         "steps": steps,
         "seconds": total_s,
         "ideal_s": ideal_s,
@@ -246,10 +261,12 @@ def mnist(spec: Spec) -> dict[str, Any]:
     """One epoch of training a small CNN on MNIST-format data."""
     import torch
 
+    torch.set_num_threads(spec["torch_threads"])
     torch.manual_seed(0)
     model = _small_cnn()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
+    cpu_start = _cpu_seconds()
     start = time.perf_counter()
     loader = _mnist_loader(spec)
     timed = _Timed(loader)
@@ -263,6 +280,7 @@ def mnist(spec: Spec) -> dict[str, Any]:
     stats = _stats(loader)
     _close(loader)
     return {
+        "cpu_s": _cpu_seconds() - cpu_start,
         "samples": timed.samples,
         "seconds": total_s,
         "first_batch_s": timed.first_batch_s,
