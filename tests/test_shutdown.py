@@ -229,7 +229,8 @@ def test_close_joins_the_engine_threads(tiny_folder: list[Path]) -> None:
     loader = make_loader(tiny_folder, threads=3, io_threads=5)
     next(iter(loader))
     loader.close()
-    assert native_threads() == baseline, f"{native_threads() - baseline} engine threads after close()"
+    threads = settled(baseline, open_fds(), patience=0.5)[0]
+    assert threads == baseline, f"{threads - baseline} engine threads after close()"
 
 
 class FailingDataset:
