@@ -15,7 +15,7 @@ APT_PACKAGES := build-essential pkg-config libturbojpeg0-dev libjpeg62-turbo-dev
 	libopencv-imgproc-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev zlib1g-dev clang clang-format libclang-rt-14-dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test test-fast setup build cpp-test py-test asan tsan lint format bench-cpp clean
+.PHONY: demo test test-fast setup build cpp-test py-test asan tsan asan-python fuzz fuzz-build fuzz-smoke lint format bench-cpp clean
 
 # --- set-up -------------------------------------------------------------------
 $(STAMPS)/apt: Makefile
@@ -52,7 +52,7 @@ demo: build
 	@$(PY) -m conveyor make-dataset $(DEMO_DATA) --images $(DEMO_IMAGES) --quiet-if-present
 	@$(PY) -m conveyor bench all --data $(DEMO_DATA) --json bench-results/demo.json --plot bench-results/demo.png
 
-test: test-fast asan tsan
+test: test-fast asan tsan fuzz-smoke
 
 test-fast: cpp-test py-test
 
@@ -75,6 +75,58 @@ asan: setup
 
 tsan: setup
 	$(call sanitizer_build,tsan,thread,TSAN_OPTIONS=halt_on_error=1)
+
+# The Python tests of bad input and shutdown against an extension built with
+# ASan+UBSan (gcc's runtime preloaded into the venv's Python; leak detection off:
+# CPython itself does not free everything at exit). The package is assembled in
+# build/asan-python/pkg from links to python/conveyor and the instrumented module.
+ASAN_PY := build/asan-python
+asan-python: setup
+	@cmake -S . -B $(ASAN_PY) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_BUILD_TESTS=OFF \
+	  -DCONVEYOR_BUILD_PYTHON=ON -DCONVEYOR_SANITIZE=address -DPython_EXECUTABLE=$(CURDIR)/$(PY) \
+	  -DCONVEYOR_PYTHON_OUTPUT_DIR=$(CURDIR)/$(ASAN_PY)/pkg/conveyor >/dev/null
+	@cmake --build $(ASAN_PY) -j $(JOBS) --target _conveyor | grep -v '^ninja: no work to do' || true; exit $${PIPESTATUS[0]}
+	@for f in python/conveyor/*; do case $$f in *.so) ;; *) ln -sfn $(CURDIR)/$$f $(ASAN_PY)/pkg/conveyor/;; esac; done
+	@LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
+	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  CONVEYOR_UNDER_ASAN=1 PYTHONPATH=$(CURDIR)/$(ASAN_PY)/pkg \
+	  $(PY) -m pytest -q -p no:cacheprovider tests/test_bad_input.py tests/test_shutdown.py
+
+# --- fuzzing: libFuzzer targets (cpp/fuzz) with ASan+UBSan, clang only ------------------
+# `make fuzz` runs each target for FUZZ_SECONDS on seeds from make_corpus.py plus
+# what earlier runs found (build/fuzz-work); crash inputs land in
+# build/fuzz-artifacts. Every file of tests/fuzz-regressions/<target>/ is re-run
+# first: each is an input that once crashed.
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD := build/fuzz
+FUZZERS := image_decode_fuzzer image_pipeline_fuzzer tar_shards_fuzzer idx_fuzzer coco_fuzzer
+FUZZ_FLAGS := -rss_limit_mb=2048 -timeout=20 -max_len=65536 -print_final_stats=1
+
+fuzz-build: setup
+	@CXX=clang++ CC=clang cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCONVEYOR_BUILD_FUZZERS=ON -DCONVEYOR_BUILD_TESTS=OFF -DCONVEYOR_BUILD_PYTHON=OFF >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) | grep -v '^ninja: no work to do' || true; exit $${PIPESTATUS[0]}
+	@$(PY) cpp/fuzz/make_corpus.py build/fuzz-corpus
+
+fuzz: fuzz-build
+	@mkdir -p build/fuzz-artifacts
+	@set -e; for f in $(FUZZERS); do \
+	  mkdir -p build/fuzz-work/$$f; \
+	  if ls tests/fuzz-regressions/$$f/* >/dev/null 2>&1; then \
+	    echo "$$f: regression inputs"; \
+	    $(FUZZ_BUILD)/$$f $(FUZZ_FLAGS) tests/fuzz-regressions/$$f/* 2>build/fuzz-artifacts/$$f-regressions.log \
+	      || { tail -n 40 build/fuzz-artifacts/$$f-regressions.log; exit 1; }; \
+	  fi; \
+	  echo "$$f: fuzzing for $(FUZZ_SECONDS) s"; \
+	  $(FUZZ_BUILD)/$$f $(FUZZ_FLAGS) -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=build/fuzz-artifacts/$$f- \
+	    build/fuzz-work/$$f build/fuzz-corpus/$$f 2>build/fuzz-artifacts/$$f.log \
+	    || { tail -n 60 build/fuzz-artifacts/$$f.log; exit 1; }; \
+	  grep -E '^stat::number_of_executed_units|^Done' build/fuzz-artifacts/$$f.log | tr '\n' ' '; echo; \
+	done
+
+# The short run of `make test` (5 targets x 12 s).
+fuzz-smoke:
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=12
 
 # --- developer helpers ---------------------------------------------------------------
 lint: setup

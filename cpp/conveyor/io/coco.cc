@@ -1,6 +1,7 @@
 #include "conveyor/io/coco.h"
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <string_view>
 #include <unordered_map>
@@ -30,10 +31,12 @@ const json& member(const json& object, const char* name, const std::string& wher
 int64_t integer(const json& object, const char* name, const std::string& where) {
   const json& value = member(object, name, where);
   if (value.is_number_integer()) return value.get<int64_t>();
-  // Some exporters write ids as floats (1.0).
-  if (value.is_number_float() &&
-      value.get<double>() == static_cast<double>(static_cast<int64_t>(value.get<double>()))) {
-    return static_cast<int64_t>(value.get<double>());
+  // Some exporters write ids as floats (1.0). Only whole numbers within int64's
+  // range are cast: casting any other double (1e30) is undefined behaviour
+  // (found by coco_fuzzer under UBSan).
+  if (value.is_number_float()) {
+    const double v = value.get<double>();
+    if (v >= -0x1p63 && v < 0x1p63 && v == std::trunc(v)) return static_cast<int64_t>(v);
   }
   throw SchemaError{where + "." + name, "expected an integer"};
 }

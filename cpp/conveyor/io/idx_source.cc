@@ -125,16 +125,20 @@ IdxFile parse_idx(const std::string& path, int min_dims, int max_dims, const cha
   if (size < file.header) throw Error(ErrorKind::kRead, "truncated IDX header", path);
   for (int i = 0; i < ndims; ++i) file.dims.push_back(big_endian_u32(p + 4 + 4 * i));
   const uint64_t payload = size - file.header;
-  // Each dimension is < 2^32 and the running product stops growing once it
-  // exceeds the payload, so it never overflows.
+  // The running product is compared before each multiplication (product * d >
+  // payload <=> product > payload / d), so it never exceeds the payload and
+  // never overflows: with files over 4 GiB a multiplication could otherwise
+  // wrap around to exactly the payload and accept a header whose true size is
+  // far larger (found by reasoning about idx_fuzzer; test in idx_source_overflow_test.cc).
   uint64_t product = 1;
   bool too_big = false;
   for (int64_t d : file.dims) {
-    product *= static_cast<uint64_t>(d);
-    if (product > payload) {
+    const auto dim = static_cast<uint64_t>(d);
+    if (dim != 0 && product > payload / dim) {
       too_big = true;
       break;
     }
+    product *= dim;
   }
   if (too_big || product != payload) {
     std::string shape;
