@@ -218,11 +218,6 @@ def test_an_exception_in_the_consumer_stops_the_work(hang_guard: None) -> None:
     loader.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug (reported): close() stops the work but keeps the thread pools until the "
-    "Loader is garbage collected; DESIGN.md #9 says close() leaks no thread",
-)
 def test_close_joins_the_engine_threads(tiny_folder: list[Path]) -> None:
     """After close() no engine thread remains, even while the Loader object is still referenced."""
     baseline = native_threads()

@@ -23,9 +23,6 @@ namespace {
 
 constexpr int64_t kMaxPixels = int64_t{1} << 22;
 constexpr size_t kConfigBytes = 8;
-// Source pixels x downscale factor above which an input is skipped (see
-// below): ~0.1 s of filtering outside the sanitizers.
-constexpr double kMaxResizeCost = 2e7;
 
 // The chain and output described by 8 bytes.
 std::unique_ptr<conveyor::ImagePipeline> make_pipeline(const uint8_t* c) {
@@ -85,22 +82,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     pipeline = make_pipeline(config);
   } catch (const conveyor::Error&) {
     std::abort();  // Every configuration above is valid.
-  }
-  // Known issue (docs/reliability.md): the antialiased resize smooths every
-  // source pixel with a kernel as wide as the downscale factor, so its cost is
-  // ~pixels x factor, e.g. 30 s for a 33x63256 image resized to 8x8. Until
-  // that is fixed, inputs whose whole-image cost bound is that large are left
-  // out here, so that runs find other bugs instead of reporting this one.
-  try {
-    const conveyor::ImageInfo info = conveyor::read_image_info(std::span<const uint8_t>(data, size), kMaxPixels);
-    // The smallest size any resize of the chain targets (as make_pipeline):
-    // the output size, or the shorter side of chain 1's Resize.
-    int out_h = 1 + config[0] % 48, out_w = 1 + config[1] % 48;
-    if (config[3] % 5 == 1) out_h = out_w = std::min({out_h, out_w, 1 + config[4] % 64});
-    const double factor = static_cast<double>(info.height) / out_h + static_cast<double>(info.width) / out_w;
-    if (static_cast<double>(info.height) * info.width * factor > kMaxResizeCost) return 0;
-  } catch (const conveyor::Error&) {
-    // apply() below reports it.
   }
   // Exactly the sample's bytes, heap-allocated: a write past it is an ASan report.
   const size_t out_bytes = static_cast<size_t>(pipeline->output_spec().num_bytes());
