@@ -352,3 +352,24 @@ def test_loader_batches_equal_the_pipeline_per_sample(tmp_path):
         for index, path in enumerate(source.paths):
             expected = np.asarray(pipeline.apply(open(path, "rb").read(), 11, epoch, index))
             np.testing.assert_array_equal(np.asarray(images[index]), expected)
+
+
+@pytest.mark.parametrize("antialias", [True, False])
+@pytest.mark.parametrize(("height", "width"), [(24, 42017), (40000, 3)])
+def test_sides_beyond_opencv_warp_limit(height, width, antialias):
+    # OpenCV's warpAffine refuses images with a side >= 32767; found by the
+    # pipeline fuzzer with a full (not crop-window) decode of a 42017-wide JPEG.
+    rng = np.random.default_rng(1)
+    image = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="PNG")
+    for chain in (
+        [_conveyor.ResizeSpec(height=16, width=16, antialias=antialias)],
+        [_conveyor.CenterCropSpec(height=20, width=3), _conveyor.ResizeSpec(height=40, width=6, antialias=antialias)],
+    ):
+        pipeline = _conveyor.ImagePipeline(chain, dtype="uint8", layout="HWC", crop_decode=False, dct_scale=False)
+        out = pipeline.apply(buffer.getvalue())
+        assert out.shape[2] == 3
+    # The whole-image shrink averages what it covers: close to the image mean.
+    whole = _conveyor.ImagePipeline([_conveyor.ResizeSpec(height=1, width=1)], dtype="uint8", layout="HWC")
+    assert np.abs(whole.apply(buffer.getvalue()).astype(float) - image.mean(axis=(0, 1))).max() < 3

@@ -13,6 +13,9 @@ namespace {
 // Largest shrink the tent filter handles directly; beyond it an integer box
 // reduction comes first.
 constexpr double kMaxTentScale = 8.0;
+// OpenCV's remap (behind warpAffine) needs both images under SHRT_MAX pixels
+// a side; a box wider than this is box-reduced first as well.
+constexpr int kMaxWarpSide = 32000;
 
 cv::Mat as_mat(const ImageView& v) {
   return cv::Mat(v.height, v.width, CV_8UC(v.channels), const_cast<uint8_t*>(v.data), static_cast<size_t>(v.stride));
@@ -45,14 +48,19 @@ void resize_image(const ImageView& src, const BoxF& box, uint8_t* dst, int dst_h
                   ptrdiff_t dst_stride, bool antialias, std::vector<uint8_t>& scratch) {
   use_single_threaded_opencv();
   const double sx = (box.x1 - box.x0) / dst_width, sy = (box.y1 - box.y0) / dst_height;
-  if (antialias && (sx > kMaxTentScale || sy > kMaxTentScale)) {
+  // Cells to average per axis first: strong antialiased shrinks, and boxes
+  // too large for warpAffine.
+  const auto cells = [&](double scale, double extent) {
+    int k = antialias && scale > kMaxTentScale ? static_cast<int>(scale / 4) : 1;
+    return std::max(k, static_cast<int>(std::ceil((extent + 8) / kMaxWarpSide)));
+  };
+  const int kx = cells(sx, box.x1 - box.x0), ky = cells(sy, box.y1 - box.y0);
+  if (kx > 1 || ky > 1) {
     // The tent costs ~2s taps per source pixel and axis: a strong shrink (a
     // 10000 x 1 strip to 1 x 1, a large PNG to 64 px) would take seconds. An
     // exact box average by an integer factor first (INTER_AREA, one pass)
     // leaves a shrink of 4-8 for the tent; the result stays within the PIL
     // parity tolerance (docs/design/resize.md).
-    const int kx = sx > kMaxTentScale ? static_cast<int>(sx / 4) : 1;
-    const int ky = sy > kMaxTentScale ? static_cast<int>(sy / 4) : 1;
     // Whole kx x ky cells covering the box and a margin of two cells.
     int x0 = std::max(static_cast<int>(std::floor(box.x0)) - 2 * kx, 0);
     int y0 = std::max(static_cast<int>(std::floor(box.y0)) - 2 * ky, 0);
@@ -115,6 +123,15 @@ void resize_image(const ImageView& src, const BoxF& box, uint8_t* dst, int dst_h
       return;
     }
   }
+  // Only the box and the pixels bilinear sampling reaches beside it: the
+  // rest of a large source must not reach warpAffine (size limit, cost).
+  const int wx0 = std::clamp(static_cast<int>(std::floor(ox)) - 2, 0, in.cols - 1);
+  const int wy0 = std::clamp(static_cast<int>(std::floor(oy)) - 2, 0, in.rows - 1);
+  const int wx1 = std::clamp(static_cast<int>(std::ceil(ox + (box.x1 - box.x0))) + 2, wx0 + 1, in.cols);
+  const int wy1 = std::clamp(static_cast<int>(std::ceil(oy + (box.y1 - box.y0))) + 2, wy0 + 1, in.rows);
+  in = in(cv::Rect(wx0, wy0, wx1 - wx0, wy1 - wy0));
+  ox -= wx0;
+  oy -= wy0;
   const cv::Matx23d to_source(sx, 0, ox + 0.5 * sx - 0.5, 0, sy, oy + 0.5 * sy - 0.5);
   cv::warpAffine(in, out, to_source, out.size(), cv::INTER_LINEAR | cv::WARP_INVERSE_MAP, cv::BORDER_REPLICATE);
 }
