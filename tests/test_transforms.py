@@ -363,11 +363,13 @@ def test_sides_beyond_opencv_warp_limit(height, width, antialias):
     image = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
     buffer = io.BytesIO()
     Image.fromarray(image).save(buffer, format="PNG")
+    resize = _conveyor.ResizeSpec
     for chain in (
-        [_conveyor.ResizeSpec(height=16, width=16, antialias=antialias)],
-        [_conveyor.CenterCropSpec(height=20, width=3), _conveyor.ResizeSpec(height=40, width=6, antialias=antialias)],
+        [resize(height=16, width=16, antialias=antialias)],
+        [_conveyor.CenterCropSpec(height=20, width=3), resize(height=40, width=6, antialias=antialias)],
     ):
-        pipeline = _conveyor.ImagePipeline(chain, dtype="uint8", layout="HWC", crop_decode=False, dct_scale=False)
+        options = {"dtype": "uint8", "layout": "HWC", "crop_decode": False, "dct_scale": False}
+        pipeline = _conveyor.ImagePipeline(chain, **options)
         out = pipeline.apply(buffer.getvalue())
         assert out.shape[2] == 3
     # The whole-image shrink averages what it covers: close to the image mean.
