@@ -33,31 +33,14 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from conveyor._bench.procmem import process_tree
+
 MEAN = [0.485, 0.456, 0.406]
 STD = [0.229, 0.224, 0.225]
 SAMPLE_SECONDS = 0.02
 
 
 # --- measuring a process tree from outside ---------------------------------------------
-
-
-def process_tree(pid: int) -> list[int]:
-    """``pid`` and all its descendants (through /proc/<pid>/task/*/children)."""
-    pids, stack = [], [pid]
-    while stack:
-        current = stack.pop()
-        pids.append(current)
-        try:
-            tasks = os.listdir(f"/proc/{current}/task")
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                with open(f"/proc/{current}/task/{task}/children") as f:
-                    stack.extend(int(child) for child in f.read().split())
-            except OSError:
-                pass
-    return pids
 
 
 def memory_of(pid: int) -> tuple[int, int]:
