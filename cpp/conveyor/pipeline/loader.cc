@@ -58,6 +58,7 @@ struct EpochRun : std::enable_shared_from_this<EpochRun> {
   int64_t outstanding = 0;            // Tasks issued and not yet finished.
   bool cancelled = false;
   bool finished = false;
+  std::optional<SampleError> fatal;  // A failure outside any sample (e.g. allocation), raised by next().
   std::vector<SkippedSample> skipped;
 
   InFlightBatch& batch(int64_t index) { return batches[static_cast<size_t>(index - front_index)]; }
@@ -193,6 +194,19 @@ void Loader::start_epoch(int64_t epoch, int64_t start_position, int64_t start_ba
 }
 
 void Loader::issue_locked(EpochRun& run) {
+  // Runs on pool threads too, where an exception would terminate the process:
+  // a failure to allocate or submit ends the epoch with an error for next().
+  try {
+    issue_unguarded_locked(run);
+  } catch (const std::exception& e) {
+    if (!run.fatal)
+      run.fatal = SampleError{ErrorKind::kInternal, std::string("cannot start more work: ") + e.what(), {}};
+    run.cancelled = true;
+    cv_.notify_all();
+  }
+}
+
+void Loader::issue_unguarded_locked(EpochRun& run) {
   const auto batch_size = static_cast<int>(options_.batch_size);
   while (!run.cancelled && !run.finished && !run.at_end()) {
     // The first batch with an unassigned slot, or a new one within prefetch.
@@ -354,6 +368,12 @@ NextResult Loader::next(std::chrono::milliseconds timeout) {
   const auto batch_size = static_cast<int>(options_.batch_size);
   for (;;) {
     std::shared_ptr<EpochRun> run = run_;
+    if (run != nullptr && run->fatal && !run->finished) {
+      run->finished = true;
+      Error error(run->fatal->kind, run->fatal->cause, run->fatal->key);
+      stop_locked(lock);
+      throw error;
+    }
     if (run == nullptr || run->finished || run->cancelled) return {NextResult::Status::kEnd, nullptr};
     if (run->batches.empty() || run->batches.front().issued == 0) {
       if (run->at_end()) {
@@ -370,6 +390,11 @@ NextResult Loader::next(std::chrono::milliseconds timeout) {
         if (s.state == Slot::State::kFailed && failed == nullptr) failed = &s;
         resolved = s.state == Slot::State::kDone || s.state == Slot::State::kFailed;
       }
+      // A slot past the last issued one can still be busy after a skip near the
+      // end of the epoch: its old task may write the buffer until it finishes.
+      for (int i = front.issued; i < batch_size && resolved; ++i) {
+        resolved = !front.slots[static_cast<size_t>(i)].busy;
+      }
       if (resolved) {
         wait_ns_ += now_ns() - wait_started;
         if (failed != nullptr) {
@@ -381,6 +406,7 @@ NextResult Loader::next(std::chrono::milliseconds timeout) {
         }
         if (front.issued < batch_size && options_.drop_last) {
           run->finished = true;
+          stop_locked(lock);  // The dropped batch's buffer goes back to the pool.
           return {NextResult::Status::kEnd, nullptr};
         }
         const int64_t size = front.issued;

@@ -176,6 +176,7 @@ class Loader {
 
  private:
   void issue_locked(detail::EpochRun& run);
+  void issue_unguarded_locked(detail::EpochRun& run);
   void read_task(const std::shared_ptr<detail::EpochRun>& run, int64_t batch, int slot, uint64_t ticket);
   void process_task(const std::shared_ptr<detail::EpochRun>& run, int64_t batch, int slot, uint64_t ticket,
                     Record record);

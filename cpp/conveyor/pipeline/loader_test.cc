@@ -393,3 +393,65 @@ TEST(LoaderCloseTest, JoinsEveryThreadAndRefusesNewEpochs) {
 
 }  // namespace
 }  // namespace conveyor
+
+namespace conveyor {
+namespace {
+
+// Sample 5 is corrupt; the first transform of sample 6 blocks until released.
+class LatchedTransform : public IndexTransform {
+ public:
+  LatchedTransform() : IndexTransform(0, {5}) {}
+  void apply(std::span<const uint8_t> input, SampleRng& rng, void* out) const override {
+    int64_t index;
+    std::memcpy(&index, input.data(), 8);
+    if (index == 6 && calls_of_6_.fetch_add(1) == 0) {
+      blocked_.set_value();
+      released_.wait();
+    }
+    IndexTransform::apply(input, rng, out);
+  }
+  mutable std::atomic<int> calls_of_6_{0};
+  mutable std::promise<void> blocked_;
+  std::promise<void> release_;
+  std::shared_future<void> released_ = release_.get_future().share();
+};
+
+TEST(LoaderSkipTest, LastBatchWaitsForAReassignedSlotsOldTask) {
+  LoaderOptions o = options(4, 2, 2, 2);
+  o.shuffle = false;
+  o.on_error = OnError::kSkip;
+  auto transform = std::make_shared<LatchedTransform>();
+  Loader loader(std::make_shared<MemorySource>(7), transform, o);
+  loader.start_epoch(0);
+  transform->blocked_.get_future().wait();  // Sample 6's first task is writing slot 2 of batch 1.
+  NextResult first = loader.next();
+  ASSERT_EQ(first.status, NextResult::Status::kBatch);
+  // Sample 5 failed, so sample 6 moved to slot 1 and the epoch has no more
+  // samples; slot 2's old task still runs, so batch 1 must not be handed out.
+  EXPECT_EQ(loader.next(std::chrono::milliseconds(50)).status, NextResult::Status::kTimeout);
+  transform->release_.set_value();
+  NextResult last = loader.next();
+  ASSERT_EQ(last.status, NextResult::Status::kBatch);
+  ASSERT_EQ(last.batch->size(), 2);
+  int64_t indices[2];
+  for (int i = 0; i < 2; ++i)
+    std::memcpy(&indices[i], static_cast<const uint8_t*>(last.batch->data()) + i * kSampleBytes, 8);
+  EXPECT_EQ(indices[0], 4);
+  EXPECT_EQ(indices[1], 6);
+  EXPECT_EQ(loader.next().status, NextResult::Status::kEnd);
+  ASSERT_EQ(loader.skipped().size(), 1u);
+  EXPECT_EQ(loader.skipped()[0].key, "sample-5.jpg");
+}
+
+TEST(LoaderTest, DropLastReturnsThePartialBatchsBuffer) {
+  LoaderOptions o = options(4, 2, 2, 2);
+  o.drop_last = true;
+  Loader loader(std::make_shared<MemorySource>(10), std::make_shared<IndexTransform>(), o);
+  loader.start_epoch(0);
+  while (loader.next().status == NextResult::Status::kBatch) {
+  }
+  EXPECT_EQ(loader.stats().buffers_leased, 0);
+}
+
+}  // namespace
+}  // namespace conveyor
