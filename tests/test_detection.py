@@ -93,3 +93,12 @@ def test_random_crops_are_deterministic_and_inside(coco):
 def test_targets_argument_is_checked(coco):
     with pytest.raises(conveyor.ConfigError, match="targets must be 'list' or 'padded', got 'ragged'"):
         conveyor.Loader(coco, [T.Resize((50, 100))], targets="ragged")
+
+
+def test_targets_move_to_the_device(coco):
+    # "meta" stands in for an accelerator on a CPU-only machine.
+    ((images, targets),) = batches(coco, [T.Resize((50, 100))], device="meta")
+    assert images.device.type == "meta"
+    assert all(t["boxes"].device.type == "meta" and t["labels"].device.type == "meta" for t in targets)
+    ((_, padded),) = batches(coco, [T.Resize((50, 100))], device="meta", targets="padded")
+    assert padded["boxes"].device.type == "meta" and padded["counts"].device.type == "meta"

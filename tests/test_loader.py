@@ -248,3 +248,12 @@ def test_progress_bar_reports_images_and_stall(color_folder, capsys):
     assert sum(len(images) for images, _ in loader) == N
     err = capsys.readouterr().err
     assert "epoch 0" in err and "img" in err and "stall" in err
+
+
+def test_resume_state_on_a_device_path(color_folder):
+    loader = make_loader(color_folder, device="meta")
+    it = iter(loader)
+    for _ in range(2):
+        images, _ = next(it)
+    assert images.device.type == "meta"
+    assert loader.state_dict() == {"seed": 7, "epoch": 0, "position": 8, "batch": 2}

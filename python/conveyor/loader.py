@@ -32,6 +32,8 @@ _LAYOUTS = ("CHW", "HWC")
 _WAIT_SLICE_SECONDS = 0.05
 
 Batch = tuple[Any, Any]
+# A batch with (end position, batches done) for the resume state.
+_Marked = tuple[Any, Any, tuple[int, int]]
 
 
 class Loader:
@@ -180,10 +182,20 @@ class Loader:
         if _is_cuda(self._device):
             batches = self._cuda_batches(batches)
         elif self._device is not None:
-            batches = ((images.to(self._device), labels.to(self._device)) for images, labels in batches)
-        return batches
+            device = self._device
+            batches = ((_to(images, device), _to(second, device), mark) for images, second, mark in batches)
+        return self._deliver(batches, self._iteration, epoch)
 
-    def _batches(self, iteration: int, epoch: int) -> Iterator[Batch]:
+    def _deliver(self, batches: Iterator[_Marked], iteration: int, epoch: int) -> Iterator[Batch]:
+        # The resume position advances as the user receives a batch, not when
+        # the engine delivers it (the CUDA path holds one batch back).
+        for images, second, (position, done) in batches:
+            self._position, self._batches_done = position, done
+            yield images, second
+        if iteration == self._iteration:
+            self._epoch_finished(epoch)
+
+    def _batches(self, iteration: int, epoch: int) -> Iterator[_Marked]:
         bar = self._progress_bar(epoch) if self.progress else None
         try:
             while iteration == self._iteration:
@@ -191,18 +203,14 @@ class Loader:
                 if batch is False:
                     continue  # Timed out: Python handles pending signals here.
                 if batch is None:
-                    self._epoch_finished(epoch)
                     return
                 self._last_address = batch.address
-                self._position, self._batches_done = batch.end_position, batch.index + 1
+                mark = (batch.end_position, batch.index + 1)
                 if bar is not None:
                     self._update_bar(bar, batch.size)
                 images = _as_tensor(_conveyor.Batch.images(batch))
                 labels = _as_tensor(_conveyor.Batch.labels(batch))
-                if self.source.has_boxes:
-                    yield images, self._targets(batch, labels)
-                else:
-                    yield images, labels
+                yield images, self._targets(batch, labels) if self.source.has_boxes else labels, mark
         finally:
             if bar is not None:
                 self._update_bar(bar, 0, refresh=True)
@@ -237,35 +245,33 @@ class Loader:
             start += count
         return out
 
-    def _cuda_batches(self, batches: Iterator[Batch]) -> Iterator[Batch]:
+    def _cuda_batches(self, batches: Iterator[_Marked]) -> Iterator[_Marked]:
         # Batch k+1's host-to-device copy is issued on a side stream before
         # batch k is handed over, so it overlaps the consumer's work. The
-        # consumer's stream waits for the copy (wait_stream), record_stream
+        # consumer's stream waits for the copy (wait_event), record_stream
         # tells the caching allocator the tensors are used there, and the host
         # buffers are kept until the copy finished, since the engine reuses them.
         assert torch is not None
         copy_stream = torch.cuda.Stream(self._device)
-        in_flight: list[tuple[Batch, Batch, Any]] = []
+        in_flight: list[tuple[_Marked, _Marked, Any]] = []
 
-        def issue(host: Batch) -> None:
+        def issue(host: _Marked) -> None:
+            images, second, mark = host
             with torch.cuda.stream(copy_stream):
-                device_batch = (
-                    host[0].to(self._device, non_blocking=True),
-                    host[1].to(self._device, non_blocking=True),
-                )
+                on_device = (_to(images, self._device, True), _to(second, self._device, True), mark)
                 done = torch.cuda.Event()
                 done.record(copy_stream)
-            in_flight.append((host, device_batch, done))
+            in_flight.append((host, on_device, done))
 
-        def hand_over() -> Batch:
-            host, (images, labels), done = in_flight.pop(0)
+        def hand_over() -> _Marked:
+            host, on_device, done = in_flight.pop(0)
             consumer = torch.cuda.current_stream(self._device)
             consumer.wait_event(done)
-            images.record_stream(consumer)
-            labels.record_stream(consumer)
+            for tensor in _tensors(on_device[:2]):
+                tensor.record_stream(consumer)
             done.synchronize()  # Normally already complete: the copy ran during the last step.
             del host
-            return images, labels
+            return on_device
 
         for host in batches:
             issue(host)
@@ -435,6 +441,27 @@ class _DLPackCapsule:
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return (1, 0)  # kDLCPU, device 0.
+
+
+def _to(value: Any, device: Any, non_blocking: bool = False) -> Any:
+    # Tensors, and the tensors inside detection targets (dicts and lists).
+    if isinstance(value, dict):
+        return {k: _to(v, device, non_blocking) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_to(v, device, non_blocking) for v in value]
+    if hasattr(value, "to"):
+        return value.to(device, non_blocking=non_blocking)
+    return value
+
+
+def _tensors(value: Any) -> Iterator[Any]:
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)
+    elif hasattr(value, "record_stream"):
+        yield value
 
 
 def _from_numpy(array: Any) -> Any:
