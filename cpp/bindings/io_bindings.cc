@@ -21,14 +21,6 @@ namespace {
 
 nb::bytes to_bytes(const Bytes& bytes) { return nb::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size()); }
 
-DType parse_dtype(const std::string& name) {
-  if (name == "uint8") return DType::kUInt8;
-  if (name == "float32") return DType::kFloat32;
-  if (name == "float16") return DType::kFloat16;
-  if (name == "int64") return DType::kInt64;
-  throw Error(ErrorKind::kConfig, "unknown dtype '" + name + "'");
-}
-
 // PythonSource takes part in Python's garbage collection: its dataset may
 // refer back to it (e.g. through a module's globals), a cycle that would
 // otherwise never be freed.

@@ -41,13 +41,6 @@ Array to_numpy(std::unique_ptr<uint8_t[]> storage, const std::vector<int64_t>& s
   return Array(data, dims.size(), dims.data(), owner, nullptr, type);
 }
 
-DType parse_dtype(const std::string& name) {
-  if (name == "uint8") return DType::kUInt8;
-  if (name == "float16") return DType::kFloat16;
-  if (name == "float32") return DType::kFloat32;
-  throw Error(ErrorKind::kConfig, "dtype must be 'uint8', 'float16' or 'float32', got '" + name + "'");
-}
-
 Layout parse_layout(const std::string& name) {
   if (name == "CHW") return Layout::kCHW;
   if (name == "HWC") return Layout::kHWC;

@@ -1,5 +1,9 @@
 #include "conveyor/core/dtype.h"
 
+#include <string>
+
+#include "conveyor/core/error.h"
+
 namespace conveyor {
 
 std::string_view dtype_name(DType dtype) noexcept {
@@ -14,6 +18,13 @@ std::string_view dtype_name(DType dtype) noexcept {
       return "float32";
   }
   return "uint8";
+}
+
+DType parse_dtype(std::string_view name) {
+  for (DType dtype : {DType::kUInt8, DType::kInt64, DType::kFloat16, DType::kFloat32}) {
+    if (name == dtype_name(dtype)) return dtype;
+  }
+  throw Error(ErrorKind::kConfig, "unknown dtype '" + std::string(name) + "' (uint8, int64, float16 or float32)");
 }
 
 int64_t SampleSpec::num_elements() const noexcept {

@@ -28,6 +28,10 @@ constexpr size_t dtype_size(DType dtype) noexcept {
 /// "uint8", "int64", "float16" or "float32".
 std::string_view dtype_name(DType dtype) noexcept;
 
+/// The DType named `name` (as dtype_name() spells it); throws Error{kConfig}
+/// for any other name. Whether a consumer supports the dtype is its own check.
+DType parse_dtype(std::string_view name);
+
 /// Shape and element type of one sample as a transform writes it into a batch.
 struct SampleSpec {
   std::vector<int64_t> shape;  ///< e.g. {3, 224, 224} for CHW images.
