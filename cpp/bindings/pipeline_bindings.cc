@@ -89,21 +89,11 @@ void bind_pipeline(nb::module_& m) {
       .def_static(
           "boxes",
           [](const std::shared_ptr<Batch>& b) {
-            // Copies (boxes are small): per-sample counts, then every box and
-            // category in sample order.
-            std::vector<int64_t> counts;
-            std::vector<float> coords;
-            std::vector<int64_t> categories;
-            for (const auto& sample : b->boxes()) {
-              counts.push_back(static_cast<int64_t>(sample.size()));
-              for (const BoundingBox& box : sample) {
-                coords.insert(coords.end(), {box.x, box.y, box.width, box.height});
-                categories.push_back(box.category);
-              }
-            }
-            const size_t samples = counts.size(), total = categories.size();
-            return nb::make_tuple(owned_array(std::move(counts), {samples}), owned_array(std::move(coords), {total, 4}),
-                                  owned_array(std::move(categories), {total}));
+            FlatBoxes flat = b->flat_boxes();
+            const size_t samples = flat.counts.size(), total = flat.categories.size();
+            return nb::make_tuple(owned_array(std::move(flat.counts), {samples}),
+                                  owned_array(std::move(flat.coords), {total, 4}),
+                                  owned_array(std::move(flat.categories), {total}));
           },
           nb::arg("batch"), "(counts per sample, float32 boxes K×4 xywh, int64 categories K).");
 

@@ -70,6 +70,13 @@ struct LoaderStats {
   int64_t buffers_leased = 0;
 };
 
+/// A batch's boxes as three flat arrays (the layout tensors want).
+struct FlatBoxes {
+  std::vector<int64_t> counts;      ///< Boxes per sample.
+  std::vector<float> coords;        ///< x, y, width, height of every box, in sample order.
+  std::vector<int64_t> categories;  ///< Category of every box.
+};
+
 /// One batch: `size()` samples laid out contiguously in a pooled buffer, plus
 /// their labels. The buffer returns to the loader's pool when the Batch is
 /// destroyed, even after the Loader itself is gone.
@@ -103,6 +110,8 @@ class Batch {
   /// Per sample, its boxes after the sample's crops, resizes and flips (empty
   /// for sources without boxes).
   const std::vector<std::vector<BoundingBox>>& boxes() const noexcept { return boxes_; }
+  /// boxes() flattened (a copy; boxes are small).
+  FlatBoxes flat_boxes() const;
 
  private:
   int64_t index_;
