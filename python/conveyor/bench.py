@@ -27,6 +27,7 @@ from typing import Any, Callable, Optional
 from conveyor._bench import report
 from conveyor._bench.procmem import TreeMemorySampler
 from conveyor._bench.report import CONVEYOR, Metric, format_number
+from conveyor.cli import int_at_least
 
 __all__ = ["BENCHES", "add_commands", "machine_info", "run_benchmarks"]
 
@@ -472,19 +473,6 @@ def _plot_title(full: dict[str, Any]) -> str:
 # --- the command line --------------------------------------------------------------------------
 
 
-def _int_at_least(minimum: int) -> Any:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
-
-    return parse
-
-
 def _non_negative_ms(text: str) -> float:
     try:
         value = float(text)
@@ -513,11 +501,11 @@ def _common_options() -> argparse.ArgumentParser:
         "--data", type=_directory, required=True, metavar="DIR", help="image folder (make-dataset)"
     )
     common.add_argument(
-        "--repeats", type=_int_at_least(1), metavar="R", help="repeats per side (default 3, --quick 1)"
+        "--repeats", type=int_at_least(1), metavar="R", help="repeats per side (default 3, --quick 1)"
     )
     common.add_argument(
         "--workers",
-        type=_int_at_least(1),
+        type=int_at_least(1),
         default=_cores(),
         metavar="W",
         help=f"DataLoader workers and conveyor threads (default: the core count, {_cores()})",
@@ -546,7 +534,7 @@ def _slow_storage_options() -> argparse.ArgumentParser:
         help="sleep per step (default 100 ms)",
     )
     options.add_argument(
-        "--steps", type=_int_at_least(1), default=100, help="training steps (default 100; --quick 5)"
+        "--steps", type=int_at_least(1), default=100, help="training steps (default 100; --quick 5)"
     )
     return options
 
@@ -558,7 +546,7 @@ def _mnist_options() -> argparse.ArgumentParser:
     )
     options.add_argument(
         "--mnist-images",
-        type=_int_at_least(1),
+        type=int_at_least(1),
         default=60000,
         metavar="N",
         help=f"training digits to generate (default 60000; --quick {QUICK_MNIST})",

@@ -25,6 +25,8 @@ from typing import Any, Optional
 import numpy as np
 from PIL import Image, ImageDraw, ImageEnhance, ImageFilter, ImageFont
 
+from conveyor.cli import int_at_least
+
 __all__ = ["PHOTOS", "add_commands", "is_complete", "make_dataset", "make_mnist"]
 
 #: The photographs of ``skimage.data`` that ship inside the wheel (no download),
@@ -277,26 +279,6 @@ def make_mnist(out: str, n: int = 60000, seed: int = 0, test: Optional[int] = No
 # --- the command --------------------------------------------------------------------------------
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
 def _run(args: argparse.Namespace) -> int:
     kind = "mnist" if args.mnist else "images"
     spec: dict[str, Any] = {"kind": kind, "images": args.images, "seed": args.seed}
@@ -326,9 +308,9 @@ def add_commands(subparsers: Any) -> None:
         "bundled with scikit-image (or, with --mnist, MNIST-format IDX files). Deterministic for a seed.",
     )
     parser.add_argument("out", metavar="OUT", help="output folder")
-    parser.add_argument("--images", type=_positive_int, required=True, metavar="N", help="number of images")
-    parser.add_argument("--seed", type=_non_negative_int, default=0, metavar="S", help="seed (default 0)")
-    parser.add_argument("--classes", type=_positive_int, default=10, help="number of classes (default 10)")
+    parser.add_argument("--images", type=int_at_least(1), required=True, metavar="N", help="number of images")
+    parser.add_argument("--seed", type=int_at_least(0), default=0, metavar="S", help="seed (default 0)")
+    parser.add_argument("--classes", type=int_at_least(1), default=10, help="number of classes (default 10)")
     parser.add_argument("--mnist", action="store_true", help="write MNIST-format IDX files instead")
     parser.add_argument(
         "--quiet-if-present",
