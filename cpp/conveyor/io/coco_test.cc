@@ -8,6 +8,7 @@
 #include <string>
 
 #include "conveyor/core/error.h"
+#include "conveyor/io/detail/temp_dir_test.h"
 
 // GCC 12 reports a false -Wrestrict on "literal" + std::string (GCC bug 105329).
 #if defined(__GNUC__) && !defined(__clang__)
@@ -19,14 +20,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class CocoTest : public ::testing::Test {
+class CocoTest : public detail::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("conveyor_coco_test_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string write(const std::string& text) const {
     const std::string path = (dir_ / "instances.json").string();
     std::ofstream(path) << text;
@@ -43,7 +38,6 @@ class CocoTest : public ::testing::Test {
       EXPECT_EQ(e.cause(), cause);
     }
   }
-  fs::path dir_;
 };
 
 TEST_F(CocoTest, ParsesImagesAnnotationsAndCategories) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "conveyor/core/error.h"
+#include "conveyor/io/detail/temp_dir_test.h"
 #include "conveyor/ops/raw_tensor_transform.h"
 #include "conveyor/pipeline/loader.h"
 
@@ -54,15 +55,8 @@ std::vector<uint8_t> labels_payload(int n) {
   return out;
 }
 
-class IdxSourceTest : public ::testing::Test {
+class IdxSourceTest : public detail::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("conveyor_idx_test_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string write(const std::string& name, const std::vector<uint8_t>& bytes) const {
     const std::string path = (dir_ / name).string();
     std::ofstream out(path, std::ios::binary);
@@ -92,8 +86,6 @@ class IdxSourceTest : public ::testing::Test {
       EXPECT_EQ(std::string(e.what()), message);
     }
   }
-
-  fs::path dir_;
 };
 
 TEST_F(IdxSourceTest, ReadsRawSamplesAndLabels) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "conveyor/core/error.h"
+#include "conveyor/io/detail/temp_dir_test.h"
 
 // GCC 12 reports a false -Wrestrict on "literal" + std::string (GCC bug 105329).
 #if defined(__GNUC__) && !defined(__clang__)
@@ -92,14 +93,8 @@ class TarWriter {
   std::vector<char> data_;
 };
 
-class TarShardsTest : public ::testing::Test {
+class TarShardsTest : public detail::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("conveyor_tar_test_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
   // Expects constructing a source over `shards` to throw Error{kind} with what() == message.
@@ -112,8 +107,6 @@ class TarShardsTest : public ::testing::Test {
       EXPECT_EQ(std::string(e.what()), message);
     }
   }
-
-  fs::path dir_;
 };
 
 TEST_F(TarShardsTest, GroupsMembersIntoSamplesAcrossShards) {
