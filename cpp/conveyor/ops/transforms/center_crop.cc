@@ -26,6 +26,8 @@ class CenterCropStep final : public TransformStep {
 
   float map_value(int /*channel*/, float value) const override { return value; }
 
+  void apply_image(SampleImage& /*sample*/, SampleRng& /*rng*/) const override {}
+
  private:
   Size2D size_;
 };

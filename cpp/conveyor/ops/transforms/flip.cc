@@ -20,6 +20,8 @@ class HorizontalFlipStep final : public TransformStep {
 
   float map_value(int /*channel*/, float value) const override { return value; }
 
+  void apply_image(SampleImage& /*sample*/, SampleRng& /*rng*/) const override {}
+
  private:
   double p_;
 };

@@ -28,6 +28,8 @@ class NormalizeStep final : public TransformStep {
   // float32 arithmetic in torchvision's order: (x - mean) / std.
   float map_value(int channel, float value) const override { return (value - mean_[channel]) / std_[channel]; }
 
+  void apply_image(SampleImage& /*sample*/, SampleRng& /*rng*/) const override {}
+
  private:
   std::vector<float> mean_;
   std::vector<float> std_;

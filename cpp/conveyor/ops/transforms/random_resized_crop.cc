@@ -30,6 +30,8 @@ class RandomResizedCropStep final : public TransformStep {
 
   float map_value(int /*channel*/, float value) const override { return value; }
 
+  void apply_image(SampleImage& /*sample*/, SampleRng& /*rng*/) const override {}
+
  private:
   RandomResizedCropSpec spec_;
 };

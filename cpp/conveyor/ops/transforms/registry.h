@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "conveyor/core/dtype.h"
+#include "conveyor/core/geometry.h"
 #include "conveyor/core/rng.h"
+#include "conveyor/ops/image.h"
 
 namespace conveyor {
 
@@ -61,6 +63,28 @@ enum class StepKind {
   kGeometric,  ///< Moves pixels through the source box and resample (crop, resize): before every pointwise step.
   kMirror,     ///< Moves pixels but commutes with pointwise steps (a flip): anywhere.
   kPointwise,  ///< Maps each value (fused into the output pass).
+  /// Runs on the decoded image with per-sample parameters (a rotation, a
+  /// colour jitter, a user function): the crops and resizes before it are
+  /// resampled into the image it receives, those after it resample its
+  /// output. Before every pointwise step.
+  kImage,
+};
+
+/// What a step of kind kImage works on: one sample's image as the chain has
+/// transformed it so far. Owned by the pipeline's per-thread scratch (reused
+/// across samples, so no allocation once warm); only the calling thread sees it.
+struct SampleImage {
+  /// HWC uint8, packed rows, the chain's output channel count. A step
+  /// rewrites the pixels in place or replaces the image (any size, same
+  /// channels).
+  Image image;
+  /// A buffer a step may use freely, e.g. build its result there and swap it
+  /// with image.pixels.
+  std::vector<uint8_t> spare;
+  /// The sample's boxes in the image's pixel coordinates, or null when the
+  /// sample has none tracked. A step that moves pixels moves them (dropping
+  /// boxes that leave the image, clipping the rest).
+  std::vector<BoundingBox>* boxes = nullptr;
 };
 
 /// One planned transform. Every hook is pure virtual, so a step that forgets
@@ -81,17 +105,23 @@ class TransformStep {
   /// so far (e.g. Normalize with a uint8 output).
   virtual void plan(ChainPlan& chain) const = 0;
 
-  /// Per sample (geometric steps): draws this step's parameters from `rng`
+  /// Per sample (geometric and mirror steps): draws this step's parameters from `rng`
   /// and moves the placement (crop, resize, flip). Bounding boxes follow the
   /// composed placement (SampleGeometry), so a step that moves pixels here
-  /// moves the boxes too. Pointwise steps leave it unchanged and draw nothing.
+  /// moves the boxes too. Other kinds leave it unchanged and draw nothing.
   /// Throws Error{kTooLarge} when the image makes a size overflow.
   virtual void place(Placement& placement, SampleRng& rng) const = 0;
 
   /// Pointwise steps: maps a value of channel `channel` (in [0, 1] after
   /// ToTensor's scaling, float32 arithmetic). Folded into the output pass's
-  /// per-channel tables at construction. Geometric steps return `value`.
+  /// per-channel tables at construction. Other kinds return `value`.
   virtual float map_value(int channel, float value) const = 0;
+
+  /// Per sample (kImage steps): draws this step's parameters from `rng` and
+  /// transforms `sample` (its pixels, and its boxes when tracked). Other kinds
+  /// leave it unchanged and draw nothing. Throws Error{kDecode} (bad image
+  /// data, e.g. from a user function) or Error{kTooLarge}.
+  virtual void apply_image(SampleImage& sample, SampleRng& rng) const = 0;
 };
 
 /// Parses a transform's parameters with errors naming the transform and the

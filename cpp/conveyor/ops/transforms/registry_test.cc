@@ -24,6 +24,8 @@ class InvertStep final : public TransformStep {
   void plan(ChainPlan& /*chain*/) const override {}
   void place(Placement& /*placement*/, SampleRng& /*rng*/) const override {}
   float map_value(int /*channel*/, float value) const override { return 1.0f - value; }
+
+  void apply_image(SampleImage& /*sample*/, SampleRng& /*rng*/) const override {}
 };
 
 // Geometric: the top-left `size` x `size` square.
@@ -34,6 +36,8 @@ class TopLeftStep final : public TransformStep {
   void plan(ChainPlan& chain) const override { chain.size = Size2D{size_, size_}; }
   void place(Placement& placement, SampleRng& /*rng*/) const override { placement.crop(0, 0, size_, size_); }
   float map_value(int /*channel*/, float value) const override { return value; }
+
+  void apply_image(SampleImage& /*sample*/, SampleRng& /*rng*/) const override {}
 
  private:
   int size_;

@@ -49,6 +49,8 @@ class ResizeStep final : public TransformStep {
 
   float map_value(int /*channel*/, float value) const override { return value; }
 
+  void apply_image(SampleImage& /*sample*/, SampleRng& /*rng*/) const override {}
+
  private:
   int shorter_;
   Size2D size_;
