@@ -54,6 +54,28 @@ Layout parse_layout(const std::string& name) {
 void bind_ops(nb::module_& m) {
   m.def("registered_transforms", &registered_transform_names,
         "The names of the registered C++ transforms (what a Python Transform's `name` refers to).");
+  m.def("registered_image_functions", &registered_image_function_names,
+        "The names of the registered image functions (what conveyor.transforms.functional calls).");
+  m.def(
+      "apply_image_function",
+      [](const std::string& name, const TransformParams& params,
+         const nb::ndarray<const uint8_t, nb::ndim<3>, nb::c_contig, nb::device::cpu>& image) {
+        SampleImage sample;
+        sample.image.height = static_cast<int>(image.shape(0));
+        sample.image.width = static_cast<int>(image.shape(1));
+        sample.image.channels = static_cast<int>(image.shape(2));
+        {
+          nb::gil_scoped_release release;
+          sample.image.pixels.assign(image.data(), image.data() + image.size());
+          apply_image_function({name, params}, sample);
+        }
+        const Image& out = sample.image;
+        auto storage = std::make_unique<uint8_t[]>(out.pixels.size());
+        std::memcpy(storage.get(), out.pixels.data(), out.pixels.size());
+        return to_numpy(std::move(storage), {out.height, out.width, out.channels}, DType::kUInt8);
+      },
+      nb::arg("name"), nb::arg("params"), nb::arg("image"),
+      "Applies the registered image function `name` with `params` to a uint8 HWC array; returns a new array.");
 
   nb::class_<ImagePipeline, SampleTransform>(m, "ImagePipeline")
       .def(

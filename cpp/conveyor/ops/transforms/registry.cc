@@ -37,6 +37,7 @@ std::string join_numbers(const std::vector<double>& values) {
 struct Registry {
   std::mutex mutex;
   std::map<std::string, TransformFactory, std::less<>> factories;
+  std::map<std::string, ImageFunction, std::less<>> functions;
 };
 
 Registry& registry() {
@@ -48,8 +49,23 @@ Registry& registry() {
                      {"center_crop", make_center_crop_step},
                      {"random_resized_crop", make_random_resized_crop_step},
                      {"horizontal_flip", make_horizontal_flip_step},
-                     {"normalize", make_normalize_step}}};
+                     {"normalize", make_normalize_step}},
+                    // The functional API's ops, one line each.
+                    {}};
   return r;
+}
+
+template <typename Map>
+std::vector<std::string> names_of(const Map& map) {
+  std::vector<std::string> names;
+  for (const auto& entry : map) names.push_back(entry.first);
+  return names;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string text;
+  for (const std::string& n : names) text += (text.empty() ? "" : ", ") + n;
+  return text;
 }
 
 }  // namespace
@@ -153,9 +169,8 @@ std::unique_ptr<const TransformStep> make_transform_step(const TransformSpec& sp
     if (it != r.factories.end()) factory = it->second;
   }
   if (!factory) {
-    std::string names;
-    for (const std::string& n : registered_transform_names()) names += (names.empty() ? "" : ", ") + n;
-    throw Error(ErrorKind::kConfig, "unknown transform '" + spec.name + "' (registered: " + names + ")");
+    throw Error(ErrorKind::kConfig,
+                "unknown transform '" + spec.name + "' (registered: " + joined(registered_transform_names()) + ")");
   }
   return factory(spec.params);
 }
@@ -163,9 +178,37 @@ std::unique_ptr<const TransformStep> make_transform_step(const TransformSpec& sp
 std::vector<std::string> registered_transform_names() {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  std::vector<std::string> names;
-  for (const auto& [name, factory] : r.factories) names.push_back(name);
-  return names;
+  return names_of(r.factories);
+}
+
+bool register_image_function(std::string name, ImageFunction function) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  if (!r.functions.emplace(name, std::move(function)).second) {
+    throw Error(ErrorKind::kInternal, "image function '" + name + "' is registered twice");
+  }
+  return true;
+}
+
+void apply_image_function(const TransformSpec& spec, SampleImage& sample) {
+  ImageFunction function;
+  {
+    Registry& r = registry();
+    std::lock_guard lock(r.mutex);
+    const auto it = r.functions.find(spec.name);
+    if (it != r.functions.end()) function = it->second;
+  }
+  if (!function) {
+    throw Error(ErrorKind::kConfig, "unknown image function '" + spec.name +
+                                        "' (registered: " + joined(registered_image_function_names()) + ")");
+  }
+  function(spec.params, sample);
+}
+
+std::vector<std::string> registered_image_function_names() {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  return names_of(r.functions);
 }
 
 }  // namespace conveyor

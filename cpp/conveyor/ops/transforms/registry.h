@@ -176,4 +176,23 @@ std::unique_ptr<const TransformStep> make_transform_step(const TransformSpec& sp
 /// The registered names, sorted. Thread-safe.
 std::vector<std::string> registered_transform_names();
 
+/// An op with fixed parameters applied to one image: what the functional API
+/// (conveyor.transforms.functional, torchvision's v2.functional) runs. Parses
+/// `params` through TransformArgs (Error{kConfig} naming the argument) and
+/// transforms `sample` (its boxes too when given). Runs the same kernels as
+/// the registered steps; must be thread-safe.
+using ImageFunction = std::function<void(const TransformParams& params, SampleImage& sample)>;
+
+/// Registers `function` under `name` (e.g. "rotate"); as register_transform
+/// (the built-in ones are listed in registry.cc).
+bool register_image_function(std::string name, ImageFunction function);
+
+/// Applies the function registered under `spec.name` with `spec.params` to
+/// `sample`. Throws Error{kConfig} for an unknown name (listing the
+/// registered ones) or bad parameters. Thread-safe.
+void apply_image_function(const TransformSpec& spec, SampleImage& sample);
+
+/// The registered function names, sorted. Thread-safe.
+std::vector<std::string> registered_image_function_names();
+
 }  // namespace conveyor

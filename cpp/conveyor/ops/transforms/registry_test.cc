@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -48,11 +49,19 @@ const bool kRegistered = register_transform("test_invert",
                                               TransformArgs("TestInvert", params).finish();
                                               return std::make_unique<InvertStep>();
                                             }) &&
-                         register_transform("test_top_left", [](const TransformParams& params) {
-                           TransformArgs args("TestTopLeft", params);
-                           const Size2D size = args.size2d("size");
+                         register_transform("test_top_left",
+                                            [](const TransformParams& params) {
+                                              TransformArgs args("TestTopLeft", params);
+                                              const Size2D size = args.size2d("size");
+                                              args.finish();
+                                              return std::make_unique<TopLeftStep>(size.height);
+                                            }) &&
+                         // A functional op: adds `amount` to every value (saturating).
+                         register_image_function("test_add", [](const TransformParams& params, SampleImage& sample) {
+                           TransformArgs args("test_add", params);
+                           const double amount = args.number("amount");
                            args.finish();
-                           return std::make_unique<TopLeftStep>(size.height);
+                           for (uint8_t& v : sample.image.pixels) v = static_cast<uint8_t>(std::min(255.0, v + amount));
                          });
 
 std::span<const uint8_t> as_span(const std::vector<uint8_t>& v) { return {v.data(), v.size()}; }
@@ -115,6 +124,30 @@ TEST(TransformRegistryTest, GeometricTestTransformMovesPixelsAndBoxes) {
   EXPECT_EQ(config_error({NormalizeSpec{{0, 0, 0}, {1, 1, 1}}, TransformSpec{"test_top_left", {{"size", {5}}}}}),
             "transform 1 test_top_left (a resize or crop) comes after Normalize: put Normalize after every resize and "
             "crop");
+}
+
+TEST(TransformRegistryTest, ImageFunctionsRunByNameWithTheirArguments) {
+  SampleImage sample;
+  sample.image = {1, 2, 3, {0, 10, 20, 250, 251, 252}};
+  apply_image_function({"test_add", {{"amount", {5}}}}, sample);
+  EXPECT_EQ(sample.image.pixels, (std::vector<uint8_t>{5, 15, 25, 255, 255, 255}));
+  EXPECT_NE(std::find(registered_image_function_names().begin(), registered_image_function_names().end(), "test_add"),
+            registered_image_function_names().end());
+  try {
+    apply_image_function({"test_add", {{"amount", {1}}, {"amout", {1}}}}, sample);
+    FAIL() << "an unknown argument must be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_EQ(e.cause(), "test_add: unknown argument 'amout'");
+  }
+  try {
+    apply_image_function({"no_such_function", {}}, sample);
+    FAIL() << "an unknown function must be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_NE(std::string(e.cause()).find("unknown image function 'no_such_function' (registered: "),
+              std::string::npos);
+  }
 }
 
 TEST(TransformRegistryTest, ErrorsNameTheTransformAndTheArgument) {

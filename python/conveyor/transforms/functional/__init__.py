@@ -1,0 +1,14 @@
+"""Transforms with fixed parameters on one image, as torchvision's
+``transforms.v2.functional``: the same names, arguments and defaults, run by
+the same C++ kernels as the random transforms (the GIL is released).
+
+An image is a uint8 numpy array (H×W×C or H×W) or a uint8 torch tensor
+(C×H×W, torchvision's layout); the result has the input's type and layout::
+
+    from conveyor.transforms import functional as F
+    rotated = F.rotate(image, 30.0)
+"""
+
+from conveyor.transforms.functional._image import ImageLike
+
+__all__ = ["ImageLike"]
