@@ -15,7 +15,7 @@ APT_PACKAGES := build-essential pkg-config libturbojpeg0-dev libjpeg62-turbo-dev
 	libopencv-imgproc-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev zlib1g-dev clang clang-format libclang-rt-14-dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test test-fast setup build cpp-test py-test asan tsan asan-python fuzz fuzz-build fuzz-smoke lint format bench-cpp bench-peers clean
+.PHONY: demo test test-fast setup build cpp-test py-test parity-test asan tsan asan-python fuzz fuzz-build fuzz-smoke lint format bench-cpp bench-peers clean
 
 # --- set-up -------------------------------------------------------------------
 $(STAMPS)/apt: Makefile
@@ -54,13 +54,30 @@ demo: build
 
 test: test-fast asan tsan fuzz-smoke
 
-test-fast: cpp-test py-test
+test-fast: cpp-test py-test parity-test
 
 cpp-test: build
 	@ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) | tail -n 3; exit $${PIPESTATUS[0]}
 
 py-test: build
-	@$(PY) -m pytest -q tests
+	@$(PY) -m pytest -q tests --ignore=tests/parity
+
+# --- parity: tests/parity against real torchvision ----------------------------------
+# In their own venv (.venv-tv): PyPI's torchvision 0.29.1 needs torch 2.14.1, which
+# conflicts with .venv's CPU torch. The extension does not link torch, so the same
+# build imports there (python/ on its path).
+PARITY_VENV := .venv-tv
+PARITY_PY := $(PARITY_VENV)/bin/python
+
+$(STAMPS)/parity-venv: requirements-parity.txt | $(STAMPS)/apt
+	@[ -x $(PARITY_PY) ] || python3 -m venv $(PARITY_VENV)
+	@echo "Installing torch 2.14.1 + torchvision 0.29.1 into $(PARITY_VENV) (the parity tests' reference)"
+	@$(PARITY_PY) -m pip install -q --disable-pip-version-check -r requirements-parity.txt 2>&1 | grep -v 'is ignored: it is neither'; exit $${PIPESTATUS[0]}
+	@echo "$(CURDIR)/python" > $$($(PARITY_PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/conveyor-dev.pth
+	@touch $@
+
+parity-test: build $(STAMPS)/parity-venv
+	@PYTHONPATH=$(CURDIR)/python $(PARITY_PY) -m pytest -q tests/parity
 
 # --- sanitizers: the C++ test suites under ASan+UBSan and under TSan ---------------
 define sanitizer_build
