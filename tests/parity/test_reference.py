@@ -4,9 +4,9 @@ against torchvision v2 on uint8 tensors."""
 import numpy as np
 import torch
 import torchvision
-from conftest import mean_abs_diff, png_bytes, to_tensor
 from torchvision.transforms import v2
 
+from conftest import mean_abs_diff, png_bytes, to_tensor
 from conveyor import transforms as T
 from conveyor.transforms import compile_pipeline
 
