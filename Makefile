@@ -198,12 +198,12 @@ bench-peers: build $(STAMPS)/peers-venv
 
 # --- developer helpers ---------------------------------------------------------------
 lint: setup
-	@$(VENV)/bin/ruff check python tests bench
+	@$(VENV)/bin/ruff check python tests bench examples
 	@clang-format --dry-run -Werror $$(git ls-files 'cpp/*.cc' 'cpp/*.h')
 
 format: setup
 	@clang-format -i $$(git ls-files 'cpp/*.cc' 'cpp/*.h')
-	@$(VENV)/bin/ruff format python tests bench
+	@$(VENV)/bin/ruff format python tests bench examples
 
 bench-cpp: build
 	@for b in $(BUILD)/*_benchmark; do $$b --benchmark_min_time=2; done

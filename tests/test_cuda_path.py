@@ -278,7 +278,14 @@ def test_loader_batches_through_the_cuda_path_match_the_cpu_path(color_folder, f
     for (a, la), (b, lb) in zip(expected, got):
         assert torch.equal(a, b) and torch.equal(la, lb)
     assert fake_cuda.log.count(("pin", "tensor(4,)")) == 7 and ("pin", "tensor(2,)") in fake_cuda.log
-    assert loader.state_dict() == {"seed": 3, "epoch": 1, "position": 0, "batch": 0}
+    assert loader.state_dict() == {
+        "seed": 3,
+        "epoch": 1,
+        "position": 0,
+        "batch": 0,
+        "world_size": 1,
+        "segment_start": 0,
+    }
 
 
 def test_loader_on_the_cuda_path_delivers_the_batches_before_a_bad_sample(tmp_path, color_folder, fake_cuda):
@@ -293,7 +300,14 @@ def test_loader_on_the_cuda_path_delivers_the_batches_before_a_bad_sample(tmp_pa
             delivered.append(labels.tolist())
     assert info.value.key == str(bad)
     assert delivered == [[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 1, 1]]
-    assert loader.state_dict() == {"seed": 0, "epoch": 0, "position": 12, "batch": 3}
+    assert loader.state_dict() == {
+        "seed": 0,
+        "epoch": 0,
+        "position": 12,
+        "batch": 3,
+        "world_size": 1,
+        "segment_start": 0,
+    }
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

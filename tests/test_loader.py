@@ -112,7 +112,7 @@ def test_resume_mid_epoch_is_bit_identical(color_folder, threads_after):
     for _ in range(3):
         next(it)
     state = loader.state_dict()
-    assert state == {"seed": 7, "epoch": 3, "position": 12, "batch": 3}
+    assert state == {"seed": 7, "epoch": 3, "position": 12, "batch": 3, "world_size": 1, "segment_start": 0}
     del it, loader
 
     resumed = make_loader(color_folder, threads=threads_after, prefetch=3)
@@ -256,7 +256,14 @@ def test_resume_state_on_a_device_path(color_folder):
     for _ in range(2):
         images, _ = next(it)
     assert images.device.type == "meta"
-    assert loader.state_dict() == {"seed": 7, "epoch": 0, "position": 8, "batch": 2}
+    assert loader.state_dict() == {
+        "seed": 7,
+        "epoch": 0,
+        "position": 8,
+        "batch": 2,
+        "world_size": 1,
+        "segment_start": 0,
+    }
 
 
 # --- numbers, flags and transforms are checked at Loader() ------------------------------------
@@ -346,7 +353,7 @@ def test_non_transform_for_a_raw_pixel_source_names_its_position(tmp_path):
 
 # --- load_state_dict checks its input ----------------------------------------------------------
 
-GOOD_STATE = {"seed": 7, "epoch": 3, "position": 12, "batch": 3}
+GOOD_STATE = {"seed": 7, "epoch": 3, "position": 12, "batch": 3, "world_size": 1, "segment_start": 0}
 
 
 @pytest.mark.parametrize(
@@ -371,7 +378,14 @@ def test_load_state_dict_rejects_bad_values_naming_the_key(color_folder, change,
     with pytest.raises(conveyor.ConfigError) as info:
         loader.load_state_dict({**GOOD_STATE, **change})
     assert str(info.value) == message
-    assert loader.state_dict() == {"seed": 7, "epoch": 0, "position": 0, "batch": 0}  # Unchanged.
+    assert loader.state_dict() == {
+        "seed": 7,
+        "epoch": 0,
+        "position": 0,
+        "batch": 0,
+        "world_size": 1,
+        "segment_start": 0,
+    }  # Unchanged.
 
 
 def test_load_state_dict_needs_every_key(color_folder):
@@ -390,8 +404,15 @@ def test_load_state_dict_accepts_numpy_ints_and_the_end_of_an_epoch(color_folder
     assert loader.state_dict() == GOOD_STATE
     assert all(type(v) is int for v in loader.state_dict().values())
     assert len(list(loader)) == 5
-    loader.load_state_dict({"seed": 7, "epoch": 3, "position": 30, "batch": 8})
+    loader.load_state_dict({**GOOD_STATE, "position": 30, "batch": 8})
     assert len(loader) == 0 and list(loader) == []
+
+
+def test_a_state_from_before_global_positions_still_loads(color_folder):
+    # Dicts saved by earlier versions have no world_size: their position was this rank's.
+    loader = make_loader(color_folder)
+    loader.load_state_dict({"seed": 7, "epoch": 3, "position": 12, "batch": 3})
+    assert loader.state_dict() == GOOD_STATE
 
 
 # --- resume survives set_epoch; len() and the bar count the resumed epoch ----------------------
@@ -423,7 +444,14 @@ def test_set_epoch_with_another_epoch_clears_the_loaded_position(color_folder):
     loader = make_loader(color_folder)
     loader.load_state_dict(GOOD_STATE)
     loader.set_epoch(2)
-    assert loader.state_dict() == {"seed": 7, "epoch": 2, "position": 0, "batch": 0}
+    assert loader.state_dict() == {
+        "seed": 7,
+        "epoch": 2,
+        "position": 0,
+        "batch": 0,
+        "world_size": 1,
+        "segment_start": 0,
+    }
     assert len(loader) == 8
     got = list(loader)
     assert len(got) == 8

@@ -204,8 +204,9 @@ void bind_pipeline(nb::module_& m) {
       .def_prop_ro("num_batches", &Loader::num_batches)
       .def_prop_ro("threads", [](const PythonOwnedLoader& l) { return l.options().threads; })
       .def_prop_ro("io_threads", [](const PythonOwnedLoader& l) { return l.options().io_threads; })
+      .def("segment_samples", &Loader::segment_samples, nb::arg("segment_start"))
       .def("start_epoch", &Loader::start_epoch, nb::arg("epoch"), nb::arg("start_position") = 0,
-           nb::arg("start_batch") = 0, nb::call_guard<nb::gil_scoped_release>())
+           nb::arg("start_batch") = 0, nb::arg("segment_start") = 0, nb::call_guard<nb::gil_scoped_release>())
       .def(
           "next",
           [](PythonOwnedLoader& loader, double timeout_seconds) -> nb::object {

@@ -14,7 +14,7 @@ from typing import Any, Optional, Union
 import numpy
 
 from conveyor import _conveyor, _device
-from conveyor._checks import INT_MAX, UINT64_MAX, check_bool, check_int, is_bool
+from conveyor._checks import INT64_MAX, INT_MAX, UINT64_MAX, check_bool, check_int, is_bool
 from conveyor.errors import ConfigError
 from conveyor.sources import Source
 from conveyor.transforms import DEFAULT_MAX_PIXELS, Transform
@@ -143,6 +143,7 @@ class Loader:
         self.batch_size = batch_size
         self.progress = progress
         self._drop_last = drop_last
+        self._world_size = world_size
         self._padded_targets = targets == "padded"
         self._seed = seed
         self._device = _parse_device(device)
@@ -169,10 +170,12 @@ class Loader:
             **({"allocator": _pinned_allocator()} if self._pin else {}),
         )
         self._epoch = 0  # The epoch the next iter() runs.
-        self._start_position = 0  # Where it starts (set by load_state_dict).
+        self._start_position = 0  # Where it starts on this rank (set by load_state_dict).
         self._start_batch = 0
+        self._start_segment = 0  # Global positions an earlier world size consumed (elastic resume).
         self._running_epoch: Optional[int] = None  # Set while an epoch is under way.
         self._running_start = 0  # The position it started at.
+        self._running_segment = 0
         self._position = 0  # End position of the last batch handed to the user.
         self._batches_done = 0
         self._iteration = 0  # Identifies the live iterator; older ones stop.
@@ -187,12 +190,13 @@ class Loader:
         """Batches of the epoch under way, else of the one the next ``iter()``
         runs, for this rank (skipped samples can make it fewer). An epoch
         resumed by load_state_dict() counts only the batches it has left."""
-        running = self._running_epoch is not None
-        return self._batches_after(self._running_start if running else self._start_position)
+        if self._running_epoch is not None:
+            return self._batches_after(self._running_start, self._running_segment)
+        return self._batches_after(self._start_position, self._start_segment)
 
-    def _batches_after(self, position: int) -> int:
-        # The batches an epoch gives from `position` of its order on.
-        left, size = self._engine.num_samples - position, self.batch_size
+    def _batches_after(self, position: int, segment: int = 0) -> int:
+        # The batches an epoch gives from `position` of this rank's order on.
+        left, size = self._engine.segment_samples(segment) - position, self.batch_size
         return left // size if self._drop_last else -(-left // size)
 
     def __iter__(self) -> Iterator[Batch]:
@@ -201,13 +205,13 @@ class Loader:
             raise ConfigError("the loader is closed")
         self._iteration += 1
         epoch = self._epoch
-        self._engine.start_epoch(epoch, self._start_position, self._start_batch)
+        self._engine.start_epoch(epoch, self._start_position, self._start_batch, self._start_segment)
         self._position, self._batches_done = self._start_position, self._start_batch
-        self._running_start = self._start_position
-        self._start_position = self._start_batch = 0
+        self._running_start, self._running_segment = self._start_position, self._start_segment
+        self._start_position = self._start_batch = self._start_segment = 0
         self._running_epoch = epoch
         self._epoch = epoch + 1
-        batches = self._batches(self._iteration, epoch, self._running_start)
+        batches = self._batches(self._iteration, epoch, self._running_start, self._running_segment)
         if _is_cuda(self._device):
             batches = _device.prefetch(batches, _device.TorchCuda(self._device), pin=self._pin)
         elif self._device is not None:
@@ -227,8 +231,8 @@ class Loader:
         if iteration == self._iteration:
             self._epoch_finished(epoch)
 
-    def _batches(self, iteration: int, epoch: int, start: int) -> Iterator[_Marked]:
-        bar = self._progress_bar(epoch, start) if self.progress else None
+    def _batches(self, iteration: int, epoch: int, start: int, segment: int) -> Iterator[_Marked]:
+        bar = self._progress_bar(epoch, start, segment) if self.progress else None
         try:
             while iteration == self._iteration:
                 batch = self._engine.next(_WAIT_SLICE_SECONDS)
@@ -299,7 +303,7 @@ class Loader:
         """
         epoch = check_int(epoch, "epoch", minimum=0)
         if epoch != self._epoch:
-            self._start_position = self._start_batch = 0
+            self._start_position = self._start_batch = self._start_segment = 0
         self._epoch = epoch
         self._running_epoch = None
 
@@ -309,16 +313,34 @@ class Loader:
         return self._epoch
 
     def state_dict(self) -> dict[str, int]:
-        """The position after the last batch handed out: small, picklable, and
-        enough for load_state_dict() to resume with bit-identical batches."""
+        """Where the epoch stands, in its global order: small, picklable, the
+        same dict on every rank (ranks of a DDP job hand out batches in step).
+
+        ``position`` counts the positions of the epoch's global order (every
+        rank's samples) handed out: with W ranks each at position p of its
+        share, ``segment_start + p * W``. load_state_dict() resumes with
+        bit-identical batches at the same world size, and at any other world
+        size deals what is left of the epoch among the new ranks, so that over
+        the epoch every sample is seen once (plus DistributedSampler's padding).
+        """
         if self._running_epoch is not None:
-            epoch, position, batch = self._running_epoch, self._position, self._batches_done
+            epoch, local, batch = self._running_epoch, self._position, self._batches_done
+            segment = self._running_segment
         else:
-            epoch, position, batch = self._epoch, self._start_position, self._start_batch
-        return {"seed": self._seed, "epoch": epoch, "position": position, "batch": batch}
+            epoch, local, batch = self._epoch, self._start_position, self._start_batch
+            segment = self._start_segment
+        return {
+            "seed": self._seed,
+            "epoch": epoch,
+            "position": segment + local * self._world_size,
+            "batch": batch,
+            "world_size": self._world_size,
+            "segment_start": segment,
+        }
 
     def load_state_dict(self, state: Mapping[str, int]) -> None:
-        """Makes the next ``iter()`` continue where ``state`` was taken.
+        """Makes the next ``iter()`` continue where ``state`` was taken, at this
+        loader's world size, which may differ from the saved one (elastic resume).
 
         Raises:
             ConfigError: ``state`` is not what state_dict() gives for this
@@ -334,17 +356,44 @@ class Loader:
         if seed != self._seed:
             raise ConfigError(f"state was saved with seed {seed}, this loader has seed {self._seed}")
         epoch = check_int(state["epoch"], "state['epoch']", minimum=0)
-        samples = self._engine.num_samples
-        position = check_int(state["position"], "state['position']", minimum=0, maximum=samples)
-        batch = check_int(state["batch"], "state['batch']", minimum=0, maximum=self._batches_after(0))
-        # Each batch handed out covers at least batch_size positions, except
-        # the last one of the epoch.
-        if min(batch * self.batch_size, samples) > position:
-            raise ConfigError(
-                f"state['batch'] = {batch} batches of {self.batch_size} need more than position "
-                f"{position} of the epoch"
+        if "world_size" in state:
+            world = check_int(state["world_size"], "state['world_size']", minimum=1)
+            segment = check_int(
+                state.get("segment_start", 0), "state['segment_start']", minimum=0, maximum=len(self.source)
             )
-        self._epoch, self._start_position, self._start_batch = epoch, position, batch
+            # The last positions may be past the source's size: the padding.
+            most = INT64_MAX
+            if world == self._world_size:
+                most = segment + self._engine.segment_samples(segment) * world
+            position = check_int(state["position"], "state['position']", minimum=segment, maximum=most)
+        else:  # Saved before positions were global: this rank's position.
+            world, segment = self._world_size, 0
+            samples = self._engine.num_samples
+            local = check_int(state["position"], "state['position']", minimum=0, maximum=samples)
+            position = local * world
+        if world != self._world_size:
+            # Another world size: what the old ranks left of the epoch's global
+            # order is dealt among this world's ranks from its start.
+            batch = check_int(state["batch"], "state['batch']", minimum=0)
+            segment, local = min(position, len(self.source)), 0
+        else:
+            if (position - segment) % world != 0:
+                raise ConfigError(
+                    f"state['position'] = {position} is not a whole number of steps of {world} ranks "
+                    f"from state['segment_start'] = {segment}"
+                )
+            local = (position - segment) // world
+            most = self._batches_after(0, segment)
+            batch = check_int(state["batch"], "state['batch']", minimum=0, maximum=most)
+            # Each batch handed out covers at least batch_size positions, except
+            # the last one of the epoch.
+            if min(batch * self.batch_size, self._engine.segment_samples(segment)) > local:
+                raise ConfigError(
+                    f"state['batch'] = {batch} batches of {self.batch_size} need more than position "
+                    f"{local} of the epoch"
+                )
+        self._epoch, self._start_position, self._start_batch = epoch, local, batch
+        self._start_segment = segment
         self._running_epoch = None
 
     # --- observation ------------------------------------------------------------------
@@ -381,12 +430,13 @@ class Loader:
 
     # --- helpers --------------------------------------------------------------------------
 
-    def _progress_bar(self, epoch: int, start: int) -> Any:
+    def _progress_bar(self, epoch: int, start: int, segment: int) -> Any:
         # A resumed epoch's bar starts at its position and ends where the
         # epoch's samples (or its last full batch) end.
         from tqdm.auto import tqdm
 
-        left = min(self._batches_after(start) * self.batch_size, self._engine.num_samples - start)
+        samples = self._engine.segment_samples(segment)
+        left = min(self._batches_after(start, segment) * self.batch_size, samples - start)
         return tqdm(total=start + left, initial=start, desc=f"epoch {epoch}", unit="img", leave=False)
 
     def _update_bar(self, bar: Any, samples: int, refresh: bool = False) -> None:

@@ -418,7 +418,14 @@ int64_t Loader::num_batches() const noexcept {
   return options_.drop_last ? samples_per_epoch_ / b : ceil_div(samples_per_epoch_, b);
 }
 
-std::vector<int64_t> Loader::epoch_order(int64_t epoch) const {
+int64_t Loader::segment_samples(int64_t segment_start) const {
+  check_config(segment_start >= 0 && segment_start <= source_->size(),
+               "segment start " + std::to_string(segment_start) + " is outside the epoch's " +
+                   std::to_string(source_->size()) + " samples");
+  return segment_start == 0 ? samples_per_epoch_ : samples_per_rank(source_->size() - segment_start, options_);
+}
+
+std::vector<int64_t> Loader::epoch_order(int64_t epoch, int64_t segment_start, int64_t samples) const {
   const int64_t n = source_->size();
   std::vector<int64_t> base;
   if (options_.shuffle && options_.shuffle_buffer > 0) {
@@ -430,25 +437,32 @@ std::vector<int64_t> Loader::epoch_order(int64_t epoch) const {
     base.resize(static_cast<size_t>(n));
     std::iota(base.begin(), base.end(), int64_t{0});
   }
+  // The part of the global order this world shares: all of it, or what an
+  // earlier world (another world_size) left of it (elastic resume).
+  if (segment_start > 0) base.erase(base.begin(), base.begin() + segment_start);
   const int64_t world = options_.world_size;
   if (world == 1) return base;
-  const int64_t total = samples_per_epoch_ * world;
-  for (int64_t i = n; i < total; ++i) base.push_back(base[static_cast<size_t>(i - n)]);
+  // As DistributedSampler: padded by repeating from the start (or truncated
+  // with drop_last) to `samples` per rank, dealt round-robin.
+  const int64_t left = n - segment_start;
+  const int64_t total = samples * world;
+  for (int64_t i = left; i < total; ++i) base.push_back(base[static_cast<size_t>((i - left) % left)]);
   std::vector<int64_t> order;
-  order.reserve(static_cast<size_t>(samples_per_epoch_));
+  order.reserve(static_cast<size_t>(samples));
   for (int64_t i = options_.rank; i < total; i += world) order.push_back(base[static_cast<size_t>(i)]);
   return order;
 }
 
-void Loader::start_epoch(int64_t epoch, int64_t start_position, int64_t start_batch) {
+void Loader::start_epoch(int64_t epoch, int64_t start_position, int64_t start_batch, int64_t segment_start) {
   check_not_forked();
-  check_config(start_position >= 0 && start_position <= samples_per_epoch_,
-               "start position " + std::to_string(start_position) + " is outside the epoch's " +
-                   std::to_string(samples_per_epoch_) + " samples");
+  const int64_t samples = segment_samples(segment_start);
+  check_config(start_position >= 0 && start_position <= samples, "start position " + std::to_string(start_position) +
+                                                                     " is outside the epoch's " +
+                                                                     std::to_string(samples) + " samples");
   check_config(start_batch >= 0, "start batch must be >= 0");
   std::vector<int64_t> order;
   try {
-    order = epoch_order(epoch);  // Outside the lock: O(n) for a shuffle.
+    order = epoch_order(epoch, segment_start, samples);  // Outside the lock: O(n) for a shuffle.
   } catch (const std::bad_alloc&) {
     throw order_too_large(source_->size(), order_samples(*source_, samples_per_epoch_, options_), options_.world_size);
   } catch (const std::length_error&) {

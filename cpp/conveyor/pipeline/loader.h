@@ -114,14 +114,25 @@ class Loader {
 
   /// Samples in one epoch for this rank (after distributed padding/truncation).
   int64_t num_samples() const noexcept { return samples_per_epoch_; }
+  /// Samples for this rank in the part of an epoch left after the first
+  /// `segment_start` positions of its global order (see start_epoch). Throws
+  /// Error{kConfig} when `segment_start` is outside [0, source size].
+  int64_t segment_samples(int64_t segment_start) const;
   /// Batches in one epoch for this rank (before any skipped samples).
   int64_t num_batches() const noexcept;
   const LoaderOptions& options() const noexcept { return options_; }
   SampleSpec sample_spec() const { return spec_; }
 
   /// Stops any running epoch and starts `epoch`, beginning at position
-  /// `start_position` of its order, numbering batches from `start_batch`.
-  void start_epoch(int64_t epoch, int64_t start_position = 0, int64_t start_batch = 0);
+  /// `start_position` of this rank's order, numbering batches from `start_batch`.
+  ///
+  /// The epoch's global order (every rank's samples) is one permutation of
+  /// the source; rank r of W takes its positions r, r + W, r + 2W, ... (padded
+  /// or truncated as DistributedSampler). With `segment_start` > 0 only the
+  /// global order's positions from `segment_start` on are dealt that way:
+  /// what is left of an epoch that ranks of another world size had begun
+  /// (elastic resume), so that over the epoch each sample is seen once.
+  void start_epoch(int64_t epoch, int64_t start_position = 0, int64_t start_batch = 0, int64_t segment_start = 0);
 
   /// Waits for the next batch. Returns kEnd after the last batch (or when no
   /// epoch runs), kTimeout when `timeout` passed first. A negative, NaN,
@@ -156,7 +167,8 @@ class Loader {
   bool forked() const noexcept;
   // Throws the fork() error when forked().
   void check_not_forked() const;
-  std::vector<int64_t> epoch_order(int64_t epoch) const;
+  // This rank's `samples` positions of the epoch's global order from `segment_start` on.
+  std::vector<int64_t> epoch_order(int64_t epoch, int64_t segment_start, int64_t samples) const;
 
   const uint64_t fork_generation_;  // First: registers the fork handler before any thread starts.
   const std::shared_ptr<const Source> source_;
