@@ -10,6 +10,7 @@
 #include "conveyor/io/coco.h"
 #include "conveyor/io/idx_source.h"
 #include "conveyor/io/image_formats.h"
+#include "conveyor/io/mix_source.h"
 #include "conveyor/io/source.h"
 #include "conveyor/io/tar_shards.h"
 #include "python_source.h"
@@ -80,7 +81,28 @@ void bind_io(nb::module_& m) {
             }
             return nb::make_tuple(to_bytes(record.data), record.label, to_path(record.key));
           },
-          nb::arg("index"), "Reads one sample: (bytes, label, key).");
+          nb::arg("index"), "Reads one sample: (bytes, label, key).")
+      .def_prop_ro("epoch_size", &Source::epoch_size)
+      .def("epoch_order", &Source::epoch_order, nb::arg("seed"), nb::arg("epoch"), nb::arg("shuffle"),
+           nb::call_guard<nb::gil_scoped_release>(),
+           "The epoch's order for a source that defines it (a mixture); else empty.")
+      .def_prop_ro("parts", &Source::parts)
+      .def("part_of", &Source::part_of, nb::arg("index"));
+  nb::enum_<MixStop>(m, "MixStop")
+      .value("FIRST_EXHAUSTED", MixStop::kFirstExhausted)
+      .value("ALL_EXHAUSTED", MixStop::kAllExhausted)
+      .value("NEVER", MixStop::kNever);
+  nb::class_<MixSource, Source>(m, "MixSource")
+      .def(
+          "__init__",
+          [](MixSource* self, const std::vector<std::shared_ptr<Source>>& parts, std::vector<double> weights,
+             MixStop stop, int64_t epoch_size, std::vector<int64_t> label_offsets) {
+            new (self)
+                MixSource({parts.begin(), parts.end()}, std::move(weights), stop, epoch_size, std::move(label_offsets));
+          },
+          nb::arg("parts"), nb::arg("weights"), nb::arg("stop"), nb::arg("epoch_size") = 0,
+          nb::arg("label_offsets") = std::vector<int64_t>{})
+      .def_prop_ro("draws", &MixSource::draws);
   nb::class_<FileSource, Source>(m, "FileSource")
       .def(
           "__init__",

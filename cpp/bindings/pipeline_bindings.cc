@@ -188,7 +188,8 @@ void bind_pipeline(nb::module_& m) {
       .def_ro("batches_ready", &LoaderStats::batches_ready)
       .def_ro("batches_in_flight", &LoaderStats::batches_in_flight)
       .def_ro("buffers_allocated", &LoaderStats::buffers_allocated)
-      .def_ro("buffers_leased", &LoaderStats::buffers_leased);
+      .def_ro("buffers_leased", &LoaderStats::buffers_leased)
+      .def_ro("samples_per_part", &LoaderStats::samples_per_part);
 
   nb::class_<PythonOwnedLoader>(m, "Loader")
       .def(

@@ -16,7 +16,7 @@ import numpy
 from conveyor import _conveyor, _device
 from conveyor._checks import INT64_MAX, INT_MAX, UINT64_MAX, check_bool, check_int, is_bool
 from conveyor.errors import ConfigError
-from conveyor.sources import Source
+from conveyor.sources import Mix, Source
 from conveyor.transforms import DEFAULT_MAX_PIXELS, Transform
 from conveyor.transforms.base import as_transform_list
 
@@ -402,11 +402,15 @@ class Loader:
         """Per-stage counters of the current epoch: samples read and processed,
         seconds spent reading, decoding+transforming (summed over threads) and
         waiting for batches (input stall), wall time, queue depth, skipped
-        samples, and ``input_stall``: the fraction of wall time spent waiting."""
+        samples, and ``input_stall``: the fraction of wall time spent waiting.
+        For a Mix source, ``samples_per_source``: the samples each of its
+        sources gave (not skipped) in the epoch so far."""
         engine_stats = self._engine.stats()
-        stats: dict[str, Union[int, float]] = {name: getattr(engine_stats, name) for name in _STATS}
+        stats: dict[str, Any] = {name: getattr(engine_stats, name) for name in _STATS}
         wall = stats["wall_seconds"]
         stats["input_stall"] = stats["wait_seconds"] / wall if wall > 0 else 0.0
+        if isinstance(self.source, Mix):
+            stats["samples_per_source"] = list(engine_stats.samples_per_part)
         return stats
 
     def skipped(self) -> list[tuple[str, str]]:

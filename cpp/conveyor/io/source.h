@@ -62,6 +62,28 @@ class Source {
   /// shards (empty: one shard). A shuffle buffer (LoaderOptions) shuffles the
   /// shard order and keeps reads within a few shards at a time.
   virtual std::vector<int64_t> shard_starts() const { return {}; }
+
+  /// Positions in one epoch: size() for a plain source; a mixture sets its
+  /// own (MixSource).
+  virtual int64_t epoch_size() const { return size(); }
+
+  /// The epoch's order of sample indices (epoch_size() entries, indices in
+  /// [0, size())), from (seed, epoch) only, for a source that defines it (a
+  /// mixture); `shuffle` is the loader's option. Empty (the default): the
+  /// loader orders [0, size()) itself.
+  virtual std::vector<int64_t> epoch_order(uint64_t seed, uint64_t epoch, bool shuffle) const {
+    (void)seed, (void)epoch, (void)shuffle;
+    return {};
+  }
+
+  /// A source made of parts (a mixture): how many; the loader counts the
+  /// samples it processes per part (LoaderStats::samples_per_part).
+  virtual int parts() const { return 1; }
+  /// The part sample `index` belongs to, in [0, parts()).
+  virtual int part_of(int64_t index) const {
+    (void)index;
+    return 0;
+  }
 };
 
 /// Reads a whole regular file into memory. Throws Error{kRead} naming `path`

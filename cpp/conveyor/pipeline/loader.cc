@@ -277,6 +277,8 @@ LoaderOptions validated(LoaderOptions options, const Source& source) {
                                                                            std::to_string(options.rank) + " of " +
                                                                            std::to_string(options.world_size));
   check_config(source.size() > 0, "the source has no samples");
+  check_config(options.shuffle_buffer == 0 || source.parts() == 1,
+               "shuffle_buffer does not apply to a mixture of sources (its order is random access)");
   if (options.threads == 0) options.threads = ThreadPool::default_cpu_threads();
   if (options.io_threads == 0) options.io_threads = kDefaultIoThreads;
   return options;
@@ -318,7 +320,7 @@ double physical_memory_bytes() {
 // more with the padding for world_size (a double: the product may not fit).
 double order_samples(const Source& source, int64_t samples_per_rank, const LoaderOptions& options) {
   return std::max(static_cast<double>(samples_per_rank) * static_cast<double>(options.world_size),
-                  static_cast<double>(source.size()));
+                  static_cast<double>(source.epoch_size()));
 }
 
 // Why the epoch order of a source of `n` samples cannot be allocated; it
@@ -335,10 +337,10 @@ Error order_too_large(int64_t n, double order_samples, int64_t world_size) {
 // world_size), so a source whose order cannot fit in memory is refused at
 // construction (before any thread starts) rather than at each start_epoch().
 int64_t samples_per_rank_of_an_order_that_fits(const Source& source, const LoaderOptions& options) {
-  const int64_t per_rank = samples_per_rank(source.size(), options);
+  const int64_t per_rank = samples_per_rank(source.epoch_size(), options);
   const double samples = order_samples(source, per_rank, options);
   if (samples * sizeof(int64_t) > physical_memory_bytes())
-    throw order_too_large(source.size(), samples, options.world_size);
+    throw order_too_large(source.epoch_size(), samples, options.world_size);
   return per_rank;
 }
 
@@ -368,6 +370,7 @@ Loader::Loader(std::shared_ptr<const Source> source, std::shared_ptr<const Sampl
       pool_(static_cast<size_t>(
                 checked_mul(options_.batch_size, sample_bytes_, "the batch buffer (batch_size x bytes per sample)")),
             options_.allocator),
+      part_samples_(static_cast<size_t>(std::max(1, source_->parts()))),
       cpu_pool_(start_pool(options_.threads, "conveyor-cpu", "threads")),
       io_pool_(start_pool(options_.io_threads, "conveyor-io", "io_threads")) {
   check_config(sample_bytes_ > 0, "the transform produces empty samples");
@@ -419,16 +422,19 @@ int64_t Loader::num_batches() const noexcept {
 }
 
 int64_t Loader::segment_samples(int64_t segment_start) const {
-  check_config(segment_start >= 0 && segment_start <= source_->size(),
-               "segment start " + std::to_string(segment_start) + " is outside the epoch's " +
-                   std::to_string(source_->size()) + " samples");
-  return segment_start == 0 ? samples_per_epoch_ : samples_per_rank(source_->size() - segment_start, options_);
+  const int64_t n = source_->epoch_size();
+  check_config(
+      segment_start >= 0 && segment_start <= n,
+      "segment start " + std::to_string(segment_start) + " is outside the epoch's " + std::to_string(n) + " samples");
+  return segment_start == 0 ? samples_per_epoch_ : samples_per_rank(n - segment_start, options_);
 }
 
 std::vector<int64_t> Loader::epoch_order(int64_t epoch, int64_t segment_start, int64_t samples) const {
-  const int64_t n = source_->size();
-  std::vector<int64_t> base;
-  if (options_.shuffle && options_.shuffle_buffer > 0) {
+  const int64_t n = source_->epoch_size();
+  std::vector<int64_t> base = source_->epoch_order(options_.seed, static_cast<uint64_t>(epoch), options_.shuffle);
+  if (!base.empty()) {
+    // A source with its own order (a mixture).
+  } else if (options_.shuffle && options_.shuffle_buffer > 0) {
     base = buffered_shuffle(n, source_->shard_starts(), options_.shuffle_buffer, options_.seed,
                             static_cast<uint64_t>(epoch));
   } else if (options_.shuffle) {
@@ -464,9 +470,11 @@ void Loader::start_epoch(int64_t epoch, int64_t start_position, int64_t start_ba
   try {
     order = epoch_order(epoch, segment_start, samples);  // Outside the lock: O(n) for a shuffle.
   } catch (const std::bad_alloc&) {
-    throw order_too_large(source_->size(), order_samples(*source_, samples_per_epoch_, options_), options_.world_size);
+    throw order_too_large(source_->epoch_size(), order_samples(*source_, samples_per_epoch_, options_),
+                          options_.world_size);
   } catch (const std::length_error&) {
-    throw order_too_large(source_->size(), order_samples(*source_, samples_per_epoch_, options_), options_.world_size);
+    throw order_too_large(source_->epoch_size(), order_samples(*source_, samples_per_epoch_, options_),
+                          options_.world_size);
   }
   std::unique_lock lock(mu_);
   check_config(!closed_, "the loader is closed");
@@ -476,6 +484,7 @@ void Loader::start_epoch(int64_t epoch, int64_t start_position, int64_t start_ba
   run_ = run;
   samples_read_ = 0;
   samples_processed_ = 0;
+  for (auto& count : part_samples_) count = 0;
   read_ns_ = 0;
   process_ns_ = 0;
   wait_ns_ = 0;
@@ -613,6 +622,7 @@ void Loader::process_task(const std::shared_ptr<EpochRun>& run, SlotTicket task,
   }
   process_ns_ += now_ns() - started;
   ++samples_processed_;
+  if (!error) ++part_samples_[static_cast<size_t>(source_->part_of(sample))];
   std::lock_guard lock(mu_);
   finish_task(*run, task, record.label, std::move(boxes), error ? &*error : nullptr);
 }
@@ -713,6 +723,7 @@ LoaderStats Loader::stats() const {
   LoaderStats stats;
   stats.samples_read = samples_read_;
   stats.samples_processed = samples_processed_;
+  for (const auto& count : part_samples_) stats.samples_per_part.push_back(count);
   stats.read_seconds = static_cast<double>(read_ns_) * 1e-9;
   stats.process_seconds = static_cast<double>(process_ns_) * 1e-9;
   stats.wait_seconds = static_cast<double>(wait_ns_) * 1e-9;

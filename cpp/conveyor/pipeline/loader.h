@@ -69,6 +69,9 @@ struct LoaderStats {
   int64_t batches_in_flight = 0;
   int64_t buffers_allocated = 0;  ///< Pool high-water mark.
   int64_t buffers_leased = 0;
+  /// Samples processed (not skipped) per part of the source (one entry but
+  /// for a mixture: Source::parts()).
+  std::vector<int64_t> samples_per_part;
 };
 
 /// Result of Loader::next().
@@ -195,7 +198,8 @@ class Loader {
   std::chrono::steady_clock::time_point epoch_started_;  // Guarded by mu_.
 
   BufferPool pool_;
-  bool closed_ = false;  // Guarded by mu_.
+  std::vector<std::atomic<int64_t>> part_samples_;  // Per Source::parts(); sized once.
+  bool closed_ = false;                             // Guarded by mu_.
   // Reset by close() once no task runs; read without the lock by tasks, which
   // only run before that.
   std::unique_ptr<ThreadPool> cpu_pool_;

@@ -4,13 +4,14 @@ reads many records at once on its io threads.
 
 One module per source family: ``files`` (FileList, ImageFolder), ``tar``
 (TarShards), ``idx`` (MNIST), ``python`` (PythonSource), ``coco``
-(CocoDetection); ``base`` holds what they share.
+(CocoDetection), ``mix`` (Mix); ``base`` holds what they share.
 """
 
 from conveyor.sources.base import IMG_EXTENSIONS, Source
 from conveyor.sources.coco import CocoDetection
 from conveyor.sources.files import FileList, ImageFolder
 from conveyor.sources.idx import MNIST, FashionMNIST
+from conveyor.sources.mix import Mix
 from conveyor.sources.python import PythonSource
 from conveyor.sources.tar import TarShards, expand_shards
 
@@ -21,6 +22,7 @@ __all__ = [
     "CocoDetection",
     "FileList",
     "ImageFolder",
+    "Mix",
     "PythonSource",
     "Source",
     "TarShards",

@@ -1,0 +1,142 @@
+#include "conveyor/io/mix_source.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "conveyor/core/checked_size.h"
+#include "conveyor/core/error.h"
+#include "conveyor/core/rng.h"
+
+namespace conveyor {
+
+namespace {
+
+// Seeds of the mixture's own random orders, apart from the loader's
+// (seed, epoch) shuffle and from each other.
+constexpr uint64_t kInterleaveStream = 0x6d69782d6f726465ULL;  // "mix-orde"
+uint64_t part_seed(uint64_t seed, size_t part) { return mix64(seed ^ mix64(kInterleaveStream + 1 + part)); }
+
+// Largest-remainder rounding of total x shares (which sum to 1): integers
+// summing to `total`, ties to the lower part index.
+std::vector<int64_t> apportion(int64_t total, const std::vector<double>& shares) {
+  std::vector<int64_t> counts(shares.size());
+  std::vector<double> remainders(shares.size());
+  int64_t assigned = 0;
+  for (size_t k = 0; k < shares.size(); ++k) {
+    const double exact = static_cast<double>(total) * shares[k];
+    counts[k] = static_cast<int64_t>(std::floor(exact));
+    remainders[k] = exact - static_cast<double>(counts[k]);
+    assigned += counts[k];
+  }
+  std::vector<size_t> by_remainder(shares.size());
+  std::iota(by_remainder.begin(), by_remainder.end(), size_t{0});
+  std::stable_sort(by_remainder.begin(), by_remainder.end(),
+                   [&](size_t a, size_t b) { return remainders[a] > remainders[b]; });
+  for (size_t i = 0; assigned < total; ++i, ++assigned) ++counts[by_remainder[i % by_remainder.size()]];
+  return counts;
+}
+
+}  // namespace
+
+MixSource::MixSource(std::vector<std::shared_ptr<const Source>> parts, std::vector<double> weights, MixStop stop,
+                     int64_t epoch_size, std::vector<int64_t> label_offsets)
+    : parts_(std::move(parts)), label_offsets_(std::move(label_offsets)) {
+  check_config(!parts_.empty(), "Mix: needs at least one source");
+  check_config(weights.size() == parts_.size(), "Mix: weights must have one value per source, got " +
+                                                    std::to_string(weights.size()) + " for " +
+                                                    std::to_string(parts_.size()) + " sources");
+  check_config(label_offsets_.empty() || label_offsets_.size() == parts_.size(),
+               "Mix: label_offsets must have one value per source, got " + std::to_string(label_offsets_.size()));
+  if (label_offsets_.empty()) label_offsets_.assign(parts_.size(), 0);
+  double total_weight = 0;
+  for (size_t k = 0; k < parts_.size(); ++k) {
+    check_config(parts_[k] != nullptr, "Mix: source " + std::to_string(k) + " is null");
+    check_config(parts_[k]->size() > 0, "Mix: source " + std::to_string(k) + " has no samples");
+    check_config(std::isfinite(weights[k]) && weights[k] > 0,
+                 "Mix: the weight of source " + std::to_string(k) + " must be positive and finite");
+    check_config(label_offsets_[k] >= 0, "Mix: label offsets must be >= 0");
+    total_weight += weights[k];
+    sizes_.push_back(parts_[k]->size());
+  }
+  std::vector<double> shares(weights.size());
+  for (size_t k = 0; k < weights.size(); ++k) shares[k] = weights[k] / total_weight;
+
+  // The epoch's length: where the stop rule ends it if each part is drawn
+  // exactly its share.
+  double length = 0;
+  switch (stop) {
+    case MixStop::kNever:
+      check_config(epoch_size > 0, "Mix: stop='never' needs epoch_size > 0");
+      length = static_cast<double>(epoch_size);
+      break;
+    case MixStop::kFirstExhausted:
+    case MixStop::kAllExhausted: {
+      check_config(epoch_size == 0, "Mix: epoch_size is only for stop='never' (the other rules derive it)");
+      const bool first = stop == MixStop::kFirstExhausted;
+      length = first ? std::numeric_limits<double>::infinity() : 0.0;
+      for (size_t k = 0; k < parts_.size(); ++k) {
+        // floor / ceil: part k's draws round(length x share) stay <= / >= its size.
+        const double until_exhausted = static_cast<double>(parts_[k]->size()) / shares[k];
+        length = first ? std::min(length, std::floor(until_exhausted + 1e-9))
+                       : std::max(length, std::ceil(until_exhausted - 1e-9));
+      }
+      break;
+    }
+  }
+  check_config(length >= 1 && length < 0x1p62, "Mix: the epoch's length is out of range");
+  epoch_size_ = static_cast<int64_t>(length);
+  draws_ = apportion(epoch_size_, shares);
+  offsets_.push_back(0);
+  for (size_t k = 0; k < parts_.size(); ++k) {
+    const int64_t cycles = std::max<int64_t>(1, draws_[k] / sizes_[k] + (draws_[k] % sizes_[k] != 0 ? 1 : 0));
+    offsets_.push_back(checked_add(offsets_.back(), checked_mul(cycles, sizes_[k], "Mix: the sources' total size"),
+                                   "Mix: the sources' total size"));
+  }
+}
+
+int MixSource::part_of(int64_t index) const {
+  const auto it = std::upper_bound(offsets_.begin(), offsets_.end(), index);
+  return static_cast<int>(it - offsets_.begin()) - 1;
+}
+
+Record MixSource::read(int64_t index) const {
+  const auto k = static_cast<size_t>(part_of(index));
+  Record record = parts_[k]->read((index - offsets_[k]) % sizes_[k]);
+  if (record.label >= 0) record.label += label_offsets_[k];
+  return record;
+}
+
+std::string MixSource::key(int64_t index) const {
+  const auto k = static_cast<size_t>(part_of(index));
+  return parts_[k]->key((index - offsets_[k]) % sizes_[k]);
+}
+
+std::vector<int64_t> MixSource::epoch_order(uint64_t seed, uint64_t epoch, bool shuffle) const {
+  // The epoch's draws, part by part: part k's j-th draw takes its sample
+  // order[j mod size] (its own order, shuffled per epoch when asked) in
+  // cycle j / size ...
+  std::vector<int64_t> draws;
+  draws.reserve(static_cast<size_t>(epoch_size_));
+  for (size_t k = 0; k < parts_.size(); ++k) {
+    const int64_t n = parts_[k]->size();
+    std::vector<int64_t> order;
+    if (shuffle) {
+      order = random_permutation(n, part_seed(seed, k), epoch);
+    } else {
+      order.resize(static_cast<size_t>(n));
+      std::iota(order.begin(), order.end(), int64_t{0});
+    }
+    for (int64_t j = 0; j < draws_[k]; ++j)
+      draws.push_back(offsets_[k] + j / n * n + order[static_cast<size_t>(j % n)]);
+  }
+  // ... then interleaved: position p takes draw interleave[p]. Always random
+  // (else a mixture would be one part after the other), from (seed, epoch).
+  const std::vector<int64_t> interleave = random_permutation(epoch_size_, mix64(seed ^ kInterleaveStream), epoch);
+  std::vector<int64_t> out(static_cast<size_t>(epoch_size_));
+  for (size_t p = 0; p < out.size(); ++p) out[p] = draws[static_cast<size_t>(interleave[p])];
+  return out;
+}
+
+}  // namespace conveyor

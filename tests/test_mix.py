@@ -1,0 +1,154 @@
+"""conveyor.sources.Mix: weighted mixtures of sources, random access."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import conveyor
+from conveyor import transforms as T
+from conveyor.sources import FileList, Mix
+
+
+def flat_images(root, name: str, count: int, value: int) -> FileList:
+    """`count` 8×8 PNGs of one grey `value`; label i is the image's index."""
+    paths = []
+    for i in range(count):
+        path = root / f"{name}{i:03d}.png"
+        Image.fromarray(np.full((8, 8, 3), value, np.uint8)).save(path)
+        paths.append(path)
+    return FileList(paths, labels=list(range(count)))
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mix")
+    return flat_images(root, "a", 40, 10), flat_images(root, "b", 12, 200)
+
+
+def run(mix: Mix, epochs=1, **kwargs):
+    """(grey value, label) of every sample, per epoch."""
+    options = dict(batch_size=5, shuffle=True, seed=3, dtype="uint8", layout="HWC")
+    options.update(kwargs)
+    loader = conveyor.Loader(mix, [T.CenterCrop(4)], **options)
+    out = []
+    for _ in range(epochs):
+        out.append([(int(x[i, 0, 0, 0]), int(y[i])) for x, y in loader for i in range(len(x))])
+    return out, loader
+
+
+def test_first_exhausted_epoch_has_exact_shares_and_no_repeats(parts):
+    a, b = parts
+    mix = Mix([(a, 0.75), (b, 0.25)])
+    assert len(mix) == 48 and mix.draws == [36, 12]  # b runs out at 12 / 0.25.
+    (epoch,), loader = run(mix)
+    counts = Counter(value for value, _ in epoch)
+    assert counts == {10: 36, 200: 12}
+    assert len(set(epoch)) == 48  # No sample twice.
+    assert loader.stats()["samples_per_source"] == [36, 12]
+    # The parts interleave (not all of a, then all of b).
+    switches = sum(1 for p, q in itertools.pairwise(epoch) if p[0] != q[0])
+    assert switches > 6
+
+
+def test_label_offsets_and_epochs_draw_other_subsets(parts):
+    a, b = parts
+    mix = Mix([(a, 3), (b, 1)], label_offsets=[0, 100])
+    epochs, _ = run(mix, epochs=2)
+    for epoch in epochs:
+        assert all((label >= 100) == (value == 200) for value, label in epoch)
+    a_labels = [{label for value, label in epoch if value == 10} for epoch in epochs]
+    assert a_labels[0] != a_labels[1]  # 36 of a's 40 samples, another subset each epoch.
+
+
+def test_all_exhausted_and_never(parts):
+    a, b = parts
+    mix = Mix([(a, 1), (b, 1)], stop="all_exhausted")
+    assert len(mix) == 80 and mix.draws == [40, 40]
+    (epoch,), _ = run(mix)
+    b_labels = Counter(label for value, label in epoch if value == 200)
+    assert sorted(b_labels) == list(range(12)) and sum(b_labels.values()) == 40
+
+    mix = Mix([(a, 0.9), (b, 0.1)], stop="never", epoch_size=1000)
+    (epoch,), loader = run(mix, batch_size=50)
+    assert Counter(value for value, _ in epoch) == {10: 900, 200: 100}
+
+
+def test_mixtures_are_deterministic_for_any_threads_and_resume_at_another_world_size(parts):
+    a, b = parts
+    mix = Mix([(a, 0.6), (b, 0.4)], stop="all_exhausted")
+    (one,), _ = run(mix, threads=1)
+    (many,), _ = run(mix, threads=3, io_threads=7)
+    assert one == many
+    # Two ranks take 2 batches each, then three ranks finish the epoch.
+    seen, state = [], None
+    for rank in range(2):
+        loader = conveyor.Loader(
+            mix,
+            [T.CenterCrop(4)],
+            batch_size=5,
+            shuffle=True,
+            seed=3,
+            dtype="uint8",
+            layout="HWC",
+            rank=rank,
+            world_size=2,
+        )
+        for x, y in itertools.islice(loader, 2):
+            seen += [(int(x[i, 0, 0, 0]), int(y[i])) for i in range(len(x))]
+        state = loader.state_dict()
+    for rank in range(3):
+        loader = conveyor.Loader(
+            mix,
+            [T.CenterCrop(4)],
+            batch_size=5,
+            shuffle=True,
+            seed=3,
+            dtype="uint8",
+            layout="HWC",
+            rank=rank,
+            world_size=3,
+        )
+        loader.load_state_dict(state)
+        seen += [(int(x[i, 0, 0, 0]), int(y[i])) for x, y in loader for i in range(len(x))]
+    left = len(mix) - 20
+    padding = -(-left // 3) * 3 - left
+    assert len(seen) == len(one) + padding
+    assert Counter(one) - Counter(seen) == Counter()  # Every position of the epoch was seen.
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        ([], {}, "Mix: sources must be a non-empty list of (source, weight) pairs"),
+        ([("x", 1)], {}, "Mix: sources[0] must be a conveyor source, got str"),
+        (["a"], {}, "Mix: sources[0] must be a (source, weight) pair, got 'a'"),
+        ([("A", 0)], {}, "Mix: the weight of sources[0] must be a positive number, got 0"),
+        ([("A", float("nan"))], {}, "Mix: the weight of sources[0] must be a positive number, got nan"),
+        (
+            [("A", 1)],
+            {"stop": "first"},
+            "Mix: stop must be one of 'first_exhausted', 'all_exhausted', 'never', got 'first'",
+        ),
+        ([("A", 1)], {"stop": "never"}, "Mix: stop='never' needs epoch_size"),
+        (
+            [("A", 1)],
+            {"epoch_size": 10},
+            "Mix: epoch_size is only for stop='never' (stop='first_exhausted' derives it)",
+        ),
+        ([("A", 1)], {"label_offsets": [1, 2]}, "Mix: label_offsets has 2 values for 1 sources"),
+        ([("A", 1)], {"label_offsets": [-1]}, "Mix: label_offsets[0] must be >= 0, got -1"),
+    ],
+)
+def test_bad_arguments_name_them(parts, args, kwargs, message):
+    # "A" stands for a real source (the fixture is not available in the parameters).
+    sources = [
+        tuple(parts[0] if x == "A" else x for x in pair) if isinstance(pair, tuple) else pair for pair in args
+    ]
+    with pytest.raises(conveyor.ConfigError) as info:
+        Mix(sources, **kwargs)
+    assert str(info.value) == message
