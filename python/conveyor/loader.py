@@ -493,7 +493,12 @@ def _options(**fields: Any) -> _conveyor.LoaderOptions:
 
 
 # The fields of the engine's LoaderStats, in declaration order: the keys of stats().
-_STATS = tuple(name for name, value in vars(_conveyor.LoaderStats).items() if isinstance(value, property))
+# The engine's scalar counters; samples_per_part is reported for a Mix only (samples_per_source).
+_STATS = tuple(
+    name
+    for name, value in vars(_conveyor.LoaderStats).items()
+    if isinstance(value, property) and name != "samples_per_part"
+)
 
 
 def _pinned_allocator() -> tuple[Any, Any]:
