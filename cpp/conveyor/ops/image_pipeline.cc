@@ -11,6 +11,7 @@
 #include "conveyor/core/checked_size.h"
 #include "conveyor/core/error.h"
 #include "conveyor/ops/image_decoder.h"
+#include "conveyor/ops/raw_decoder.h"
 #include "conveyor/ops/resize.h"
 
 namespace conveyor {
@@ -261,7 +262,12 @@ ImagePipeline::ImagePipeline(std::vector<TransformSpec> transforms, ImageOutputS
                "ImagePipeline: dtype must be uint8, float16 or float32, got " + std::string(dtype_name(output.dtype)));
   check_config(max_pixels > 0, "ImagePipeline: max_pixels must be positive");
 
-  ChainPlan chain{channels, output.dtype, std::nullopt, true};
+  std::optional<Size2D> input_size;
+  if (options.raw_input) {
+    detail::check_raw_shape(*options.raw_input);
+    input_size = Size2D{options.raw_input->height, options.raw_input->width};
+  }
+  ChainPlan chain{channels, output.dtype, input_size, true};
   std::vector<std::unique_ptr<const TransformStep>> pointwise;
   for (size_t i = 0; i < transforms.size(); ++i) {
     const std::string where = "transform " + std::to_string(i) + " ";
@@ -336,7 +342,8 @@ void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* ou
     }
   } trim;
 
-  auto decoder = detail::open_image_decoder(input, plan.max_pixels);
+  auto decoder = plan.options.raw_input ? detail::open_raw(input, *plan.options.raw_input, plan.max_pixels)
+                                        : detail::open_image_decoder(input, plan.max_pixels);
   const SamplePlan sample = plan.plan_sample(decoder->info(), rng);
   const Placement& p = sample.placement;
   if (geometry != nullptr) *geometry = {p.x0, p.y0, p.sx, p.sy, p.flip, plan.size.height, plan.size.width};
