@@ -8,7 +8,9 @@ import io
 import math
 import os
 from collections.abc import Sequence
-from typing import Optional
+from typing import Any, Optional
+
+import numpy as np
 
 from conveyor import _conveyor
 from conveyor._checks import check_int, is_real
@@ -104,6 +106,7 @@ class FileList(Source):
         )
         self.has_boxes = boxes is not None
         checked_boxes = [] if boxes is None else _check_boxes(boxes)
+        self._boxes = [[tuple(box) for box in objects] for objects in boxes] if boxes is not None else None
         self._source = _conveyor.FileSource(fs_paths(self.paths), self.labels or [], checked_boxes)
 
     def __len__(self) -> int:
@@ -111,6 +114,18 @@ class FileList(Source):
 
     def _engine_source(self) -> _conveyor.Source:
         return self._source
+
+    def _target(self, index: int, label: int) -> Any:
+        # With boxes, source[i] gives the target as the Loader's targets="list"
+        # does (untransformed: boxes in the stored image's pixels, xywh).
+        if self._boxes is None:
+            return label
+        objects = self._boxes[index]
+        return {
+            "boxes": np.array([box[:4] for box in objects], np.float32).reshape(-1, 4),
+            "labels": np.array([box[4] for box in objects], np.int64),
+            "image_id": self._image_id(label),
+        }
 
     @classmethod
     def from_csv(cls, path: PathLike) -> FileList:
