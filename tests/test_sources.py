@@ -153,7 +153,6 @@ def test_file_list_from_csv(tmp_path: Path):
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("path,label\na.jpg,1\nb.jpg,cat\n", ":3: label 'cat' is not an integer"),
         (
             "path,label\na.jpg,1\nb.jpg,9223372036854775808\n",
             ":3: label must be <= 9223372036854775807, got 9223372036854775808",
@@ -830,3 +829,52 @@ def test_image_folder_refuses_formats_the_decoders_do_not_read(tmp_path: Path, e
         f"ImageFolder: extensions {ext.lower()} are not formats the decoders read "
         "(only .jpg, .jpeg, .png, .webp)"
     )
+
+
+def test_file_list_from_csv_class_names_tsv_and_bom(tmp_path: Path):
+    touch(tmp_path / "imgs" / "a.jpg", b"A")
+    csv_path = tmp_path / "list.tsv"
+    # A UTF-8 BOM (Excel's "CSV UTF-8"), tabs, class names: mapped in sorted order.
+    csv_path.write_bytes("\ufeffpath\tlabel\nimgs/a.jpg\tdog\nimgs/a.jpg\tcat\nimgs/a.jpg\tdog\n".encode())
+    files = FileList.from_csv(csv_path)
+    assert files.paths == [str(tmp_path / "imgs" / "a.jpg")] * 3
+    assert files.labels == [1, 0, 1]
+    assert files.classes == ["cat", "dog"] and files.class_to_idx == {"cat": 0, "dog": 1}
+    # Given classes decide the indices; other column names; a sniffed semicolon.
+    csv_path.write_text("file;species\nimgs/a.jpg;dog\nimgs/a.jpg;cat\n")
+    files = FileList.from_csv(
+        csv_path, path_column="file", label_column="species", classes=["dog", "cat", "emu"]
+    )
+    assert files.labels == [0, 1] and files.classes == ["dog", "cat", "emu"]
+    # Integer labels stay as they are; no class names then.
+    csv_path.write_text("path,label\nimgs/a.jpg,7\nimgs/a.jpg,2\n")
+    files = FileList.from_csv(csv_path)
+    assert files.labels == [7, 2] and files.classes is None and files.class_to_idx is None
+    # An explicit delimiter wins over the sniffed one.
+    csv_path.write_text("path|label\nimgs/a.jpg|x,y\n")
+    assert FileList.from_csv(csv_path, delimiter="|").classes == ["x,y"]
+
+
+@pytest.mark.parametrize(
+    ("text", "kwargs", "message"),
+    [
+        (
+            "path,label\na.jpg,dog\nb.jpg,cow\n",
+            {"classes": ["dog", "cat"]},
+            ":3: unknown class 'cow' (classes: 'dog', 'cat')",
+        ),
+        ("path,label\na.jpg,dog\nb.jpg, \n", {}, ":3: empty label"),
+        (
+            "path,cls\na.jpg,dog\n",
+            {"label_column": "species"},
+            ":1: the header row ['path', 'cls'] has no 'species' column",
+        ),
+        ("\ufeff", {}, ": empty file; expected a header row with the columns path,label"),
+    ],
+)
+def test_file_list_from_csv_label_errors(tmp_path: Path, text: str, kwargs: dict, message: str):
+    csv_path = tmp_path / "list.csv"
+    csv_path.write_text(text, encoding="utf-8")
+    with pytest.raises(conveyor.ConfigError) as info:
+        FileList.from_csv(csv_path, **kwargs)
+    assert str(info.value) == f"{csv_path}{message}"
