@@ -878,3 +878,68 @@ def test_file_list_from_csv_label_errors(tmp_path: Path, text: str, kwargs: dict
     with pytest.raises(conveyor.ConfigError) as info:
         FileList.from_csv(csv_path, **kwargs)
     assert str(info.value) == f"{csv_path}{message}"
+
+
+def test_pack_brace_pattern_reads_back_with_the_same_pattern(small_folder: Path, tmp_path: Path):
+    """`conveyor pack ... out/shard-{000..002}.tar` crashed with "ValueError: Empty
+    attribute in format string"; it now divides the samples over those shards."""
+    pattern = str(tmp_path / "out" / "shard-{000..002}.tar")
+    assert cli_main(["pack", str(small_folder), pattern]) == 0
+    source = TarShards(pattern)
+    assert source.shards == [str(tmp_path / "out" / f"shard-{i:03d}.tar") for i in range(3)]
+    assert [len(TarShards(shard)) for shard in source.shards] == [3, 2, 2]  # Sample i in shard i * 3 // 7.
+    folder = ImageFolder(small_folder)
+    assert [source._engine_source().read(i)[1] for i in range(7)] == folder.labels
+
+
+def test_pack_shuffle_and_csv_and_file_list(small_folder: Path, tmp_path: Path):
+    folder = ImageFolder(small_folder)
+    by_path = dict(folder.samples)
+
+    def packed_order(out: Path) -> list[str]:
+        source = TarShards(str(out))
+        return [str(small_folder / json.loads(source.field(i, "json"))["path"]) for i in range(len(source))]
+
+    assert cli_main(["pack", str(small_folder), str(tmp_path / "a-%d.tar"), "--shuffle", "--seed", "3"]) == 0
+    assert cli_main(["pack", str(small_folder), str(tmp_path / "b-%d.tar"), "--shuffle", "--seed", "3"]) == 0
+    assert cli_main(["pack", str(small_folder), str(tmp_path / "c-%d.tar"), "--shuffle", "--seed", "4"]) == 0
+    order = packed_order(tmp_path / "a-0.tar")
+    assert sorted(order) == sorted(folder.paths) and order != folder.paths  # Not sorted by class.
+    assert (tmp_path / "a-0.tar").read_bytes() == (tmp_path / "b-0.tar").read_bytes()
+    assert packed_order(tmp_path / "c-0.tar") != order
+    source = TarShards(str(tmp_path / "a-0.tar"))
+    assert [source._engine_source().read(i)[1] for i in range(7)] == [by_path[p] for p in order]
+
+    # A CSV with class names: indices in sorted order, the name in the json.
+    csv_path = small_folder / "list.csv"
+    csv_path.write_text("path,label\ncat/1.jpg,zebra\ndog/4.webp,ant\n")
+    (shard,) = pack_image_folder(str(csv_path), str(tmp_path / "csv-%d.tar"))
+    source = TarShards(shard)
+    assert [source._engine_source().read(i)[1] for i in range(2)] == [1, 0]
+    assert json.loads(source.field(0, "json")) == {"class": "zebra", "path": "cat/1.jpg"}
+    # A file list: a path per line, an optional integer label.
+    list_path = small_folder / "files.txt"
+    list_path.write_text("emu/5.jpg 4\ndog/a/3.png\n")
+    (shard,) = pack_image_folder(str(list_path), str(tmp_path / "txt-%d.tar"))
+    source = TarShards(shard)
+    assert [source._engine_source().read(i)[1] for i in range(2)] == [4, -1]
+    assert source.fields(1) == ["png", "json"]
+    assert json.loads(source.field(1, "json")) == {"path": "dog/a/3.png"}
+
+
+@pytest.mark.parametrize(
+    ("pattern", "message"),
+    [
+        ("x-{name}.tar", "is not a shard pattern (KeyError: 'name')"),
+        ("x-%d-%d.tar", "is not a shard pattern (TypeError: not enough arguments for format string)"),
+        ("x-{000..009.tar", "Unbalanced braces"),
+        ("x-{a,a}.tar", "names a shard more than once"),
+        ("plain.tar", "needs a shard number field"),
+        ("x-{0000..0099}.tar", "the pattern lists 100 shards for 7 samples"),
+    ],
+)
+def test_pack_bad_patterns(small_folder: Path, tmp_path: Path, capsys, pattern: str, message: str):
+    assert cli_main(["pack", str(small_folder), str(tmp_path / pattern)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("conveyor pack: ") and message in err, err
+    assert not list(tmp_path.glob("x-*"))
