@@ -60,7 +60,7 @@ def test_help_lists_the_sub_commands(capsys):
         main(["bench", "--help"])
     assert exit_.value.code == 0
     text = capsys.readouterr().out
-    for name in ("throughput", "slow-storage", "mnist", "all"):
+    for name in ("throughput", "slow-storage", "mnist", "all", "cifar"):
         assert name in text
 
 
@@ -398,3 +398,19 @@ def test_ffcv_setup_runs_once_before_the_timed_runs_and_reports_failure(monkeypa
     calls.clear()
     monkeypatch.setattr(bench.peer_pipelines, "status", lambda: {"FFCV": "not installed: x"})
     assert bench.setup_peers(_throughput_args(data, argv=["--peers"])) == {} and calls == []
+
+
+def test_quick_cifar_run(tmp_path, data, capsys):
+    out_json, cifar_dir = str(tmp_path / "c.json"), str(tmp_path / "cifar")
+    argv = ["bench", "cifar", "--quick", "--data", data, "--cifar-data", cifar_dir, "--workers", "1"]
+    assert main([*argv, "--json", out_json, "--no-progress"]) == 0
+    assert os.path.exists(os.path.join(cifar_dir, "cifar-10-batches-py", "data_batch_5"))
+    printed = capsys.readouterr().out
+    assert "== cifar ==" in printed and "images/s" in printed
+    with open(out_json) as f:
+        full = json.load(f)
+    _check_common_report(full, ["cifar"])
+    stock = [r for r in _runs(full, "cifar", "DataLoader W=1") if r["result"]]
+    assert len(stock) == 1 and stock[0]["result"]["images"] == bench.QUICK_CIFAR
+    assert stock[0]["spec"]["batch_size"] == 128
+    _check_conveyor_side(full, "cifar", stock, "images")

@@ -153,7 +153,6 @@ def test_file_list_from_csv(tmp_path: Path):
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("path,label\na.jpg,1\nb.jpg,cat\n", ":3: label 'cat' is not an integer"),
         (
             "path,label\na.jpg,1\nb.jpg,9223372036854775808\n",
             ":3: label must be <= 9223372036854775807, got 9223372036854775808",
@@ -430,10 +429,10 @@ def test_mnist_through_the_loader(tmp_path: Path):
     assert raw.shape == (37, 28, 28, 1) and raw.dtype == np.uint8
     np.testing.assert_array_equal(raw[..., 0], images)
 
-    with pytest.raises(conveyor.ConfigError, match="support only Normalize as a transform, got Resize"):
+    # Raw pixels take the image transforms (tests/test_raw_sources.py); a
+    # chain without a fixed size is refused as for encoded images.
+    with pytest.raises(conveyor.ConfigError, match="do not give a fixed output size"):
         conveyor.Loader(source, [Resize(32)], batch_size=8)
-    with pytest.raises(conveyor.ConfigError, match="uint8 or float32, not float16"):
-        conveyor.Loader(source, batch_size=8, dtype="float16")
 
 
 # --- PythonSource --------------------------------------------------------------------------
@@ -830,3 +829,117 @@ def test_image_folder_refuses_formats_the_decoders_do_not_read(tmp_path: Path, e
         f"ImageFolder: extensions {ext.lower()} are not formats the decoders read "
         "(only .jpg, .jpeg, .png, .webp)"
     )
+
+
+def test_file_list_from_csv_class_names_tsv_and_bom(tmp_path: Path):
+    touch(tmp_path / "imgs" / "a.jpg", b"A")
+    csv_path = tmp_path / "list.tsv"
+    # A UTF-8 BOM (Excel's "CSV UTF-8"), tabs, class names: mapped in sorted order.
+    csv_path.write_bytes("\ufeffpath\tlabel\nimgs/a.jpg\tdog\nimgs/a.jpg\tcat\nimgs/a.jpg\tdog\n".encode())
+    files = FileList.from_csv(csv_path)
+    assert files.paths == [str(tmp_path / "imgs" / "a.jpg")] * 3
+    assert files.labels == [1, 0, 1]
+    assert files.classes == ["cat", "dog"] and files.class_to_idx == {"cat": 0, "dog": 1}
+    # Given classes decide the indices; other column names; a sniffed semicolon.
+    csv_path.write_text("file;species\nimgs/a.jpg;dog\nimgs/a.jpg;cat\n")
+    files = FileList.from_csv(
+        csv_path, path_column="file", label_column="species", classes=["dog", "cat", "emu"]
+    )
+    assert files.labels == [0, 1] and files.classes == ["dog", "cat", "emu"]
+    # Integer labels stay as they are; no class names then.
+    csv_path.write_text("path,label\nimgs/a.jpg,7\nimgs/a.jpg,2\n")
+    files = FileList.from_csv(csv_path)
+    assert files.labels == [7, 2] and files.classes is None and files.class_to_idx is None
+    # An explicit delimiter wins over the sniffed one.
+    csv_path.write_text("path|label\nimgs/a.jpg|x,y\n")
+    assert FileList.from_csv(csv_path, delimiter="|").classes == ["x,y"]
+
+
+@pytest.mark.parametrize(
+    ("text", "kwargs", "message"),
+    [
+        (
+            "path,label\na.jpg,dog\nb.jpg,cow\n",
+            {"classes": ["dog", "cat"]},
+            ":3: unknown class 'cow' (classes: 'dog', 'cat')",
+        ),
+        ("path,label\na.jpg,dog\nb.jpg, \n", {}, ":3: empty label"),
+        (
+            "path,cls\na.jpg,dog\n",
+            {"label_column": "species"},
+            ":1: the header row ['path', 'cls'] has no 'species' column",
+        ),
+        ("\ufeff", {}, ": empty file; expected a header row with the columns path,label"),
+    ],
+)
+def test_file_list_from_csv_label_errors(tmp_path: Path, text: str, kwargs: dict, message: str):
+    csv_path = tmp_path / "list.csv"
+    csv_path.write_text(text, encoding="utf-8")
+    with pytest.raises(conveyor.ConfigError) as info:
+        FileList.from_csv(csv_path, **kwargs)
+    assert str(info.value) == f"{csv_path}{message}"
+
+
+def test_pack_brace_pattern_reads_back_with_the_same_pattern(small_folder: Path, tmp_path: Path):
+    """`conveyor pack ... out/shard-{000..002}.tar` crashed with "ValueError: Empty
+    attribute in format string"; it now divides the samples over those shards."""
+    pattern = str(tmp_path / "out" / "shard-{000..002}.tar")
+    assert cli_main(["pack", str(small_folder), pattern]) == 0
+    source = TarShards(pattern)
+    assert source.shards == [str(tmp_path / "out" / f"shard-{i:03d}.tar") for i in range(3)]
+    assert [len(TarShards(shard)) for shard in source.shards] == [3, 2, 2]  # Sample i in shard i * 3 // 7.
+    folder = ImageFolder(small_folder)
+    assert [source._engine_source().read(i)[1] for i in range(7)] == folder.labels
+
+
+def test_pack_shuffle_and_csv_and_file_list(small_folder: Path, tmp_path: Path):
+    folder = ImageFolder(small_folder)
+    by_path = dict(folder.samples)
+
+    def packed_order(out: Path) -> list[str]:
+        source = TarShards(str(out))
+        return [str(small_folder / json.loads(source.field(i, "json"))["path"]) for i in range(len(source))]
+
+    assert cli_main(["pack", str(small_folder), str(tmp_path / "a-%d.tar"), "--shuffle", "--seed", "3"]) == 0
+    assert cli_main(["pack", str(small_folder), str(tmp_path / "b-%d.tar"), "--shuffle", "--seed", "3"]) == 0
+    assert cli_main(["pack", str(small_folder), str(tmp_path / "c-%d.tar"), "--shuffle", "--seed", "4"]) == 0
+    order = packed_order(tmp_path / "a-0.tar")
+    assert sorted(order) == sorted(folder.paths) and order != folder.paths  # Not sorted by class.
+    assert (tmp_path / "a-0.tar").read_bytes() == (tmp_path / "b-0.tar").read_bytes()
+    assert packed_order(tmp_path / "c-0.tar") != order
+    source = TarShards(str(tmp_path / "a-0.tar"))
+    assert [source._engine_source().read(i)[1] for i in range(7)] == [by_path[p] for p in order]
+
+    # A CSV with class names: indices in sorted order, the name in the json.
+    csv_path = small_folder / "list.csv"
+    csv_path.write_text("path,label\ncat/1.jpg,zebra\ndog/4.webp,ant\n")
+    (shard,) = pack_image_folder(str(csv_path), str(tmp_path / "csv-%d.tar"))
+    source = TarShards(shard)
+    assert [source._engine_source().read(i)[1] for i in range(2)] == [1, 0]
+    assert json.loads(source.field(0, "json")) == {"class": "zebra", "path": "cat/1.jpg"}
+    # A file list: a path per line, an optional integer label.
+    list_path = small_folder / "files.txt"
+    list_path.write_text("emu/5.jpg 4\ndog/a/3.png\n")
+    (shard,) = pack_image_folder(str(list_path), str(tmp_path / "txt-%d.tar"))
+    source = TarShards(shard)
+    assert [source._engine_source().read(i)[1] for i in range(2)] == [4, -1]
+    assert source.fields(1) == ["png", "json"]
+    assert json.loads(source.field(1, "json")) == {"path": "dog/a/3.png"}
+
+
+@pytest.mark.parametrize(
+    ("pattern", "message"),
+    [
+        ("x-{name}.tar", "is not a shard pattern (KeyError: 'name')"),
+        ("x-%d-%d.tar", "is not a shard pattern (TypeError: not enough arguments for format string)"),
+        ("x-{000..009.tar", "Unbalanced braces"),
+        ("x-{a,a}.tar", "names a shard more than once"),
+        ("plain.tar", "needs a shard number field"),
+        ("x-{0000..0099}.tar", "the pattern lists 100 shards for 7 samples"),
+    ],
+)
+def test_pack_bad_patterns(small_folder: Path, tmp_path: Path, capsys, pattern: str, message: str):
+    assert cli_main(["pack", str(small_folder), str(tmp_path / pattern)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("conveyor pack: ") and message in err, err
+    assert not list(tmp_path.glob("x-*"))

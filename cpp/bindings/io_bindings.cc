@@ -1,4 +1,5 @@
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/array.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
@@ -7,6 +8,7 @@
 #include "bindings.h"
 #include "conveyor/core/error.h"
 #include "conveyor/core/geometry.h"
+#include "conveyor/io/array_source.h"
 #include "conveyor/io/coco.h"
 #include "conveyor/io/idx_source.h"
 #include "conveyor/io/image_formats.h"
@@ -147,6 +149,29 @@ void bind_io(nb::module_& m) {
           },
           nb::arg("images_path"), nb::arg("labels_path"), "Paths as os.fsencode() gives them.")
       .def_prop_ro("sample_shape", &IdxSource::sample_shape);
+
+  // In memory: the array is kept alive by the Python object (keep_alive), and
+  // the engine holds that object while it reads; noconvert, so a copy made
+  // by the conversion can never be what the records point into.
+  nb::class_<ArraySource, Source>(m, "ArraySource")
+      .def(
+          "__init__",
+          [](ArraySource* self, const nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>& data,
+             int64_t sample_bytes, std::vector<int64_t> labels, const nb::bytes& name) {
+            new (self)
+                ArraySource(nullptr, {data.data(), data.size()}, sample_bytes, std::move(labels), from_path(name));
+          },
+          nb::arg("data").noconvert(), nb::arg("sample_bytes"), nb::arg("labels"), nb::arg("name"),
+          nb::keep_alive<1, 2>(), "data: the samples' bytes, 1-D uint8 C-contiguous; name: os.fsencode()d.")
+      .def_static(
+          "from_file",
+          [](const nb::bytes& path, int64_t offset, int64_t count, int64_t sample_bytes, std::vector<int64_t> labels) {
+            std::string file = from_path(path);
+            nb::gil_scoped_release release;
+            return ArraySource::from_file(file, offset, count, sample_bytes, std::move(labels));
+          },
+          nb::arg("path"), nb::arg("offset"), nb::arg("count"), nb::arg("sample_bytes"), nb::arg("labels"),
+          "Samples read with pread from the file os.fsencode(path) at offset.");
 
   // Constructed and destroyed with the GIL held; read() takes the GIL itself.
   nb::class_<PythonSource, Source>(m, "PythonSource", nb::type_slots(python_source_slots))

@@ -2,6 +2,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/array.h>
 #include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
@@ -10,6 +11,7 @@
 
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -82,16 +84,19 @@ void bind_ops(nb::module_& m) {
           "__init__",
           [](ImagePipeline* self, const std::vector<std::pair<std::string, TransformParams>>& transforms,
              const std::string& dtype, const std::string& layout, int channels, int64_t max_pixels, bool crop_decode,
-             bool dct_scale, double dct_margin) {
+             bool dct_scale, double dct_margin, std::optional<std::array<int, 3>> raw_shape) {
             ImageOutputSpec output{parse_dtype(dtype), parse_layout(layout), channels};
             std::vector<TransformSpec> specs;
             for (const auto& [name, params] : transforms) specs.push_back({name, params});
-            new (self) ImagePipeline(std::move(specs), output, max_pixels,
-                                     ImagePipelineOptions{crop_decode, dct_scale, dct_margin});
+            ImagePipelineOptions options{crop_decode, dct_scale, dct_margin, std::nullopt};
+            if (raw_shape) options.raw_input = RawImageShape{(*raw_shape)[0], (*raw_shape)[1], (*raw_shape)[2]};
+            new (self) ImagePipeline(std::move(specs), output, max_pixels, options);
           },
           nb::arg("transforms"), nb::kw_only(), nb::arg("dtype") = "float32", nb::arg("layout") = "CHW",
           nb::arg("channels") = 3, nb::arg("max_pixels") = kDefaultMaxPixels, nb::arg("crop_decode") = true,
-          nb::arg("dct_scale") = true, nb::arg("dct_margin") = ImagePipelineOptions{}.dct_margin)
+          nb::arg("dct_scale") = true, nb::arg("dct_margin") = ImagePipelineOptions{}.dct_margin,
+          nb::arg("raw_shape") = nb::none(),
+          "raw_shape: (height, width, channels) when inputs are raw uint8 pixels of that shape, not encoded images.")
       .def(
           "apply",
           [](const ImagePipeline& pipeline, const nb::bytes& data, uint64_t seed, uint64_t epoch, uint64_t index) {
@@ -139,6 +144,15 @@ void bind_ops(nb::module_& m) {
       },
       nb::arg("height"), nb::arg("width"), nb::arg("scale"), nb::arg("ratio"), nb::arg("seed"), nb::arg("epoch"),
       nb::arg("index"), "The RandomResizedCrop box (top, left, height, width) drawn from (seed, epoch, index).");
+
+  nb::class_<TensorCopyTransform, SampleTransform>(m, "TensorCopyTransform")
+      .def(
+          "__init__",
+          [](TensorCopyTransform* self, std::vector<int64_t> shape, const std::string& dtype) {
+            new (self) TensorCopyTransform(SampleSpec{std::move(shape), parse_dtype(dtype)});
+          },
+          nb::arg("shape"), nb::arg("dtype"),
+          "Copies each sample's bytes as they are into a tensor of shape and dtype.");
 
   // The transform of raw-pixel sources (IDX).
   nb::class_<RawTensorTransform, SampleTransform>(m, "RawTensorTransform")

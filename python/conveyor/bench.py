@@ -3,7 +3,8 @@
 Sub-commands: ``throughput`` (ImageNet train and eval pipelines, images/s,
 time to first batch, peak memory of the process tree), ``slow-storage`` (the
 field report's experiment: slow reads, slow steps), ``mnist`` (one epoch of a
-small CNN) and ``all``. Each measurement runs in a fresh process
+small CNN), ``all`` (those three) and ``cifar`` (one epoch of the CIFAR-10
+training recipe over generated arrays in the CIFAR layout). Each measurement runs in a fresh process
 (``conveyor._bench.worker``); the sides alternate over ``--repeats``
 repeats (default 1, the quick demo; ``--repeats 3`` for the full study), so
 drifting machine load hits them alike. The stock side uses torchvision's
@@ -41,6 +42,7 @@ DEFAULT_REPEATS = 1
 QUICK_IMAGES = 128
 QUICK_STEPS = 5
 QUICK_MNIST = 512
+QUICK_CIFAR = 1024
 RUN_TIMEOUT_S = 1800
 #: The small CNN trains on one thread on both sides: on a shared machine, torch's
 #: multi-threaded kernels stall whenever one of their threads is descheduled,
@@ -63,6 +65,13 @@ METRICS: dict[str, tuple[Metric, ...]] = {
         Metric("wait_s", "input stall s"),
         Metric("first_batch_s", "first batch s"),
         Metric("cpu_s", "CPU s (tree)"),
+        Metric("peak_pss_mb", "peak PSS MB (tree)"),
+    ),
+    "cifar": (
+        Metric("images_per_s", "images/s", headline=True),
+        Metric("first_batch_s", "first batch s"),
+        Metric("wait_s", "input stall s"),
+        Metric("cpu_ms_per_image", "CPU ms/image (tree)"),
         Metric("peak_pss_mb", "peak PSS MB (tree)"),
     ),
     "mnist": (
@@ -98,6 +107,7 @@ NEEDS = {
     "throughput": ("Loader", "transforms", "sources.ImageFolder"),
     "slow-storage": ("Loader", "transforms", "sources.PythonSource"),
     "mnist": ("Loader", "transforms", "sources.MNIST"),
+    "cifar": ("Loader", "transforms", "sources.CIFAR10"),
 }
 
 
@@ -253,6 +263,14 @@ def plan(bench: str, args: argparse.Namespace) -> list[list[dict[str, Any]]]:
             [
                 _side(bench, case, CONVEYOR, {**common, "side": "conveyor"}, pending),
                 _side(bench, case, _dataloader_label(workers), {**common, "side": "dataloader"}),
+            ]
+        ]
+    if bench == "cifar":
+        common = {"cifar_data": args.cifar_data, "workers": workers, "batch_size": 128}
+        return [
+            [
+                _side(bench, "epoch", CONVEYOR, {**common, "side": "conveyor"}, pending),
+                _side(bench, "epoch", _dataloader_label(workers), {**common, "side": "dataloader"}),
             ]
         ]
     common = {"mnist_data": args.mnist_data, "batch_size": 64, "torch_threads": MNIST_TORCH_THREADS}
@@ -426,6 +444,18 @@ def _prepare_mnist(args: argparse.Namespace) -> None:
         make_mnist(args.mnist_data, count)
 
 
+def _prepare_cifar(args: argparse.Namespace) -> None:
+    from conveyor._bench.reference import write_cifar10
+
+    count = QUICK_CIFAR if args.quick else args.cifar_images
+    stamp = os.path.join(args.cifar_data, f".conveyor-cifar-{count}")
+    if not os.path.exists(stamp):
+        print(f"generating {count} CIFAR-format images in {args.cifar_data}", file=sys.stderr)
+        write_cifar10(args.cifar_data, count)
+        with open(stamp, "w"):
+            pass
+
+
 def setup_peers(args: argparse.Namespace) -> dict[str, str]:
     """The set-up steps of the installed peers, before (and outside) any timing:
     FFCV's dataset file. Returns peer name -> why its set-up failed."""
@@ -494,6 +524,10 @@ def _run(args: argparse.Namespace) -> int:
         args.mnist_data = os.path.normpath(args.data) + suffix
     if "mnist" in benches:
         _prepare_mnist(args)
+    if args.cifar_data is None:
+        args.cifar_data = os.path.normpath(args.data) + ("-cifar-quick" if args.quick else "-cifar")
+    if "cifar" in benches:
+        _prepare_cifar(args)
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     print(f"reference pipeline: {_reference_pipeline()}")
     if args.peers:
@@ -647,6 +681,23 @@ def _mnist_options() -> argparse.ArgumentParser:
     return options
 
 
+def _cifar_options() -> argparse.ArgumentParser:
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument(
+        "--cifar-data",
+        metavar="DIR",
+        help="folder of cifar-10-batches-py, generated when missing (default: DATA-cifar)",
+    )
+    options.add_argument(
+        "--cifar-images",
+        type=int_at_least(1),
+        default=50000,
+        metavar="N",
+        help=f"training images to generate (default 50000; --quick {QUICK_CIFAR})",
+    )
+    return options
+
+
 def add_commands(subparsers: Any) -> None:
     """Adds ``bench`` to the ``conveyor`` command line."""
     parser = subparsers.add_parser(
@@ -655,17 +706,28 @@ def add_commands(subparsers: Any) -> None:
         description=__doc__.split("\n\n")[1].replace("\n", " "),
     )
     benches = parser.add_subparsers(dest="bench", metavar="BENCH", required=True)
-    common, slow, mnist = _common_options(), _slow_storage_options(), _mnist_options()
+    common, slow, mnist, cifar = (
+        _common_options(),
+        _slow_storage_options(),
+        _mnist_options(),
+        _cifar_options(),
+    )
     helps = {
         "throughput": ("ImageNet train/eval pipelines: images/s, first batch, peak memory", [common]),
         "slow-storage": ("slow reads (10 ms) and slow steps (100 ms): total time vs ideal", [common, slow]),
         "mnist": ("one epoch of a small CNN on MNIST-format data", [common, mnist]),
         "all": ("throughput, slow-storage and mnist", [common, slow, mnist]),
+        "cifar": (
+            "one epoch of the CIFAR-10 recipe (crop, flip, normalize, batch 128) on generated arrays",
+            [common, cifar],
+        ),
     }
     for name, (help_text, parents) in helps.items():
         sub = benches.add_parser(name, parents=parents, help=help_text, description=help_text)
         if mnist not in parents:
             sub.set_defaults(mnist_data=None, mnist_images=QUICK_MNIST)
+        if cifar not in parents:
+            sub.set_defaults(cifar_data=None, cifar_images=QUICK_CIFAR)
         if name == "throughput":
             sub.add_argument(
                 "--peers",

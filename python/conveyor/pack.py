@@ -1,14 +1,28 @@
-"""``conveyor pack``: writes an ImageFolder into WebDataset-style tar shards.
+"""``conveyor pack``: writes image files into WebDataset-style tar shards.
+
+The images come from an ImageFolder (SRC a folder: SRC/<class>/**/<image>),
+a CSV or TSV file (SRC ending in .csv or .tsv: the columns path and label,
+read as FileList.from_csv reads them) or a file list (any other file: one
+path per line, optionally followed by whitespace and an integer label;
+relative paths are relative to the list's folder).
 
 Each sample becomes three members sharing a key (its position, zero-padded):
 ``<key>.<ext>`` (the image file's bytes, unchanged; ext is one of the formats
-the decoders read, IMG_EXTENSIONS: jpg, jpeg, png or webp; a folder holding
-other image formats is refused, as ImageFolder does), ``<key>.cls`` (the class
-index in ASCII) and ``<key>.json`` (the class name and the file's path
-relative to the folder). Shards are plain tar files
-(Python's tarfile), readable by ``conveyor.sources.TarShards``, by the
-``webdataset`` package and by ``tar``. Output is deterministic: same folder,
-same bytes.
+the decoders read, IMG_EXTENSIONS: jpg, jpeg, png or webp; other formats are
+refused), ``<key>.cls`` (the class index in ASCII; left out for unlabelled
+images) and ``<key>.json`` (the class name when known and the file's path
+relative to the source's folder). Samples are written in the source's order
+(an ImageFolder's is sorted by class), or with ``--shuffle`` in a random
+order drawn from ``--seed``, so that streaming reads with a small shuffle
+buffer see every class.
+
+OUT_PATTERN names the shards: ``out/shard-%06d.tar`` or ``out/shard-{:06d}.tar``
+(a new shard starts before one would exceed --shard-size), or a brace list
+as TarShards reads it, ``out/shard-{000..009}.tar``, which fixes the shard
+count: the samples are divided evenly over the listed shards, so the same
+pattern reads them back. Shards are plain tar files (Python's tarfile),
+readable by ``conveyor.sources.TarShards``, by the ``webdataset`` package and
+by ``tar``. Output is deterministic: same input and seed, same bytes.
 """
 
 from __future__ import annotations
@@ -17,16 +31,20 @@ import argparse
 import io
 import json
 import os
+import random
 import re
 import tarfile
 from collections.abc import Iterator
 from typing import Any, Optional
 
-from conveyor import _conveyor
-from conveyor.errors import ConfigError
-from conveyor.sources import ImageFolder
+from braceexpand import UnbalancedBracesError, braceexpand
 
-__all__ = ["add_commands", "pack_image_folder", "parse_size"]
+from conveyor import _conveyor
+from conveyor._checks import check_int
+from conveyor.errors import ConfigError, _printable_path
+from conveyor.sources import IMG_EXTENSIONS, FileList, ImageFolder
+
+__all__ = ["add_commands", "pack", "pack_image_folder", "parse_size", "shard_names"]
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:([kmgt])(i?)b?|b?)\s*$", re.IGNORECASE)
 
@@ -45,12 +63,45 @@ def parse_size(text: str) -> int:
     return size
 
 
-def _shard_path(pattern: str, index: int) -> str:
-    if "%" in pattern:
-        return pattern % index
-    if "{" in pattern:
-        return pattern.format(index)
-    raise ConfigError(f"output pattern {pattern!r} needs a shard number field, e.g. shard-%06d.tar")
+def shard_names(pattern: str) -> tuple[Optional[list[str]], Optional[str]]:
+    """How ``pattern`` names shards: ``(names, None)`` for a brace list
+    (``out/shard-{000..009}.tar``: exactly those, in order), ``(None,
+    pattern)`` for a numbered pattern (``shard-%06d.tar``, ``shard-{:06d}.tar``).
+
+    Raises:
+        ConfigError: unbalanced braces, a brace list naming a shard twice, a
+            format field that is not one number (``{name}``, ``%s %s``), or
+            no number field at all (every shard would get the same name).
+    """
+    try:
+        names = list(braceexpand(pattern))
+    except UnbalancedBracesError as e:
+        raise ConfigError(f"output pattern {pattern!r}: {e}") from None
+    if names != [pattern]:
+        if len(set(names)) != len(names):
+            raise ConfigError(f"output pattern {pattern!r} names a shard more than once")
+        return names, None
+    first, second = _format_shard(pattern, 0), _format_shard(pattern, 1)
+    if first == second:
+        raise ConfigError(
+            f"output pattern {pattern!r} needs a shard number field, e.g. shard-%06d.tar, "
+            "shard-{:06d}.tar or a list shard-{000..009}.tar"
+        )
+    return None, pattern
+
+
+def _format_shard(pattern: str, index: int) -> str:
+    try:
+        if "%" in pattern:
+            return pattern % index
+        if "{" in pattern or "}" in pattern:
+            return pattern.format(index)
+    except (TypeError, ValueError, IndexError, KeyError, AttributeError) as e:
+        raise ConfigError(
+            f"output pattern {pattern!r} is not a shard pattern ({type(e).__name__}: {e}); use e.g. "
+            "shard-%06d.tar, shard-{:06d}.tar or a list shard-{000..009}.tar"
+        ) from None
+    return pattern
 
 
 def _member(name: str, data: bytes) -> tuple[tarfile.TarInfo, io.BytesIO]:
@@ -72,22 +123,105 @@ def _file_size(members_size: int) -> int:
     return -(-(members_size + 1024) // tarfile.RECORDSIZE) * tarfile.RECORDSIZE
 
 
-def _samples(folder: ImageFolder) -> Iterator[tuple[str, int, bytes, str]]:
-    for path, label in folder.samples:
+class _Sample:
+    """One image to pack: its path, label (-1: none), class name (if known)
+    and path relative to the source's folder."""
+
+    def __init__(self, path: str, label: int, name: Optional[str], relative: str) -> None:
+        self.path, self.label, self.name, self.relative = path, label, name, relative
+
+
+def _file_list(list_path: str) -> FileList:
+    """A file list: one path per line, optionally a space or tab and an integer label."""
+    shown = _printable_path(list_path)
+    folder = os.path.dirname(os.path.abspath(list_path))
+    try:
+        text = _conveyor.read_file(os.fsencode(list_path)).decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{shown}: not a UTF-8 file list ({e})") from e
+    paths: list[str] = []
+    labels: list[int] = []
+    for line, row in enumerate(text.splitlines(), start=1):
+        row = row.strip()
+        if not row:
+            continue
+        parts = row.rsplit(None, 1)
+        label = -1
+        if len(parts) == 2 and re.fullmatch(r"[+-]?\d+", parts[1]):
+            row, label = parts[0], check_int(int(parts[1]), f"{shown}:{line}: label")
+        paths.append(os.path.join(folder, row))
+        labels.append(label)
+    if not paths:
+        raise ConfigError(f"{shown}: the file list is empty")
+    return FileList(paths, labels)
+
+
+def _source_samples(src: str) -> list[_Sample]:
+    """The samples of an ImageFolder, a CSV/TSV file or a file list at ``src``."""
+    if os.path.isdir(src):
+        files: FileList = ImageFolder(src)
+        root = os.fsdecode(src)
+    else:
+        if not os.path.exists(src):
+            raise ConfigError(
+                f"pack: {_printable_path(src)} does not exist (an ImageFolder, a CSV file or a file list)"
+            )
+        files = FileList.from_csv(src) if src.lower().endswith((".csv", ".tsv")) else _file_list(src)
+        root = os.path.dirname(os.path.abspath(src))
+    labels = files.labels or [-1] * len(files.paths)
+    samples = []
+    for path, label in zip(files.paths, labels):
+        if not path.lower().endswith(IMG_EXTENSIONS):
+            raise ConfigError(
+                f"pack: {_printable_path(path)} is not one of the image formats the decoders read "
+                f"({', '.join(IMG_EXTENSIONS)})"
+            )
+        name = files.classes[label] if files.classes is not None and label >= 0 else None
+        samples.append(_Sample(path, label, name, os.path.relpath(path, root)))
+    return samples
+
+
+def _read(samples: list[_Sample]) -> Iterator[tuple[_Sample, bytes, str]]:
+    for sample in samples:
         # Read by the engine: a FIFO is refused (ReadError) instead of blocking.
-        yield path, label, _conveyor.read_file(os.fsencode(path)), os.path.splitext(path)[1][1:].lower()
+        data = _conveyor.read_file(os.fsencode(sample.path))
+        yield sample, data, os.path.splitext(sample.path)[1][1:].lower()
 
 
-def pack_image_folder(
-    src_dir: str, out_pattern: str, shard_size: int = 256 * 10**6, progress: bool = False
+def pack(
+    src: str,
+    out_pattern: str,
+    shard_size: Optional[int] = None,
+    progress: bool = False,
+    shuffle: bool = False,
+    seed: int = 0,
 ) -> list[str]:
-    """Packs the ImageFolder at ``src_dir`` into shards named by ``out_pattern``
-    (``"out/shard-%06d.tar"`` or ``"out/shard-{:06d}.tar"``), starting a new
-    shard before one would exceed ``shard_size`` bytes (a single larger sample
-    gets a shard of its own). Returns the shard paths written."""
-    folder = ImageFolder(src_dir)
-    _shard_path(out_pattern, 0)  # Validates the pattern before any work.
-    digits = max(6, len(str(len(folder) - 1)))
+    """Packs the images of ``src`` (an ImageFolder, a CSV/TSV file or a file
+    list; see the module's text) into shards named by ``out_pattern``. With a
+    numbered pattern (``"out/shard-%06d.tar"``, ``"out/shard-{:06d}.tar"``) a
+    new shard starts before one would exceed ``shard_size`` bytes (default
+    256 MB; a single larger sample gets a shard of its own); a brace list
+    (``"out/shard-{000..009}.tar"``) divides the samples evenly over its
+    shards. ``shuffle`` writes them in a random order drawn from ``seed``.
+    Returns the shard paths written.
+
+    Raises:
+        ConfigError: a bad pattern (see ``shard_names``), a brace list with
+            more shards than samples or given with ``shard_size``, an image in
+            a format the decoders do not read, or a bad source.
+        ReadError: an image that can't be read, naming it.
+    """
+    names, numbered = shard_names(os.fsdecode(out_pattern))
+    if names is not None and shard_size is not None:
+        raise ConfigError("pack: a brace list of shards fixes their number; --shard-size does not apply")
+    shard_size = 256 * 10**6 if shard_size is None else shard_size
+    seed = check_int(seed, "seed", minimum=0)
+    samples = _source_samples(os.fsdecode(src))
+    if shuffle:
+        random.Random(seed).shuffle(samples)
+    if names is not None and len(names) > len(samples):
+        raise ConfigError(f"pack: the pattern lists {len(names)} shards for {len(samples)} samples")
+    digits = max(6, len(str(len(samples) - 1)))
     written: list[str] = []
     archive: Optional[tarfile.TarFile] = None
     used = 0
@@ -95,24 +229,35 @@ def pack_image_folder(
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(folder), unit="img", desc="pack")
+        bar = tqdm(total=len(samples), unit="img", desc="pack")
     try:
-        for index, (path, label, data, ext) in enumerate(_samples(folder)):
+        for index, (sample, data, ext) in enumerate(_read(samples)):
             key = f"{index:0{digits}d}"
-            meta = json.dumps(
-                {"class": folder.classes[label], "path": os.path.relpath(path, folder.root)}, sort_keys=True
-            ).encode()
-            cls = str(label).encode()
-            size = _entry_size([len(data), len(cls), len(meta)])
-            if archive is None or (used > 0 and _file_size(used + size) > shard_size):
+            meta = {"path": sample.relative}
+            if sample.name is not None:
+                meta["class"] = sample.name
+            members = [(f"{key}.{ext}", data)]
+            if sample.label >= 0:
+                members.append((f"{key}.cls", str(sample.label).encode()))
+            members.append((f"{key}.json", json.dumps(meta, sort_keys=True).encode()))
+            size = _entry_size([len(member) for _, member in members])
+            if names is not None:
+                # Sample i goes to shard i * K // n: sizes differ by at most one.
+                new_shard = index * len(names) // len(samples) >= len(written)
+            else:
+                new_shard = archive is None or (used > 0 and _file_size(used + size) > shard_size)
+            if new_shard:
                 if archive is not None:
                     archive.close()
-                shard = _shard_path(out_pattern, len(written))
+                shard = (
+                    names[len(written)] if names is not None else _format_shard(numbered or "", len(written))
+                )
                 os.makedirs(os.path.dirname(os.path.abspath(shard)), exist_ok=True)
                 archive = tarfile.open(shard, "w", format=tarfile.USTAR_FORMAT)
                 written.append(shard)
                 used = 0
-            for name, member in ((f"{key}.{ext}", data), (f"{key}.cls", cls), (f"{key}.json", meta)):
+            assert archive is not None
+            for name, member in members:
                 archive.addfile(*_member(name, member))
             used += size
             if bar is not None:
@@ -125,8 +270,16 @@ def pack_image_folder(
     return written
 
 
+def pack_image_folder(
+    src_dir: str, out_pattern: str, shard_size: int = 256 * 10**6, progress: bool = False
+) -> list[str]:
+    """``pack`` of the ImageFolder at ``src_dir``, in its order."""
+    return pack(src_dir, out_pattern, shard_size, progress)
+
+
 def _run(args: argparse.Namespace) -> int:
-    shards = pack_image_folder(args.src_dir, args.out_pattern, parse_size(args.shard_size), args.progress)
+    shard_size = None if args.shard_size is None else parse_size(args.shard_size)
+    shards = pack(args.src, args.out_pattern, shard_size, args.progress, args.shuffle, args.seed)
     print(f"wrote {len(shards)} shard(s): {shards[0]}{' ... ' + shards[-1] if len(shards) > 1 else ''}")
     return 0
 
@@ -135,14 +288,27 @@ def add_commands(subparsers: Any) -> None:
     """Adds ``conveyor pack`` to the command line."""
     parser = subparsers.add_parser(
         "pack",
-        help="write an ImageFolder into tar shards (WebDataset layout)",
+        help="write an ImageFolder, a CSV file or a file list into tar shards (WebDataset layout)",
         description=(__doc__ or "").replace("``", ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("src_dir", metavar="SRC_DIR", help="ImageFolder root: SRC_DIR/<class>/**/<image>")
     parser.add_argument(
-        "out_pattern", metavar="OUT_PATTERN", help="shard paths with a number field, e.g. out/shard-%%06d.tar"
+        "src",
+        metavar="SRC",
+        help="an ImageFolder root (SRC/<class>/**/<image>), a .csv/.tsv file (columns path, label) "
+        "or a file list (a path and an optional label per line)",
     )
-    parser.add_argument("--shard-size", default="256MB", help="maximum shard size (default: 256MB)")
+    parser.add_argument(
+        "out_pattern",
+        metavar="OUT_PATTERN",
+        help="shard paths with a number field, e.g. out/shard-%%06d.tar, or a list out/shard-{000..009}.tar",
+    )
+    parser.add_argument(
+        "--shard-size", default=None, help="maximum shard size with a numbered pattern (default: 256MB)"
+    )
+    parser.add_argument(
+        "--shuffle", action="store_true", help="write the samples in a random order (see --seed)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of --shuffle's order (default: 0)")
     parser.add_argument("--progress", action="store_true", help="show a progress bar")
     parser.set_defaults(run=_run)

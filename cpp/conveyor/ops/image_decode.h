@@ -28,6 +28,16 @@ struct ImageInfo {
   int orientation = 1;  ///< EXIF orientation tag (1..8); 1 when absent or not JPEG.
 };
 
+/// The shape of raw (unencoded) image samples: exactly height × width ×
+/// channels uint8 bytes, HWC, no header -- e.g. an MNIST or CIFAR record.
+/// The source knows the shape; the bytes do not say it (see
+/// ImagePipelineOptions::raw_input).
+struct RawImageShape {
+  int height = 0;
+  int width = 0;
+  int channels = 0;  ///< 1 (grayscale) or 3 (RGB).
+};
+
 /// Reads the header only. Throws Error{kDecode} for unknown, corrupt or
 /// truncated headers and Error{kTooLarge} above `max_pixels` (height * width).
 /// Thread-safe (pure function).

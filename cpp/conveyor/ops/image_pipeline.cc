@@ -12,6 +12,7 @@
 #include "conveyor/core/checked_size.h"
 #include "conveyor/core/error.h"
 #include "conveyor/ops/image_decoder.h"
+#include "conveyor/ops/raw_decoder.h"
 #include "conveyor/ops/resize.h"
 
 namespace conveyor {
@@ -330,7 +331,12 @@ ImagePipeline::ImagePipeline(std::vector<TransformSpec> transforms, ImageOutputS
   // step, then the geometric and mirror steps after it, which resample its
   // output). A padding step with another fill than its group's starts a new
   // group too. Pointwise steps go to the output pass.
-  ChainPlan chain{channels, output.dtype, std::nullopt, true};
+  std::optional<Size2D> input_size;  // Known for raw pixels; from each image's header otherwise.
+  if (options.raw_input) {
+    detail::check_raw_shape(*options.raw_input);
+    input_size = Size2D{options.raw_input->height, options.raw_input->width};
+  }
+  ChainPlan chain{channels, output.dtype, input_size, true};
   std::vector<const TransformStep*> pointwise;
   plan->groups.emplace_back();
   for (size_t i = 0; i < transforms.size(); ++i) {
@@ -435,7 +441,8 @@ void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* ou
 
   // The leading group, fused into the decode: one source box, decoded alone
   // (crop window, DCT scaling) and resampled once.
-  auto decoder = detail::open_image_decoder(input, plan.max_pixels);
+  auto decoder = plan.options.raw_input ? detail::open_raw(input, *plan.options.raw_input, plan.max_pixels)
+                                        : detail::open_image_decoder(input, plan.max_pixels);
   const ImageInfo& info = decoder->info();
   const size_t last = plan.groups.size() - 1;
   std::optional<Size2D> out_size;

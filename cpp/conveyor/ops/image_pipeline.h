@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -40,6 +41,11 @@ struct ImagePipelineOptions {
   /// IDCT's own low-pass replaces much of PIL's tent filter and parity drops
   /// (docs/design/resize.md: mean error up to 2.5 per channel); at 2 it stays about 1.
   double dct_margin = 2.0;
+  /// When set, inputs are raw pixels of this shape instead of encoded images:
+  /// the "decode" is a view of the bytes (no copy), and the chain starts
+  /// from this fixed size (so an empty chain, or one of flips and Normalize
+  /// only, has a fixed output size).
+  std::optional<RawImageShape> raw_input;
 };
 
 /// A transform chain planned once per loader: each TransformSpec becomes a
@@ -52,7 +58,8 @@ struct ImagePipelineOptions {
 /// once. One output pass (the last flip, pointwise steps through per-channel
 /// tables, dtype, layout) writes into the batch slot. Pointwise steps
 /// (Normalize) must come after every geometric and image step. Decodes JPEG,
-/// PNG and WebP, detected from the bytes.
+/// PNG and WebP, detected from the bytes, or takes raw pixels of a shape
+/// given in the options (ImagePipelineOptions::raw_input).
 ///
 /// Thread-safety: immutable after construction; apply() may run concurrently.
 class ImagePipeline final : public SampleTransform {

@@ -86,4 +86,14 @@ void RawTensorTransform::apply(std::span<const uint8_t> input, SampleRng&, void*
   }
 }
 
+TensorCopyTransform::TensorCopyTransform(SampleSpec spec) : spec_(std::move(spec)), bytes_(spec_.num_bytes()) {}
+
+void TensorCopyTransform::apply(std::span<const uint8_t> input, SampleRng&, void* out) const {
+  if (input.size() != bytes_) {
+    throw Error(ErrorKind::kDecode,
+                "tensor sample has " + std::to_string(input.size()) + " bytes, expected " + std::to_string(bytes_));
+  }
+  std::memcpy(out, input.data(), bytes_);
+}
+
 }  // namespace conveyor

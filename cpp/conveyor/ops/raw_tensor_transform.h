@@ -44,4 +44,23 @@ class RawTensorTransform final : public SampleTransform {
   std::vector<float> lut_;  // Output value of each (channel, byte): lut_[c * 256 + v].
 };
 
+/// The SampleTransform of sources whose samples are tensors, not images (an
+/// ArraySource over float32 features, int64 targets, ...): each sample's bytes
+/// are copied as they are into a batch slot of `spec` (shape and dtype).
+///
+/// Thread-safety: immutable after construction; apply() may run concurrently.
+class TensorCopyTransform final : public SampleTransform {
+ public:
+  /// Throws Error{kConfig} for a negative dimension or a size that overflows.
+  explicit TensorCopyTransform(SampleSpec spec);
+
+  SampleSpec output_spec() const override { return spec_; }
+  /// Throws Error{kDecode} when `input` is not exactly spec.num_bytes() bytes.
+  void apply(std::span<const uint8_t> input, SampleRng& rng, void* out) const override;
+
+ private:
+  SampleSpec spec_;
+  size_t bytes_ = 0;
+};
+
 }  // namespace conveyor

@@ -120,3 +120,26 @@ TEST(RawTensorTransform, RejectsBadInputAndOptions) {
 
 }  // namespace
 }  // namespace conveyor
+
+namespace conveyor {
+namespace {
+
+TEST(TensorCopyTransform, CopiesTheBytesAsTheyAre) {
+  const TensorCopyTransform t(SampleSpec{{2, 3}, DType::kFloat32});
+  EXPECT_EQ(t.output_spec().shape, (std::vector<int64_t>{2, 3}));
+  const std::vector<float> values{1.5f, -2.0f, 3.25f, 0.0f, 1e9f, -7.0f};
+  std::vector<float> out(6);
+  SampleRng rng(0, 0, 0);
+  t.apply({reinterpret_cast<const uint8_t*>(values.data()), values.size() * sizeof(float)}, rng, out.data());
+  EXPECT_EQ(out, values);
+  try {
+    t.apply({reinterpret_cast<const uint8_t*>(values.data()), 5}, rng, out.data());
+    FAIL() << "accepted 5 bytes";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kDecode);
+    EXPECT_STREQ(e.what(), "tensor sample has 5 bytes, expected 24");
+  }
+}
+
+}  // namespace
+}  // namespace conveyor

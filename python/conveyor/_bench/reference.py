@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import pickle
 import time
 from collections.abc import Sequence
 from typing import Any, Callable, Optional, Union
@@ -19,6 +20,9 @@ import torch
 from PIL import Image
 
 __all__ = [
+    "CIFAR_MEAN",
+    "CIFAR_STD",
+    "CifarDataset",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
     "IdxDataset",
@@ -31,6 +35,7 @@ __all__ = [
     "reference_name",
     "resize_transform",
     "train_transform",
+    "write_cifar10",
 ]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -298,3 +303,71 @@ class IdxDataset(torch.utils.data.Dataset):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         image = (self.images[index].float().div(255) - self.MEAN) / self.STD
         return image.unsqueeze(0), self.labels[index]
+
+
+# --- CIFAR-10 ------------------------------------------------------------------------------------------
+
+CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR_STD = (0.2470, 0.2435, 0.2616)
+CIFAR_FOLDER = "cifar-10-batches-py"
+CIFAR_TRAIN_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
+
+
+def write_cifar10(root: str, count: int, seed: int = 0) -> None:
+    """Writes ``count`` random training images (and a test batch of a fifth
+    of that) in the layout of the official python version,
+    ``root/cifar-10-batches-py/{data_batch_1..5,test_batch,batches.meta}``."""
+    rng = np.random.default_rng(seed)
+    folder = os.path.join(root, CIFAR_FOLDER)
+    os.makedirs(folder, exist_ok=True)
+    sizes = [count * (i + 1) // 5 - count * i // 5 for i in range(5)]
+    batches = dict(zip(CIFAR_TRAIN_BATCHES, sizes))
+    batches["test_batch"] = max(1, count // 5)
+    for name, n in batches.items():
+        entry = {
+            "batch_label": name,
+            "labels": rng.integers(0, 10, n).tolist(),
+            "data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+            "filenames": [f"{name}_{i}.png" for i in range(n)],
+        }
+        with open(os.path.join(folder, name), "wb") as f:
+            pickle.dump(entry, f, protocol=2)
+    names = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+    with open(os.path.join(folder, "batches.meta"), "wb") as f:
+        pickle.dump({"label_names": names, "num_cases_per_batch": sizes[0], "num_vis": 3072}, f, protocol=2)
+
+
+class CifarDataset(torch.utils.data.Dataset):
+    """CIFAR-10's training batches in memory as N×32×32×3 uint8 (torchvision's
+    layout), each item augmented in ``__getitem__`` with numpy/torch ops as
+    torchvision's recipe does: RandomCrop(32, padding=4) when ``padding`` is
+    set (zero padding, a uniform offset), RandomHorizontalFlip, ToTensor,
+    Normalize."""
+
+    def __init__(self, root: str, padding: Optional[int] = 4):
+        data, labels = [], []
+        for name in CIFAR_TRAIN_BATCHES:
+            with open(os.path.join(root, CIFAR_FOLDER, name), "rb") as f:
+                entry = pickle.load(f, encoding="latin1")
+            data.append(entry["data"].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+            labels.extend(entry["labels"])
+        self.data = np.ascontiguousarray(np.concatenate(data))
+        self.labels = torch.tensor(labels, dtype=torch.int64)
+        self.padding = padding
+        self.mean = torch.tensor(CIFAR_MEAN).view(3, 1, 1)
+        self.std = torch.tensor(CIFAR_STD).view(3, 1, 1)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        image = self.data[index]
+        if self.padding:
+            p = self.padding
+            padded = np.pad(image, ((p, p), (p, p), (0, 0)))
+            top, left = (int(v) for v in torch.randint(0, 2 * p + 1, (2,)))
+            image = padded[top : top + 32, left : left + 32]
+        if torch.rand(()) < 0.5:
+            image = image[:, ::-1]
+        tensor = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1).float().div(255)
+        return (tensor - self.mean) / self.std, self.labels[index]

@@ -124,11 +124,11 @@ def _close(loader: Any) -> None:
         close()
 
 
-def throughput(spec: Spec) -> dict[str, Any]:
-    """One epoch of the ImageNet train or eval pipeline; images/s."""
+def throughput(spec: Spec, make_loader: Callable[[Spec], Iterable[Any]] = _image_loader) -> dict[str, Any]:
+    """One epoch of the ImageNet train or eval pipeline (or of ``make_loader``'s); images/s."""
     cpu_start = _cpu_seconds()
     start = time.perf_counter()
-    loader = _image_loader(spec)
+    loader = make_loader(spec)
     construct_s = time.perf_counter() - start
     timed = _Timed(loader)
     epoch_start = time.perf_counter()
@@ -295,6 +295,49 @@ def mnist(spec: Spec) -> dict[str, Any]:
     }
 
 
+def cifar_transforms() -> list[Any]:
+    """conveyor's CIFAR-10 recipe, the one list both sides follow: the
+    DataLoader side crops only when this list holds a RandomCrop."""
+    from conveyor import transforms as T
+    from conveyor._bench.reference import CIFAR_MEAN, CIFAR_STD
+
+    # The recipe is [T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(),
+    # T.Normalize(...)]; RandomCrop is not in this branch yet.
+    return [T.RandomHorizontalFlip(), T.Normalize(CIFAR_MEAN, CIFAR_STD)]
+
+
+def _cifar_loader(spec: Spec) -> Iterable[Any]:
+    recipe = cifar_transforms()
+    if spec["side"] == "conveyor":
+        import conveyor
+
+        return conveyor.Loader(
+            conveyor.sources.CIFAR10(spec["cifar_data"], train=True),
+            transforms=recipe,
+            batch_size=spec["batch_size"],
+            shuffle=True,
+            seed=0,
+            threads=spec["workers"],
+        )
+    import torch
+
+    from conveyor._bench.reference import CifarDataset
+
+    crops = any(type(t).__name__ == "RandomCrop" for t in recipe)
+    return torch.utils.data.DataLoader(
+        CifarDataset(spec["cifar_data"], padding=4 if crops else None),
+        batch_size=spec["batch_size"],
+        shuffle=True,
+        num_workers=spec["workers"],
+        pin_memory=False,
+    )
+
+
+def cifar(spec: Spec) -> dict[str, Any]:
+    """One epoch of the CIFAR-10 training recipe over the arrays; images/s."""
+    return throughput(spec, _cifar_loader)
+
+
 def baseline(spec: Spec) -> dict[str, Any]:
     """Nothing but the imports both sides pay for: the memory floor of a process."""
     import torch
@@ -317,6 +360,7 @@ RUNNERS: dict[str, Callable[[Spec], dict[str, Any]]] = {
     "throughput": throughput,
     "slow-storage": slow_storage,
     "mnist": mnist,
+    "cifar": cifar,
 }
 
 

@@ -3,11 +3,14 @@
 reads many records at once on its io threads.
 
 One module per source family: ``files`` (FileList, ImageFolder), ``tar``
-(TarShards), ``idx`` (MNIST), ``python`` (PythonSource), ``coco``
-(CocoDetection), ``mix`` (Mix); ``base`` holds what they share.
+(TarShards), ``idx`` (MNIST), ``arrays`` (ArraySource: numpy arrays and
+``.npy`` files), ``cifar`` (CIFAR10, CIFAR100), ``python`` (PythonSource),
+``coco`` (CocoDetection), ``mix`` (Mix); ``base`` holds what they share.
 """
 
+from conveyor.sources.arrays import ArraySource
 from conveyor.sources.base import IMG_EXTENSIONS, Source
+from conveyor.sources.cifar import CIFAR10, CIFAR100
 from conveyor.sources.coco import CocoDetection
 from conveyor.sources.files import FileList, ImageFolder
 from conveyor.sources.idx import MNIST, FashionMNIST
@@ -16,9 +19,12 @@ from conveyor.sources.python import PythonSource
 from conveyor.sources.tar import TarShards, expand_shards
 
 __all__ = [
+    "CIFAR10",
+    "CIFAR100",
     "IMG_EXTENSIONS",
     "MNIST",
     "FashionMNIST",
+    "ArraySource",
     "CocoDetection",
     "FileList",
     "ImageFolder",

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Sequence
 from typing import Any, Optional, Union
 
+import numpy as np
+
 from conveyor import _conveyor
+from conveyor.errors import DecodeError
 
 PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
@@ -29,12 +33,33 @@ def fs_paths(paths: Sequence[str]) -> list[bytes]:
     return [os.fsencode(path) for path in paths]
 
 
+def check_index(index: Any, size: int, name: str) -> int:
+    """``index`` as a position in [0, size): negative indices count from the
+    end, as Python's; IndexError out of range, TypeError for a non-integer."""
+    try:
+        position = operator.index(index)
+    except TypeError:
+        raise TypeError(f"{name} indices must be integers, not {type(index).__name__}") from None
+    if position < 0:
+        position += size
+    if not 0 <= position < size:
+        raise IndexError(f"{name} index {index} is out of range for {size} samples")
+    return position
+
+
 class Source:
     """Base class of conveyor's sources.
 
     A subclass provides the engine-side source (``_engine_source``) and may
     override how samples are turned into tensors (``_sample_transform``); by
-    default samples are encoded images run through the image pipeline.
+    default samples are encoded images run through the image pipeline, or
+    raw pixels of ``raw_shape`` when that is set.
+
+    ``source[i]`` returns sample ``i`` decoded, for a look at it: ``(image,
+    label)`` with ``image`` a uint8 H×W×C numpy array as stored (no
+    transforms), ``(image, target)`` for sources with boxes. Negative indices
+    count from the end; IndexError out of range; a sample that can't be read
+    or decoded raises ReadError/DecodeError naming it.
     """
 
     #: True when samples carry boxes (detection): the Loader then returns targets.
@@ -42,6 +67,10 @@ class Source:
     #: With Loader(shuffle=True): None shuffles the whole epoch uniformly; N
     #: shuffles the shard order, then through a buffer of N samples.
     shuffle_buffer: Optional[int] = None
+    #: (height, width, channels) when samples are raw uint8 pixels (MNIST,
+    #: CIFAR, arrays) rather than encoded images: the image pipeline then
+    #: takes them without a decode, and the chain starts from that size.
+    raw_shape: Optional[tuple[int, int, int]] = None
 
     def _image_id(self, label: int) -> int:
         """The id reported in a detection target for a sample with ``label``."""
@@ -49,6 +78,24 @@ class Source:
 
     def __len__(self) -> int:
         return len(self._engine_source())
+
+    def __getitem__(self, index: int) -> tuple[Any, Any]:
+        position = check_index(index, len(self), type(self).__name__)
+        data, label, key = self._engine_source().read(position)
+        return self._decode_sample(position, data, key), self._target(position, label)
+
+    def _decode_sample(self, index: int, data: bytes, key: str) -> Any:
+        """Sample ``index``'s record bytes as an array (``source[i]``)."""
+        if self.raw_shape is not None:
+            return np.frombuffer(data, np.uint8).reshape(self.raw_shape).copy()
+        try:
+            return _conveyor.decode_image(data)
+        except DecodeError as e:
+            raise type(e)(f"{key}: {e.cause}", key=key, cause=e.cause) from e
+
+    def _target(self, index: int, label: int) -> Any:
+        """What ``source[i]`` returns beside the image: the label."""
+        return label
 
     def _engine_source(self) -> _conveyor.Source:
         raise NotImplementedError
@@ -58,4 +105,8 @@ class Source:
         dtype, layout and max_pixels as given to the Loader."""
         from conveyor.transforms import compile_pipeline
 
+        if self.raw_shape is not None:
+            return compile_pipeline(
+                transforms, channels=self.raw_shape[2], raw_shape=self.raw_shape, **output
+            )
         return compile_pipeline(transforms, **output)

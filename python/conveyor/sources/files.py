@@ -8,7 +8,9 @@ import io
 import math
 import os
 from collections.abc import Sequence
-from typing import Optional
+from typing import Any, Optional
+
+import numpy as np
 
 from conveyor import _conveyor
 from conveyor._checks import check_int, is_real
@@ -73,6 +75,11 @@ class FileList(Source):
             ``boxes`` has the wrong length.
     """
 
+    #: Class names by index, when known (ImageFolder, from_csv with class names).
+    classes: Optional[list[str]] = None
+    #: Class name -> index, when known.
+    class_to_idx: Optional[dict[str, int]] = None
+
     def __init__(
         self,
         paths: Sequence[PathLike],
@@ -104,6 +111,7 @@ class FileList(Source):
         )
         self.has_boxes = boxes is not None
         checked_boxes = [] if boxes is None else _check_boxes(boxes)
+        self._boxes = [[tuple(box) for box in objects] for objects in boxes] if boxes is not None else None
         self._source = _conveyor.FileSource(fs_paths(self.paths), self.labels or [], checked_boxes)
 
     def __len__(self) -> int:
@@ -112,18 +120,54 @@ class FileList(Source):
     def _engine_source(self) -> _conveyor.Source:
         return self._source
 
+    def _target(self, index: int, label: int) -> Any:
+        # With boxes, source[i] gives the target as the Loader's targets="list"
+        # does (untransformed: boxes in the stored image's pixels, xywh).
+        if self._boxes is None:
+            return label
+        objects = self._boxes[index]
+        return {
+            "boxes": np.array([box[:4] for box in objects], np.float32).reshape(-1, 4),
+            "labels": np.array([box[4] for box in objects], np.int64),
+            "image_id": self._image_id(label),
+        }
+
     @classmethod
-    def from_csv(cls, path: PathLike) -> FileList:
-        """A FileList from a CSV file with a header row naming the columns
-        ``path`` and ``label`` (``label`` may be absent: every label is -1;
-        other columns are ignored). Relative paths are relative to the CSV
-        file's folder.
+    def from_csv(
+        cls,
+        path: PathLike,
+        path_column: str = "path",
+        label_column: Optional[str] = "label",
+        delimiter: Optional[str] = None,
+        classes: Optional[Sequence[str]] = None,
+    ) -> FileList:
+        """A FileList from a CSV or TSV file whose header row names the columns
+        (matched without regard to case or surrounding spaces; other columns
+        are ignored).
+
+        Args:
+            path: the CSV file. A UTF-8 byte order mark is ignored.
+            path_column: the column of image paths; relative paths are
+                relative to the CSV file's folder.
+            label_column: the column of labels, or None for no labels. When
+                it is the default "label" and the file has no such column,
+                every label is -1.
+            delimiter: the field separator; None sniffs it from the header
+                row (the most frequent of comma, tab and semicolon).
+            classes: the class names, in index order. Without it, labels that
+                are all integers are taken as they are, and any other labels
+                are class names mapped to indices in sorted order.
+
+        The result's ``classes`` and ``class_to_idx`` list the class names and
+        their indices (None for integer labels).
 
         Raises:
             ReadError: the CSV file can't be read or is not a regular file (a
                 FIFO is refused, not waited on).
-            ConfigError: a missing column, an empty path, a label that is not an
-                integer in the int64 range (naming ``file:line``), or no rows.
+            ConfigError: an empty file, a missing column, a row with the wrong
+                number of fields, an empty path or label, a class not in
+                ``classes``, a label out of the int64 range (naming ``file:line``),
+                or no rows.
         """
         csv_path = os.fsdecode(path)
         shown = _printable_path(csv_path)
@@ -131,37 +175,88 @@ class FileList(Source):
         # Read by the engine: a FIFO is refused instead of blocking in open().
         data = _conveyor.read_file(os.fsencode(csv_path))
         try:
-            rows = list(csv.reader(io.StringIO(data.decode("utf-8"), newline="")))
-        except (UnicodeDecodeError, csv.Error) as e:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as e:
             raise ConfigError(f"{shown}: not a UTF-8 CSV file ({e})") from e
-        if not rows:
-            raise ConfigError(f"{shown}: empty file; expected a header row with the columns path,label")
+        if not text.strip():
+            columns = path_column if label_column is None else f"{path_column},{label_column}"
+            raise ConfigError(f"{shown}: empty file; expected a header row with the columns {columns}")
+        if delimiter is None:
+            first = text.splitlines()[0]
+            delimiter = max(",\t;", key=first.count)
+        elif not isinstance(delimiter, str) or len(delimiter) != 1:
+            raise ConfigError(f"FileList.from_csv: delimiter must be one character, got {delimiter!r}")
+        try:
+            rows = list(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter))
+        except csv.Error as e:
+            raise ConfigError(f"{shown}: not a valid CSV file ({e})") from e
         header = [name.strip().lower() for name in rows[0]]
-        if "path" not in header:
-            raise ConfigError(f"{shown}:1: the header row {rows[0]} has no 'path' column")
-        path_column = header.index("path")
-        label_column = header.index("label") if "label" in header else None
+
+        def column(name: str) -> Optional[int]:
+            return header.index(name.strip().lower()) if name.strip().lower() in header else None
+
+        path_index = column(path_column)
+        if path_index is None:
+            raise ConfigError(f"{shown}:1: the header row {rows[0]} has no {path_column!r} column")
+        label_index = None if label_column is None else column(label_column)
+        if (
+            label_column is not None
+            and label_index is None
+            and (label_column != "label" or classes is not None)
+        ):
+            raise ConfigError(f"{shown}:1: the header row {rows[0]} has no {label_column!r} column")
         paths: list[str] = []
-        labels: list[int] = []
+        texts: list[tuple[int, str]] = []  # (line, label text)
         for line, row in enumerate(rows[1:], start=2):
             if not row or all(not cell.strip() for cell in row):
                 continue  # Blank lines, e.g. at the end.
             if len(row) != len(header):
                 raise ConfigError(f"{shown}:{line}: expected {len(header)} columns, got {len(row)}")
-            file = row[path_column].strip()
+            file = row[path_index].strip()
             if not file:
                 raise ConfigError(f"{shown}:{line}: empty path")
             paths.append(os.path.join(folder, file))
-            if label_column is not None:
-                text = row[label_column].strip()
-                try:
-                    label = int(text)
-                except ValueError:
-                    raise ConfigError(f"{shown}:{line}: label {text!r} is not an integer") from None
-                labels.append(check_int(label, f"{shown}:{line}: label"))
+            if label_index is not None:
+                label = row[label_index].strip()
+                if not label:
+                    raise ConfigError(f"{shown}:{line}: empty label")
+                texts.append((line, label))
         if not paths:
             raise ConfigError(f"{shown}: no rows after the header")
-        return cls(paths, labels if label_column is not None else None)
+        if label_index is None:
+            return cls(paths)
+        names: Optional[list[str]] = None
+        if classes is not None:
+            if isinstance(classes, str):
+                raise ConfigError(
+                    f"FileList.from_csv: classes must be a list of names, got the str {classes!r}"
+                )
+            names = [str(name) for name in classes]
+        elif not all(_is_integer(label) for _, label in texts):
+            names = sorted({label for _, label in texts})
+        if names is None:
+            labels = [check_int(int(label), f"{shown}:{line}: label") for line, label in texts]
+        else:
+            index = {name: i for i, name in enumerate(names)}
+            labels = []
+            for line, label in texts:
+                if label not in index:
+                    raise ConfigError(
+                        f"{shown}:{line}: unknown class {label!r} (classes: {', '.join(map(repr, names))})"
+                    )
+                labels.append(index[label])
+        result = cls(paths, labels)
+        result.classes = names
+        result.class_to_idx = None if names is None else {name: i for i, name in enumerate(names)}
+        return result
+
+
+def _is_integer(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
 
 
 class ImageFolder(FileList):

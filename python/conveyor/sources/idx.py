@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Optional
 
 from conveyor import _conveyor
 from conveyor.errors import ConfigError, ReadError
@@ -24,7 +24,8 @@ def _find_file(folders: Sequence[str], name: str) -> str:
 def _raw_transform(
     sample_shape: Sequence[int], transforms: Sequence[Any], output: dict[str, Any]
 ) -> _conveyor.SampleTransform:
-    """The engine transform of raw uint8 pixels: only Normalize is supported."""
+    """The engine transform of raw uint8 tensors that are not images (IDX
+    files of other than 1 or 3 channels): only Normalize is supported."""
     from conveyor.transforms import Normalize
 
     mean: list[float] = []
@@ -65,10 +66,12 @@ class MNIST(Source):
     gives a ReadError naming ``images[i]``, never a crash), ``.gz`` files are
     decompressed once into memory. Nothing is downloaded.
 
-    Samples are raw pixels, not encoded images: the Loader's ``transforms`` may
-    only hold a ``Normalize`` (``dtype="float32"``: values scaled to [0, 1] and
-    normalized; ``dtype="uint8"``: pixels as stored). Batches are N×1×28×28
-    (layout "CHW") or N×28×28×1 ("HWC").
+    Samples are raw pixels, not encoded images: they go through the image
+    transforms without a decode (e.g. ``[T.RandomCrop(28, padding=2),
+    T.Normalize([0.1307], [0.3081])]``), and the chain starts from the fixed
+    28×28 size, so ``transforms=[]`` or a Normalize alone gives N×1×28×28
+    batches (layout "CHW") or N×28×28×1 ("HWC"). ``source[i]`` is
+    ``(28×28×1 uint8 array, label)``.
 
     Raises:
         ReadError: a file is missing, or not a valid IDX file (naming it).
@@ -101,11 +104,21 @@ class MNIST(Source):
         """Dimensions of one sample in the file: (28, 28)."""
         return tuple(self._source.sample_shape)
 
+    @property
+    def raw_shape(self) -> Optional[tuple[int, int, int]]:  # type: ignore[override]
+        """(H, W, C) of the images: (28, 28, 1); None for IDX files of other
+        than 1 or 3 channels, which are raw tensors (Normalize only)."""
+        shape = self.sample_shape
+        channels = shape[2] if len(shape) > 2 else 1
+        return (shape[0], shape[1], channels) if channels in (1, 3) else None
+
     def _engine_source(self) -> _conveyor.Source:
         return self._source
 
     def _sample_transform(self, transforms: Sequence[Any], **output: Any) -> _conveyor.SampleTransform:
-        return _raw_transform(self.sample_shape, transforms, output)
+        if self.raw_shape is None:
+            return _raw_transform(self.sample_shape, transforms, output)
+        return super()._sample_transform(transforms, **output)
 
 
 class FashionMNIST(MNIST):

@@ -135,6 +135,7 @@ def compile_pipeline(
     layout: str = "CHW",
     channels: int = 3,
     max_pixels: int = DEFAULT_MAX_PIXELS,
+    raw_shape: Optional[tuple[int, int, int]] = None,
 ) -> _conveyor.SampleTransform:
     """Plan ``transforms`` once into the engine's image pipeline.
 
@@ -145,6 +146,9 @@ def compile_pipeline(
         layout: "CHW" (PyTorch's convention) or "HWC".
         channels: 3 (RGB) or 1 (grayscale).
         max_pixels: images whose header claims more pixels raise TooLargeError.
+        raw_shape: (height, width, channels) when samples are raw uint8
+            pixels of that shape (MNIST, CIFAR, arrays) instead of encoded
+            images; the chain then starts from that fixed size.
 
     Raises:
         ConfigError: an unknown transform, an invalid argument, or a chain
@@ -168,4 +172,5 @@ def compile_pipeline(
         layout=layout,
         channels=int(channels),
         max_pixels=int(max_pixels),
+        raw_shape=raw_shape,
     )

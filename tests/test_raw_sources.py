@@ -1,0 +1,432 @@
+"""Sources of raw pixels and arrays: MNIST through the image transforms,
+ArraySource (numpy arrays, .npy files), CIFAR10/CIFAR100 from the official
+python batches (generated here with pickle; nothing is downloaded), and
+``source[i]`` on every source."""
+
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import subprocess
+import sys
+import tarfile
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import conveyor
+import conveyor.transforms as T
+from conveyor.sources import (
+    CIFAR10,
+    CIFAR100,
+    MNIST,
+    ArraySource,
+    CocoDetection,
+    FileList,
+    PythonSource,
+    TarShards,
+)
+from test_sources import write_mnist
+
+
+def batches(loader) -> tuple[np.ndarray, np.ndarray]:
+    images, labels = zip(*[(np.asarray(x), np.asarray(y)) for x, y in loader])
+    return np.concatenate(images), np.concatenate(labels)
+
+
+def normalized(pixels: np.ndarray, mean: float, std: float) -> np.ndarray:
+    # torchvision's ToTensor + Normalize arithmetic in float32.
+    return (pixels.astype(np.float32) / np.float32(255) - np.float32(mean)) / np.float32(std)
+
+
+# --- MNIST through the image transforms ---------------------------------------------------
+
+
+def test_mnist_takes_image_transforms_exact_pixels(tmp_path: Path):
+    images, labels = write_mnist(tmp_path, "train", 13)
+    source = MNIST(tmp_path)
+    assert source.raw_shape == (28, 28, 1)
+    got, got_labels = batches(
+        conveyor.Loader(source, [T.CenterCrop(24), T.Normalize([0.1307], [0.3081])], batch_size=5)
+    )
+    assert got.shape == (13, 1, 24, 24) and got.dtype == np.float32
+    np.testing.assert_array_equal(got[:, 0], normalized(images[:, 2:26, 2:26], 0.1307, 0.3081))
+    np.testing.assert_array_equal(got_labels, labels)
+    # A flip (p=1), uint8 HWC: the pixels mirrored, nothing else.
+    flipped, _ = batches(
+        conveyor.Loader(source, [T.RandomHorizontalFlip(1.0)], batch_size=13, dtype="uint8", layout="HWC")
+    )
+    np.testing.assert_array_equal(flipped[..., 0], images[:, :, ::-1])
+    # float16 (refused before: raw sources took uint8 or float32 only).
+    half, _ = batches(conveyor.Loader(source, [T.Normalize([0.5], [0.5])], batch_size=13, dtype="float16"))
+    np.testing.assert_array_equal(half[:, 0], normalized(images, 0.5, 0.5).astype(np.float16))
+
+
+def test_mnist_resize_matches_an_encoded_image(tmp_path: Path):
+    """A resize of raw pixels equals the same resize of those pixels as a PNG."""
+    images, _ = write_mnist(tmp_path, "train", 3)
+    got, _ = batches(conveyor.Loader(MNIST(tmp_path), [T.Resize((14, 20))], batch_size=3, dtype="uint8"))
+    for i in range(3):
+        png = io.BytesIO()
+        Image.fromarray(images[i]).save(png, "PNG")
+        pipeline = conveyor.transforms.compile_pipeline([T.Resize((14, 20))], dtype="uint8", channels=1)
+        np.testing.assert_array_equal(got[i], pipeline.apply(png.getvalue()))
+
+
+# --- ArraySource ----------------------------------------------------------------------------
+
+
+def test_array_source_images_through_transforms():
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (6, 10, 9, 3), dtype=np.uint8)
+    labels = np.arange(6) * 3
+    source = ArraySource(images, labels)
+    assert len(source) == 6 and source.raw_shape == (10, 9, 3)
+    got, got_labels = batches(
+        conveyor.Loader(
+            source, [T.CenterCrop(8), T.Normalize([0.5, 0.4, 0.3], [0.2, 0.2, 0.2])], batch_size=4
+        )
+    )
+    expected = normalized(images[:, 1:9, 0:8], 0, 1)  # top round(2/2)=1, left round(1/2)=0
+    expected = (expected - np.float32([0.5, 0.4, 0.3])) / np.float32(0.2)
+    np.testing.assert_array_equal(got, expected.transpose(0, 3, 1, 2))
+    np.testing.assert_array_equal(got_labels, labels)
+    # No transforms: the images as they are (the chain starts from 10×9).
+    raw, _ = batches(conveyor.Loader(source, batch_size=6, dtype="uint8", layout="HWC"))
+    np.testing.assert_array_equal(raw, images)
+    # N×H×W is grayscale; a non-contiguous array is copied once, then read.
+    gray = np.ascontiguousarray(images[..., 0])[:, ::-1]
+    gray_source = ArraySource(gray)
+    assert gray_source.raw_shape == (10, 9, 1)
+    out, out_labels = batches(conveyor.Loader(gray_source, batch_size=6, dtype="uint8", layout="HWC"))
+    np.testing.assert_array_equal(out[..., 0], gray)
+    np.testing.assert_array_equal(out_labels, [-1] * 6)
+
+
+def test_array_source_tensors_are_batched_as_they_are(tmp_path: Path):
+    features = np.arange(5 * 2 * 3, dtype=np.float32).reshape(5, 2, 3) / 7
+    source = ArraySource(features, [1, 0, 1, 0, 1])
+    assert source.raw_shape is None
+    got, labels = batches(conveyor.Loader(source, batch_size=2))
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, features)
+    np.testing.assert_array_equal(labels, [1, 0, 1, 0, 1])
+    value, label = source[-2]
+    np.testing.assert_array_equal(value, features[3])
+    assert label == 0
+    with pytest.raises(conveyor.ConfigError) as info:
+        conveyor.Loader(source, [T.Normalize([0.5], [0.5])])
+    assert str(info.value) == (
+        "ArraySource: samples are float32 tensors of shape (2, 3), not images (uint8 N×H×W×C, C = 1 or 3): "
+        "image transforms do not apply; pass transforms=None"
+    )
+    ints = np.arange(8, dtype=np.int64).reshape(4, 2)
+    np.save(tmp_path / "ints.npy", ints)
+    got, _ = batches(conveyor.Loader(ArraySource(tmp_path / "ints.npy"), batch_size=3))
+    np.testing.assert_array_equal(got, ints)
+
+
+def test_array_source_errors(tmp_path: Path):
+    with pytest.raises(conveyor.ConfigError, match=r"images of dtype float64 are not supported"):
+        ArraySource(np.zeros((2, 3)))
+    with pytest.raises(conveyor.ConfigError, match=r"holds no sample"):
+        ArraySource(np.zeros((0, 4, 4), np.uint8))
+    with pytest.raises(conveyor.ConfigError, match=r"labels has 3 entries for 2 images"):
+        ArraySource(np.zeros((2, 4, 4), np.uint8), [0, 1, 2])
+    with pytest.raises(conveyor.ConfigError, match=r"labels must be a 1-D integer array, got float64"):
+        ArraySource(np.zeros((2, 4, 4), np.uint8), [0.5, 1.0])
+    missing = tmp_path / "missing.npy"
+    with pytest.raises(conveyor.ReadError) as info:
+        ArraySource(missing)
+    assert info.value.key == str(missing) and str(info.value) == f"{missing}: not found"
+    (tmp_path / "bad.npy").write_bytes(b"not numpy")
+    with pytest.raises(conveyor.ReadError, match=r"bad.npy: not a .npy file"):
+        ArraySource(tmp_path / "bad.npy")
+
+
+def test_npy_file_truncated_after_opening_names_the_sample(tmp_path: Path):
+    path = tmp_path / "images.npy"
+    images = np.arange(4 * 4 * 4, dtype=np.uint8).reshape(4, 4, 4)
+    np.save(path, images)
+    source = ArraySource(path)
+    np.testing.assert_array_equal(source[3][0][..., 0], images[3])
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size - 1)
+    with pytest.raises(conveyor.ReadError) as info:
+        source[3]
+    assert info.value.key == f"{path}[3]"
+    loader = conveyor.Loader(source, batch_size=4, on_error="skip", dtype="uint8")
+    got, _ = batches(loader)
+    assert len(got) == 3 and [key for key, _ in loader.skipped()] == [f"{path}[3]"]
+
+
+RSS_SCRIPT = textwrap.dedent(
+    """
+    import resource, sys
+    import numpy as np
+    import conveyor
+    from conveyor.sources import ArraySource
+
+    def peak_mib():
+        unit = 1 << 20 if sys.platform == "darwin" else 1 << 10  # ru_maxrss: bytes on macOS, KiB on Linux
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / unit
+
+    source = ArraySource(sys.argv[1])
+    loader = conveyor.Loader(source, batch_size=256, dtype="uint8", threads=2, prefetch=2)
+    before = peak_mib()
+    count = 0
+    for images, _ in loader:
+        count += len(images)
+    print(count, peak_mib() - before)
+    """
+)
+
+
+def test_npy_memmap_iterates_with_flat_rss(tmp_path: Path):
+    """A .npy file of 384 MiB (sparse: written in no time) is read through with
+    the peak resident set growing by less than 96 MiB, the test's budget: the
+    file is never loaded or mapped as a whole."""
+    count, shape = 131072, (32, 32, 3)
+    path = tmp_path / "big.npy"
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(
+            f, {"descr": "|u1", "fortran_order": False, "shape": (count, *shape)}
+        )
+        f.truncate(f.tell() + count * 32 * 32 * 3)
+    assert path.stat().st_size > 384 << 20
+    result = subprocess.run(
+        [sys.executable, "-c", RSS_SCRIPT, str(path)], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    seen, growth_mib = result.stdout.split()
+    assert int(seen) == count
+    assert float(growth_mib) < 96, f"peak RSS grew by {growth_mib} MiB"
+
+
+# --- CIFAR ----------------------------------------------------------------------------------
+
+
+def cifar_batch(rng: np.random.Generator, n: int, classes: int, labels_key: str = "labels", **extra) -> dict:
+    return {
+        "batch_label": "generated",
+        labels_key: rng.integers(0, classes, n).tolist(),
+        "data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+        "filenames": [f"img_{i}.png" for i in range(n)],
+        **extra,
+    }
+
+
+def write_cifar10(
+    root: Path, per_batch: int = 3, tarball: bool = False, protocol: int = 2
+) -> dict[str, dict]:
+    """The official layout: cifar-10-batches-py/{data_batch_1..5,test_batch,batches.meta}."""
+    rng = np.random.default_rng(10)
+    names = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+    files = {f"data_batch_{i}": cifar_batch(rng, per_batch, 10) for i in range(1, 6)}
+    files["test_batch"] = cifar_batch(rng, per_batch + 1, 10)
+    files["batches.meta"] = {"label_names": names, "num_cases_per_batch": per_batch, "num_vis": 3072}
+    write_tree(root, "cifar-10-batches-py", "cifar-10-python.tar.gz", files, tarball, protocol)
+    return files
+
+
+def write_tree(root: Path, folder: str, archive: str, files: dict, tarball: bool, protocol: int = 2) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    if tarball:
+        with tarfile.open(root / archive, "w:gz") as tar:
+            for name, entry in files.items():
+                data = pickle.dumps(entry, protocol=protocol)
+                info = tarfile.TarInfo(f"{folder}/{name}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    else:
+        (root / folder).mkdir()
+        for name, entry in files.items():
+            (root / folder / name).write_bytes(pickle.dumps(entry, protocol=protocol))
+
+
+def hwc(data: np.ndarray) -> np.ndarray:
+    return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+
+
+@pytest.mark.parametrize("tarball", [False, True])
+def test_cifar10_reads_the_official_layout(tmp_path: Path, tarball: bool):
+    files = write_cifar10(tmp_path, tarball=tarball)
+    train, test = CIFAR10(tmp_path), CIFAR10(tmp_path, train=False)
+    assert (len(train), len(test)) == (15, 4)
+    assert train.classes[:3] == ["airplane", "automobile", "bird"] and train.class_to_idx["truck"] == 9
+    expected = np.concatenate([hwc(files[f"data_batch_{i}"]["data"]) for i in range(1, 6)])
+    labels = sum((files[f"data_batch_{i}"]["labels"] for i in range(1, 6)), [])
+    np.testing.assert_array_equal(train.data, expected)
+    assert train.targets == labels
+    image, label = train[4]
+    np.testing.assert_array_equal(image, expected[4])
+    assert label == labels[4] and image.shape == (32, 32, 3)
+    # The CIFAR recipe's deterministic part, exact: pixels, flips, normalization.
+    got, got_labels = batches(
+        conveyor.Loader(
+            test,
+            [T.RandomHorizontalFlip(1.0), T.Normalize([0.49, 0.48, 0.45], [0.25, 0.24, 0.26])],
+            batch_size=3,
+        )
+    )
+    want = (hwc(files["test_batch"]["data"])[:, :, ::-1].astype(np.float32) / np.float32(255)
+            - np.float32([0.49, 0.48, 0.45])) / np.float32([0.25, 0.24, 0.26])  # fmt: skip
+    np.testing.assert_array_equal(got, want.transpose(0, 3, 1, 2))
+    np.testing.assert_array_equal(got_labels, files["test_batch"]["labels"])
+    where = tmp_path / ("cifar-10-python.tar.gz" if tarball else "cifar-10-batches-py")
+    assert train._engine_source().key(2) == f"{where}[2]"
+
+
+def test_cifar100_fine_and_coarse(tmp_path: Path):
+    rng = np.random.default_rng(100)
+    fine = [f"fine{i}" for i in range(100)]
+    coarse = [f"coarse{i}" for i in range(20)]
+    files = {
+        "train": cifar_batch(rng, 5, 100, "fine_labels", coarse_labels=rng.integers(0, 20, 5).tolist()),
+        "test": cifar_batch(rng, 2, 100, "fine_labels", coarse_labels=[3, 19]),
+        "meta": {"fine_label_names": fine, "coarse_label_names": coarse},
+    }
+    write_tree(tmp_path, "cifar-100-python", "cifar-100-python.tar.gz", files, tarball=True, protocol=4)
+    train = CIFAR100(tmp_path)
+    assert len(train) == 5 and train.classes == fine and train.targets == files["train"]["fine_labels"]
+    test = CIFAR100(tmp_path, train=False, label="coarse")
+    assert test.classes == coarse and test.targets == [3, 19]
+    np.testing.assert_array_equal(test[1][0], hwc(files["test"]["data"])[1])
+    with pytest.raises(conveyor.ConfigError, match="label must be 'fine' or 'coarse', got 'medium'"):
+        CIFAR100(tmp_path, label="medium")
+
+
+def test_cifar_errors_name_the_file(tmp_path: Path):
+    with pytest.raises(conveyor.ConfigError) as info:
+        CIFAR10(tmp_path)
+    assert "cifar-10-batches-py" in str(info.value) and "cifar-10-python.tar.gz" in str(info.value)
+
+    write_cifar10(tmp_path)
+    folder = tmp_path / "cifar-10-batches-py"
+    (folder / "data_batch_3").unlink()
+    with pytest.raises(conveyor.ReadError) as info:
+        CIFAR10(tmp_path)
+    assert str(info.value) == f"{folder / 'data_batch_3'}: not found"
+
+    (folder / "data_batch_3").write_bytes(b"\x80\x02garbage")
+    with pytest.raises(conveyor.ReadError) as info:
+        CIFAR10(tmp_path)
+    assert info.value.key == str(folder / "data_batch_3")
+    assert "not a CIFAR python batch (corrupt pickle" in str(info.value)
+
+    rng = np.random.default_rng(1)
+    bad = cifar_batch(rng, 2, 10)
+    bad["data"] = bad["data"][:, :100]
+    (folder / "data_batch_3").write_bytes(pickle.dumps(bad))
+    with pytest.raises(conveyor.ReadError) as info:
+        CIFAR10(tmp_path)
+    assert (
+        str(info.value)
+        == f"{folder / 'data_batch_3'}: 'data' must be N×3072 uint8, got uint8 of shape (2, 100)"
+    )
+
+    # A pickle that would run code is refused, not run.
+    class Evil:
+        def __reduce__(self):
+            return (print, ("pwned",))
+
+    (folder / "data_batch_3").write_bytes(pickle.dumps({"data": Evil()}))
+    with pytest.raises(conveyor.ReadError, match="refusing to load builtins.print"):
+        CIFAR10(tmp_path)
+
+    tar_root = tmp_path / "t"
+    write_cifar10(tar_root, tarball=True)
+    with tarfile.open(tar_root / "cifar-10-python.tar.gz", "r:gz") as tar:
+        members = [
+            (m, tar.extractfile(m).read()) for m in tar.getmembers() if not m.name.endswith("test_batch")
+        ]
+    with tarfile.open(tar_root / "cifar-10-python.tar.gz", "w:gz") as tar:
+        for member, data in members:
+            tar.addfile(member, io.BytesIO(data))
+    with pytest.raises(conveyor.ReadError) as info:
+        CIFAR10(tar_root, train=False)
+    archive = tar_root / "cifar-10-python.tar.gz"
+    assert str(info.value) == f"{archive}:cifar-10-batches-py/test_batch: not found in the archive"
+
+
+# --- source[i] ------------------------------------------------------------------------------
+
+
+def png_file(path: Path, pixels: np.ndarray) -> Path:
+    Image.fromarray(pixels).save(path)
+    return path
+
+
+def test_getitem_on_every_source(tmp_path: Path):
+    rng = np.random.default_rng(3)
+    pixels = [rng.integers(0, 256, (5, 6, 3), dtype=np.uint8) for _ in range(3)]
+    paths = [png_file(tmp_path / f"{i}.png", p) for i, p in enumerate(pixels)]
+    files = FileList(paths, [4, 5, 6])
+    assert len(files) == 3
+    image, label = files[-1]
+    np.testing.assert_array_equal(image, pixels[2])
+    assert label == 6 and image.dtype == np.uint8
+    with pytest.raises(IndexError, match="FileList index 3 is out of range for 3 samples"):
+        files[3]
+    with pytest.raises(IndexError, match="FileList index -4 is out of range for 3 samples"):
+        files[-4]
+    with pytest.raises(TypeError, match="FileList indices must be integers, not str"):
+        files["0"]
+
+    # Errors name the sample.
+    (tmp_path / "bad.png").write_bytes(b"not an image")
+    broken = FileList([tmp_path / "bad.png", tmp_path / "gone.png"])
+    with pytest.raises(conveyor.DecodeError) as info:
+        broken[0]
+    assert info.value.key == str(tmp_path / "bad.png")
+    with pytest.raises(conveyor.ReadError) as info:
+        broken[1]
+    assert info.value.key == str(tmp_path / "gone.png")
+
+    # Detection: the target as the Loader's targets="list" (untransformed).
+    boxed = FileList(paths[:1], [0], boxes=[[(1.0, 2.0, 3.0, 2.0, 7), (0, 0, 1, 1, 2)]])
+    image, target = boxed[0]
+    np.testing.assert_array_equal(image, pixels[0])
+    np.testing.assert_array_equal(target["boxes"], np.float32([[1, 2, 3, 2], [0, 0, 1, 1]]))
+    np.testing.assert_array_equal(target["labels"], [7, 2])
+    assert target["image_id"] == 0
+    annotations = {
+        "images": [{"id": 42, "file_name": "0.png", "width": 6, "height": 5}],
+        "annotations": [
+            {"id": 1, "image_id": 42, "category_id": 3, "bbox": [1, 1, 2, 2], "area": 4, "iscrowd": 0}
+        ],
+        "categories": [{"id": 3, "name": "thing"}],
+    }
+    (tmp_path / "instances.json").write_text(json.dumps(annotations))
+    image, target = CocoDetection(tmp_path, tmp_path / "instances.json")[0]
+    assert target["image_id"] == 42 and target["labels"].tolist() == [3]
+
+    # Tar shards and Python datasets decode their bytes too.
+    with tarfile.open(tmp_path / "shard.tar", "w") as tar:
+        for i, path in enumerate(paths):
+            for name, data in ((f"s{i}.png", path.read_bytes()), (f"s{i}.cls", str(i).encode())):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    image, label = TarShards(str(tmp_path / "shard.tar"))[1]
+    np.testing.assert_array_equal(image, pixels[1])
+    assert label == 1
+
+    class Dataset:
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, i):
+            return paths[i].read_bytes(), i + 10
+
+    image, label = PythonSource(Dataset())[1]
+    np.testing.assert_array_equal(image, pixels[1])
+    assert label == 11
+
+    write_mnist(tmp_path / "m", "train", 4)
+    image, label = MNIST(tmp_path / "m")[-1]
+    assert image.shape == (28, 28, 1) and isinstance(label, int)
