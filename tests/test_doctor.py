@@ -394,3 +394,55 @@ def test_step_closure_is_still_watched():
         for _ in range(3):
             optimizer.step(closure)
     assert [entry.count for entry in d.report().obs.syncs.values()] == [3]
+
+
+CONVEYOR_FIX = """\
+# or conveyor.Loader on the same files, the transforms converted from torchvision:
+import conveyor
+from conveyor import transforms as T
+loader = conveyor.Loader(
+    conveyor.sources.ImageFolder({root!r}),
+    [
+        T.RandomResizedCrop(size=(28, 28), scale=(0.5, 1.0), ratio=(0.75, 1.3333333333333333)),
+        T.RandomHorizontalFlip(p=0.5),
+        T.Normalize(mean=[0.5, 0.5, 0.5], std=[0.25, 0.25, 0.25]),
+    ],
+    batch_size=16,
+    shuffle=True,
+)"""
+
+
+def test_a_torchvision_image_folder_gets_the_conveyor_loader_that_replaces_it(tmp_path):
+    script = SCRIPTS / "torchvision_folder.py"
+    report, code = doctor.run_script(str(script), [str(tmp_path)])
+    assert code == 0 and report.rule_ids() == ["dataloader-no-workers"], str(report)
+    finding = report.findings[0]
+    assert (finding.site.file, finding.site.line) == (
+        str(script),
+        marker(script.name, "dataloader-no-workers"),
+    )
+    first, rest = finding.fix.split("\n", 1)
+    assert first.startswith("DataLoader(..., num_workers=")
+    assert rest == CONVEYOR_FIX.format(root=str(tmp_path))
+    # The replacement runs as written.
+    from PIL import Image
+
+    for i in range(4):
+        (tmp_path / f"c{i % 2}").mkdir(exist_ok=True)
+        Image.new("RGB", (40, 36), (i * 60, 90, 200)).save(tmp_path / f"c{i % 2}" / f"{i}.png")
+    namespace: dict = {}
+    exec(rest, namespace)
+    images, labels = next(iter(namespace["loader"]))
+    assert images.shape == (4, 3, 28, 28) and sorted(labels.tolist()) == [0, 0, 1, 1]
+
+
+def test_a_pipeline_that_does_not_convert_is_named_in_the_fix(tmp_path):
+    report, code = doctor.run_script(str(SCRIPTS / "torchvision_folder.py"), [str(tmp_path), "unconvertible"])
+    assert code == 0 and report.rule_ids() == ["dataloader-no-workers"], str(report)
+    assert report.findings[0].fix.split("\n", 1)[1] == (
+        "# conveyor.Loader cannot take this pipeline as it is: transforms[2]: ElasticTransform "
+        "(torchvision.transforms.transforms.ElasticTransform) has no conveyor equivalent; wrap it as "
+        "T.Lambda(obj) to run it in Python on each image, or leave it out (conveyor converts: "
+        "CenterCrop, ConvertImageDtype, Normalize, PILToTensor, RandomHorizontalFlip, RandomResizedCrop, "
+        "Resize, ToDtype, ToImage, ToPureTensor, ToTensor)"
+    )

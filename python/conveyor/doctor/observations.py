@@ -63,6 +63,9 @@ class LoaderInfo:
     steady_waits: list[float] = field(default_factory=list)
     #: Wait per step index for the steady batches (not an epoch's first).
     step_waits: dict[int, float] = field(default_factory=dict)
+    #: The conveyor.Loader call that replaces this DataLoader (code), or why its
+    #: torchvision pipeline does not convert (rules/conveyor_loader.py).
+    conveyor: Optional[str] = None
 
     def describe(self) -> str:
         """A one-line description with its settings."""

@@ -46,6 +46,7 @@ def input_stall(obs: Observations) -> list[Finding]:
                 f"DataLoader(..., num_workers={workers}, persistent_workers=True)"
                 f"  # now num_workers={loader.num_workers}: too few for the measured stall\n"
                 "# or make each sample cheaper (decode/augment less in Python), or conveyor.Loader"
+                + (f"\n{loader.conveyor}" if loader.conveyor else "")
             )
         else:
             fix = "conveyor.Loader(..., threads=None, io_threads=64)  # all usable CPUs, more reads in flight"
@@ -93,7 +94,8 @@ def dataloader_no_workers(obs: Observations) -> list[Finding]:
                 loader.site,
                 "With num_workers=0 loading and the training step run one after the other; "
                 "worker processes load the next batches while the model trains.",
-                f"DataLoader(..., num_workers={workers}, persistent_workers=True)",
+                f"DataLoader(..., num_workers={workers}, persistent_workers=True)"
+                + (f"\n{loader.conveyor}" if loader.conveyor else ""),
                 "measured",
                 f"up to {per_batch * 1000:.2f} ms per step (the measured load time) leaves the loop",
                 {"load_ms_per_batch": round(per_batch * 1000, 3), "wait_share": round(share, 4)},
