@@ -210,6 +210,7 @@ class Loader:
         self._padded_targets = targets == "padded"
         self._xyxy = box_format == "xyxy"
         self._channels_last = channels_last
+        #: The output dtype in force: given, implied by a torchvision pipeline, or "float32".
         self.dtype = dtype
         self._seed = seed
         self._device = _parse_device(device)

@@ -129,3 +129,29 @@ def test_a_dtype_that_disagrees_with_the_pipeline_is_refused(folder):
         "PILToTensor, ToImage, ToDtype, ConvertImageDtype) gives 'float32'; leave dtype out, or change the "
         "conversion in the pipeline"
     )
+
+
+def test_the_doctor_replaces_a_real_torchvision_image_folder(folder):
+    import torchvision
+
+    from conveyor.doctor.rules.conveyor_loader import replacement
+
+    dataset = torchvision.datasets.ImageFolder(str(folder), transform=eval_recipe(v2))
+    text = replacement(dataset, batch_size=3, shuffle=False, drop_last=True)
+    assert text.splitlines()[4:] == [
+        f"    conveyor.sources.ImageFolder({str(folder)!r}),",
+        "    [",
+        "        T.Resize(size=256, antialias=True),",
+        "        T.CenterCrop(size=(224, 224)),",
+        "        T.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),",
+        "    ],",
+        "    batch_size=3,",
+        "    drop_last=True,",
+        ")",
+    ]
+    namespace: dict = {}
+    exec(text, namespace)
+    ours = [(x.clone(), y.clone()) for x, y in namespace["loader"]]
+    expected = conveyor.Loader(ImageFolder(folder), NATIVE_EVAL, batch_size=3, drop_last=True)
+    for (a, la), (b, lb) in zip(ours, expected, strict=True):
+        assert torch.equal(a, b) and torch.equal(la, lb)
