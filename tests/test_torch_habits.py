@@ -240,6 +240,18 @@ def test_torch_manual_seed_seeds_a_loader_without_seed(color_folder):
     assert_same(cloned(load(color_folder, chain, seed=7)), cloned(load(color_folder, chain, seed=7)))
 
 
+def test_resuming_a_loader_seeded_by_torch_says_how_to_match_the_seed(color_folder):
+    torch.manual_seed(5)
+    state = load(color_folder, [T.Resize((16, 16))], seed=None).state_dict()
+    torch.manual_seed(6)
+    with pytest.raises(conveyor.ConfigError) as info:
+        load(color_folder, [T.Resize((16, 16))], seed=None).load_state_dict(state)
+    assert str(info.value) == (
+        "state was saved with seed 5, this loader has seed 6 (from torch.initial_seed(), which differs per "
+        "process: pass seed=5 or call torch.manual_seed(5) before making the Loader)"
+    )
+
+
 def test_the_default_seed_without_torch_is_documented(monkeypatch):
     from conveyor import loader as loader_module
 

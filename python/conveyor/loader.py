@@ -165,6 +165,7 @@ class Loader:
             worker_init_fn=worker_init_fn,
             collate_fn=collate_fn,
         )
+        self._seed_from_torch = seed is None and torch is not None
         seed = _default_seed() if seed is None else seed
         steps, implied_dtype = transform_chain(transforms)
         dtype = _output_dtype(dtype, implied_dtype)
@@ -437,7 +438,13 @@ class Loader:
                 raise ConfigError(f"state has no {key!r}: it must come from Loader.state_dict()")
         seed = check_int(state["seed"], "state['seed']", minimum=0, maximum=UINT64_MAX)
         if seed != self._seed:
-            raise ConfigError(f"state was saved with seed {seed}, this loader has seed {self._seed}")
+            hint = (
+                f" (from torch.initial_seed(), which differs per process: pass seed={seed} or call "
+                f"torch.manual_seed({seed}) before making the Loader)"
+                if self._seed_from_torch
+                else ""
+            )
+            raise ConfigError(f"state was saved with seed {seed}, this loader has seed {self._seed}{hint}")
         epoch = check_int(state["epoch"], "state['epoch']", minimum=0)
         samples = self._engine.num_samples
         position = check_int(state["position"], "state['position']", minimum=0, maximum=samples)
