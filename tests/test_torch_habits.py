@@ -144,6 +144,12 @@ def test_unknown_and_unconvertible_transforms_name_class_and_position(color_fold
         "with bilinear interpolation only"
     )
     with pytest.raises(conveyor.ConfigError) as info:
+        from_torchvision([fake("RandomHorizontalFlip", p=1.5)])
+    assert str(info.value) == (
+        "transforms[0]: torchvision RandomHorizontalFlip: RandomHorizontalFlip: p must be a number in "
+        "[0, 1], got 1.5"
+    )
+    with pytest.raises(conveyor.ConfigError) as info:
         from_torchvision(42)
     assert (
         str(info.value)

@@ -192,6 +192,8 @@ def from_torchvision(obj: object) -> Converted:
             conversion = converter(step)
         except _Unconvertible as e:
             raise ConfigError(f"{where}: torchvision {name} cannot be converted: {e}") from None
+        except ConfigError as e:  # A parameter conveyor's class refuses: say where it came from.
+            raise ConfigError(f"{where}: torchvision {name}: {e}") from None
         if isinstance(conversion, _Dtype):
             dtype = conversion.dtype
             unscaled = None if conversion.scaled else where
