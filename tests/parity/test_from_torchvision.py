@@ -137,7 +137,13 @@ def test_the_doctor_replaces_a_real_torchvision_image_folder(folder):
     from conveyor.doctor.rules.conveyor_loader import replacement
 
     dataset = torchvision.datasets.ImageFolder(str(folder), transform=eval_recipe(v2))
-    text = replacement(dataset, batch_size=3, shuffle=False, drop_last=True)
+    text, trial = replacement(dataset, batch_size=3, shuffle=False, drop_last=True)
+    assert (trial.paths, trial.labels, trial.batch_size, trial.dtype) == (
+        [path for path, _ in dataset.samples],
+        [label for _, label in dataset.samples],
+        3,
+        "float32",
+    )
     assert text.splitlines()[4:] == [
         f"    conveyor.sources.ImageFolder({str(folder)!r}),",
         "    [",

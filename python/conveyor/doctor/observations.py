@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import statistics
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,8 @@ class LoaderInfo:
     #: The conveyor.Loader call that replaces this DataLoader (code), or why its
     #: torchvision pipeline does not convert (rules/conveyor_loader.py).
     conveyor: Optional[str] = None
+    #: That call run on the first files after the script (its images/s).
+    conveyor_trial: Optional[Any] = None
 
     def describe(self) -> str:
         """A one-line description with its settings."""

@@ -412,7 +412,7 @@ class Probes:
                 batch_size=loader.batch_size,
             )
             if info.epochs == 0:
-                info.conveyor = replacement(
+                info.conveyor, info.conveyor_trial = replacement(
                     loader.dataset,
                     batch_size=loader.batch_size,
                     shuffle=isinstance(loader.sampler, RandomSampler),

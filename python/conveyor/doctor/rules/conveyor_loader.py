@@ -10,12 +10,60 @@ the text in ``LoaderInfo.conveyor``; the data-loading rules (``input-stall``,
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from conveyor.errors import ConfigError
+from conveyor.transforms.base import Transform
 from conveyor.transforms.torchvision import from_torchvision, is_torchvision
 
 _DATASETS = "torchvision.datasets"
+#: Samples of the script's files the replacement is measured on.
+TRIAL_SAMPLES = 64
+
+
+@dataclass
+class Trial:
+    """The replacement run on the first samples of the same files, after the
+    script (``measure``): its images/s, or why it could not run."""
+
+    paths: list[str]
+    labels: list[int]
+    steps: list[Transform]
+    batch_size: int
+    dtype: Optional[str]
+    images_per_second: Optional[float] = None
+    error: Optional[str] = None
+
+    def describe(self) -> str:
+        """The comment line the fix shows."""
+        if self.error is not None:
+            return f"# not measured here: the replacement raised {self.error}"
+        if self.images_per_second is None:
+            return "# not measured here"
+        return (
+            f"# measured here: conveyor.Loader {self.images_per_second:.0f} images/s on the first "
+            f"{len(self.paths)} of these files (one pass after a warm-up pass)"
+        )
+
+
+def measure(trial: Trial) -> None:
+    """Runs the replacement over the trial's files twice (the first pass warms
+    up threads and caches) and records the second pass's images/s."""
+    import conveyor
+
+    try:
+        source = conveyor.sources.FileList(trial.paths, trial.labels)
+        batch = min(trial.batch_size, len(trial.paths))
+        with conveyor.Loader(source, trial.steps, batch_size=batch, seed=0, dtype=trial.dtype) as loader:
+            for _ in loader:
+                pass
+            start = time.perf_counter()
+            images = sum(len(images) for images, _ in loader)
+            trial.images_per_second = images / max(time.perf_counter() - start, 1e-9)
+    except Exception as e:  # The advice must not break the report.
+        trial.error = f"{type(e).__name__}: {e}"
 
 
 def _pipeline(transform: object) -> bool:
@@ -24,20 +72,31 @@ def _pipeline(transform: object) -> bool:
     return isinstance(transform, (list, tuple)) and any(is_torchvision(t) for t in transform)
 
 
-def replacement(dataset: Any, *, batch_size: Optional[int], shuffle: bool, drop_last: bool) -> Optional[str]:
+def replacement(
+    dataset: Any, *, batch_size: Optional[int], shuffle: bool, drop_last: bool
+) -> tuple[Optional[str], Optional[Trial]]:
     """The conveyor.Loader call (code) that replaces a DataLoader over
-    ``dataset``, or the reason its transforms do not convert; None when the
-    dataset is not a torchvision folder dataset with a torchvision pipeline."""
+    ``dataset``, or the reason its transforms do not convert, and the trial
+    to measure it on; (None, None) when the dataset is not a torchvision folder
+    dataset with a torchvision pipeline."""
     module = type(dataset).__module__ or ""
     if not (module == _DATASETS or module.startswith(_DATASETS + ".")):
-        return None
+        return None, None
     transform, samples = getattr(dataset, "transform", None), getattr(dataset, "samples", None)
     if not _pipeline(transform) or not isinstance(samples, list):
-        return None
+        return None, None
     try:
         steps = from_torchvision(transform)
     except ConfigError as e:
-        return f"# conveyor.Loader cannot take this pipeline as it is: {e}"
+        return f"# conveyor.Loader cannot take this pipeline as it is: {e}", None
+    first = samples[:TRIAL_SAMPLES]
+    trial = Trial(
+        [str(path) for path, _ in first],
+        [int(label) for _, label in first],
+        list(steps),
+        batch_size or 1,
+        steps.dtype,
+    )
     root = getattr(dataset, "root", None)
     if type(dataset).__name__ == "ImageFolder" and isinstance(root, str):
         source = f"conveyor.sources.ImageFolder({root!r})"
@@ -62,4 +121,4 @@ def replacement(dataset: Any, *, batch_size: Optional[int], shuffle: bool, drop_
         *(f"    {option}," for option in options),
         ")",
     ]
-    return "\n".join(lines)
+    return "\n".join(lines), trial
