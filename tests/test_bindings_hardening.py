@@ -19,6 +19,7 @@ from conveyor.errors import InternalError
 # The keys docs/api.md documents for Loader.stats().
 STATS_KEYS = {
     "epoch",
+    "images_per_second",
     "samples_read",
     "samples_processed",
     "batches_delivered",

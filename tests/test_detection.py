@@ -123,3 +123,17 @@ def test_coco_out_of_range_ids_and_non_finite_boxes_are_read_errors(coco):
     path.write_text(json.dumps(data))
     with pytest.raises(conveyor.ReadError, match=r"^.*instances.json: invalid JSON: "):
         CocoDetection(root, path)
+
+
+def test_box_format_xyxy_gives_corners(coco):
+    transforms = [T.Resize((50, 100)), T.RandomHorizontalFlip(p=1.0)]
+    ((_, targets),) = batches(coco, transforms, box_format="xyxy")
+    # The xywh boxes of test_boxes_follow_resize_and_flip as (x1, y1, x2, y2).
+    assert targets[0]["boxes"].tolist() == [[85.0, 0.0, 100.0, 15.0]]
+    assert targets[1]["boxes"].tolist() == [[70.0, 5.0, 90.0, 20.0], [15.0, 25.0, 35.0, 50.0]]
+    assert targets[2]["boxes"].shape == (0, 4)
+    ((_, padded),) = batches(coco, transforms, box_format="xyxy", targets="padded")
+    assert padded["boxes"][1].tolist() == [[70.0, 5.0, 90.0, 20.0], [15.0, 25.0, 35.0, 50.0]]
+    assert padded["boxes"][0].tolist() == [[85.0, 0.0, 100.0, 15.0], [0.0, 0.0, 0.0, 0.0]]
+    with pytest.raises(conveyor.ConfigError, match="^box_format must be 'xywh' or 'xyxy', got 'cxcywh'$"):
+        conveyor.Loader(coco, transforms, box_format="cxcywh")

@@ -76,7 +76,7 @@ def test_elastic_resume_keeps_the_global_order(color_folder):
 
 
 def test_elastic_resume_is_the_same_for_any_threads(color_folder):
-    _, states = run_ranks(color_folder, 4, 1)
+    _, states = run_ranks(color_folder, 4, 2)
     one, _ = run_ranks(color_folder, 3, None, state=states[0], threads=1)
     many, _ = run_ranks(color_folder, 3, None, state=states[0], threads=3, io_threads=5)
     assert one == many
@@ -84,14 +84,16 @@ def test_elastic_resume_is_the_same_for_any_threads(color_folder):
 
 def test_resume_at_the_same_world_size_is_bit_identical_and_chains(color_folder):
     whole, _ = run_ranks(color_folder, 3, None)
+    # (Passes of 2 batches: a pass that hands out one batch and is dropped is a
+    # peek, which leaves the loader where it was; docs/api.md.)
     first, states = run_ranks(color_folder, 3, 2)
-    second, states = run_ranks(color_folder, 3, 1, state=states[0])
+    second, states = run_ranks(color_folder, 3, 2, state=states[0])
     third, _ = run_ranks(color_folder, 3, None, state=states[0])
     assert [a + b + c for a, b, c in zip(first, second, third)] == whole
     # A second change of world size starts from where the first one stood.
-    fourth, states2 = run_ranks(color_folder, 2, 1, state=states[0])
-    assert states2[0]["segment_start"] == states[0]["position"] == 18
-    assert states2[0]["position"] == 18 + 2 * 2
+    fourth, states2 = run_ranks(color_folder, 2, 2, state=states[0])
+    assert states2[0]["segment_start"] == states[0]["position"] == 24
+    assert states2[0]["position"] == 24 + 2 * 2 * 2
 
 
 def test_drop_last_truncates_what_is_left(color_folder):
@@ -211,3 +213,24 @@ def test_torchrun_checkpoint_resumes_on_another_world_size(one_per_class, tmp_pa
     after = recorded(tmp_path / "after", 1)[0]["0"]
     assert [len(b) for b in before] == [4, 4] and len(after) == 4
     assert sorted(before[0] + before[1] + after) == list(range(12))
+
+
+def test_torchrun_seed_none_is_rank_zeros_on_every_rank(one_per_class):
+    # Without torch.manual_seed each process has its own torch.initial_seed();
+    # the loaders agree on rank 0's, so their shares stay disjoint.
+    import json
+
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        str(REPO / "tests" / "distributed_scripts" / "seed_none.py"),
+        str(one_per_class),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    ranks = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert len(ranks) == 2 and ranks[0]["seed"] == ranks[1]["seed"], result.stdout + result.stderr
+    assert sorted(ranks[0]["labels"] + ranks[1]["labels"]) == list(range(12)), result.stdout

@@ -491,6 +491,10 @@ class FakeBar:
     def close(self):
         self.closed = True
 
+    @staticmethod
+    def write(line, file=None):
+        pass
+
 
 def test_progress_bar_of_a_resumed_epoch_starts_at_the_position(color_folder, monkeypatch):
     import tqdm.auto

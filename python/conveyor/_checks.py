@@ -4,6 +4,7 @@ rule for what counts as an int or a bool, and one wording for the errors."""
 from __future__ import annotations
 
 import numbers
+import warnings
 
 import numpy
 
@@ -49,3 +50,16 @@ def check_bool(value: object, what: str) -> bool:
     if not is_bool(value):
         raise ConfigError(f"{what} must be True or False, got {value!r}")
     return bool(value)
+
+
+_warned: set[str] = set()
+
+
+def warn_once(key: str, message: str, stacklevel: int = 3) -> None:
+    """A ``UserWarning`` the first time ``key`` is warned about in this process
+    (as DataLoader's pin_memory warning: once, then silent); ``stacklevel`` as
+    ``warnings.warn`` counts it from the caller of warn_once."""
+    if key in _warned:
+        return
+    _warned.add(key)
+    warnings.warn(message, UserWarning, stacklevel=stacklevel)

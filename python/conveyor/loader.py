@@ -7,18 +7,19 @@ Python as tensors that share the engine's memory (DLPack, no copy).
 from __future__ import annotations
 
 import logging
+import sys
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import numpy
 
 from conveyor import _conveyor, _device
-from conveyor._checks import INT64_MAX, INT_MAX, UINT64_MAX, check_bool, check_int, is_bool
+from conveyor._checks import INT64_MAX, INT_MAX, UINT64_MAX, check_bool, check_int, is_bool, warn_once
 from conveyor.errors import ConfigError
 from conveyor.sources import Mix, Source
 from conveyor.transforms import DEFAULT_MAX_PIXELS, Transform
-from conveyor.transforms.base import as_transform_list
+from conveyor.transforms.base import transform_chain
 
 try:  # torch is optional: without it batches are numpy arrays.
     import torch
@@ -30,6 +31,8 @@ __all__ = ["Loader"]
 _log = logging.getLogger("conveyor")
 
 _DTYPES = ("uint8", "float16", "float32")
+#: Without torch, seed=None means this seed.
+DEFAULT_SEED = 0
 _LAYOUTS = ("CHW", "HWC")
 # How long one wait for a batch lasts before Python gets to check for signals
 # (KeyboardInterrupt); the engine keeps working meanwhile.
@@ -47,15 +50,26 @@ class Loader:
         source: where samples come from (``conveyor.sources``).
         transforms: ``conveyor.transforms`` applied to each image, in order,
             e.g. ``[RandomResizedCrop(224), RandomHorizontalFlip(), Normalize(mean, std)]``;
-            a single transform needs no list.
+            a single transform needs no list. A torchvision pipeline (v1 or v2
+            ``Compose``, a list of torchvision transforms, or one) is converted
+            by ``conveyor.transforms.from_torchvision``; its ``ToTensor``/
+            ``ToDtype``/... set ``dtype``.
         batch_size: samples per batch.
         shuffle: a new random order every epoch, from (seed, epoch).
         seed: seeds the order and every random transform; the same seed gives
-            the same batches, bit for bit, for any thread counts.
+            the same batches, bit for bit, for any thread counts. None (the
+            default) takes ``torch.initial_seed()``, so ``torch.manual_seed(s)``
+            before the Loader is made acts as ``seed=s`` (as it seeds a
+            DataLoader's shuffle); without torch, DEFAULT_SEED (0). Under an
+            initialised torch.distributed process group, rank 0's
+            ``torch.initial_seed()`` is broadcast to every rank (every rank
+            must then make its Loader, as DDP scripts do).
         drop_last: drop the last partial batch (and, distributed, truncate
             rather than pad the epoch).
         threads: decode/transform threads; None = one per CPU this process
             may use (its affinity mask, lowered to its cgroup quota).
+        num_workers: DataLoader's name for ``threads`` (give one of them);
+            ``num_workers=0`` (DataLoader: load in the training process) is one thread.
         io_threads: concurrent reads; None = 32. Reads wait on storage, so
             many in flight hide slow disks without more decode threads.
         prefetch: batches prepared ahead of the consumer.
@@ -63,23 +77,48 @@ class Loader:
             torch.device to receive batches there (CUDA copies overlap the
             consumer's work on a side stream).
         pin_memory: page-locked batch buffers (and labels/targets pinned
-            before their copy); None = True when device is CUDA.
+            before their copy); None = True when device is CUDA. True without
+            CUDA warns once and continues unpinned, as DataLoader does.
         on_error: "raise" (the first bad sample raises, naming it) or "skip"
             (bad samples are left out, counted in stats() and listed by skipped()).
         progress: show a tqdm bar per epoch (images/s, input stall).
-        dtype: "float32" (default), "float16" or "uint8" (0..255, no Normalize).
+        dtype: "float32", "float16" or "uint8" (0..255, no Normalize), or the
+            torch dtypes ``torch.float32``/``torch.float16``/``torch.uint8``.
+            None (the default): what a torchvision pipeline's ``ToTensor``/
+            ``ToDtype``/... imply, else "float32"; a dtype given that disagrees
+            with them is a ConfigError.
         layout: "CHW" (default) or "HWC".
+        memory_format: ``torch.channels_last`` gives N×C×H×W batches with
+            channels-last strides: a zero-copy view of the engine's N×H×W×C
+            buffer (what a channels_last model takes without a copy). None or
+            ``torch.contiguous_format``: contiguous batches. Needs torch and
+            ``layout="CHW"``.
         max_pixels: images whose header claims more pixels raise TooLargeError.
         rank, world_size: this process's share of each epoch; default from
             torch.distributed when initialized, else 0 and 1.
         targets: for sources with boxes (CocoDetection): "list" gives per
-            image a dict {"boxes": K×4 xywh float32, "labels": K int64,
+            image a dict {"boxes": K×4 float32, "labels": K int64,
             "image_id"}; "padded" gives one dict {"boxes": N×Kmax×4,
             "labels": N×Kmax (-1 where padded), "counts": N, "image_ids"}.
+        box_format: how target boxes are given, in pixels of the transformed
+            image: "xywh" (COCO's x, y, width, height; the default) or "xyxy"
+            (x1, y1, x2, y2: what torchvision's detection models take).
+        persistent_workers, prefetch_factor, worker_init_fn, collate_fn:
+            DataLoader arguments with no conveyor counterpart: passing one is
+            a ConfigError that says what conveyor does instead.
 
     Each batch is ``(images, labels)``: ``images`` N×C×H×W (or N×H×W×C),
     ``labels`` int64 of length N; torch tensors, or numpy arrays without torch.
     For sources with boxes, each batch is ``(images, targets)`` instead.
+
+    Passes, as with a DataLoader: each ``iter(loader)`` starts a fresh pass
+    over an epoch, from its start. A pass counts as its epoch (the next
+    ``iter()`` runs the next epoch) once it has handed out a second batch or
+    has ended; so a peek, ``next(iter(loader))``, does not use up an epoch:
+    the next ``iter()`` runs the same epoch again, from its first batch. One
+    pass runs at a time: a new ``iter()`` ends the pass under way, and that
+    pass's iterator then raises ConfigError (saying so) instead of ending
+    early in silence. Make a second Loader for two passes at once.
 
     Raises:
         ConfigError: an invalid argument, naming it.
@@ -92,27 +131,54 @@ class Loader:
         *,
         batch_size: int = 1,
         shuffle: bool = False,
-        seed: int = 0,
+        seed: Optional[int] = None,
         drop_last: bool = False,
         threads: Optional[int] = None,
+        num_workers: Optional[int] = None,
         io_threads: Optional[int] = None,
         prefetch: int = 2,
         device: Union[str, Any, None] = None,
         pin_memory: Optional[bool] = None,
         on_error: str = "raise",
         progress: bool = False,
-        dtype: str = "float32",
+        dtype: Union[str, Any, None] = None,
         layout: str = "CHW",
+        memory_format: Any = None,
         max_pixels: int = DEFAULT_MAX_PIXELS,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
         targets: str = "list",
+        box_format: str = "xywh",
+        persistent_workers: Optional[bool] = None,
+        prefetch_factor: Optional[int] = None,
+        worker_init_fn: Optional[Callable[[int], None]] = None,
+        collate_fn: Optional[Callable[[Any], Any]] = None,
     ) -> None:
         if not isinstance(source, Source):
             raise ConfigError(
                 f"source must be a conveyor source (conveyor.sources.*), got {type(source).__name__}; "
                 "wrap a map-style dataset returning bytes in conveyor.sources.PythonSource"
             )
+        # DataLoader's argument names and torch's conventions, in one place.
+        threads = _dataloader_arguments(
+            threads,
+            num_workers,
+            persistent_workers=persistent_workers,
+            prefetch_factor=prefetch_factor,
+            worker_init_fn=worker_init_fn,
+            collate_fn=collate_fn,
+        )
+        self._seed_from_torch = seed is None and torch is not None
+        seed = _default_seed() if seed is None else seed
+        steps, implied_dtype = transform_chain(transforms)
+        dtype = _output_dtype(dtype, implied_dtype)
+        channels_last = _channels_last(memory_format, layout)
+        if pin_memory is True and (torch is None or not torch.cuda.is_available()):
+            warn_once(
+                "pin_memory",
+                "pin_memory=True but CUDA is not available: batches are not pinned (as DataLoader does)",
+            )
+            pin_memory = False
         # Every number is checked against the C++ type that receives it, so
         # that no value reaches the engine as a bare conversion error.
         batch_size = check_int(batch_size, "batch_size", minimum=1)
@@ -137,6 +203,8 @@ class Loader:
             raise ConfigError(f"layout must be 'CHW' or 'HWC', got {layout!r}")
         if targets not in ("list", "padded"):
             raise ConfigError(f"targets must be 'list' or 'padded', got {targets!r}")
+        if box_format not in ("xywh", "xyxy"):
+            raise ConfigError(f"box_format must be 'xywh' or 'xyxy', got {box_format!r}")
         rank, world_size = _distributed(rank, world_size)
 
         self.source = source
@@ -145,11 +213,15 @@ class Loader:
         self._drop_last = drop_last
         self._world_size = world_size
         self._padded_targets = targets == "padded"
+        self._xyxy = box_format == "xyxy"
+        self._channels_last = channels_last
+        #: The output dtype in force: given, implied by a torchvision pipeline, or "float32".
+        self.dtype = dtype
         self._seed = seed
         self._device = _parse_device(device)
         self._pin = _is_cuda(self._device) if pin_memory is None else bool(pin_memory)
         transform = source._sample_transform(
-            as_transform_list(transforms), dtype=dtype, layout=layout, max_pixels=max_pixels
+            steps, dtype=dtype, layout="HWC" if channels_last else layout, max_pixels=max_pixels
         )
         self._engine = _conveyor.Loader(
             source._engine_source(),
@@ -179,6 +251,7 @@ class Loader:
         self._position = 0  # End position of the last batch handed to the user.
         self._batches_done = 0
         self._iteration = 0  # Identifies the live iterator; older ones stop.
+        self._delivered = 0  # Images handed out in the pass under way (for images/s).
         self._last_address = 0  # Engine buffer address of the last batch (for checks).
         self._closed = False
         # Workers stop when the loader is garbage collected, even without close().
@@ -200,7 +273,10 @@ class Loader:
         return left // size if self._drop_last else -(-left // size)
 
     def __iter__(self) -> Iterator[Batch]:
-        """Starts the next epoch (or resumes the one loaded by load_state_dict)."""
+        """Starts a pass over the epoch ``self.epoch`` (from the position loaded
+        by load_state_dict, else its start); the pass under way, if any, ends.
+        The epoch counts as run once the pass hands out its second batch or
+        ends (see the class docstring: a peek does not use up an epoch)."""
         if self._closed:
             raise ConfigError("the loader is closed")
         self._iteration += 1
@@ -208,9 +284,8 @@ class Loader:
         self._engine.start_epoch(epoch, self._start_position, self._start_batch, self._start_segment)
         self._position, self._batches_done = self._start_position, self._start_batch
         self._running_start, self._running_segment = self._start_position, self._start_segment
-        self._start_position = self._start_batch = self._start_segment = 0
         self._running_epoch = epoch
-        self._epoch = epoch + 1
+        self._delivered = 0
         batches = self._batches(self._iteration, epoch, self._running_start, self._running_segment)
         if _is_cuda(self._device):
             batches = _device.prefetch(batches, _device.TorchCuda(self._device), pin=self._pin)
@@ -225,11 +300,39 @@ class Loader:
     def _deliver(self, batches: Iterator[_Marked], iteration: int, epoch: int) -> Iterator[Batch]:
         # The resume position advances as the user receives a batch, not when
         # the engine delivers it (the CUDA path holds one batch back).
-        for images, second, (position, done) in batches:
-            self._position, self._batches_done = position, done
-            yield images, second
-        if iteration == self._iteration:
-            self._epoch_finished(epoch)
+        handed = 0
+        try:
+            for images, second, (position, done) in batches:
+                if iteration != self._iteration:
+                    break  # A batch the CUDA path held back: the pass has ended.
+                self._position, self._batches_done = position, done
+                handed += 1
+                if handed == 2:
+                    self._count_pass(iteration, epoch)
+                yield images, second
+        except GeneratorExit:
+            if handed <= 1 and iteration == self._iteration:
+                # A peek left behind: the loader's state is again the start
+                # of the pass, which the next iter() runs.
+                self._running_epoch = None
+            raise
+        if iteration != self._iteration:
+            # Ending in silence would pass for the end of the epoch.
+            raise ConfigError(
+                "the loader is closed"
+                if self._closed
+                else f"this pass over epoch {epoch} was ended after {handed} batch(es) by a newer "
+                "iter(loader): one Loader runs one pass at a time (make a second Loader for two at once)"
+            )
+        self._count_pass(iteration, epoch)
+        self._epoch_finished(epoch)
+
+    def _count_pass(self, iteration: int, epoch: int) -> None:
+        # The pass counts as its epoch: the next iter() runs the next one
+        # (unless set_epoch() or load_state_dict() chose another meanwhile).
+        if iteration == self._iteration and self._epoch == epoch and self._running_epoch == epoch:
+            self._epoch = epoch + 1
+            self._start_position = self._start_batch = self._start_segment = 0
 
     def _batches(self, iteration: int, epoch: int, start: int, segment: int) -> Iterator[_Marked]:
         bar = self._progress_bar(epoch, start, segment) if self.progress else None
@@ -242,15 +345,19 @@ class Loader:
                     return
                 self._last_address = batch.address
                 mark = (batch.end_position, batch.index + 1)
+                self._delivered += batch.size
                 if bar is not None:
                     self._update_bar(bar, batch.size)
                 images = _as_tensor(_conveyor.Batch.images(batch))
+                if self._channels_last:  # N×H×W×C memory seen as N×C×H×W: a view, no copy.
+                    images = images.permute(0, 3, 1, 2)
                 labels = _from_numpy(_conveyor.Batch.labels(batch))  # Its own memory, not the batch's.
                 yield images, self._targets(batch, labels) if self.source.has_boxes else labels, mark
         finally:
             if bar is not None:
                 self._update_bar(bar, 0, refresh=True)
                 bar.close()
+                bar.write(self._summary(epoch), file=sys.stderr)
             if iteration == self._iteration:
                 self._engine.stop()
 
@@ -258,6 +365,8 @@ class Loader:
         # Boxes are copied out of the engine (they are small): per image a
         # dict, or one padded dict with the count of boxes per image.
         counts, boxes, categories = (_from_numpy(a) for a in _conveyor.Batch.boxes(batch))
+        if self._xyxy:  # (x, y, w, h) -> (x1, y1, x2, y2), in the batch's own copy.
+            boxes[:, 2:] += boxes[:, :2]
         image_ids = [self.source._image_id(int(label)) for label in labels]
         if self._padded_targets:
             n, most = len(image_ids), max(counts.tolist(), default=0)
@@ -354,7 +463,13 @@ class Loader:
                 raise ConfigError(f"state has no {key!r}: it must come from Loader.state_dict()")
         seed = check_int(state["seed"], "state['seed']", minimum=0, maximum=UINT64_MAX)
         if seed != self._seed:
-            raise ConfigError(f"state was saved with seed {seed}, this loader has seed {self._seed}")
+            hint = (
+                f" (from torch.initial_seed(), which differs per process: pass seed={seed} or call "
+                f"torch.manual_seed({seed}) before making the Loader)"
+                if self._seed_from_torch
+                else ""
+            )
+            raise ConfigError(f"state was saved with seed {seed}, this loader has seed {self._seed}{hint}")
         epoch = check_int(state["epoch"], "state['epoch']", minimum=0)
         if "world_size" in state:
             world = check_int(state["world_size"], "state['world_size']", minimum=1)
@@ -402,13 +517,16 @@ class Loader:
         """Per-stage counters of the current epoch: samples read and processed,
         seconds spent reading, decoding+transforming (summed over threads) and
         waiting for batches (input stall), wall time, queue depth, skipped
-        samples, and ``input_stall``: the fraction of wall time spent waiting.
-        For a Mix source, ``samples_per_source``: the samples each of its
-        sources gave (not skipped) in the epoch so far."""
+        samples, ``input_stall``: the fraction of wall time spent waiting, and
+        ``images_per_second``: images handed out by the pass under way (or the
+        last one) per second of its wall time. For a Mix source,
+        ``samples_per_source``: the samples each of its sources gave (not
+        skipped) in the epoch so far."""
         engine_stats = self._engine.stats()
         stats: dict[str, Any] = {name: getattr(engine_stats, name) for name in _STATS}
         wall = stats["wall_seconds"]
         stats["input_stall"] = stats["wait_seconds"] / wall if wall > 0 else 0.0
+        stats["images_per_second"] = self._delivered / wall if wall > 0 else 0.0
         if isinstance(self.source, Mix):
             stats["samples_per_source"] = list(engine_stats.samples_per_part)
         return stats
@@ -443,9 +561,102 @@ class Loader:
         left = min(self._batches_after(start, segment) * self.batch_size, samples - start)
         return tqdm(total=start + left, initial=start, desc=f"epoch {epoch}", unit="img", leave=False)
 
+    def _summary(self, epoch: int) -> str:
+        # The line the progress bar leaves behind when its epoch's pass ends.
+        stats = self.stats()
+        return (
+            f"epoch {epoch}: {self._delivered} images in {stats['wall_seconds']:.2f} s, "
+            f"{stats['images_per_second']:.0f} images/s, input stall {100 * stats['input_stall']:.0f}%"
+        )
+
     def _update_bar(self, bar: Any, samples: int, refresh: bool = False) -> None:
         bar.update(samples)
         bar.set_postfix_str(f"stall {100 * self.stats()['input_stall']:.0f}%", refresh=refresh)
+
+
+# What conveyor does instead of each DataLoader argument it has no counterpart for.
+_DATALOADER_ONLY = {
+    "persistent_workers": "conveyor's threads already live as long as the Loader (started once, reused "
+    "by every epoch); remove the argument",
+    "prefetch_factor": "conveyor prefetches whole batches, not batches per worker; use prefetch= "
+    "(batches prepared ahead of the consumer)",
+    "worker_init_fn": "conveyor has no worker processes to set up: its workers are native threads in "
+    "this process; seed with seed= (or torch.manual_seed) and set up state before making the Loader",
+    "collate_fn": "conveyor writes each sample straight into the batch (no collate step); change each "
+    "(images, labels) batch in the training loop instead",
+}
+
+
+def _dataloader_arguments(
+    threads: Optional[int], num_workers: Optional[int], **refused: Any
+) -> Optional[int]:
+    """``threads`` from DataLoader's names: num_workers is its alias (0, the
+    DataLoader's "load in the training process", is one thread); the
+    arguments conveyor has no counterpart for are refused, saying why."""
+    for name, value in refused.items():
+        if value is not None:
+            raise ConfigError(f"{name}={value!r} is a DataLoader argument: {_DATALOADER_ONLY[name]}")
+    if num_workers is None:
+        return threads
+    if threads is not None:
+        raise ConfigError(
+            f"give threads or num_workers (its DataLoader name), not both: got threads={threads!r}, "
+            f"num_workers={num_workers!r}"
+        )
+    return max(1, check_int(num_workers, "num_workers", minimum=0, maximum=INT_MAX))
+
+
+def _default_seed() -> int:
+    # torch.manual_seed(s) sets the default generator's initial seed to s.
+    if torch is None:
+        return DEFAULT_SEED
+    seed = int(torch.initial_seed())
+    dist = getattr(torch, "distributed", None)
+    if dist is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        # Each process has its own initial seed unless the script seeded them
+        # alike; ranks shuffling differently would overlap their shares. Rank
+        # 0's seed is every rank's (a collective: every rank makes its Loader).
+        box = [seed]
+        dist.broadcast_object_list(box, src=0)
+        seed = int(box[0])
+    return seed
+
+
+def _output_dtype(dtype: Union[str, Any, None], implied: Optional[str]) -> str:
+    """The dtype name from a string or a torch dtype, checked against the one
+    the transforms imply (a torchvision pipeline's ToTensor/ToDtype/...)."""
+    if torch is not None and isinstance(dtype, torch.dtype):
+        name = str(dtype).removeprefix("torch.")
+        if name not in _DTYPES:
+            raise ConfigError(f"dtype must be one of {', '.join(_DTYPES)} (or torch's), got {dtype}")
+        dtype = name
+    if dtype is None:
+        return implied or "float32"
+    if implied is not None and dtype != implied:
+        raise ConfigError(
+            f"dtype={dtype!r} disagrees with the transforms: their torchvision type conversion "
+            f"(ToTensor, PILToTensor, ToImage, ToDtype, ConvertImageDtype) gives {implied!r}; "
+            "leave dtype out, or change the conversion in the pipeline"
+        )
+    return dtype  # type: ignore[return-value]
+
+
+def _channels_last(memory_format: Any, layout: str) -> bool:
+    """Whether batches are N×C×H×W views of an N×H×W×C buffer."""
+    if memory_format is None:
+        return False
+    if torch is None or memory_format not in (torch.channels_last, torch.contiguous_format):
+        raise ConfigError(
+            "memory_format must be None, torch.contiguous_format or torch.channels_last, "
+            f"got {memory_format!r}"
+        )
+    if memory_format is torch.contiguous_format:
+        return False
+    if layout != "CHW":
+        raise ConfigError(
+            f"memory_format=torch.channels_last gives N×C×H×W batches; it needs layout='CHW', got {layout!r}"
+        )
+    return True
 
 
 def _distributed(rank: Optional[int], world_size: Optional[int]) -> tuple[int, int]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import statistics
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,11 @@ class LoaderInfo:
     steady_waits: list[float] = field(default_factory=list)
     #: Wait per step index for the steady batches (not an epoch's first).
     step_waits: dict[int, float] = field(default_factory=dict)
+    #: The conveyor.Loader call that replaces this DataLoader (code), or why its
+    #: torchvision pipeline does not convert (rules/conveyor_loader.py).
+    conveyor: Optional[str] = None
+    #: That call run on the first files after the script (its images/s).
+    conveyor_trial: Optional[Any] = None
 
     def describe(self) -> str:
         """A one-line description with its settings."""

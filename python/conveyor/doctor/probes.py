@@ -18,7 +18,7 @@ import torch
 import torch.nn.modules.module as _module_hooks  # noqa: E402
 import torch.optim.optimizer as _optim_hooks  # noqa: E402
 from torch.overrides import TorchFunctionMode
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, RandomSampler
 from torch.utils.data import dataloader as _dataloader
 
 import conveyor
@@ -31,6 +31,7 @@ from conveyor.doctor.observations import (
     Site,
     StepRecord,
 )
+from conveyor.doctor.rules.conveyor_loader import replacement
 
 
 class StopScript(BaseException):
@@ -410,6 +411,13 @@ class Probes:
                 persistent_workers=loader.persistent_workers,
                 batch_size=loader.batch_size,
             )
+            if info.epochs == 0:
+                info.conveyor, info.conveyor_trial = replacement(
+                    loader.dataset,
+                    batch_size=loader.batch_size,
+                    shuffle=isinstance(loader.sampler, RandomSampler),
+                    drop_last=bool(loader.drop_last),
+                )
             info.epochs += 1
             info.start_seconds.append(seconds)
             iterator._conveyor_doctor = (info, info.epochs)

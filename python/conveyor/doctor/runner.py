@@ -14,6 +14,7 @@ from conveyor.doctor.observations import Observations
 from conveyor.doctor.probes import Probes, StopScript
 from conveyor.doctor.report import Report
 from conveyor.doctor.rules import evaluate
+from conveyor.doctor.rules.conveyor_loader import measure
 from conveyor.errors import ConfigError
 
 TARGETS = ("cpu", "cuda")
@@ -61,6 +62,10 @@ def watch(
         pass  # The step limit was reached; obs.stopped says so.
     finally:
         probes.remove()
+    # After the probes are gone, so that the trial is not watched as the script's.
+    for loader in obs.loaders:
+        if loader.conveyor_trial is not None:
+            measure(loader.conveyor_trial)
 
 
 def run_script(

@@ -15,6 +15,7 @@ Example::
 from conveyor.transforms.base import DEFAULT_MAX_PIXELS, Transform, compile_pipeline
 from conveyor.transforms.color import Normalize
 from conveyor.transforms.geometry import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
+from conveyor.transforms.torchvision import from_torchvision
 
 __all__ = [
     "CenterCrop",
@@ -25,4 +26,5 @@ __all__ = [
     "Resize",
     "Transform",
     "compile_pipeline",
+    "from_torchvision",
 ]

@@ -12,7 +12,7 @@ from conveyor import _conveyor
 from conveyor._checks import is_int
 from conveyor.errors import ConfigError
 
-__all__ = ["DEFAULT_MAX_PIXELS", "SizeArg", "Transform", "compile_pipeline"]
+__all__ = ["DEFAULT_MAX_PIXELS", "SizeArg", "Transform", "compile_pipeline", "transform_chain"]
 
 #: PIL's Image.MAX_IMAGE_PIXELS: images with more pixels raise TooLargeError.
 DEFAULT_MAX_PIXELS = 178956970
@@ -100,16 +100,33 @@ class Transform:
 
 def as_transform_list(transforms: object) -> list[Transform]:
     """``transforms`` as a list of conveyor transforms: None is empty, a single
-    transform is a list of one.
+    transform is a list of one; a torchvision pipeline (a ``Compose``, a list
+    holding torchvision transforms, or one) is converted by ``from_torchvision``.
 
     Raises:
         ConfigError: ``transforms`` or one of its items is not a conveyor
-            transform (naming its position and type, and the transforms there are).
+            transform (naming its position and type, and the transforms there
+            are), or a torchvision transform that does not convert.
     """
+    return transform_chain(transforms)[0]
+
+
+def transform_chain(transforms: object) -> tuple[list[Transform], Optional[str]]:
+    """``as_transform_list(transforms)`` and the output dtype the chain implies:
+    a torchvision pipeline's type conversions (``ToTensor``, ``ToDtype``, ...),
+    or the ``dtype`` of a ``from_torchvision`` result; None for conveyor's own
+    transforms, which imply none."""
+    from conveyor.transforms import torchvision
+
     if transforms is None:
-        return []
+        return [], None
     if isinstance(transforms, Transform):
-        return [transforms]
+        return [transforms], None
+    if torchvision.is_torchvision(transforms) or (
+        isinstance(transforms, (list, tuple)) and any(torchvision.is_torchvision(t) for t in transforms)
+    ):
+        converted = torchvision.from_torchvision(transforms)
+        return list(converted), converted.dtype
     if isinstance(transforms, (str, bytes)) or not isinstance(transforms, Iterable):
         raise ConfigError(
             f"transforms: {_qualified_name(transforms)} is not a conveyor transform or a list of them"
@@ -121,7 +138,7 @@ def as_transform_list(transforms: object) -> list[Transform]:
                 f"transforms[{i}]: {_qualified_name(step)} is not a conveyor transform; "
                 f"use conveyor.transforms ({', '.join(Transform.registered)})"
             )
-    return steps
+    return steps, transforms.dtype if isinstance(transforms, torchvision.Converted) else None
 
 
 def _qualified_name(value: object) -> str:

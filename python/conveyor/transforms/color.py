@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from conveyor._checks import warn_once
 from conveyor.errors import ConfigError
 from conveyor.transforms.base import Transform
 
@@ -19,6 +20,9 @@ class Normalize(Transform, name="normalize"):
     Args:
         mean: one value per output channel.
         std: one non-zero value per output channel.
+
+    A mean or std above 1 (the 0–255 scale, e.g. 123.7) warns once: the
+    values apply to pixels in [0, 1].
     """
 
     def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
@@ -28,6 +32,12 @@ class Normalize(Transform, name="normalize"):
             raise ConfigError(f"Normalize: mean has {len(self.mean)} values but std has {len(self.std)}")
         if any(s == 0 for s in self.std):
             raise ConfigError(f"Normalize: std must be non-zero, got {list(std)!r}")
+        if any(abs(v) > 1 for v in (*self.mean, *self.std)):
+            warn_once(
+                "normalize-255",
+                f"Normalize(mean={self.mean}, std={self.std}): values > 1 look like the 0-255 scale, but "
+                "Normalize works on pixels scaled to [0, 1] (as after ToTensor); divide them by 255",
+            )
 
     @staticmethod
     def _values(arg: str, values: Any) -> list[float]:

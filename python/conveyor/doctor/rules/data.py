@@ -7,7 +7,7 @@ import math
 import os
 import statistics
 
-from conveyor.doctor.observations import Observations
+from conveyor.doctor.observations import LoaderInfo, Observations
 from conveyor.doctor.report import Finding
 from conveyor.doctor.rules import rule
 
@@ -23,6 +23,17 @@ def _workers_for(obs: Observations, fetch: float) -> int:
     """Workers needed so that one batch is ready per step of compute."""
     compute = max(obs.median("compute"), 1e-6)
     return max(2, min(os.cpu_count() or 2, math.ceil(fetch / compute) + 1))
+
+
+def _conveyor_advice(loader: LoaderInfo) -> str:
+    """The conveyor.Loader that replaces the loader, with its measured speed
+    (rules/conveyor_loader.py), as lines to add to a fix."""
+    if not loader.conveyor:
+        return ""
+    if loader.conveyor_trial is None:
+        return f"\n{loader.conveyor}"
+    first, rest = loader.conveyor.split("\n", 1)
+    return f"\n{first}\n{loader.conveyor_trial.describe()}\n{rest}"
 
 
 @rule
@@ -46,6 +57,7 @@ def input_stall(obs: Observations) -> list[Finding]:
                 f"DataLoader(..., num_workers={workers}, persistent_workers=True)"
                 f"  # now num_workers={loader.num_workers}: too few for the measured stall\n"
                 "# or make each sample cheaper (decode/augment less in Python), or conveyor.Loader"
+                + _conveyor_advice(loader)
             )
         else:
             fix = "conveyor.Loader(..., threads=None, io_threads=64)  # all usable CPUs, more reads in flight"
@@ -93,7 +105,7 @@ def dataloader_no_workers(obs: Observations) -> list[Finding]:
                 loader.site,
                 "With num_workers=0 loading and the training step run one after the other; "
                 "worker processes load the next batches while the model trains.",
-                f"DataLoader(..., num_workers={workers}, persistent_workers=True)",
+                f"DataLoader(..., num_workers={workers}, persistent_workers=True)" + _conveyor_advice(loader),
                 "measured",
                 f"up to {per_batch * 1000:.2f} ms per step (the measured load time) leaves the loop",
                 {"load_ms_per_batch": round(per_batch * 1000, 3), "wait_share": round(share, 4)},

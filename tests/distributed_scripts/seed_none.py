@@ -1,0 +1,20 @@
+"""Run by torchrun from tests/test_distributed.py: every rank makes a Loader
+with seed=None (without torch.manual_seed) and prints its seed and samples."""
+
+import json
+import sys
+
+import torch.distributed as dist
+
+import conveyor
+from conveyor import transforms as T
+from conveyor.sources import ImageFolder
+
+dist.init_process_group("gloo")
+loader = conveyor.Loader(ImageFolder(sys.argv[1]), [T.Resize((8, 8))], batch_size=2, shuffle=True, threads=1)
+labels = [int(label) for _, batch in loader for label in batch]
+print(
+    json.dumps({"rank": dist.get_rank(), "seed": loader.state_dict()["seed"], "labels": labels}), flush=True
+)
+loader.close()
+dist.destroy_process_group()

@@ -1,0 +1,403 @@
+"""Habits of PyTorch users: torchvision objects recognised without importing
+torchvision, DataLoader's argument names, torch's seed and dtypes, peeks,
+channels_last batches, images/s, the per-epoch summary, Normalize on 0-255."""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+import pytest
+import torch
+
+import conveyor
+from conveyor import _checks
+from conveyor import transforms as T
+from conveyor.sources import ImageFolder
+from conveyor.transforms import from_torchvision
+
+N = 30  # Samples in color_folder.
+V1 = "torchvision.transforms.transforms"
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+
+
+def fake(name: str, module: str = V1, **attributes: object) -> object:
+    """An object of a class named like torchvision's, from torchvision's module."""
+    return type(name, (), {"__module__": module, **attributes})()
+
+
+def compose(*steps: object, module: str = V1) -> object:
+    return fake("Compose", module, transforms=list(steps))
+
+
+def tv_train(module: str = V1) -> object:
+    return compose(
+        fake("RandomResizedCrop", module, size=(24, 24), scale=(0.5, 1.0), ratio=(0.75, 4 / 3),
+             interpolation="bilinear", antialias=True),
+        fake("RandomHorizontalFlip", module, p=0.5),
+        fake("ToTensor", module),
+        fake("Normalize", module, mean=MEAN, std=STD, inplace=False),
+        module=module,
+    )  # fmt: skip
+
+
+NATIVE = [T.RandomResizedCrop(24, scale=(0.5, 1.0)), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)]
+
+
+@pytest.fixture(autouse=True)
+def fresh_warnings(monkeypatch):
+    monkeypatch.setattr(_checks, "_warned", set())
+
+
+def load(root, transforms, **kwargs):
+    options = dict(batch_size=4, shuffle=True, seed=7)
+    options.update(kwargs)
+    return conveyor.Loader(ImageFolder(root), transforms, **options)
+
+
+def cloned(loader):
+    return [(x.clone(), y.clone()) for x, y in loader]
+
+
+def assert_same(a, b):
+    assert len(a) == len(b)
+    for (x, lx), (y, ly) in zip(a, b):
+        assert x.dtype == y.dtype and torch.equal(x, y) and torch.equal(lx, ly)
+
+
+def native_threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+# --- torchvision objects, recognised by module ----------------------------------------------------
+
+
+@pytest.mark.parametrize("module", [V1, "torchvision.transforms.v2._geometry"])
+def test_torchvision_like_objects_convert_without_torchvision(color_folder, module):
+    converted = from_torchvision(tv_train(module))
+    assert [repr(t) for t in converted] == [repr(t) for t in NATIVE] and converted.dtype == "float32"
+    assert "torchvision" not in sys.modules  # Recognised by module name, never imported.
+    expected = cloned(load(color_folder, NATIVE))
+    assert_same(cloned(load(color_folder, tv_train(module))), expected)
+    assert_same(cloned(load(color_folder, converted)), expected)
+    assert_same(cloned(load(color_folder, list(tv_train(module).transforms))), expected)
+
+
+def test_type_conversions_set_the_dtype(color_folder):
+    resize, crop = (
+        fake("Resize", size=[20], interpolation="bilinear", max_size=None, antialias=True),
+        fake("CenterCrop", size=(16, 16)),
+    )
+    cases = [
+        ([fake("PILToTensor")], "uint8"),
+        ([fake("ToImage")], "uint8"),
+        ([fake("ToImage"), fake("ToDtype", dtype=torch.float16, scale=True)], "float16"),
+        ([fake("PILToTensor"), fake("ConvertImageDtype", dtype=torch.float32)], "float32"),
+        ([], None),
+    ]
+    for conversions, dtype in cases:
+        converted = from_torchvision([resize, crop, *conversions])
+        assert (converted.dtype, len(converted)) == (dtype, 2)
+    images, _ = next(iter(load(color_folder, [resize, crop, fake("PILToTensor")])))
+    assert images.dtype == torch.uint8
+    with pytest.raises(conveyor.ConfigError, match=r"^dtype='float32' disagrees with the transforms"):
+        load(color_folder, [resize, crop, fake("PILToTensor")], dtype="float32")
+
+
+def test_unscaled_to_dtype_folds_into_the_next_normalize():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # The 0-255 values are not Normalize's warning here.
+        converted = from_torchvision(
+            [
+                fake("ToDtype", dtype=torch.float32, scale=False),
+                fake("CenterCrop", size=(8, 8)),
+                fake("Normalize", mean=[127.5, 127.5, 127.5], std=[51.0, 255.0, 25.5], inplace=False),
+            ]
+        )
+    assert repr(converted[1]) == "Normalize(mean=[0.5, 0.5, 0.5], std=[0.2, 1.0, 0.1])"
+    with pytest.raises(conveyor.ConfigError) as info:
+        from_torchvision([fake("ToDtype", dtype=torch.float32, scale=False)])
+    assert str(info.value) == (
+        "transforms[0]: torchvision ToDtype(float32, scale=False) cannot be converted: conveyor's float "
+        "output is scaled to [0, 1]; use scale=True, or follow it with a Normalize"
+    )
+
+
+def test_unknown_and_unconvertible_transforms_name_class_and_position(color_folder):
+    pipeline = compose(
+        fake("CenterCrop", size=(8, 8)), compose(fake("GaussianNoise", "torchvision.transforms.v2._misc"))
+    )
+    with pytest.raises(conveyor.ConfigError) as info:
+        load(color_folder, pipeline)
+    assert str(info.value) == (
+        "transforms[1][0]: GaussianNoise (torchvision.transforms.v2._misc.GaussianNoise) has no conveyor "
+        "equivalent; wrap it as T.Lambda(obj) to run it in Python on each image, or leave it out (conveyor "
+        "converts: CenterCrop, ConvertImageDtype, Normalize, PILToTensor, RandomHorizontalFlip, "
+        "RandomResizedCrop, Resize, ToDtype, ToImage, ToPureTensor, ToTensor)"
+    )
+    nearest = fake("Resize", size=[8], interpolation="nearest", max_size=None, antialias=True)
+    with pytest.raises(conveyor.ConfigError) as info:
+        from_torchvision([T.CenterCrop(8), nearest])
+    assert str(info.value) == (
+        "transforms[1]: torchvision Resize cannot be converted: interpolation='nearest': conveyor resizes "
+        "with bilinear interpolation only"
+    )
+    with pytest.raises(conveyor.ConfigError) as info:
+        from_torchvision([fake("RandomHorizontalFlip", p=1.5)])
+    assert str(info.value) == (
+        "transforms[0]: torchvision RandomHorizontalFlip: RandomHorizontalFlip: p must be a number in "
+        "[0, 1], got 1.5"
+    )
+    with pytest.raises(conveyor.ConfigError) as info:
+        from_torchvision(42)
+    assert (
+        str(info.value)
+        == "from_torchvision: int (builtins.int) is not a torchvision transform or a list of them"
+    )
+
+
+def test_a_class_named_like_torchvisions_elsewhere_is_not_converted(color_folder):
+    with pytest.raises(
+        conveyor.ConfigError, match=r"^transforms\[0\]: mypackage\.CenterCrop is not a conveyor"
+    ):
+        load(color_folder, [fake("CenterCrop", "mypackage", size=(8, 8))])
+
+
+# --- DataLoader's argument names ------------------------------------------------------------------
+
+
+def test_num_workers_is_threads(color_folder):
+    expected = cloned(load(color_folder, [T.Resize((16, 16))], threads=2))
+    before = native_threads()
+    loader = load(color_folder, [T.Resize((16, 16))], num_workers=2, io_threads=8)
+    first = next(iter(loader))
+    assert native_threads() == before + 10  # 2 cpu threads and 8 io threads.
+    del first, loader
+    assert_same(cloned(load(color_folder, [T.Resize((16, 16))], num_workers=2)), expected)
+    assert_same(cloned(load(color_folder, [T.Resize((16, 16))], num_workers=0)), expected)  # One thread.
+    with pytest.raises(conveyor.ConfigError) as info:
+        load(color_folder, [T.Resize((16, 16))], num_workers=4, threads=2)
+    assert str(info.value) == (
+        "give threads or num_workers (its DataLoader name), not both: got threads=2, num_workers=4"
+    )
+    with pytest.raises(conveyor.ConfigError, match="^num_workers must be >= 0, got -1$"):
+        load(color_folder, [T.Resize((16, 16))], num_workers=-1)
+
+
+def test_pin_memory_without_cuda_warns_once_and_continues(color_folder):
+    message = "pin_memory=True but CUDA is not available: batches are not pinned (as DataLoader does)"
+    with pytest.warns(UserWarning, match=f"^{message.replace('(', '[(]').replace(')', '[)]')}$") as record:
+        loader = load(color_folder, [T.Resize((16, 16))], pin_memory=True)
+    assert record[0].filename == __file__  # Points at the Loader(...) call.
+    assert_same(cloned(loader), cloned(load(color_folder, [T.Resize((16, 16))])))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load(color_folder, [T.Resize((16, 16))], pin_memory=True)  # Once only.
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"persistent_workers": True},
+            "persistent_workers=True is a DataLoader argument: conveyor's threads already live as long as "
+            "the Loader (started once, reused by every epoch); remove the argument",
+        ),
+        (
+            {"prefetch_factor": 4},
+            "prefetch_factor=4 is a DataLoader argument: conveyor prefetches whole batches, not batches per "
+            "worker; use prefetch= (batches prepared ahead of the consumer)",
+        ),
+        (
+            {"worker_init_fn": print},
+            "worker_init_fn=<built-in function print> is a DataLoader argument: conveyor has no worker "
+            "processes to set up: its workers are native threads in this process; seed with seed= (or "
+            "torch.manual_seed) and set up state before making the Loader",
+        ),
+        (
+            {"collate_fn": list},
+            "collate_fn=<class 'list'> is a DataLoader argument: conveyor writes each sample straight into "
+            "the batch (no collate step); change each (images, labels) batch in the training loop instead",
+        ),
+    ],
+)
+def test_dataloader_only_arguments_say_what_conveyor_does_instead(color_folder, kwargs, message):
+    with pytest.raises(conveyor.ConfigError) as info:
+        load(color_folder, [T.Resize((16, 16))], **kwargs)
+    assert str(info.value) == message
+
+
+# --- torch's seed and dtypes ------------------------------------------------------------------------
+
+
+def test_torch_manual_seed_seeds_a_loader_without_seed(color_folder):
+    chain = [T.RandomResizedCrop(16), T.RandomHorizontalFlip()]
+    torch.manual_seed(123)
+    loader = load(color_folder, chain, seed=None)
+    assert loader.state_dict()["seed"] == 123
+    assert_same(cloned(loader), cloned(load(color_folder, chain, seed=123)))
+    torch.manual_seed(124)
+    other = cloned(load(color_folder, chain, seed=None))
+    assert not all(
+        torch.equal(a, b) for (a, _), (b, _) in zip(other, cloned(load(color_folder, chain, seed=123)))
+    )
+    # An explicit seed ignores torch's.
+    assert_same(cloned(load(color_folder, chain, seed=7)), cloned(load(color_folder, chain, seed=7)))
+
+
+def test_resuming_a_loader_seeded_by_torch_says_how_to_match_the_seed(color_folder):
+    torch.manual_seed(5)
+    state = load(color_folder, [T.Resize((16, 16))], seed=None).state_dict()
+    torch.manual_seed(6)
+    with pytest.raises(conveyor.ConfigError) as info:
+        load(color_folder, [T.Resize((16, 16))], seed=None).load_state_dict(state)
+    assert str(info.value) == (
+        "state was saved with seed 5, this loader has seed 6 (from torch.initial_seed(), which differs per "
+        "process: pass seed=5 or call torch.manual_seed(5) before making the Loader)"
+    )
+
+
+def test_the_default_seed_without_torch_is_documented(monkeypatch):
+    from conveyor import loader as loader_module
+
+    monkeypatch.setattr(loader_module, "torch", None)
+    assert loader_module._default_seed() == loader_module.DEFAULT_SEED == 0
+
+
+@pytest.mark.parametrize(
+    ("dtype", "name"), [(torch.float16, "float16"), (torch.float32, "float32"), (torch.uint8, "uint8")]
+)
+def test_torch_dtypes_work_as_the_strings(color_folder, dtype, name):
+    chain = [T.Resize((16, 16))]
+    assert_same(cloned(load(color_folder, chain, dtype=dtype)), cloned(load(color_folder, chain, dtype=name)))
+    assert next(iter(load(color_folder, chain, dtype=dtype)))[0].dtype == dtype
+
+
+def test_other_torch_dtypes_are_refused(color_folder):
+    with pytest.raises(conveyor.ConfigError) as info:
+        load(color_folder, [T.Resize((16, 16))], dtype=torch.int32)
+    assert str(info.value) == "dtype must be one of uint8, float16, float32 (or torch's), got torch.int32"
+
+
+# --- passes: peeks and a second iter() ---------------------------------------------------------------
+
+
+def test_a_peek_does_not_use_up_an_epoch(color_folder):
+    chain = [T.Resize((16, 16))]
+    epoch0 = cloned(load(color_folder, chain))
+    loader = load(color_folder, chain)
+    images, labels = next(iter(loader))
+    assert torch.equal(images, epoch0[0][0])
+    assert loader.epoch == 0 and loader.state_dict() == {
+        "seed": 7,
+        "epoch": 0,
+        "position": 0,
+        "batch": 0,
+        "world_size": 1,
+        "segment_start": 0,
+    }
+    assert_same(cloned(loader), epoch0)  # The whole of epoch 0, from its first batch.
+    assert loader.epoch == 1
+
+
+def test_a_pass_left_after_two_batches_counts_as_its_epoch(color_folder):
+    chain = [T.Resize((16, 16))]
+    reference = load(color_folder, chain)
+    reference.set_epoch(1)
+    epoch1 = cloned(reference)
+    loader = load(color_folder, chain)
+    for i, _ in enumerate(loader):
+        if i == 1:
+            break
+    assert loader.epoch == 1  # As a DataLoader's next iter() draws a new order.
+    assert loader.state_dict() == {
+        "seed": 7,
+        "epoch": 0,
+        "position": 8,
+        "batch": 2,
+        "world_size": 1,
+        "segment_start": 0,
+    }  # Resumable.
+    assert_same(cloned(loader), epoch1)
+
+
+def test_a_pass_ended_by_a_newer_iter_says_so(color_folder):
+    loader = load(color_folder, [T.Resize((16, 16))])
+    first = iter(loader)
+    next(first), next(first)
+    second = iter(loader)
+    next(second)
+    with pytest.raises(conveyor.ConfigError) as info:
+        next(first)
+    assert str(info.value) == (
+        "this pass over epoch 0 was ended after 2 batch(es) by a newer iter(loader): one Loader runs one "
+        "pass at a time (make a second Loader for two at once)"
+    )
+    assert len(list(second)) == 7  # The new pass is whole: 8 batches.
+    closed = iter(loader)
+    next(closed)
+    loader.close()
+    with pytest.raises(conveyor.ConfigError, match="^the loader is closed$"):
+        next(closed)
+
+
+# --- channels_last, stats, progress, Normalize ------------------------------------------------------
+
+
+def test_channels_last_is_a_zero_copy_view_of_the_hwc_buffer(color_folder):
+    chain = [T.Resize((16, 12))]
+    expected = cloned(load(color_folder, chain))
+    loader = load(color_folder, chain, memory_format=torch.channels_last)
+    got = []
+    for images, labels in loader:
+        assert images.shape[1:] == (3, 16, 12)
+        assert images.stride() == (16 * 12 * 3, 1, 12 * 3, 3)
+        assert images.is_contiguous(memory_format=torch.channels_last)
+        assert images.data_ptr() == loader._last_address  # The engine's buffer: no copy.
+        got.append((images.clone(), labels.clone()))
+    assert_same(got, expected)
+    assert load(color_folder, chain, memory_format=torch.contiguous_format)._channels_last is False
+    with pytest.raises(conveyor.ConfigError) as info:
+        load(color_folder, chain, memory_format=torch.channels_last, layout="HWC")
+    assert str(info.value) == (
+        "memory_format=torch.channels_last gives N×C×H×W batches; it needs layout='CHW', got 'HWC'"
+    )
+    with pytest.raises(conveyor.ConfigError, match="^memory_format must be None, torch.contiguous_format or"):
+        load(color_folder, chain, memory_format="channels_last")
+
+
+def test_stats_include_images_per_second(color_folder):
+    loader = load(color_folder, [T.Resize((16, 16))])
+    list(loader)
+    stats = loader.stats()
+    assert stats["wall_seconds"] > 0
+    assert stats["images_per_second"] == N / stats["wall_seconds"]
+
+
+def test_progress_bar_leaves_a_summary_line_per_epoch(color_folder, capsys):
+    loader = load(color_folder, [T.Resize((16, 16))], progress=True)
+    list(loader)
+    list(loader)
+    err = capsys.readouterr().err
+    lines = [
+        line
+        for line in err.replace("\r", "\n").splitlines()
+        if line.startswith("epoch ") and "images/s" in line
+    ]
+    assert [line.split(":")[0] for line in lines] == ["epoch 0", "epoch 1"]
+    assert all(line.split(": ")[1].startswith(f"{N} images in ") and "input stall" in line for line in lines)
+
+
+def test_normalize_on_the_0_255_scale_warns_once():
+    message = (
+        "Normalize(mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375]): values > 1 look like the "
+        "0-255 scale, but Normalize works on pixels scaled to [0, 1] (as after ToTensor); divide them by 255"
+    )
+    with pytest.warns(UserWarning) as record:
+        T.Normalize([123.675, 116.28, 103.53], [58.395, 57.12, 57.375])
+    assert [str(w.message) for w in record] == [message] and record[0].filename == __file__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        T.Normalize([123.675, 116.28, 103.53], [58.395, 57.12, 57.375])
+        T.Normalize(MEAN, STD)
