@@ -140,7 +140,13 @@ void materialize(const ImageView& view, bool flip, Image& dst) {
 void move_boxes(std::vector<BoundingBox>* boxes, const SamplePlan& s) {
   if (boxes == nullptr) return;
   const Placement& p = s.placement;
-  *boxes = transform_boxes(*boxes, {p.x0, p.y0, p.sx, p.sy, p.flip, s.out.height, s.out.width});
+  *boxes = transform_boxes(*boxes, {p.x0, p.y0, p.sx, p.sy, p.flip, s.out.height, s.out.width, p.vflip});
+}
+
+// A vertical flip costs nothing: the view's rows in reverse order.
+ImageView flipped_vertically(const ImageView& view, bool vflip) {
+  if (!vflip || view.height == 0) return view;
+  return {view.row(view.height - 1), view.height, view.width, view.channels, -view.stride};
 }
 
 }  // namespace
@@ -448,6 +454,7 @@ void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* ou
   } else {
     image = plan.resample({}, 0, 0, 1, s, plan.groups[0], scratch);
   }
+  image = flipped_vertically(image, s.placement.vflip);
   move_boxes(boxes, s);
   if (last == 0) {
     plan.write(image, s.placement.flip, out);
@@ -473,7 +480,7 @@ void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* ou
     out_size.reset();
     if (g == last) out_size = plan.size;
     s = plan.place(group, sample.image.height, sample.image.width, out_size, rng);
-    image = plan.resample(sample.image.view(), 0, 0, 1, s, group, scratch);
+    image = flipped_vertically(plan.resample(sample.image.view(), 0, 0, 1, s, group, scratch), s.placement.vflip);
     move_boxes(boxes, s);
     if (g == last) {
       plan.write(image, s.placement.flip, out);
