@@ -523,6 +523,12 @@ std::unique_ptr<const TransformStep> make_random_perspective_step(const Transfor
   return std::make_unique<RandomPerspectiveStep>(distortion, p, interpolation, std::move(fill));
 }
 
+std::optional<Warp> draw_warp(const TransformStep& step, int height, int width, SampleRng& rng) {
+  const auto* warp = dynamic_cast<const WarpStep*>(&step);
+  if (warp == nullptr) return std::nullopt;
+  return warp->draw(height, width, rng);
+}
+
 void rotate_function(const TransformParams& params, SampleImage& sample) {
   TransformArgs args("rotate", params);
   const double angle = args.number("angle");

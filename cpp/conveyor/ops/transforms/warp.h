@@ -79,6 +79,11 @@ std::unique_ptr<const TransformStep> make_random_rotation_step(const TransformPa
 std::unique_ptr<const TransformStep> make_random_affine_step(const TransformParams& params);
 std::unique_ptr<const TransformStep> make_random_perspective_step(const TransformParams& params);
 
+/// The warp `step` (built by one of the factories above) draws for a
+/// height x width image: what its apply_image() applies. None when the step
+/// is not a warp or RandomPerspective's p says no. For tests of the draws.
+std::optional<Warp> draw_warp(const TransformStep& step, int height, int width, SampleRng& rng);
+
 /// The image functions "rotate", "affine" and "perspective"
 /// (torchvision.transforms.v2.functional's), listed in registry.cc.
 void rotate_function(const TransformParams& params, SampleImage& sample);
