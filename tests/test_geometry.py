@@ -280,3 +280,15 @@ def test_functional_ops_on_numpy_and_torch_agree():
 def test_functional_bad_arguments_are_config_errors(call, message):
     with pytest.raises(ConfigError, match="^" + message):
         call(np.zeros((8, 9), np.uint8))
+
+
+def test_an_image_smaller_than_the_crop_is_a_config_error_naming_the_file(tmp_path):
+    (tmp_path / "a").mkdir()
+    Image.fromarray(np.zeros((10, 12, 3), np.uint8)).save(tmp_path / "a" / "small.png")
+    loader = conveyor.Loader(ImageFolder(tmp_path), [T.RandomCrop(16)], batch_size=1)
+    with pytest.raises(
+        ConfigError, match=r"small\.png: RandomCrop: required crop size \(16, 16\) is larger than input"
+    ):
+        list(loader)
+    padded = conveyor.Loader(ImageFolder(tmp_path), [T.RandomCrop(16, pad_if_needed=True)], batch_size=1)
+    assert next(iter(padded))[0].shape == (1, 3, 16, 16)

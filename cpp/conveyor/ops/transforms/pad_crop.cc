@@ -52,8 +52,7 @@ class PadStep final : public TransformStep {
   StepKind kind() const override { return mode_ == PadMode::kConstant ? StepKind::kGeometric : StepKind::kImage; }
 
   void plan(ChainPlan& chain) const override {
-    TransformArgs args("Pad", {});
-    fill_.check_channels(args, chain.channels);
+    fill_.check_channels("Pad", chain.channels);
     if (chain.size) {
       const int64_t h = static_cast<int64_t>(chain.size->height) + padding_[1] + padding_[3];
       const int64_t w = static_cast<int64_t>(chain.size->width) + padding_[0] + padding_[2];
@@ -108,8 +107,7 @@ class RandomCropStep final : public TransformStep {
   StepKind kind() const override { return mode_ == PadMode::kConstant ? StepKind::kGeometric : StepKind::kImage; }
 
   void plan(ChainPlan& chain) const override {
-    TransformArgs args("RandomCrop", {});
-    fill_.check_channels(args, chain.channels);
+    fill_.check_channels("RandomCrop", chain.channels);
     chain.size = size_;
     if (mode_ == PadMode::kConstant && (padded_ || pad_if_needed_)) chain.pads_with(fill_.bytes());
   }
@@ -207,10 +205,11 @@ FillArg FillArg::read(TransformArgs& args, std::string_view arg) {
   return fill;
 }
 
-void FillArg::check_channels(const TransformArgs& args, int channels) const {
-  args.check(values.size() == 1 || static_cast<int>(values.size()) == channels,
-             "fill has " + std::to_string(values.size()) + " values but the images have " + std::to_string(channels) +
-                 " channel(s)");
+void FillArg::check_channels(std::string_view transform, int channels) const {
+  if (values.size() != 1 && static_cast<int>(values.size()) != channels) {
+    throw Error(ErrorKind::kConfig, std::string(transform) + ": fill has " + std::to_string(values.size()) +
+                                        " values but the images have " + std::to_string(channels) + " channel(s)");
+  }
 }
 
 Fill FillArg::bytes() const {
@@ -317,7 +316,7 @@ void pad_function(const TransformParams& params, SampleImage& sample) {
   const FillArg fill = FillArg::read(args);
   const PadMode mode = read_pad_mode(args);
   args.finish();
-  fill.check_channels(args, sample.image.channels);
+  fill.check_channels("pad", sample.image.channels);
   PadStep::pad(sample, padding, mode, fill.bytes());
 }
 

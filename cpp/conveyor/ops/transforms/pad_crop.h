@@ -19,8 +19,8 @@ struct FillArg {
 
   /// Reads `arg` (default 0); Error{kConfig} naming it when malformed.
   static FillArg read(TransformArgs& args, std::string_view arg = "fill");
-  /// Error{kConfig} when three values meet a 1-channel chain.
-  void check_channels(const TransformArgs& args, int channels) const;
+  /// Error{kConfig, "<transform>: ..."} when three values meet a 1-channel image.
+  void check_channels(std::string_view transform, int channels) const;
   /// The value of channel `c` (0, 1, 2).
   double at(int c) const { return values.size() == 1 ? values[0] : values[static_cast<size_t>(c)]; }
   /// As uint8 the way torch converts a float fill to a uint8 image (truncation).

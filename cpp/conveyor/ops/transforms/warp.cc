@@ -162,10 +162,7 @@ class WarpStep : public TransformStep {
       : interpolation_(interpolation), fill_(std::move(fill)), name_(std::move(name)) {}
 
   StepKind kind() const override { return StepKind::kImage; }
-  void plan(ChainPlan& chain) const override {
-    const TransformArgs args(name_, {});
-    fill_.check_channels(args, chain.channels);
-  }
+  void plan(ChainPlan& chain) const override { fill_.check_channels(name_, chain.channels); }
   void place(Placement& /*placement*/, SampleRng& /*rng*/) const override {}
   float map_value(int /*channel*/, float value) const override { return value; }
   void apply_image(SampleImage& sample, SampleRng& rng) const override {
@@ -537,7 +534,7 @@ void rotate_function(const TransformParams& params, SampleImage& sample) {
   const auto center = read_center(args);
   const FillArg fill = FillArg::read(args);
   args.finish();
-  fill.check_channels(args, sample.image.channels);
+  fill.check_channels("rotate", sample.image.channels);
   use_single_threaded_opencv();
   apply_warp(rotation_warp(sample.image.height, sample.image.width, angle, expand, center), interpolation, fill,
              sample);
@@ -556,7 +553,7 @@ void affine_function(const TransformParams& params, SampleImage& sample) {
   const FillArg fill = FillArg::read(args);
   const auto center = read_center(args);
   args.finish();
-  fill.check_channels(args, sample.image.channels);
+  fill.check_channels("affine", sample.image.channels);
   use_single_threaded_opencv();
   apply_warp(affine_warp(sample.image.height, sample.image.width, angle, {translate[0], translate[1]}, scale,
                          {shear[0], shear[1]}, center),
@@ -584,7 +581,7 @@ void perspective_function(const TransformParams& params, SampleImage& sample) {
   const Interpolation interpolation = read_interpolation(args, Interpolation::kBilinear);
   const FillArg fill = FillArg::read(args);
   args.finish();
-  fill.check_channels(args, sample.image.channels);
+  fill.check_channels("perspective", sample.image.channels);
   use_single_threaded_opencv();
   apply_warp(perspective_warp(sample.image.height, sample.image.width, coefficients), interpolation, fill, sample);
 }

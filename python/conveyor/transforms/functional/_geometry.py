@@ -34,7 +34,7 @@ def _int(op: str, arg: str, value: Any) -> int:
     return int(value)
 
 
-def _size(op: str, image: Any) -> tuple[int, int]:
+def _size(image: Any) -> tuple[int, int]:
     """(height, width) of a numpy HWC / HW array or a torch CHW / HW tensor."""
     shape = tuple(image.shape)
     if type(image).__module__.startswith("torch"):
@@ -72,9 +72,8 @@ def center_crop(inpt: ImageLike, output_size: Union[int, Sequence[int]]) -> Imag
     return apply("center_crop", "center_crop", inpt, {"output_size": size})
 
 
-def _resized_size(op: str, image: Any, size: Any, max_size: Optional[int]) -> list[int]:
+def _resized_size(op: str, h: int, w: int, size: Any, max_size: Optional[int]) -> list[int]:
     # torchvision's _compute_resized_output_size (v2: size may be None with max_size).
-    h, w = _size(op, image)
     if max_size is not None and (not is_int(max_size) or max_size <= 0):
         raise ConfigError(f"{op}: max_size must be a positive int, got {max_size!r}")
     if is_int(size):
@@ -124,7 +123,7 @@ def resize(
     uint8 path): an int or (s,) sets the shorter side (the longer one is
     truncated, optionally capped by max_size), (h, w) the exact size."""
     _bilinear_only("resize", interpolation)
-    out = _resized_size("resize", inpt, size, max_size)
+    out = _resized_size("resize", *_size(inpt), size, max_size)
     aa = True if antialias is None else check_bool(antialias, "resize: antialias")
     return apply("resize", "resize", inpt, {"size": out, "antialias": aa})
 
@@ -146,11 +145,7 @@ def resized_crop(
     params["height"], params["width"] = _int(op, "height", height), _int(op, "width", width)
     if params["height"] <= 0 or params["width"] <= 0:
         raise ConfigError(f"{op}: height and width must be positive, got {height}, {width}")
-
-    class _Canvas:  # The crop's size, for the shorter-side rule.
-        shape = (params["height"], params["width"])
-
-    params["size"] = _resized_size(op, _Canvas(), size, None)
+    params["size"] = _resized_size(op, params["height"], params["width"], size, None)
     params["antialias"] = True if antialias is None else check_bool(antialias, f"{op}: antialias")
     return apply(op, op, inpt, params)
 
