@@ -99,7 +99,9 @@ void warp_boxes(const Warp& warp, std::vector<BoundingBox>* boxes) {
 // round half to even): OpenCV's INTER_NEAREST rounds halves up, in fixed
 // point, which moves whole rows at the ties that rotations by 90 degrees of
 // non-square images (and other centre offsets of a half) produce.
-void warp_nearest(const Image& src, const Warp& warp, const uint8_t* fill, uint8_t* dst) {
+// Computes the out_w x out_h window of the output at `origin`.
+void warp_nearest(const Image& src, const Warp& warp, std::array<int, 2> origin, int out_w, int out_h,
+                  const uint8_t* fill, uint8_t* dst) {
   const int w = src.width, h = src.height, c = src.channels, ow = warp.out_width, oh = warp.out_height;
   const std::array<float, 8>& g = warp.grid;
   const float half_w = 0.5f * static_cast<float>(w), half_h = 0.5f * static_cast<float>(h);
@@ -108,10 +110,12 @@ void warp_nearest(const Image& src, const Warp& warp, const uint8_t* fill, uint8
   const float norm_h = warp.projective ? 0.5f * static_cast<float>(oh) : half_h;
   const float r00 = g[0] / norm_w, r10 = g[1] / norm_w, r20 = g[2] / norm_w;
   const float r01 = g[3] / norm_h, r11 = g[4] / norm_h, r21 = g[5] / norm_h;
-  for (int y = 0; y < oh; ++y) {
-    uint8_t* d = dst + static_cast<size_t>(y) * ow * c;
+  for (int wy = 0; wy < out_h; ++wy) {
+    uint8_t* d = dst + static_cast<size_t>(wy) * out_w * c;
+    const int y = wy + origin[1];
     const float by = warp.projective ? static_cast<float>(y) + 0.5f : static_cast<float>(y) - (oh - 1) * 0.5f;
-    for (int x = 0; x < ow; ++x, d += c) {
+    for (int wx = 0; wx < out_w; ++wx, d += c) {
+      const int x = wx + origin[0];
       const float bx = warp.projective ? static_cast<float>(x) + 0.5f : static_cast<float>(x) - (ow - 1) * 0.5f;
       float gx = bx * r00 + by * r10 + r20;
       float gy = bx * r01 + by * r11 + r21;
@@ -156,7 +160,7 @@ std::array<double, 2> read_range(TransformArgs& args, std::string_view arg, size
 }
 
 // A step on the image that draws one warp per sample.
-class WarpStep : public TransformStep {
+class WarpStep : public WarpingStep {
  public:
   WarpStep(Interpolation interpolation, FillArg fill, std::string name)
       : interpolation_(interpolation), fill_(std::move(fill)), name_(std::move(name)) {}
@@ -169,9 +173,9 @@ class WarpStep : public TransformStep {
     const std::optional<Warp> warp = draw(sample.image.height, sample.image.width, rng);
     if (warp) apply_warp(*warp, interpolation_, fill_, sample);
   }
-
-  /// This sample's warp (none: the image stays as it is).
-  virtual std::optional<Warp> draw(int height, int width, SampleRng& rng) const = 0;
+  std::array<int, 2> apply_drawn(const Warp& warp, SampleImage& sample, const WarpWindow* window) const override {
+    return apply_warp(warp, interpolation_, fill_, sample, window);
+  }
 
  private:
   Interpolation interpolation_;
@@ -432,10 +436,17 @@ Warp perspective_warp(int height, int width, const std::array<double, 8>& c) {
   return warp;
 }
 
-void apply_warp(const Warp& warp, Interpolation interpolation, const FillArg& fill, SampleImage& sample) {
+std::array<int, 2> apply_warp(const Warp& warp, Interpolation interpolation, const FillArg& fill, SampleImage& sample,
+                              const WarpWindow* window) {
   Image& img = sample.image;
   const int c = img.channels;
-  const int oh = warp.out_height, ow = warp.out_width;
+  int oh = warp.out_height, ow = warp.out_width;
+  std::array<int, 2> origin{0, 0};
+  if (window != nullptr && warp.rot90 < 0) {
+    origin = {window->x, window->y};
+    ow = window->width;
+    oh = window->height;
+  }
   sample.spare.resize(static_cast<size_t>(checked_mul(checked_mul(oh, ow, "a warped image", ErrorKind::kTooLarge), c,
                                                       "a warped image", ErrorKind::kTooLarge)));
   const cv::Mat src(img.height, img.width, CV_8UC(c), img.pixels.data());
@@ -452,9 +463,9 @@ void apply_warp(const Warp& warp, Interpolation interpolation, const FillArg& fi
     const uint8_t pixel_fill[3] = {static_cast<uint8_t>(std::nearbyint(fill.at(0))),
                                    static_cast<uint8_t>(std::nearbyint(fill.at(c == 1 ? 0 : 1))),
                                    static_cast<uint8_t>(std::nearbyint(fill.at(c == 1 ? 0 : 2)))};
-    warp_nearest(img, warp, pixel_fill, sample.spare.data());
+    warp_nearest(img, warp, origin, ow, oh, pixel_fill, sample.spare.data());
   } else {
-    const Matrix3& m = warp.src_from_dst;
+    const Matrix3 m = multiply(warp.src_from_dst, translation(origin[0], origin[1]));
     const int flags = cv::INTER_LINEAR | cv::WARP_INVERSE_MAP;
     const cv::Scalar border(fill.at(0), fill.at(c == 1 ? 0 : 1), fill.at(c == 1 ? 0 : 2));
     if (m[6] == 0 && m[7] == 0 && m[8] == 1) {
@@ -469,6 +480,7 @@ void apply_warp(const Warp& warp, Interpolation interpolation, const FillArg& fi
   img.height = oh;
   img.width = ow;
   warp_boxes(warp, sample.boxes);
+  return origin;
 }
 
 std::unique_ptr<const TransformStep> make_random_rotation_step(const TransformParams& params) {
@@ -521,7 +533,7 @@ std::unique_ptr<const TransformStep> make_random_perspective_step(const Transfor
 }
 
 std::optional<Warp> draw_warp(const TransformStep& step, int height, int width, SampleRng& rng) {
-  const auto* warp = dynamic_cast<const WarpStep*>(&step);
+  const auto* warp = dynamic_cast<const WarpingStep*>(&step);
   if (warp == nullptr) return std::nullopt;
   return warp->draw(height, width, rng);
 }

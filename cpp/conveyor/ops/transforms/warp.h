@@ -67,10 +67,36 @@ Warp affine_warp(int height, int width, double angle, std::array<double, 2> tran
 /// height x width image.
 Warp perspective_warp(int height, int width, const std::array<double, 8>& coefficients);
 
+/// A rectangle of a warp's output, in its pixels.
+struct WarpWindow {
+  int x = 0;
+  int y = 0;
+  int width = 0;
+  int height = 0;
+};
+
 /// Applies `warp` to `sample` (OpenCV warpAffine / warpPerspective, constant
 /// border `fill`; the result in sample.image, the old pixels in spare) and
-/// moves its boxes. Throws Error{kTooLarge} when the output's size overflows.
-void apply_warp(const Warp& warp, Interpolation interpolation, const FillArg& fill, SampleImage& sample);
+/// moves its boxes (in the whole output's pixels). With a `window` (inside
+/// the output), only that part of the output is computed and becomes
+/// sample.image (exact rotations by multiples of 90 degrees compute it all).
+/// Returns the origin of sample.image in the whole output. Throws
+/// Error{kTooLarge} when the output's size overflows.
+std::array<int, 2> apply_warp(const Warp& warp, Interpolation interpolation, const FillArg& fill, SampleImage& sample,
+                              const WarpWindow* window = nullptr);
+
+/// A step on the image that is one warp (RandomRotation, RandomAffine,
+/// RandomPerspective). The planner draws the warp first and computes only the
+/// window of its output that the crops and resizes after it read: a crop
+/// after a warp is part of the warp (decision 11).
+class WarpingStep : public TransformStep {
+ public:
+  /// This sample's warp of a height x width image (none: the image stays as
+  /// it is), drawn from `rng` as apply_image() draws it.
+  virtual std::optional<Warp> draw(int height, int width, SampleRng& rng) const = 0;
+  /// Applies a warp from draw() to `sample` (see apply_warp).
+  virtual std::array<int, 2> apply_drawn(const Warp& warp, SampleImage& sample, const WarpWindow* window) const = 0;
+};
 
 /// The "random_rotation", "random_affine" and "random_perspective" factories
 /// (torchvision.transforms.RandomRotation / RandomAffine / RandomPerspective;

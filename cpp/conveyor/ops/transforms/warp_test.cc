@@ -96,6 +96,62 @@ TEST(WarpTest, TranslationMovesPixelsAndBoxesAndFillsTheRest) {
   EXPECT_EQ(boxes, (std::vector<BoundingBox>{{2, 1, 2, 2, 1}}));
 }
 
+// Runs `chain` on `image` (PNG) with SampleRng(1, 0, 0); uint8 HWC.
+std::vector<uint8_t> run_chain(std::vector<TransformSpec> chain, const Image& image,
+                               std::vector<BoundingBox>* boxes = nullptr) {
+  const ImagePipeline p(std::move(chain), {DType::kUInt8, Layout::kHWC});
+  const std::vector<uint8_t> png = testing::encode_png(image);
+  std::vector<uint8_t> out(p.output_spec().num_bytes());
+  SampleRng rng(1, 0, 0);
+  std::vector<BoundingBox> none;
+  p.apply_tracked({png.data(), png.size()}, rng, out.data(), boxes != nullptr ? *boxes : none);
+  return out;
+}
+
+TEST(WarpTest, ACropAfterAWarpComputesOnlyItsWindowWithTheSamePixels) {
+  const Image image = make_pattern(30, 40);
+  const CenterCropSpec whole{{30, 40}};
+  for (const double interpolation : {0.0, 1.0}) {
+    const TransformSpec rotation{"random_rotation", {{"degrees", {25, 25}}, {"interpolation", {interpolation}}}};
+    std::vector<BoundingBox> boxes{{5, 5, 20, 10, 1}};
+    const std::vector<uint8_t> fused = run_chain({whole, rotation, CenterCropSpec{{12, 16}}}, image, &boxes);
+    // The same rotation of the whole image, then the crop (top 9, left 12).
+    SampleImage sample;
+    sample.image = image;
+    std::vector<BoundingBox> expected_boxes{{5, 5, 20, 10, 1}};
+    sample.boxes = &expected_boxes;
+    apply_warp(rotation_warp(30, 40, 25, false, std::nullopt), static_cast<Interpolation>(interpolation), FillArg{},
+               sample);
+    Image expected;
+    pad_crop_image(sample.image, 9, 12, 12, 16, PadMode::kConstant, Fill{}, expected);
+    crop_boxes(&expected_boxes, 9, 12, 12, 16);
+    EXPECT_EQ(boxes, expected_boxes);
+    if (interpolation == 0) {
+      EXPECT_EQ(fused, expected.pixels);  // The nearest kernel computes each pixel the same way.
+    } else {
+      // OpenCV's fixed-point positions depend on the window's origin: a level at most.
+      for (size_t i = 0; i < fused.size(); ++i) ASSERT_LE(std::abs(fused[i] - expected.pixels[i]), 1) << i;
+    }
+  }
+  // A resize after the warp reads the window (and, for a fractional box, the
+  // resize kernel's reach around it): the same pixels as the whole warp
+  // followed by the same group (an identity step on the image in between
+  // keeps the warp whole).
+  const TransformSpec identity{"pad", {{"padding", {0, 0, 0, 0}}, {"padding_mode", {1}}}};
+  for (const TransformSpec& rotation : {TransformSpec{"random_rotation", {{"degrees", {-40, -40}}}},
+                                        TransformSpec{"random_affine", {{"degrees", {10, 10}}, {"scale", {2, 2}}}}}) {
+    for (const std::vector<TransformSpec>& group :
+         {std::vector<TransformSpec>{ResizeSpec{0, {60, 80}}, CenterCropSpec{{20, 24}}},
+          std::vector<TransformSpec>{ResizeSpec{0, {47, 61}}, CenterCropSpec{{20, 24}}},
+          std::vector<TransformSpec>{ResizeSpec{0, {20, 24}}}}) {
+      std::vector<TransformSpec> fused{whole, rotation}, separate{whole, rotation, identity};
+      fused.insert(fused.end(), group.begin(), group.end());
+      separate.insert(separate.end(), group.begin(), group.end());
+      EXPECT_EQ(run_chain(fused, image), run_chain(separate, image));
+    }
+  }
+}
+
 TEST(WarpTest, StepsDrawSameWarpForSameStream) {
   const auto step = make_transform_step({"random_rotation", {{"degrees", {-30, 10}}}});
   SampleRng a(3, 1, 4), b(3, 1, 4);
