@@ -18,8 +18,9 @@ struct BoundingBox {
 
 /// Where a transformed image's pixels come from: output pixel edge (y, x)
 /// maps to source position (y0 + y * sy, x0 + x * sx), then the output is
-/// mirrored horizontally when `flip`. Reported by a SampleTransform so that
-/// annotations follow the image's crops, resizes and flips.
+/// mirrored horizontally when `flip`, vertically when `vflip`. Used by the
+/// image pipeline so that annotations follow the image's crops, resizes and
+/// flips.
 struct SampleGeometry {
   double x0 = 0;
   double y0 = 0;
@@ -28,6 +29,7 @@ struct SampleGeometry {
   bool flip = false;
   int out_height = 0;
   int out_width = 0;
+  bool vflip = false;
 };
 
 /// Maps boxes of the source image onto the transformed image: boxes entirely

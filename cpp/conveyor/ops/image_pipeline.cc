@@ -14,6 +14,7 @@
 #include "conveyor/ops/image_decoder.h"
 #include "conveyor/ops/raw_decoder.h"
 #include "conveyor/ops/resize.h"
+#include "conveyor/ops/transforms/warp.h"
 
 namespace conveyor {
 
@@ -141,7 +142,13 @@ void materialize(const ImageView& view, bool flip, Image& dst) {
 void move_boxes(std::vector<BoundingBox>* boxes, const SamplePlan& s) {
   if (boxes == nullptr) return;
   const Placement& p = s.placement;
-  *boxes = transform_boxes(*boxes, {p.x0, p.y0, p.sx, p.sy, p.flip, s.out.height, s.out.width});
+  *boxes = transform_boxes(*boxes, {p.x0, p.y0, p.sx, p.sy, p.flip, s.out.height, s.out.width, p.vflip});
+}
+
+// A vertical flip costs nothing: the view's rows in reverse order.
+ImageView flipped_vertically(const ImageView& view, bool vflip) {
+  if (!vflip || view.height == 0) return view;
+  return {view.row(view.height - 1), view.height, view.width, view.channels, -view.stride};
 }
 
 }  // namespace
@@ -200,22 +207,28 @@ struct ImagePipeline::Plan {
 
   // The leading group's decode request: the region of the source box, and
   // how far it may be DCT-downscaled.
-  detail::DecodeRequest decode_request(const SamplePlan& s, const ImageInfo& info) const {
-    // The decoded region: the box itself when its edges are whole pixels (a
-    // crop: PIL crops, then resizes), else the box grown by the resize
-    // kernel's reach, so the samples near its edges see their real neighbours.
+  // The part of a width x height image a covered group reads: the box itself
+  // when its edges are whole pixels (a crop: PIL crops, then resizes), else
+  // the box grown by the resize kernel's reach, so the samples near its
+  // edges see their real neighbours.
+  static detail::Region region_of(const SamplePlan& s, int width, int height) {
     const Placement& p = s.placement;
     const BoxF& box = s.box;
     const int mx = s.exact ? 0 : static_cast<int>(std::ceil(std::max(p.sx, 1.0))) + 1;
     const int my = s.exact ? 0 : static_cast<int>(std::ceil(std::max(p.sy, 1.0))) + 1;
     const int rx0 = std::max(static_cast<int>(std::floor(box.x0 + 1e-6)) - mx, 0);
-    const int rx1 = std::min(static_cast<int>(std::ceil(box.x1 - 1e-6)) + mx, info.width);
+    const int rx1 = std::min(static_cast<int>(std::ceil(box.x1 - 1e-6)) + mx, width);
     const int ry0 = std::max(static_cast<int>(std::floor(box.y0 + 1e-6)) - my, 0);
-    const int ry1 = std::min(static_cast<int>(std::ceil(box.y1 - 1e-6)) + my, info.height);
+    const int ry1 = std::min(static_cast<int>(std::ceil(box.y1 - 1e-6)) + my, height);
+    return {rx0, ry0, rx1 - rx0, ry1 - ry0};
+  }
+
+  detail::DecodeRequest decode_request(const SamplePlan& s, const ImageInfo& info) const {
+    const BoxF& box = s.box;
     detail::DecodeRequest request;
     request.channels = output.channels;
-    request.region = options.crop_decode ? detail::Region{rx0, ry0, rx1 - rx0, ry1 - ry0}
-                                         : detail::Region{0, 0, info.width, info.height};
+    request.region =
+        options.crop_decode ? region_of(s, info.width, info.height) : detail::Region{0, 0, info.width, info.height};
     if (options.dct_scale) {
       // The region may be decoded downscaled as long as the box stays
       // dct_margin times larger than its output rectangle.
@@ -455,6 +468,7 @@ void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* ou
   } else {
     image = plan.resample({}, 0, 0, 1, s, plan.groups[0], scratch);
   }
+  image = flipped_vertically(image, s.placement.vflip);
   move_boxes(boxes, s);
   if (last == 0) {
     plan.write(image, s.placement.flip, out);
@@ -466,7 +480,12 @@ void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* ou
   materialize(image, s.placement.flip, sample.image);
   for (size_t g = 1; g <= last; ++g) {
     const Group& group = plan.groups[g];
-    if (group.image != nullptr) {
+    // A warp followed by crops/resizes computes only the window they read.
+    const auto* warping = group.steps.empty() ? nullptr : dynamic_cast<const WarpingStep*>(group.image);
+    std::optional<Warp> warp;
+    if (warping != nullptr) {
+      warp = warping->draw(sample.image.height, sample.image.width, rng);
+    } else if (group.image != nullptr) {
       sample.boxes = boxes;
       group.image->apply_image(sample, rng);
       sample.boxes = nullptr;
@@ -479,8 +498,22 @@ void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* ou
     if (group.steps.empty()) continue;
     out_size.reset();
     if (g == last) out_size = plan.size;
-    s = plan.place(group, sample.image.height, sample.image.width, out_size, rng);
-    image = plan.resample(sample.image.view(), 0, 0, 1, s, group, scratch);
+    if (warp) {
+      s = plan.place(group, warp->out_height, warp->out_width, out_size, rng);
+      WarpWindow window{0, 0, warp->out_width, warp->out_height};
+      if (s.covered) {
+        const detail::Region r = Plan::region_of(s, warp->out_width, warp->out_height);
+        window = {r.x, r.y, r.width, r.height};
+      }
+      sample.boxes = boxes;
+      const std::array<int, 2> origin = warping->apply_drawn(*warp, sample, &window);
+      sample.boxes = nullptr;
+      image = plan.resample(sample.image.view(), origin[0], origin[1], 1, s, group, scratch);
+    } else {
+      s = plan.place(group, sample.image.height, sample.image.width, out_size, rng);
+      image = plan.resample(sample.image.view(), 0, 0, 1, s, group, scratch);
+    }
+    image = flipped_vertically(image, s.placement.vflip);
     move_boxes(boxes, s);
     if (g == last) {
       plan.write(image, s.placement.flip, out);

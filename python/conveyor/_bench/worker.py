@@ -301,9 +301,7 @@ def cifar_transforms() -> list[Any]:
     from conveyor import transforms as T
     from conveyor._bench.reference import CIFAR_MEAN, CIFAR_STD
 
-    # The recipe is [T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(),
-    # T.Normalize(...)]; RandomCrop is not in this branch yet.
-    return [T.RandomHorizontalFlip(), T.Normalize(CIFAR_MEAN, CIFAR_STD)]
+    return [T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.Normalize(CIFAR_MEAN, CIFAR_STD)]
 
 
 def _cifar_loader(spec: Spec) -> Iterable[Any]:

@@ -14,15 +14,32 @@ Example::
 
 from conveyor.transforms.base import DEFAULT_MAX_PIXELS, Transform, compile_pipeline
 from conveyor.transforms.color import Normalize
-from conveyor.transforms.geometry import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
+from conveyor.transforms.geometry import (
+    CenterCrop,
+    Pad,
+    RandomAffine,
+    RandomCrop,
+    RandomHorizontalFlip,
+    RandomPerspective,
+    RandomResizedCrop,
+    RandomRotation,
+    RandomVerticalFlip,
+    Resize,
+)
 from conveyor.transforms.torchvision import from_torchvision
 
 __all__ = [
     "CenterCrop",
     "DEFAULT_MAX_PIXELS",
     "Normalize",
+    "Pad",
+    "RandomAffine",
+    "RandomCrop",
     "RandomHorizontalFlip",
+    "RandomPerspective",
     "RandomResizedCrop",
+    "RandomRotation",
+    "RandomVerticalFlip",
     "Resize",
     "Transform",
     "compile_pipeline",

@@ -25,7 +25,18 @@ from typing import Any, Callable, Optional, Union
 from conveyor.errors import ConfigError
 from conveyor.transforms.base import Transform
 from conveyor.transforms.color import Normalize
-from conveyor.transforms.geometry import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
+from conveyor.transforms.geometry import (
+    CenterCrop,
+    Pad,
+    RandomAffine,
+    RandomCrop,
+    RandomHorizontalFlip,
+    RandomPerspective,
+    RandomResizedCrop,
+    RandomRotation,
+    RandomVerticalFlip,
+    Resize,
+)
 
 __all__ = ["CONVERTERS", "Converted", "from_torchvision", "is_torchvision"]
 
@@ -110,6 +121,36 @@ CONVERTERS: dict[str, Callable[[Any], Conversion]] = {
     "CenterCrop": lambda obj: [CenterCrop(obj.size)],
     "RandomResizedCrop": _random_resized_crop,
     "RandomHorizontalFlip": lambda obj: [RandomHorizontalFlip(obj.p)],
+    "RandomVerticalFlip": lambda obj: [RandomVerticalFlip(obj.p)],
+    "Pad": lambda obj: [Pad(obj.padding, fill=obj.fill, padding_mode=obj.padding_mode)],
+    "RandomCrop": lambda obj: [
+        RandomCrop(
+            obj.size,
+            padding=obj.padding,
+            pad_if_needed=obj.pad_if_needed,
+            fill=obj.fill,
+            padding_mode=obj.padding_mode,
+        )
+    ],
+    "RandomRotation": lambda obj: [
+        RandomRotation(
+            obj.degrees, interpolation=obj.interpolation, expand=obj.expand, center=obj.center, fill=obj.fill
+        )
+    ],
+    "RandomAffine": lambda obj: [
+        RandomAffine(
+            obj.degrees,
+            translate=obj.translate,
+            scale=obj.scale,
+            shear=obj.shear,
+            interpolation=obj.interpolation,
+            fill=obj.fill,
+            center=obj.center,
+        )
+    ],
+    "RandomPerspective": lambda obj: [
+        RandomPerspective(obj.distortion_scale, p=obj.p, interpolation=obj.interpolation, fill=obj.fill)
+    ],
     # inplace only says whether torchvision may overwrite its input.
     "Normalize": lambda obj: [Normalize(obj.mean, obj.std)],
     "ToTensor": lambda obj: _Dtype("float32"),

@@ -11,8 +11,10 @@
 #include "conveyor/ops/transforms/center_crop.h"
 #include "conveyor/ops/transforms/flip.h"
 #include "conveyor/ops/transforms/normalize.h"
+#include "conveyor/ops/transforms/pad_crop.h"
 #include "conveyor/ops/transforms/random_resized_crop.h"
 #include "conveyor/ops/transforms/resize.h"
+#include "conveyor/ops/transforms/warp.h"
 
 namespace conveyor {
 
@@ -49,9 +51,26 @@ Registry& registry() {
                      {"center_crop", make_center_crop_step},
                      {"random_resized_crop", make_random_resized_crop_step},
                      {"horizontal_flip", make_horizontal_flip_step},
-                     {"normalize", make_normalize_step}},
+                     {"normalize", make_normalize_step},
+                     // Geometry (pad_crop.cc, flip.cc, warp.cc).
+                     {"random_crop", make_random_crop_step},
+                     {"pad", make_pad_step},
+                     {"vertical_flip", make_vertical_flip_step},
+                     {"random_rotation", make_random_rotation_step},
+                     {"random_affine", make_random_affine_step},
+                     {"random_perspective", make_random_perspective_step}},
                     // The functional API's ops, one line each.
-                    {}};
+                    {// Geometry (flip.cc, pad_crop.cc, resize.cc, warp.cc).
+                     {"horizontal_flip", horizontal_flip_function},
+                     {"vertical_flip", vertical_flip_function},
+                     {"crop", crop_function},
+                     {"center_crop", center_crop_function},
+                     {"pad", pad_function},
+                     {"resize", resize_function},
+                     {"resized_crop", resized_crop_function},
+                     {"rotate", rotate_function},
+                     {"affine", affine_function},
+                     {"perspective", perspective_function}}};
   return r;
 }
 
@@ -72,6 +91,7 @@ std::string joined(const std::vector<std::string>& names) {
 
 void Placement::crop(double top, double left, double h, double w) {
   if (flip) left = width - w - left;
+  if (vflip) top = height - h - top;
   x0 += left * sx;
   y0 += top * sy;
   height = h;

@@ -37,12 +37,14 @@ struct TransformSpec {
 
 /// Where one sample's output comes from, built by the geometric steps in
 /// order: output pixel (y, x) samples source position (y0 + y * sy, x0 + x * sx)
-/// (pixel edges), then the image is mirrored if `flip`. `height` x `width` is
-/// the size of the image as the chain has transformed it so far.
+/// (pixel edges), then the image is mirrored left-right if `flip`, top-bottom
+/// if `vflip`. `height` x `width` is the size of the image as the chain has
+/// transformed it so far.
 struct Placement {
   double x0 = 0, y0 = 0, sx = 1, sy = 1;
   bool flip = false;
   double height = 0, width = 0;
+  bool vflip = false;
 
   /// Crops rows [top, top + h) and columns [left, left + w) of the current
   /// image (may reach outside it: padding). A crop after a flip is mirrored.

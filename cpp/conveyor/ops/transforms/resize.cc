@@ -1,11 +1,16 @@
 #include "conveyor/ops/transforms/resize.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "conveyor/core/checked_size.h"
 #include "conveyor/core/error.h"
+#include "conveyor/ops/resize.h"
+#include "conveyor/ops/transforms/pad_crop.h"
 
 namespace conveyor {
 
@@ -80,6 +85,58 @@ std::unique_ptr<const TransformStep> make_resize_step(const TransformParams& par
   args.finish();
   if (size.size() == 1) return std::make_unique<ResizeStep>(size[0], Size2D{}, antialias);
   return std::make_unique<ResizeStep>(0, Size2D{size[0], size[1]}, antialias);
+}
+
+namespace {
+
+// Resamples `view` (all of it) into sample.image at `size`.
+void resize_into(const ImageView& view, Size2D size, bool antialias, SampleImage& sample) {
+  thread_local std::vector<uint8_t> prefiltered;
+  use_single_threaded_opencv();
+  const int c = view.channels;
+  std::vector<uint8_t> out = std::move(sample.spare);
+  out.resize(
+      static_cast<size_t>(checked_mul(checked_mul(size.height, size.width, "a resized image", ErrorKind::kTooLarge), c,
+                                      "a resized image", ErrorKind::kTooLarge)));
+  resize_image(view, {0, 0, static_cast<double>(view.width), static_cast<double>(view.height)}, out.data(), size.height,
+               size.width, static_cast<ptrdiff_t>(size.width) * c, antialias, prefiltered);
+  if (sample.boxes != nullptr) {
+    const double sx = static_cast<double>(view.width) / size.width, sy = static_cast<double>(view.height) / size.height;
+    *sample.boxes = transform_boxes(*sample.boxes, {0, 0, sx, sy, false, size.height, size.width, false});
+  }
+  sample.spare = std::move(sample.image.pixels);
+  sample.image = {size.height, size.width, c, std::move(out)};
+}
+
+int int_arg(TransformArgs& args, std::string_view arg) {
+  const double v = args.number(arg);
+  args.check(v == std::floor(v) && std::abs(v) <= (1 << 30), std::string(arg) + " must be an integer");
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+void resize_function(const TransformParams& params, SampleImage& sample) {
+  TransformArgs args("resize", params);
+  const std::vector<int> size = args.sizes("size", {2});
+  const bool antialias = args.flag("antialias", true);
+  args.finish();
+  resize_into(sample.image.view(), {size[0], size[1]}, antialias, sample);
+}
+
+void resized_crop_function(const TransformParams& params, SampleImage& sample) {
+  TransformArgs args("resized_crop", params);
+  const int top = int_arg(args, "top"), left = int_arg(args, "left");
+  const int height = int_arg(args, "height"), width = int_arg(args, "width");
+  args.check(height > 0 && width > 0, "height and width must be positive");
+  const std::vector<int> size = args.sizes("size", {2});
+  const bool antialias = args.flag("antialias", true);
+  args.finish();
+  // As torchvision: crop (zero padding outside the image), then resize the crop alone.
+  Image cropped;
+  pad_crop_image(sample.image, top, left, height, width, PadMode::kConstant, Fill{}, cropped);
+  crop_boxes(sample.boxes, top, left, height, width);
+  resize_into(cropped.view(), {size[0], size[1]}, antialias, sample);
 }
 
 }  // namespace conveyor

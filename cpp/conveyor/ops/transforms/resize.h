@@ -21,4 +21,12 @@ struct ResizeSpec {
 /// The "resize" factory (listed in registry.cc).
 std::unique_ptr<const TransformStep> make_resize_step(const TransformParams& params);
 
+/// The image functions "resize" (size [h, w], antialias) and "resized_crop"
+/// (top, left, height, width, size [h, w], antialias: a crop, zero-padded
+/// where it leaves the image, then a resize), as
+/// torchvision.transforms.v2.functional's with bilinear interpolation; the
+/// pipeline's resampler (PIL-parity, see resize.h). Listed in registry.cc.
+void resize_function(const TransformParams& params, SampleImage& sample);
+void resized_crop_function(const TransformParams& params, SampleImage& sample);
+
 }  // namespace conveyor

@@ -9,6 +9,31 @@ An image is a uint8 numpy array (H×W×C or H×W) or a uint8 torch tensor
     rotated = F.rotate(image, 30.0)
 """
 
+from conveyor.transforms.functional._geometry import (
+    affine,
+    center_crop,
+    crop,
+    horizontal_flip,
+    pad,
+    perspective,
+    resize,
+    resized_crop,
+    rotate,
+    vertical_flip,
+)
 from conveyor.transforms.functional._image import ImageLike
 
 __all__ = ["ImageLike"]
+# Geometry (_geometry.py).
+__all__ += [
+    "affine",
+    "center_crop",
+    "crop",
+    "horizontal_flip",
+    "pad",
+    "perspective",
+    "resize",
+    "resized_crop",
+    "rotate",
+    "vertical_flip",
+]

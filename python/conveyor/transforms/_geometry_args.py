@@ -1,0 +1,119 @@
+"""Argument checks of the geometric transforms and their functional forms,
+as torchvision's (ConfigError naming the argument instead of ValueError)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from conveyor._checks import is_int, is_real
+from conveyor.errors import ConfigError
+
+#: torchvision's padding modes, in the engine's numbering.
+PADDING_MODES = {"constant": 0, "edge": 1, "reflect": 2, "symmetric": 3}
+
+#: torchvision's InterpolationMode values the warps support, in the engine's numbering.
+INTERPOLATIONS = {"nearest": 0, "bilinear": 1}
+
+#: PIL's integer constants torchvision accepts for them.
+_PIL_INTERPOLATIONS = {0: "nearest", 2: "bilinear"}
+
+
+def is_sequence(value: Any) -> bool:
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
+
+
+def interpolation(name: str, value: Any) -> int:
+    """torchvision's InterpolationMode (an enum member, its string value, or
+    PIL's integer constant) as the engine's number; only nearest and bilinear
+    (what torchvision supports on tensors for warps)."""
+    mode = value
+    if type(value).__name__ == "InterpolationMode":
+        mode = value.value
+    elif is_int(value) and int(value) in _PIL_INTERPOLATIONS:
+        mode = _PIL_INTERPOLATIONS[int(value)]
+    if isinstance(mode, str) and mode in INTERPOLATIONS:
+        return INTERPOLATIONS[mode]
+    raise ConfigError(
+        f"{name}: interpolation must be InterpolationMode.NEAREST or InterpolationMode.BILINEAR "
+        f"(or 'nearest', 'bilinear'), got {value!r}"
+    )
+
+
+def fill(name: str, value: Any) -> list[float]:
+    """A fill: None (zeros), a number, or one number per channel (1 or 3), each in [0, 255]."""
+    if value is None:
+        return [0.0]
+    values = [value] if is_real(value) else list(value) if isinstance(value, (tuple, list)) else None
+    if values is None or len(values) not in (1, 3) or not all(is_real(v) for v in values):
+        raise ConfigError(f"{name}: fill must be a number or a sequence of 1 or 3 numbers, got {value!r}")
+    if not all(0 <= float(v) <= 255 for v in values):
+        raise ConfigError(f"{name}: fill values must be in [0, 255] for uint8 images, got {value!r}")
+    return [float(v) for v in values]
+
+
+def padding(name: str, value: Any) -> list[int]:
+    """torchvision's padding (an int, or 1, 2 or 4 ints) as [left, top, right, bottom]."""
+    if is_int(value):
+        items = [int(value)]
+    elif is_sequence(value) and len(value) in (1, 2, 4) and all(is_int(v) for v in value):
+        items = [int(v) for v in value]
+    else:
+        raise ConfigError(
+            f"{name}: padding must be an int or a 1, 2, or 4 element tuple or list, got {value!r}"
+        )
+    if any(v < 0 for v in items):
+        raise ConfigError(f"{name}: padding must be non-negative, got {value!r}")
+    if len(items) == 1:
+        return items * 4
+    if len(items) == 2:
+        return [items[0], items[1], items[0], items[1]]
+    return items
+
+
+def padding_mode(name: str, value: Any) -> int:
+    if value not in PADDING_MODES:
+        raise ConfigError(
+            f"{name}: padding_mode must be 'constant', 'edge', 'reflect' or 'symmetric', got {value!r}"
+        )
+    return PADDING_MODES[value]
+
+
+def angle_range(name: str, arg: str, value: Any, sizes: tuple[int, ...] = (2,)) -> list[float]:
+    """torchvision's _setup_angle: a number d >= 0 is (-d, d); else a sequence
+    of `sizes` numbers, each (min, max) pair with min <= max."""
+    if is_real(value):
+        if float(value) < 0:
+            raise ConfigError(f"{name}: if {arg} is a single number, it must be positive, got {value!r}")
+        values = [-float(value), float(value)]
+    elif is_sequence(value) and len(value) in sizes and all(is_real(v) for v in value):
+        values = [float(v) for v in value]
+    else:
+        lengths = " or ".join(str(s) for s in sizes)
+        raise ConfigError(f"{name}: {arg} must be a number or a sequence of length {lengths}, got {value!r}")
+    check_ranges(name, arg, values)
+    return values
+
+
+def check_ranges(name: str, arg: str, values: list[float]) -> None:
+    if not all(math.isfinite(v) for v in values):
+        raise ConfigError(f"{name}: {arg} must be finite, got {values!r}")
+    for lo, hi in zip(values[::2], values[1::2]):
+        if lo > hi:
+            raise ConfigError(f"{name}: {arg} must be (min, max) with min <= max, got {values!r}")
+
+
+def pair(name: str, arg: str, value: Any) -> list[float]:
+    if not (is_sequence(value) and len(value) == 2 and all(is_real(v) for v in value)):
+        raise ConfigError(f"{name}: {arg} must be a sequence of 2 numbers, got {value!r}")
+    values = [float(v) for v in value]
+    if not all(math.isfinite(v) for v in values):
+        raise ConfigError(f"{name}: {arg} must be finite, got {value!r}")
+    return values
+
+
+def probability(name: str, value: Any) -> float:
+    if not is_real(value) or not 0.0 <= float(value) <= 1.0:
+        raise ConfigError(f"{name}: p must be a number in [0, 1], got {value!r}")
+    return float(value)
