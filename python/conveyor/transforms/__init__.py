@@ -13,15 +13,37 @@ Example::
 """
 
 from conveyor.transforms.base import DEFAULT_MAX_PIXELS, Transform, compile_pipeline
-from conveyor.transforms.color import Normalize
+from conveyor.transforms.color import (
+    ColorJitter,
+    GaussianBlur,
+    Grayscale,
+    Normalize,
+    RandomAdjustSharpness,
+    RandomAutocontrast,
+    RandomEqualize,
+    RandomGrayscale,
+    RandomInvert,
+    RandomPosterize,
+    RandomSolarize,
+)
 from conveyor.transforms.geometry import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
 
 __all__ = [
     "CenterCrop",
+    "ColorJitter",
     "DEFAULT_MAX_PIXELS",
+    "GaussianBlur",
+    "Grayscale",
     "Normalize",
+    "RandomAdjustSharpness",
+    "RandomAutocontrast",
+    "RandomEqualize",
+    "RandomGrayscale",
     "RandomHorizontalFlip",
+    "RandomInvert",
+    "RandomPosterize",
     "RandomResizedCrop",
+    "RandomSolarize",
     "Resize",
     "Transform",
     "compile_pipeline",
