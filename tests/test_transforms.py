@@ -393,6 +393,16 @@ def test_every_transform_class_names_a_registered_cpp_transform():
         "RandomResizedCrop",
         "RandomHorizontalFlip",
         "Normalize",
+        "ColorJitter",
+        "Grayscale",
+        "RandomGrayscale",
+        "GaussianBlur",
+        "RandomInvert",
+        "RandomPosterize",
+        "RandomSolarize",
+        "RandomAdjustSharpness",
+        "RandomAutocontrast",
+        "RandomEqualize",
     }
 
 
@@ -434,8 +444,10 @@ def test_unknown_transform_names_and_arguments_are_config_errors(own_registry):
     with pytest.raises(conveyor.ConfigError) as info:
         T.compile_pipeline([T.CenterCrop(8), Rotate()])
     assert str(info.value) == (
-        "transform 1 unknown transform 'rotate' (registered: center_crop, horizontal_flip, normalize, "
-        "random_resized_crop, resize)"
+        "transform 1 unknown transform 'rotate' (registered: center_crop, color_jitter, gaussian_blur, "
+        "grayscale, horizontal_flip, normalize, random_adjust_sharpness, random_autocontrast, "
+        "random_equalize, random_grayscale, random_invert, random_posterize, random_resized_crop, "
+        "random_solarize, resize)"
     )
     with pytest.raises(
         conveyor.ConfigError, match=r"^transform 1 RandomHorizontalFlip: unknown argument 'prob'$"

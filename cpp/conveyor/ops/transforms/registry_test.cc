@@ -91,8 +91,11 @@ std::string config_error(std::vector<TransformSpec> chain, ImageOutputSpec outpu
 TEST(TransformRegistryTest, TestOnlyTransformsAreRegisteredFromTheirOwnFile) {
   ASSERT_TRUE(kRegistered);
   const std::vector<std::string> names = registered_transform_names();
-  EXPECT_EQ(names, (std::vector<std::string>{"center_crop", "horizontal_flip", "normalize", "random_resized_crop",
-                                             "resize", "test_invert", "test_top_left"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"center_crop", "color_jitter", "gaussian_blur", "grayscale", "horizontal_flip",
+                                      "normalize", "random_adjust_sharpness", "random_autocontrast", "random_equalize",
+                                      "random_grayscale", "random_invert", "random_posterize", "random_resized_crop",
+                                      "random_solarize", "resize", "test_invert", "test_top_left"}));
 }
 
 TEST(TransformRegistryTest, PointwiseTestTransformRunsInTheOutputPass) {
@@ -152,8 +155,10 @@ TEST(TransformRegistryTest, ImageFunctionsRunByNameWithTheirArguments) {
 
 TEST(TransformRegistryTest, ErrorsNameTheTransformAndTheArgument) {
   EXPECT_EQ(config_error({CenterCropSpec{{4, 4}}, TransformSpec{"rotate", {}}}),
-            "transform 1 unknown transform 'rotate' (registered: center_crop, horizontal_flip, normalize, "
-            "random_resized_crop, resize, test_invert, test_top_left)");
+            "transform 1 unknown transform 'rotate' (registered: center_crop, color_jitter, gaussian_blur, grayscale, "
+            "horizontal_flip, normalize, random_adjust_sharpness, random_autocontrast, random_equalize, "
+            "random_grayscale, random_invert, random_posterize, random_resized_crop, random_solarize, resize, "
+            "test_invert, test_top_left)");
   EXPECT_EQ(config_error({TransformSpec{"resize", {{"sise", {4}}}}}), "transform 0 Resize: size is required");
   EXPECT_EQ(config_error({TransformSpec{"resize", {{"size", {4, 4}}, {"sise", {4}}}}}),
             "transform 0 Resize: unknown argument 'sise'");
