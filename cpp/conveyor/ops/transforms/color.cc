@@ -74,34 +74,67 @@ void adjust_contrast(Image& image, double factor) {
   apply_lut(image, lut);
 }
 
-void adjust_saturation(Image& image, double factor) {
-  if (image.channels != 3) return;  // torchvision: "Match PIL behaviour".
-  const Blend blend(factor);
-  const size_t n = static_cast<size_t>(image.height) * image.width;
-  uint8_t* px = image.pixels.data();
-  for (size_t i = 0; i < n; ++i, px += 3) {
-    const float gray = std::floor(gray_of(px));
-    px[0] = blend(px[0], gray);
-    px[1] = blend(px[1], gray);
-    px[2] = blend(px[2], gray);
+namespace {
+
+// float32 x >= 0 (and < 2^31) without its fraction: fmod(x, 1) is x - whole(x)
+// exactly, floor(x) is whole(x). An int conversion, so that loops vectorise.
+inline float whole(float x) { return static_cast<float>(static_cast<int32_t>(x)); }
+
+// Runs `kernel(r, g, b, n)` on each row of a 3-channel image as three float32
+// planes of the values (0..255), which it rewrites with the results in
+// [0, 255] (truncated on the way back). Planes rather than interleaved
+// pixels so that the per-pixel arithmetic vectorises; thread-local, so no
+// allocation once warm.
+template <typename Kernel>
+void transform_rgb_rows(Image& image, Kernel kernel) {
+  thread_local std::vector<float> planes;
+  const int w = image.width;
+  planes.resize(static_cast<size_t>(w) * 3);
+  float* r = planes.data();
+  float* g = r + w;
+  float* b = g + w;
+  for (int y = 0; y < image.height; ++y) {
+    uint8_t* row = image.pixels.data() + static_cast<size_t>(y) * w * 3;
+    for (int x = 0; x < w; ++x) {
+      r[x] = row[3 * x];
+      g[x] = row[3 * x + 1];
+      b[x] = row[3 * x + 2];
+    }
+    kernel(r, g, b, w);
+    for (int x = 0; x < w; ++x) {
+      row[3 * x] = static_cast<uint8_t>(static_cast<int32_t>(r[x]));
+      row[3 * x + 1] = static_cast<uint8_t>(static_cast<int32_t>(g[x]));
+      row[3 * x + 2] = static_cast<uint8_t>(static_cast<int32_t>(b[x]));
+    }
   }
 }
 
-void adjust_hue(Image& image, double hue_factor) {
-  if (image.channels != 3) return;  // torchvision: "Match PIL behaviour".
-  // torchvision's _rgb_to_hsv and _hsv_to_rgb on the float32 image
-  // (to_dtype_image: x * (1 / 255), back: (x * 255.999) truncated), operation
-  // by operation, so that the float32 rounding is the same.
-  const float hue = static_cast<float>(hue_factor);
-  const float inv255 = static_cast<float>(1.0 / 255);
+// gray_of on float values.
+inline float gray_of(float r, float g, float b) {
+  return fused_multiply_add(b, 0.114f, fused_multiply_add(g, 0.587f, r * 0.2989f));
+}
+
+inline float clamp_255(float v) { return std::min(std::max(v, 0.0f), 255.0f); }
+
+void saturation_planes(float* __restrict r, float* __restrict g, float* __restrict b, int n, float ratio, float alpha) {
+  for (int i = 0; i < n; ++i) {
+    const float gray = whole(gray_of(r[i], g[i], b[i]));  // floor: the value is >= 0
+    r[i] = clamp_255(fused_multiply_add(gray, alpha, r[i] * ratio));
+    g[i] = clamp_255(fused_multiply_add(gray, alpha, g[i] * ratio));
+    b[i] = clamp_255(fused_multiply_add(gray, alpha, b[i] * ratio));
+  }
+}
+
+// adjust_hue on `n` pixels given as three float32 planes (values 0..255),
+// rewritten in place: to_dtype_image (x * float32(1 / 255)), torchvision's
+// _rgb_to_hsv and _hsv_to_rgb operation by operation (so the float32
+// rounding is the same), and back ((x * 255.999) truncated); written without
+// branches so that the compiler vectorises it.
+void hue_planes(float* __restrict r_plane, float* __restrict g_plane, float* __restrict b_plane, int n, float hue,
+                float inv255, float to_u8) {
   const float sixth = static_cast<float>(1.0 / 6.0);
-  const float to_u8 = static_cast<float>(255 + 1.0 - 1e-3);
-  const size_t n = static_cast<size_t>(image.height) * image.width;
-  uint8_t* px = image.pixels.data();
-  for (size_t i = 0; i < n; ++i, px += 3) {
-    const float r = static_cast<float>(px[0]) * inv255;
-    const float g = static_cast<float>(px[1]) * inv255;
-    const float b = static_cast<float>(px[2]) * inv255;
+  for (int i = 0; i < n; ++i) {
+    const float r = r_plane[i] * inv255, g = g_plane[i] * inv255, b = b_plane[i] * inv255;
     const float maxc = std::max(std::max(r, g), b);
     const float minc = std::min(std::min(r, g), b);
     const bool eqc = maxc == minc;
@@ -110,50 +143,65 @@ void adjust_hue(Image& image, double hue_factor) {
     const float divisor = eqc ? 1.0f : range;
     const float rc = (maxc - r) / divisor, gc = (maxc - g) / divisor, bc = (maxc - b) / divisor;
     const bool max_is_not_r = maxc != r, max_is_g = maxc == g;
-    const float hr = max_is_not_r ? 0.0f : bc - gc;
-    const float hg = (max_is_g && max_is_not_r) ? (rc + 2.0f) - bc : 0.0f;
-    const float hb = (max_is_not_r && !max_is_g) ? (gc + 4.0f) - rc : 0.0f;
-    float h = std::fmod((hr + hg + hb) * sixth + 1.0f, 1.0f);
-    // h.add_(hue_factor).remainder_(1.0)
-    h = std::fmod(h + hue, 1.0f);
-    if (h < 0) h += 1.0f;
+    // Every candidate computed, then selected (no conditional arithmetic,
+    // which the compiler would not vectorise).
+    const float hr_value = bc - gc, hg_value = (rc + 2.0f) - bc, hb_value = (gc + 4.0f) - rc;
+    const float hr = max_is_not_r ? 0.0f : hr_value;
+    const float hg = (max_is_g & max_is_not_r) ? hg_value : 0.0f;
+    const float hb = (max_is_not_r & !max_is_g) ? hb_value : 0.0f;
+    // h.mul_(1 / 6).add_(1).fmod_(1): the sum is >= 0 (h >= -1).
+    const float shifted = (hr + hg + hb) * sixth + 1.0f;
+    float h = shifted - whole(shifted);
+    // h.add_(hue_factor).remainder_(1): h + hue is in [-0.5, 1.5).
+    const float moved = h + hue;
+    const float frac = moved - whole(moved), wrapped = frac + 1.0f;
+    h = moved >= 0 ? frac : wrapped;
     const float v = maxc;
 
     const float h6 = h * 6.0f;
-    const float fi = std::floor(h6);
+    const float fi = whole(h6);
     const float f = h6 - fi;
-    int sector = static_cast<int>(fi) % 6;
-    if (sector < 0) sector += 6;
+    const float fi_wrapped = fi - 6.0f;
+    const float sector = fi >= 6.0f ? fi_wrapped : fi;  // h may round up to 1.0
     const float sxf = s * f;
     const float one_minus_s = 1.0f - s;
-    const float q = std::clamp((1.0f - sxf) * v, 0.0f, 1.0f);
-    const float t = std::clamp((sxf + one_minus_s) * v, 0.0f, 1.0f);
-    const float p = std::clamp(one_minus_s * v, 0.0f, 1.0f);
-    float out_r, out_g, out_b;
-    switch (sector) {
-      case 0:
-        out_r = v, out_g = t, out_b = p;
-        break;
-      case 1:
-        out_r = q, out_g = v, out_b = p;
-        break;
-      case 2:
-        out_r = p, out_g = v, out_b = t;
-        break;
-      case 3:
-        out_r = p, out_g = q, out_b = v;
-        break;
-      case 4:
-        out_r = t, out_g = p, out_b = v;
-        break;
-      default:
-        out_r = v, out_g = p, out_b = q;
-        break;
-    }
-    px[0] = static_cast<uint8_t>(out_r * to_u8);
-    px[1] = static_cast<uint8_t>(out_g * to_u8);
-    px[2] = static_cast<uint8_t>(out_b * to_u8);
+    const float q = std::min(std::max((1.0f - sxf) * v, 0.0f), 1.0f);
+    const float t = std::min(std::max((sxf + one_minus_s) * v, 0.0f), 1.0f);
+    const float p = std::min(std::max(one_minus_s * v, 0.0f), 1.0f);
+    // torchvision's vpqt table: r = v q p p t v, g = t v v q p p, b = p p t v v q
+    // (one select at a time, which the compiler turns into vector blends).
+    const bool s0 = sector == 0, s1 = sector == 1, s2 = sector == 2, s3 = sector == 3, s4 = sector == 4;
+    float out = t;
+    out = (s2 | s3) ? p : out;
+    out = s1 ? q : out;
+    r_plane[i] = whole(((s0 | !(s1 | s2 | s3 | s4)) ? v : out) * to_u8);
+    out = p;
+    out = s3 ? q : out;
+    out = (s1 | s2) ? v : out;
+    g_plane[i] = whole((s0 ? t : out) * to_u8);
+    out = q;
+    out = (s3 | s4) ? v : out;
+    out = s2 ? t : out;
+    b_plane[i] = whole(((s0 | s1) ? p : out) * to_u8);
   }
+}
+
+}  // namespace
+
+void adjust_saturation(Image& image, double factor) {
+  if (image.channels != 3) return;  // torchvision: "Match PIL behaviour".
+  const Blend blend(factor);
+  transform_rgb_rows(image, [&blend](float* r, float* g, float* b, int n) {
+    saturation_planes(r, g, b, n, blend.ratio, blend.alpha);
+  });
+}
+
+void adjust_hue(Image& image, double hue_factor) {
+  if (image.channels != 3) return;  // torchvision: "Match PIL behaviour".
+  const float hue = static_cast<float>(hue_factor);
+  const float inv255 = static_cast<float>(1.0 / 255);
+  const float to_u8 = static_cast<float>(255 + 1.0 - 1e-3);
+  transform_rgb_rows(image, [=](float* r, float* g, float* b, int n) { hue_planes(r, g, b, n, hue, inv255, to_u8); });
 }
 
 void rgb_to_grayscale(SampleImage& sample, int num_output_channels) {
