@@ -145,6 +145,19 @@ void BM_TrainChain(benchmark::State& state) {
 }
 BENCHMARK(BM_TrainChain)->ArgName("crop_decode")->Arg(1)->Arg(0);
 
+void BM_TrainChainColorJitter(benchmark::State& state) {
+  // The train chain with ColorJitter(0.4, 0.4, 0.4, 0.1) (state.range(0) = 1)
+  // or with GaussianBlur(23) (2) after the crop.
+  const TransformSpec jitter{
+      "color_jitter",
+      {{"brightness", {0.6, 1.4}}, {"contrast", {0.6, 1.4}}, {"saturation", {0.6, 1.4}}, {"hue", {-0.1, 0.1}}}};
+  const TransformSpec blur{"gaussian_blur", {{"kernel_size", {23}}, {"sigma", {0.1, 2.0}}}};
+  const ImagePipeline p(
+      {RandomResizedCropSpec{{224, 224}}, HorizontalFlipSpec{0.5}, state.range(0) == 1 ? jitter : blur, kImageNet}, {});
+  run_pipeline(state, p);
+}
+BENCHMARK(BM_TrainChainColorJitter)->ArgName("jitter1_blur2")->Arg(1)->Arg(2);
+
 void BM_TrainChainUint8(benchmark::State& state) {
   // The same geometry, uint8 CHW output (normalize on the GPU).
   const ImagePipeline p({RandomResizedCropSpec{{224, 224}}, HorizontalFlipSpec{0.5}}, {DType::kUInt8});

@@ -48,30 +48,15 @@ std::string text(double v) { return format_shortest(v); }
 }  // namespace
 
 void adjust_brightness(Image& image, double factor) {
-  const float f = static_cast<float>(factor);
-  Lut lut;
-  for (int v = 0; v < 256; ++v) lut[v] = clamp_to_u8(static_cast<float>(v) * f);
-  apply_lut(image, lut);
-}
-
-void adjust_contrast(Image& image, double factor) {
-  // The mean of the grayscale image (floored per pixel on 3 channels, as
-  // torchvision does for integer images); the pixel values are integers, so
-  // the sum is exact in int64.
-  int64_t sum = 0;
-  const size_t n = static_cast<size_t>(image.height) * image.width;
-  if (n == 0) return;
-  const uint8_t* px = image.pixels.data();
-  if (image.channels == 3) {
-    for (size_t i = 0; i < n; ++i, px += 3) sum += static_cast<int64_t>(gray_of(px));
-  } else {
-    for (size_t i = 0; i < n; ++i) sum += px[i];
+  // Arithmetic rather than a table: the same float32 values, and the loop
+  // vectorises (factor >= 0, so only the upper clamp can act). Above 256
+  // every non-zero value saturates; the cap keeps 0 * factor at 0.
+  const float f = static_cast<float>(std::min(factor, 256.0));
+  uint8_t* px = image.pixels.data();
+  const size_t n = image.pixels.size();
+  for (size_t i = 0; i < n; ++i) {
+    px[i] = static_cast<uint8_t>(static_cast<int32_t>(std::min(static_cast<float>(px[i]) * f, 255.0f)));
   }
-  const float mean = static_cast<float>(static_cast<double>(sum) / static_cast<double>(n));
-  const Blend blend(factor);
-  Lut lut;
-  for (int v = 0; v < 256; ++v) lut[v] = blend(static_cast<float>(v), mean);
-  apply_lut(image, lut);
 }
 
 namespace {
@@ -188,6 +173,26 @@ void hue_planes(float* __restrict r_plane, float* __restrict g_plane, float* __r
 
 }  // namespace
 
+void adjust_contrast(Image& image, double factor) {
+  // The mean of the grayscale image (floored per pixel on 3 channels, as
+  // torchvision does for integer images); the pixel values are integers, so
+  // the sum is exact in int64.
+  int64_t sum = 0;
+  const size_t n = static_cast<size_t>(image.height) * image.width;
+  if (n == 0) return;
+  const uint8_t* px = image.pixels.data();
+  if (image.channels == 3) {
+    for (size_t i = 0; i < n; ++i, px += 3) sum += static_cast<int64_t>(gray_of(px));
+  } else {
+    for (size_t i = 0; i < n; ++i) sum += px[i];
+  }
+  const float mean = static_cast<float>(static_cast<double>(sum) / static_cast<double>(n));
+  const Blend blend(factor);
+  Lut lut;
+  for (int v = 0; v < 256; ++v) lut[v] = blend(static_cast<float>(v), mean);
+  apply_lut(image, lut);
+}
+
 void adjust_saturation(Image& image, double factor) {
   if (image.channels != 3) return;  // torchvision: "Match PIL behaviour".
   const Blend blend(factor);
@@ -243,11 +248,15 @@ void posterize(Image& image, int bits) {
 }
 
 void solarize(Image& image, double threshold) {
-  // `image >= threshold` compares in float32 (the uint8 image promoted).
-  const float t = static_cast<float>(threshold);
-  Lut lut;
-  for (int v = 0; v < 256; ++v) lut[v] = static_cast<uint8_t>(static_cast<float>(v) >= t ? 255 - v : v);
-  apply_lut(image, lut);
+  // `image >= threshold` compares in float32 (the uint8 image promoted): for
+  // an integer v that is v >= ceil(float32(threshold)), an integer compare
+  // that vectorises.
+  const float t = std::ceil(static_cast<float>(threshold));
+  if (t > 255) return;
+  const int cut = std::max(static_cast<int>(t), 0);
+  uint8_t* px = image.pixels.data();
+  const size_t n = image.pixels.size();
+  for (size_t i = 0; i < n; ++i) px[i] = px[i] >= cut ? static_cast<uint8_t>(255 - px[i]) : px[i];
 }
 
 ColorJitterParams sample_color_jitter(const ColorJitterRanges& ranges, SampleRng& rng) {

@@ -30,6 +30,8 @@ using Pixels = std::vector<uint8_t>;
 TEST(ColorKernelTest, BrightnessMultipliesClampsAndTruncates) {
   EXPECT_EQ(run(adjust_brightness, make_image(1, 1, 3, {100, 200, 3}), 1.5), (Pixels{150, 255, 4}));
   EXPECT_EQ(run(adjust_brightness, make_image(1, 1, 3, {100, 201, 3}), 0.5), (Pixels{50, 100, 1}));
+  // A factor beyond float32 (torch: 0 * inf is NaN, which becomes 0).
+  EXPECT_EQ(run(adjust_brightness, make_image(1, 1, 3, {0, 1, 200}), 1e300), (Pixels{0, 255, 255}));
 }
 
 TEST(ColorKernelTest, ContrastBlendsWithTheMeanOfTheFlooredGrayImage) {
@@ -84,6 +86,8 @@ TEST(ColorKernelTest, InvertPosterizeSolarize) {
   EXPECT_EQ(run(solarize, make_image(1, 3, 1, {127, 128, 200}), 128), (Pixels{127, 127, 55}));
   EXPECT_EQ(run(solarize, make_image(1, 3, 1, {127, 128, 200}), 127.5), (Pixels{127, 127, 55}));
   EXPECT_EQ(run(solarize, make_image(1, 2, 1, {0, 255}), -1), (Pixels{255, 0}));
+  // The threshold is compared in float32: 127.000001 is 127.
+  EXPECT_EQ(run(solarize, make_image(1, 3, 1, {126, 127, 128}), 127.000001), (Pixels{126, 128, 127}));
   EXPECT_EQ(run(solarize, make_image(1, 2, 1, {0, 255}), 255), (Pixels{0, 0}));
 }
 
