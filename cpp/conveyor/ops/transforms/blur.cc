@@ -102,7 +102,7 @@ void adjust_sharpness(SampleImage& sample, double factor) {
                     below[i] + below[i + c];
       const int smooth = (2 * s + 13) / 26;
       const float v = fused_multiply_add(static_cast<float>(smooth - row[i]), alpha, static_cast<float>(row[i]));
-      dst[i] = static_cast<uint8_t>(std::min(std::max(v, 0.0f), 255.0f));
+      dst[i] = static_cast<uint8_t>(std::min(std::max(0.0f, v), 255.0f));  // NaN (0 * inf) -> 0
     }
   }
   std::swap(image.pixels, sample.spare);

@@ -84,6 +84,12 @@ TEST(SharpnessTest, BlendsWithTheSmoothedImageAndKeepsTheBorder) {
   sample = impulse(3, 1, 1, 200);
   adjust_sharpness(sample, 3.0);  // 200 - 2 * (77 - 200) = 446, clamped
   EXPECT_EQ(sample.image.pixels[4], 255);
+  sample = impulse(3, 1, 1, 130);
+  adjust_sharpness(sample, 1e300);  // alpha is -inf: 130 + inf
+  EXPECT_EQ(sample.image.pixels, (Pixels{0, 0, 0, 0, 255, 0, 0, 0, 0}));
+  SampleImage flat{Image{3, 3, 1, Pixels(9, 50)}, {}, nullptr};
+  adjust_sharpness(flat, 1e300);  // 50 + 0 * -inf is NaN: made 0 (not an undefined conversion)
+  EXPECT_EQ(flat.image.pixels, (Pixels{50, 50, 50, 50, 0, 50, 50, 50, 50}));
   SampleImage narrow{Image{2, 5, 1, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}}, {}, nullptr};
   adjust_sharpness(narrow, 0.0);
   EXPECT_EQ(narrow.image.pixels, (Pixels{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));

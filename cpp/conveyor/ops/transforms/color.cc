@@ -19,9 +19,14 @@ namespace {
 
 using Lut = std::array<uint8_t, 256>;
 
+// clamp_(0, 255) of a float32 value. NaN (a factor beyond float32, e.g.
+// 0 * inf) becomes 0, as torch's conversion gives on x86, instead of an
+// undefined conversion: std::max(0, NaN) is 0.
+inline float clamp_255(float v) { return std::min(std::max(0.0f, v), 255.0f); }
+
 // torchvision's uint8 result of a float32 value: clamp_(0, 255) then .to(uint8),
 // which truncates.
-inline uint8_t clamp_to_u8(float v) { return static_cast<uint8_t>(std::min(std::max(v, 0.0f), 255.0f)); }
+inline uint8_t clamp_to_u8(float v) { return static_cast<uint8_t>(clamp_255(v)); }
 
 // v2's rgb_to_grayscale on uint8, in float32: r.mul(0.2989).add_(g, alpha=0.587).add_(b, alpha=0.114).
 inline float gray_of(const uint8_t* px) {
@@ -98,8 +103,6 @@ void transform_rgb_rows(Image& image, Kernel kernel) {
 inline float gray_of(float r, float g, float b) {
   return fused_multiply_add(b, 0.114f, fused_multiply_add(g, 0.587f, r * 0.2989f));
 }
-
-inline float clamp_255(float v) { return std::min(std::max(v, 0.0f), 255.0f); }
 
 void saturation_planes(float* __restrict r, float* __restrict g, float* __restrict b, int n, float ratio, float alpha) {
   for (int i = 0; i < n; ++i) {

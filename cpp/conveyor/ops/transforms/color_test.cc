@@ -49,6 +49,14 @@ TEST(ColorKernelTest, SaturationBlendsWithEachPixelsGrayAndSkipsOneChannel) {
   EXPECT_EQ(run(adjust_saturation, make_image(1, 2, 1, {7, 9}), 0.0), (Pixels{7, 9}));
 }
 
+TEST(ColorKernelTest, FactorsBeyondFloat32AreDefined) {
+  // float32(1e300) is inf: inf - inf is NaN, which becomes 0 (torch's
+  // conversion on x86) rather than an undefined conversion (UBSan checks).
+  EXPECT_EQ(run(adjust_saturation, make_image(1, 1, 3, {200, 100, 0}), 1e300), (Pixels{0, 0, 0}));
+  EXPECT_EQ(run(adjust_contrast, make_image(1, 2, 1, {10, 20}), 1e300), (Pixels{0, 0}));
+  EXPECT_EQ(run(adjust_contrast, make_image(1, 2, 1, {10, 20}), 1e30), (Pixels{0, 255}));
+}
+
 TEST(ColorKernelTest, HueRotatesInHsvAndKeepsGrays) {
   const Image image = make_image(1, 3, 3, {255, 0, 0, 0, 0, 255, 128, 128, 128});
   EXPECT_EQ(run(adjust_hue, image, 1.0 / 3), (Pixels{0, 255, 0, 255, 0, 0, 128, 128, 128}));
