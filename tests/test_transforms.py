@@ -399,6 +399,16 @@ def test_every_transform_class_names_a_registered_cpp_transform():
         "RandomRotation",
         "RandomAffine",
         "RandomPerspective",
+        "ColorJitter",
+        "Grayscale",
+        "RandomGrayscale",
+        "GaussianBlur",
+        "RandomInvert",
+        "RandomPosterize",
+        "RandomSolarize",
+        "RandomAdjustSharpness",
+        "RandomAutocontrast",
+        "RandomEqualize",
     } <= set(T.Transform.registered)
 
 

@@ -23,6 +23,9 @@
 
 #include "conveyor/ops/image_decode.h"
 #include "conveyor/ops/image_pipeline.h"
+#include "conveyor/ops/transforms/blur.h"
+#include "conveyor/ops/transforms/color.h"
+#include "conveyor/ops/transforms/histogram.h"
 
 namespace conveyor {
 namespace {
@@ -142,6 +145,19 @@ void BM_TrainChain(benchmark::State& state) {
 }
 BENCHMARK(BM_TrainChain)->ArgName("crop_decode")->Arg(1)->Arg(0);
 
+void BM_TrainChainColorJitter(benchmark::State& state) {
+  // The train chain with ColorJitter(0.4, 0.4, 0.4, 0.1) (state.range(0) = 1)
+  // or with GaussianBlur(23) (2) after the crop.
+  const TransformSpec jitter{
+      "color_jitter",
+      {{"brightness", {0.6, 1.4}}, {"contrast", {0.6, 1.4}}, {"saturation", {0.6, 1.4}}, {"hue", {-0.1, 0.1}}}};
+  const TransformSpec blur{"gaussian_blur", {{"kernel_size", {23}}, {"sigma", {0.1, 2.0}}}};
+  const ImagePipeline p(
+      {RandomResizedCropSpec{{224, 224}}, HorizontalFlipSpec{0.5}, state.range(0) == 1 ? jitter : blur, kImageNet}, {});
+  run_pipeline(state, p);
+}
+BENCHMARK(BM_TrainChainColorJitter)->ArgName("jitter1_blur2")->Arg(1)->Arg(2);
+
 void BM_TrainChainUint8(benchmark::State& state) {
   // The same geometry, uint8 CHW output (normalize on the GPU).
   const ImagePipeline p({RandomResizedCropSpec{{224, 224}}, HorizontalFlipSpec{0.5}}, {DType::kUInt8});
@@ -155,6 +171,73 @@ void BM_EvalChain(benchmark::State& state) {
   run_pipeline(state, p);
 }
 BENCHMARK(BM_EvalChain);
+
+// --- colour kernels: per-image cost on a 224 x 224 RGB image ---------------
+// The image is the first input resized to 224 x 224; each iteration restores
+// it (a 150 kB copy, the "copy only" row) and runs one kernel in place, as the
+// pipeline's image steps do.
+const Image& image_224() {
+  static const Image image = [] {
+    const ImagePipeline p({ResizeSpec{0, {224, 224}}}, {DType::kUInt8, Layout::kHWC});
+    Image out{224, 224, 3, std::vector<uint8_t>(224 * 224 * 3)};
+    const Bytes& f = images().front();
+    SampleRng rng(0, 0, 0);
+    p.apply({f.data(), f.size()}, rng, out.pixels.data());
+    return out;
+  }();
+  return image;
+}
+
+using ColorKernel = void (*)(SampleImage&);
+
+void run_color_kernel(benchmark::State& state, ColorKernel kernel) {
+  const Image& source = image_224();
+  SampleImage sample{source, {}, nullptr};
+  sample.spare.reserve(source.pixels.size());
+  for (auto _ : state) {
+    sample.image.pixels.assign(source.pixels.begin(), source.pixels.end());
+    sample.image.channels = source.channels;
+    kernel(sample);
+    benchmark::DoNotOptimize(sample.image.pixels.data());
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+const bool kColorBenchmarks = [] {
+  const std::pair<const char*, ColorKernel> kernels[] = {
+      {"copy_only", [](SampleImage&) {}},
+      {"adjust_brightness", [](SampleImage& s) { adjust_brightness(s.image, 1.3); }},
+      {"adjust_contrast", [](SampleImage& s) { adjust_contrast(s.image, 1.3); }},
+      {"adjust_saturation", [](SampleImage& s) { adjust_saturation(s.image, 1.3); }},
+      {"adjust_hue", [](SampleImage& s) { adjust_hue(s.image, 0.1); }},
+      {"rgb_to_grayscale_3", [](SampleImage& s) { rgb_to_grayscale(s, 3); }},
+      {"invert", [](SampleImage& s) { invert(s.image); }},
+      {"posterize", [](SampleImage& s) { posterize(s.image, 4); }},
+      {"solarize", [](SampleImage& s) { solarize(s.image, 128); }},
+      {"gaussian_blur_k23",
+       [](SampleImage& s) {
+         gaussian_blur(s, {23, 23}, {1.5, 1.5});
+       }},
+      {"gaussian_blur_k5",
+       [](SampleImage& s) {
+         gaussian_blur(s, {5, 5}, {1.0, 1.0});
+       }},
+      {"adjust_sharpness", [](SampleImage& s) { adjust_sharpness(s, 2.0); }},
+      {"autocontrast", [](SampleImage& s) { autocontrast(s.image); }},
+      {"equalize", [](SampleImage& s) { equalize(s.image); }},
+      {"color_jitter_0.4_0.4_0.4_0.1",
+       [](SampleImage& s) {
+         ColorJitterParams params;
+         params.brightness = 1.2, params.contrast = 0.8, params.saturation = 1.3, params.hue = 0.05;
+         apply_color_jitter(s.image, params);
+       }},
+  };
+  for (const auto& [name, kernel] : kernels) {
+    benchmark::RegisterBenchmark((std::string("BM_Color224/") + name).c_str(),
+                                 [kernel](benchmark::State& state) { run_color_kernel(state, kernel); });
+  }
+  return true;
+}();
 
 }  // namespace
 }  // namespace conveyor

@@ -13,7 +13,19 @@ Example::
 """
 
 from conveyor.transforms.base import DEFAULT_MAX_PIXELS, Transform, compile_pipeline
-from conveyor.transforms.color import Normalize
+from conveyor.transforms.color import (
+    ColorJitter,
+    GaussianBlur,
+    Grayscale,
+    Normalize,
+    RandomAdjustSharpness,
+    RandomAutocontrast,
+    RandomEqualize,
+    RandomGrayscale,
+    RandomInvert,
+    RandomPosterize,
+    RandomSolarize,
+)
 from conveyor.transforms.geometry import (
     CenterCrop,
     Pad,
@@ -30,15 +42,25 @@ from conveyor.transforms.torchvision import from_torchvision
 
 __all__ = [
     "CenterCrop",
+    "ColorJitter",
     "DEFAULT_MAX_PIXELS",
+    "GaussianBlur",
+    "Grayscale",
     "Normalize",
     "Pad",
+    "RandomAdjustSharpness",
     "RandomAffine",
+    "RandomAutocontrast",
     "RandomCrop",
+    "RandomEqualize",
+    "RandomGrayscale",
     "RandomHorizontalFlip",
+    "RandomInvert",
     "RandomPerspective",
+    "RandomPosterize",
     "RandomResizedCrop",
     "RandomRotation",
+    "RandomSolarize",
     "RandomVerticalFlip",
     "Resize",
     "Transform",

@@ -24,7 +24,19 @@ from typing import Any, Callable, Optional, Union
 
 from conveyor.errors import ConfigError
 from conveyor.transforms.base import Transform
-from conveyor.transforms.color import Normalize
+from conveyor.transforms.color import (
+    ColorJitter,
+    GaussianBlur,
+    Grayscale,
+    Normalize,
+    RandomAdjustSharpness,
+    RandomAutocontrast,
+    RandomEqualize,
+    RandomGrayscale,
+    RandomInvert,
+    RandomPosterize,
+    RandomSolarize,
+)
 from conveyor.transforms.geometry import (
     CenterCrop,
     Pad,
@@ -122,6 +134,19 @@ CONVERTERS: dict[str, Callable[[Any], Conversion]] = {
     "RandomResizedCrop": _random_resized_crop,
     "RandomHorizontalFlip": lambda obj: [RandomHorizontalFlip(obj.p)],
     "RandomVerticalFlip": lambda obj: [RandomVerticalFlip(obj.p)],
+    # Colour: torchvision keeps a ColorJitter factor as its (min, max) range, or None.
+    "ColorJitter": lambda obj: [
+        ColorJitter(brightness=obj.brightness, contrast=obj.contrast, saturation=obj.saturation, hue=obj.hue)
+    ],
+    "Grayscale": lambda obj: [Grayscale(obj.num_output_channels)],
+    "RandomGrayscale": lambda obj: [RandomGrayscale(obj.p)],
+    "GaussianBlur": lambda obj: [GaussianBlur(obj.kernel_size, sigma=obj.sigma)],
+    "RandomInvert": lambda obj: [RandomInvert(obj.p)],
+    "RandomPosterize": lambda obj: [RandomPosterize(obj.bits, p=obj.p)],
+    "RandomSolarize": lambda obj: [RandomSolarize(obj.threshold, p=obj.p)],
+    "RandomAdjustSharpness": lambda obj: [RandomAdjustSharpness(obj.sharpness_factor, p=obj.p)],
+    "RandomAutocontrast": lambda obj: [RandomAutocontrast(obj.p)],
+    "RandomEqualize": lambda obj: [RandomEqualize(obj.p)],
     "Pad": lambda obj: [Pad(obj.padding, fill=obj.fill, padding_mode=obj.padding_mode)],
     "RandomCrop": lambda obj: [
         RandomCrop(

@@ -8,8 +8,11 @@
 
 #include "conveyor/core/error.h"
 #include "conveyor/core/number_format.h"
+#include "conveyor/ops/transforms/blur.h"
 #include "conveyor/ops/transforms/center_crop.h"
+#include "conveyor/ops/transforms/color.h"
 #include "conveyor/ops/transforms/flip.h"
+#include "conveyor/ops/transforms/histogram.h"
 #include "conveyor/ops/transforms/normalize.h"
 #include "conveyor/ops/transforms/pad_crop.h"
 #include "conveyor/ops/transforms/random_resized_crop.h"
@@ -58,7 +61,18 @@ Registry& registry() {
                      {"vertical_flip", make_vertical_flip_step},
                      {"random_rotation", make_random_rotation_step},
                      {"random_affine", make_random_affine_step},
-                     {"random_perspective", make_random_perspective_step}},
+                     {"random_perspective", make_random_perspective_step},
+                     // Colour (color.cc, blur.cc, histogram.cc).
+                     {"color_jitter", make_color_jitter_step},
+                     {"grayscale", make_grayscale_step},
+                     {"random_grayscale", make_random_grayscale_step},
+                     {"gaussian_blur", make_gaussian_blur_step},
+                     {"random_invert", make_random_invert_step},
+                     {"random_posterize", make_random_posterize_step},
+                     {"random_solarize", make_random_solarize_step},
+                     {"random_adjust_sharpness", make_random_adjust_sharpness_step},
+                     {"random_autocontrast", make_random_autocontrast_step},
+                     {"random_equalize", make_random_equalize_step}},
                     // The functional API's ops, one line each.
                     {// Geometry (flip.cc, pad_crop.cc, resize.cc, warp.cc).
                      {"horizontal_flip", horizontal_flip_function},
@@ -70,7 +84,20 @@ Registry& registry() {
                      {"resized_crop", resized_crop_function},
                      {"rotate", rotate_function},
                      {"affine", affine_function},
-                     {"perspective", perspective_function}}};
+                     {"perspective", perspective_function},
+                     // Colour (color.cc, blur.cc, histogram.cc).
+                     {"adjust_brightness", adjust_brightness_function},
+                     {"adjust_contrast", adjust_contrast_function},
+                     {"adjust_saturation", adjust_saturation_function},
+                     {"adjust_hue", adjust_hue_function},
+                     {"rgb_to_grayscale", rgb_to_grayscale_function},
+                     {"gaussian_blur", gaussian_blur_function},
+                     {"invert", invert_function},
+                     {"posterize", posterize_function},
+                     {"solarize", solarize_function},
+                     {"adjust_sharpness", adjust_sharpness_function},
+                     {"autocontrast", autocontrast_function},
+                     {"equalize", equalize_function}}};
   return r;
 }
 

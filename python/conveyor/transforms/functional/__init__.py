@@ -9,6 +9,21 @@ An image is a uint8 numpy array (H×W×C or H×W) or a uint8 torch tensor
     rotated = F.rotate(image, 30.0)
 """
 
+from conveyor.transforms.functional._color import (
+    adjust_brightness,
+    adjust_contrast,
+    adjust_hue,
+    adjust_saturation,
+    adjust_sharpness,
+    autocontrast,
+    equalize,
+    gaussian_blur,
+    invert,
+    posterize,
+    rgb_to_grayscale,
+    solarize,
+    to_grayscale,
+)
 from conveyor.transforms.functional._geometry import (
     affine,
     center_crop,
@@ -23,9 +38,21 @@ from conveyor.transforms.functional._geometry import (
 )
 from conveyor.transforms.functional._image import ImageLike
 
-__all__ = ["ImageLike"]
-# Geometry (_geometry.py).
-__all__ += [
+__all__ = [
+    "ImageLike",
+    "adjust_brightness",
+    "adjust_contrast",
+    "adjust_hue",
+    "adjust_saturation",
+    "adjust_sharpness",
+    "autocontrast",
+    "equalize",
+    "gaussian_blur",
+    "invert",
+    "posterize",
+    "rgb_to_grayscale",
+    "solarize",
+    "to_grayscale",
     "affine",
     "center_crop",
     "crop",

@@ -43,6 +43,8 @@ def apply(op: str, name: str, image: Any, params: Mapping[str, Param]) -> Any:
         out = _run(op, name, hwc, params)
         import torch
 
+        # A 2-D image stays 2-D unless the op gave it channels (rgb_to_grayscale(x, 3)).
+        squeeze = squeeze and out.shape[2] == 1
         result = torch.from_numpy(out[:, :, 0] if squeeze else np.ascontiguousarray(np.moveaxis(out, -1, 0)))
         return result.to(image.device)
     if not isinstance(image, np.ndarray):
@@ -53,7 +55,7 @@ def apply(op: str, name: str, image: Any, params: Mapping[str, Param]) -> Any:
         )
     squeeze = image.ndim == 2
     out = _run(op, name, image[:, :, None] if squeeze else image, params)
-    return out[:, :, 0] if squeeze else out
+    return out[:, :, 0] if squeeze and out.shape[2] == 1 else out
 
 
 def _run(op: str, name: str, hwc: np.ndarray, params: Mapping[str, Param]) -> np.ndarray:

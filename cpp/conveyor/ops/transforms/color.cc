@@ -1,0 +1,460 @@
+#include "conveyor/ops/transforms/color.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "conveyor/core/error.h"
+#include "conveyor/core/number_format.h"
+#include "conveyor/ops/transforms/image_step.h"
+#include "conveyor/ops/transforms/torch_arithmetic.h"
+
+namespace conveyor {
+
+namespace {
+
+using Lut = std::array<uint8_t, 256>;
+
+// clamp_(0, 255) of a float32 value. NaN (a factor beyond float32, e.g.
+// 0 * inf) becomes 0, as torch's conversion gives on x86, instead of an
+// undefined conversion: std::max(0, NaN) is 0.
+inline float clamp_255(float v) { return std::min(std::max(0.0f, v), 255.0f); }
+
+// torchvision's uint8 result of a float32 value: clamp_(0, 255) then .to(uint8),
+// which truncates.
+inline uint8_t clamp_to_u8(float v) { return static_cast<uint8_t>(clamp_255(v)); }
+
+// v2's rgb_to_grayscale on uint8, in float32: r.mul(0.2989).add_(g, alpha=0.587).add_(b, alpha=0.114).
+inline float gray_of(const uint8_t* px) {
+  float l = static_cast<float>(px[0]) * 0.2989f;
+  l = fused_multiply_add(static_cast<float>(px[1]), 0.587f, l);
+  return fused_multiply_add(static_cast<float>(px[2]), 0.114f, l);
+}
+
+void apply_lut(Image& image, const Lut& lut) {
+  for (uint8_t& v : image.pixels) v = lut[v];
+}
+
+// _blend(image1, image2, ratio) = image1.mul(ratio).add_(image2, alpha=1 - ratio),
+// clamped and truncated; ratio and 1 - ratio as torch passes them (the latter
+// computed in double, then float32).
+struct Blend {
+  float ratio, alpha;
+  explicit Blend(double r) : ratio(static_cast<float>(r)), alpha(static_cast<float>(1.0 - r)) {}
+  uint8_t operator()(float x, float other) const { return clamp_to_u8(fused_multiply_add(other, alpha, x * ratio)); }
+};
+
+std::string text(double v) { return format_shortest(v); }
+
+}  // namespace
+
+void adjust_brightness(Image& image, double factor) {
+  // Arithmetic rather than a table: the same float32 values, and the loop
+  // vectorises (factor >= 0, so only the upper clamp can act). Above 256
+  // every non-zero value saturates; the cap keeps 0 * factor at 0.
+  const float f = static_cast<float>(std::min(factor, 256.0));
+  uint8_t* px = image.pixels.data();
+  const size_t n = image.pixels.size();
+  for (size_t i = 0; i < n; ++i) {
+    px[i] = static_cast<uint8_t>(static_cast<int32_t>(std::min(static_cast<float>(px[i]) * f, 255.0f)));
+  }
+}
+
+namespace {
+
+// float32 x >= 0 (and < 2^31) without its fraction: fmod(x, 1) is x - whole(x)
+// exactly, floor(x) is whole(x). An int conversion, so that loops vectorise.
+inline float whole(float x) { return static_cast<float>(static_cast<int32_t>(x)); }
+
+// Runs `kernel(r, g, b, n)` on each row of a 3-channel image as three float32
+// planes of the values (0..255), which it rewrites with the results in
+// [0, 255] (truncated on the way back). Planes rather than interleaved
+// pixels so that the per-pixel arithmetic vectorises; thread-local, so no
+// allocation once warm.
+template <typename Kernel>
+void transform_rgb_rows(Image& image, Kernel kernel) {
+  thread_local std::vector<float> planes;
+  const int w = image.width;
+  planes.resize(static_cast<size_t>(w) * 3);
+  float* r = planes.data();
+  float* g = r + w;
+  float* b = g + w;
+  for (int y = 0; y < image.height; ++y) {
+    uint8_t* row = image.pixels.data() + static_cast<size_t>(y) * w * 3;
+    for (int x = 0; x < w; ++x) {
+      r[x] = row[3 * x];
+      g[x] = row[3 * x + 1];
+      b[x] = row[3 * x + 2];
+    }
+    kernel(r, g, b, w);
+    for (int x = 0; x < w; ++x) {
+      row[3 * x] = static_cast<uint8_t>(static_cast<int32_t>(r[x]));
+      row[3 * x + 1] = static_cast<uint8_t>(static_cast<int32_t>(g[x]));
+      row[3 * x + 2] = static_cast<uint8_t>(static_cast<int32_t>(b[x]));
+    }
+  }
+}
+
+// gray_of on float values.
+inline float gray_of(float r, float g, float b) {
+  return fused_multiply_add(b, 0.114f, fused_multiply_add(g, 0.587f, r * 0.2989f));
+}
+
+void saturation_planes(float* __restrict r, float* __restrict g, float* __restrict b, int n, float ratio, float alpha) {
+  for (int i = 0; i < n; ++i) {
+    const float gray = whole(gray_of(r[i], g[i], b[i]));  // floor: the value is >= 0
+    r[i] = clamp_255(fused_multiply_add(gray, alpha, r[i] * ratio));
+    g[i] = clamp_255(fused_multiply_add(gray, alpha, g[i] * ratio));
+    b[i] = clamp_255(fused_multiply_add(gray, alpha, b[i] * ratio));
+  }
+}
+
+// adjust_hue on `n` pixels given as three float32 planes (values 0..255),
+// rewritten in place: to_dtype_image (x * float32(1 / 255)), torchvision's
+// _rgb_to_hsv and _hsv_to_rgb operation by operation (so the float32
+// rounding is the same), and back ((x * 255.999) truncated); written without
+// branches so that the compiler vectorises it.
+void hue_planes(float* __restrict r_plane, float* __restrict g_plane, float* __restrict b_plane, int n, float hue,
+                float inv255, float to_u8) {
+  const float sixth = static_cast<float>(1.0 / 6.0);
+  for (int i = 0; i < n; ++i) {
+    const float r = r_plane[i] * inv255, g = g_plane[i] * inv255, b = b_plane[i] * inv255;
+    const float maxc = std::max(std::max(r, g), b);
+    const float minc = std::min(std::min(r, g), b);
+    const bool eqc = maxc == minc;
+    const float range = maxc - minc;
+    const float s = range / (eqc ? 1.0f : maxc);
+    const float divisor = eqc ? 1.0f : range;
+    const float rc = (maxc - r) / divisor, gc = (maxc - g) / divisor, bc = (maxc - b) / divisor;
+    const bool max_is_not_r = maxc != r, max_is_g = maxc == g;
+    // Every candidate computed, then selected (no conditional arithmetic,
+    // which the compiler would not vectorise).
+    const float hr_value = bc - gc, hg_value = (rc + 2.0f) - bc, hb_value = (gc + 4.0f) - rc;
+    const float hr = max_is_not_r ? 0.0f : hr_value;
+    const float hg = (max_is_g & max_is_not_r) ? hg_value : 0.0f;
+    const float hb = (max_is_not_r & !max_is_g) ? hb_value : 0.0f;
+    // h.mul_(1 / 6).add_(1).fmod_(1): the sum is >= 0 (h >= -1).
+    const float shifted = (hr + hg + hb) * sixth + 1.0f;
+    float h = shifted - whole(shifted);
+    // h.add_(hue_factor).remainder_(1): h + hue is in [-0.5, 1.5).
+    const float moved = h + hue;
+    const float frac = moved - whole(moved), wrapped = frac + 1.0f;
+    h = moved >= 0 ? frac : wrapped;
+    const float v = maxc;
+
+    const float h6 = h * 6.0f;
+    const float fi = whole(h6);
+    const float f = h6 - fi;
+    const float fi_wrapped = fi - 6.0f;
+    const float sector = fi >= 6.0f ? fi_wrapped : fi;  // h may round up to 1.0
+    const float sxf = s * f;
+    const float one_minus_s = 1.0f - s;
+    const float q = std::min(std::max((1.0f - sxf) * v, 0.0f), 1.0f);
+    const float t = std::min(std::max((sxf + one_minus_s) * v, 0.0f), 1.0f);
+    const float p = std::min(std::max(one_minus_s * v, 0.0f), 1.0f);
+    // torchvision's vpqt table: r = v q p p t v, g = t v v q p p, b = p p t v v q
+    // (one select at a time, which the compiler turns into vector blends).
+    const bool s0 = sector == 0, s1 = sector == 1, s2 = sector == 2, s3 = sector == 3, s4 = sector == 4;
+    float out = t;
+    out = (s2 | s3) ? p : out;
+    out = s1 ? q : out;
+    r_plane[i] = whole(((s0 | !(s1 | s2 | s3 | s4)) ? v : out) * to_u8);
+    out = p;
+    out = s3 ? q : out;
+    out = (s1 | s2) ? v : out;
+    g_plane[i] = whole((s0 ? t : out) * to_u8);
+    out = q;
+    out = (s3 | s4) ? v : out;
+    out = s2 ? t : out;
+    b_plane[i] = whole(((s0 | s1) ? p : out) * to_u8);
+  }
+}
+
+}  // namespace
+
+void adjust_contrast(Image& image, double factor) {
+  // The mean of the grayscale image (floored per pixel on 3 channels, as
+  // torchvision does for integer images); the pixel values are integers, so
+  // the sum is exact in int64.
+  int64_t sum = 0;
+  const size_t n = static_cast<size_t>(image.height) * image.width;
+  if (n == 0) return;
+  const uint8_t* px = image.pixels.data();
+  if (image.channels == 3) {
+    for (size_t i = 0; i < n; ++i, px += 3) sum += static_cast<int64_t>(gray_of(px));
+  } else {
+    for (size_t i = 0; i < n; ++i) sum += px[i];
+  }
+  const float mean = static_cast<float>(static_cast<double>(sum) / static_cast<double>(n));
+  const Blend blend(factor);
+  Lut lut;
+  for (int v = 0; v < 256; ++v) lut[v] = blend(static_cast<float>(v), mean);
+  apply_lut(image, lut);
+}
+
+void adjust_saturation(Image& image, double factor) {
+  if (image.channels != 3) return;  // torchvision: "Match PIL behaviour".
+  const Blend blend(factor);
+  transform_rgb_rows(image, [&blend](float* r, float* g, float* b, int n) {
+    saturation_planes(r, g, b, n, blend.ratio, blend.alpha);
+  });
+}
+
+void adjust_hue(Image& image, double hue_factor) {
+  if (image.channels != 3) return;  // torchvision: "Match PIL behaviour".
+  const float hue = static_cast<float>(hue_factor);
+  const float inv255 = static_cast<float>(1.0 / 255);
+  const float to_u8 = static_cast<float>(255 + 1.0 - 1e-3);
+  transform_rgb_rows(image, [=](float* r, float* g, float* b, int n) { hue_planes(r, g, b, n, hue, inv255, to_u8); });
+}
+
+void rgb_to_grayscale(SampleImage& sample, int num_output_channels) {
+  Image& image = sample.image;
+  const size_t n = static_cast<size_t>(image.height) * image.width;
+  if (image.channels == 3) {
+    // Front to back in place: pixel i is written at or before where it is read.
+    uint8_t* px = image.pixels.data();
+    for (size_t i = 0; i < n; ++i) {
+      const uint8_t l = static_cast<uint8_t>(gray_of(px + 3 * i));
+      if (num_output_channels == 3) {
+        px[3 * i] = px[3 * i + 1] = px[3 * i + 2] = l;
+      } else {
+        px[i] = l;
+      }
+    }
+    if (num_output_channels == 1) {
+      image.pixels.resize(n);
+      image.channels = 1;
+    }
+  } else if (num_output_channels == 3) {
+    sample.spare.resize(n * 3);
+    for (size_t i = 0; i < n; ++i) {
+      sample.spare[3 * i] = sample.spare[3 * i + 1] = sample.spare[3 * i + 2] = image.pixels[i];
+    }
+    std::swap(image.pixels, sample.spare);
+    image.channels = 3;
+  }
+}
+
+void invert(Image& image) {
+  for (uint8_t& v : image.pixels) v = static_cast<uint8_t>(255 - v);
+}
+
+void posterize(Image& image, int bits) {
+  if (bits >= 8) return;
+  const auto mask = static_cast<uint8_t>(((1 << bits) - 1) << (8 - bits));
+  for (uint8_t& v : image.pixels) v &= mask;
+}
+
+void solarize(Image& image, double threshold) {
+  // `image >= threshold` compares in float32 (the uint8 image promoted): for
+  // an integer v that is v >= ceil(float32(threshold)), an integer compare
+  // that vectorises.
+  const float t = std::ceil(static_cast<float>(threshold));
+  if (t > 255) return;
+  const int cut = std::max(static_cast<int>(t), 0);
+  uint8_t* px = image.pixels.data();
+  const size_t n = image.pixels.size();
+  for (size_t i = 0; i < n; ++i) px[i] = px[i] >= cut ? static_cast<uint8_t>(255 - px[i]) : px[i];
+}
+
+ColorJitterParams sample_color_jitter(const ColorJitterRanges& ranges, SampleRng& rng) {
+  ColorJitterParams params;
+  // torch.randperm(4): any uniform permutation (Fisher-Yates).
+  for (int i = 3; i > 0; --i) std::swap(params.order[i], params.order[rng.below(static_cast<uint64_t>(i) + 1)]);
+  const auto draw = [&rng](const std::optional<std::array<double, 2>>& range) -> std::optional<double> {
+    if (!range) return std::nullopt;
+    return rng.uniform((*range)[0], (*range)[1]);
+  };
+  params.brightness = draw(ranges.brightness);
+  params.contrast = draw(ranges.contrast);
+  params.saturation = draw(ranges.saturation);
+  params.hue = draw(ranges.hue);
+  return params;
+}
+
+void apply_color_jitter(Image& image, const ColorJitterParams& params) {
+  for (int op : params.order) {
+    if (op == 0 && params.brightness) adjust_brightness(image, *params.brightness);
+    if (op == 1 && params.contrast) adjust_contrast(image, *params.contrast);
+    if (op == 2 && params.saturation) adjust_saturation(image, *params.saturation);
+    if (op == 3 && params.hue) adjust_hue(image, *params.hue);
+  }
+}
+
+namespace {
+
+// ColorJitter's range: absent, or (lo, hi) within `bound` and increasing; a
+// range that is exactly (center, center) is absent (torchvision's _check_input).
+std::optional<std::array<double, 2>> jitter_range(TransformArgs& args, std::string_view arg, double center,
+                                                  double lo_bound, double hi_bound) {
+  if (!args.has(arg)) return std::nullopt;
+  const std::vector<double> v = args.numbers(arg, 2);
+  args.check(std::isfinite(v[0]) && std::isfinite(v[1]) && lo_bound <= v[0] && v[0] <= v[1] && v[1] <= hi_bound,
+             std::string(arg) + " must be increasing (min, max) within [" + text(lo_bound) + ", " +
+                 (std::isinf(hi_bound) ? std::string("inf") : text(hi_bound)) + "], got (" + text(v[0]) + ", " +
+                 text(v[1]) + ")");
+  if (v[0] == center && v[1] == center) return std::nullopt;
+  return std::array<double, 2>{v[0], v[1]};
+}
+
+double non_negative_factor(TransformArgs& args, std::string_view arg) {
+  const double f = args.number(arg);
+  args.check(f >= 0, std::string(arg) + " must be non-negative, got " + text(f));
+  return f;
+}
+
+int bits_arg(TransformArgs& args) {
+  const double bits = args.number("bits");
+  args.check(bits == std::floor(bits) && bits >= 0 && bits <= 8,
+             "bits must be an integer in [0, 8], got " + text(bits));
+  return static_cast<int>(bits);
+}
+
+double threshold_arg(TransformArgs& args) {
+  const double threshold = args.number("threshold");
+  args.check(threshold <= 255, "threshold must be at most 255 (the uint8 maximum), got " + text(threshold));
+  return threshold;
+}
+
+int output_channels_arg(TransformArgs& args) {
+  const double n = args.number("num_output_channels", 1);
+  args.check(n == 1 || n == 3, "num_output_channels must be 1 or 3, got " + text(n));
+  return static_cast<int>(n);
+}
+
+}  // namespace
+
+std::unique_ptr<const TransformStep> make_color_jitter_step(const TransformParams& params) {
+  TransformArgs args("ColorJitter", params);
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  ColorJitterRanges ranges;
+  ranges.brightness = jitter_range(args, "brightness", 1, 0, kInf);
+  ranges.contrast = jitter_range(args, "contrast", 1, 0, kInf);
+  ranges.saturation = jitter_range(args, "saturation", 1, 0, kInf);
+  ranges.hue = jitter_range(args, "hue", 0, -0.5, 0.5);
+  args.finish();
+  return make_image_step(std::nullopt, [ranges](SampleImage& sample, SampleRng& rng) {
+    apply_color_jitter(sample.image, sample_color_jitter(ranges, rng));
+  });
+}
+
+std::unique_ptr<const TransformStep> make_grayscale_step(const TransformParams& params) {
+  TransformArgs args("Grayscale", params);
+  const int channels = output_channels_arg(args);
+  args.finish();
+  // The pipeline's output channel count is fixed (channels=), so the output
+  // of Grayscale must have it: no silent difference from torchvision's shape.
+  return make_image_step(
+      std::nullopt, [channels](SampleImage& sample, SampleRng& /*rng*/) { rgb_to_grayscale(sample, channels); },
+      [channels](const ChainPlan& chain) {
+        check_config(chain.channels == channels,
+                     "Grayscale: num_output_channels=" + std::to_string(channels) + " gives " +
+                         std::to_string(channels) + "-channel images but the pipeline outputs " +
+                         std::to_string(chain.channels) + " channel(s); pass channels=" + std::to_string(channels) +
+                         " to the loader (or num_output_channels=" + std::to_string(chain.channels) + ")");
+      });
+}
+
+std::unique_ptr<const TransformStep> make_random_grayscale_step(const TransformParams& params) {
+  TransformArgs args("RandomGrayscale", params);
+  const double p = probability_arg(args, 0.1);
+  args.finish();
+  // The output keeps the input's channel count (torchvision).
+  return make_image_step(
+      p, [](SampleImage& sample, SampleRng& /*rng*/) { rgb_to_grayscale(sample, sample.image.channels); });
+}
+
+std::unique_ptr<const TransformStep> make_random_invert_step(const TransformParams& params) {
+  TransformArgs args("RandomInvert", params);
+  const double p = probability_arg(args, 0.5);
+  args.finish();
+  return make_image_step(p, [](SampleImage& sample, SampleRng& /*rng*/) { invert(sample.image); });
+}
+
+std::unique_ptr<const TransformStep> make_random_posterize_step(const TransformParams& params) {
+  TransformArgs args("RandomPosterize", params);
+  const int bits = bits_arg(args);
+  const double p = probability_arg(args, 0.5);
+  args.finish();
+  return make_image_step(p, [bits](SampleImage& sample, SampleRng& /*rng*/) { posterize(sample.image, bits); });
+}
+
+std::unique_ptr<const TransformStep> make_random_solarize_step(const TransformParams& params) {
+  TransformArgs args("RandomSolarize", params);
+  const double threshold = threshold_arg(args);
+  const double p = probability_arg(args, 0.5);
+  args.finish();
+  return make_image_step(p,
+                         [threshold](SampleImage& sample, SampleRng& /*rng*/) { solarize(sample.image, threshold); });
+}
+
+void adjust_brightness_function(const TransformParams& params, SampleImage& sample) {
+  TransformArgs args("adjust_brightness", params);
+  const double factor = non_negative_factor(args, "brightness_factor");
+  args.finish();
+  check_color_channels("adjust_brightness", sample.image);
+  adjust_brightness(sample.image, factor);
+}
+
+void adjust_contrast_function(const TransformParams& params, SampleImage& sample) {
+  TransformArgs args("adjust_contrast", params);
+  const double factor = non_negative_factor(args, "contrast_factor");
+  args.finish();
+  check_color_channels("adjust_contrast", sample.image);
+  adjust_contrast(sample.image, factor);
+}
+
+void adjust_saturation_function(const TransformParams& params, SampleImage& sample) {
+  TransformArgs args("adjust_saturation", params);
+  const double factor = non_negative_factor(args, "saturation_factor");
+  args.finish();
+  check_color_channels("adjust_saturation", sample.image);
+  adjust_saturation(sample.image, factor);
+}
+
+void adjust_hue_function(const TransformParams& params, SampleImage& sample) {
+  TransformArgs args("adjust_hue", params);
+  const double hue = args.number("hue_factor");
+  args.check(hue >= -0.5 && hue <= 0.5, "hue_factor must be in [-0.5, 0.5], got " + text(hue));
+  args.finish();
+  check_color_channels("adjust_hue", sample.image);
+  adjust_hue(sample.image, hue);
+}
+
+void rgb_to_grayscale_function(const TransformParams& params, SampleImage& sample) {
+  TransformArgs args("rgb_to_grayscale", params);
+  const int channels = output_channels_arg(args);
+  args.finish();
+  check_color_channels("rgb_to_grayscale", sample.image);
+  rgb_to_grayscale(sample, channels);
+}
+
+void invert_function(const TransformParams& params, SampleImage& sample) {
+  TransformArgs args("invert", params);
+  args.finish();
+  check_color_channels("invert", sample.image);
+  invert(sample.image);
+}
+
+void posterize_function(const TransformParams& params, SampleImage& sample) {
+  TransformArgs args("posterize", params);
+  const int bits = bits_arg(args);
+  args.finish();
+  check_color_channels("posterize", sample.image);
+  posterize(sample.image, bits);
+}
+
+void solarize_function(const TransformParams& params, SampleImage& sample) {
+  TransformArgs args("solarize", params);
+  const double threshold = threshold_arg(args);
+  args.finish();
+  check_color_channels("solarize", sample.image);
+  solarize(sample.image, threshold);
+}
+
+}  // namespace conveyor

@@ -1,0 +1,114 @@
+#include "conveyor/ops/transforms/histogram.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+
+#include "conveyor/ops/transforms/image_step.h"
+
+namespace conveyor {
+
+namespace {
+
+using Lut = std::array<uint8_t, 256>;
+
+// One table per channel (1 or 3), applied in one pass over the interleaved pixels.
+void apply_luts(Image& image, const std::array<Lut, 3>& luts) {
+  const size_t n = image.pixels.size();
+  uint8_t* px = image.pixels.data();
+  if (image.channels == 1) {
+    for (size_t i = 0; i < n; ++i) px[i] = luts[0][px[i]];
+    return;
+  }
+  for (size_t i = 0; i + 2 < n; i += 3) {
+    px[i] = luts[0][px[i]];
+    px[i + 1] = luts[1][px[i + 1]];
+    px[i + 2] = luts[2][px[i + 2]];
+  }
+}
+
+// Per-channel histograms of 1 or 3 channels.
+std::array<std::array<int64_t, 256>, 3> histograms(const Image& image) {
+  std::array<std::array<int64_t, 256>, 3> hist{};
+  const int c = image.channels;
+  const size_t n = image.pixels.size();
+  const uint8_t* px = image.pixels.data();
+  for (size_t i = 0; i < n; i += c) {
+    for (int k = 0; k < c; ++k) ++hist[k][px[i + k]];
+  }
+  return hist;
+}
+
+}  // namespace
+
+void autocontrast(Image& image) {
+  if (image.pixels.empty()) return;
+  const auto hist = histograms(image);
+  std::array<Lut, 3> luts{};
+  const float inv255 = static_cast<float>(1.0 / 255);
+  for (int k = 0; k < image.channels; ++k) {
+    int lo = 0, hi = 255;
+    while (hist[k][lo] == 0) ++lo;
+    while (hist[k][hi] == 0) --hi;
+    // torchvision: inv_scale = (max - min) * (1 / 255); a constant channel
+    // gets min 0 and scale 1 (unchanged).
+    const float minimum = lo == hi ? 0.0f : static_cast<float>(lo);
+    const float inv_scale = lo == hi ? 1.0f : static_cast<float>(hi - lo) * inv255;
+    for (int v = 0; v < 256; ++v) {
+      luts[k][v] =
+          static_cast<uint8_t>(std::min(std::max((static_cast<float>(v) - minimum) / inv_scale, 0.0f), 255.0f));
+    }
+  }
+  apply_luts(image, luts);
+}
+
+void equalize(Image& image) {
+  if (image.pixels.empty()) return;
+  const auto hist = histograms(image);
+  const int64_t count = static_cast<int64_t>(image.pixels.size()) / image.channels;
+  std::array<Lut, 3> luts{};
+  for (int k = 0; k < image.channels; ++k) {
+    int last = 255;
+    while (hist[k][last] == 0) --last;
+    const int64_t step = (count - hist[k][last]) / 255;
+    if (step == 0) {
+      for (int v = 0; v < 256; ++v) luts[k][v] = static_cast<uint8_t>(v);
+      continue;
+    }
+    int64_t cumulative = 0;
+    luts[k][0] = 0;
+    for (int v = 1; v < 256; ++v) {
+      cumulative += hist[k][v - 1];
+      luts[k][v] = static_cast<uint8_t>(std::min<int64_t>((cumulative + step / 2) / step, 255));
+    }
+  }
+  apply_luts(image, luts);
+}
+
+std::unique_ptr<const TransformStep> make_random_autocontrast_step(const TransformParams& params) {
+  TransformArgs args("RandomAutocontrast", params);
+  const double p = probability_arg(args, 0.5);
+  args.finish();
+  return make_image_step(p, [](SampleImage& sample, SampleRng& /*rng*/) { autocontrast(sample.image); });
+}
+
+std::unique_ptr<const TransformStep> make_random_equalize_step(const TransformParams& params) {
+  TransformArgs args("RandomEqualize", params);
+  const double p = probability_arg(args, 0.5);
+  args.finish();
+  return make_image_step(p, [](SampleImage& sample, SampleRng& /*rng*/) { equalize(sample.image); });
+}
+
+void autocontrast_function(const TransformParams& params, SampleImage& sample) {
+  TransformArgs("autocontrast", params).finish();
+  check_color_channels("autocontrast", sample.image);
+  autocontrast(sample.image);
+}
+
+void equalize_function(const TransformParams& params, SampleImage& sample) {
+  TransformArgs("equalize", params).finish();
+  check_color_channels("equalize", sample.image);
+  equalize(sample.image);
+}
+
+}  // namespace conveyor
