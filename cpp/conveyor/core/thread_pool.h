@@ -86,9 +86,9 @@ class ThreadPool {
   std::condition_variable cv_;
   std::deque<std::function<void()>> tasks_;
   bool stopping_ = false;
-  int target_ = 0;            // Guarded by mu_: threads wanted.
-  int alive_ = 0;             // Guarded by mu_: threads started and not exited.
-  int64_t next_number_ = 0;   // Guarded by resize_mu_: the next thread's name suffix.
+  int target_ = 0;                       // Guarded by mu_: threads wanted.
+  int alive_ = 0;                        // Guarded by mu_: threads started and not exited.
+  int64_t next_number_ = 0;              // Guarded by resize_mu_: the next thread's name suffix.
   std::vector<std::thread::id> exited_;  // Guarded by mu_: exited, not joined yet.
   std::vector<std::thread> threads_;     // Guarded by resize_mu_.
 };
