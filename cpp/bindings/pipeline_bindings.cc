@@ -171,6 +171,7 @@ void bind_pipeline(nb::module_& m) {
       .def_rw("threads", &LoaderOptions::threads)
       .def_rw("io_threads", &LoaderOptions::io_threads)
       .def_rw("prefetch", &LoaderOptions::prefetch)
+      .def_rw("memory_budget", &LoaderOptions::memory_budget)
       .def_rw("on_error", &LoaderOptions::on_error)
       .def_rw("rank", &LoaderOptions::rank)
       .def_rw("world_size", &LoaderOptions::world_size);
@@ -188,7 +189,22 @@ void bind_pipeline(nb::module_& m) {
       .def_ro("batches_ready", &LoaderStats::batches_ready)
       .def_ro("batches_in_flight", &LoaderStats::batches_in_flight)
       .def_ro("buffers_allocated", &LoaderStats::buffers_allocated)
-      .def_ro("buffers_leased", &LoaderStats::buffers_leased);
+      .def_ro("buffers_leased", &LoaderStats::buffers_leased)
+      .def_ro("threads", &LoaderStats::threads)
+      .def_ro("io_threads", &LoaderStats::io_threads)
+      .def_ro("prefetch", &LoaderStats::prefetch)
+      .def_ro("threads_running", &LoaderStats::threads_running)
+      .def_ro("io_threads_running", &LoaderStats::io_threads_running)
+      .def_ro("threads_auto", &LoaderStats::threads_auto)
+      .def_ro("io_threads_auto", &LoaderStats::io_threads_auto)
+      .def_ro("prefetch_auto", &LoaderStats::prefetch_auto)
+      .def_ro("autotune_reason", &LoaderStats::autotune_reason)
+      .def_ro("autotune_changes", &LoaderStats::autotune_changes)
+      .def_ro("demand_per_second", &LoaderStats::demand_per_second)
+      .def_ro("read_latency_seconds", &LoaderStats::read_latency_seconds)
+      .def_ro("process_time_seconds", &LoaderStats::process_time_seconds)
+      .def_ro("usable_cores", &LoaderStats::usable_cores)
+      .def_ro("memory_budget", &LoaderStats::memory_budget);
 
   nb::class_<PythonOwnedLoader>(m, "Loader")
       .def(
@@ -230,6 +246,11 @@ void bind_pipeline(nb::module_& m) {
       .def("stop", &Loader::stop, nb::call_guard<nb::gil_scoped_release>())
       .def("close", &Loader::close, nb::call_guard<nb::gil_scoped_release>())
       .def("skipped", &Loader::skipped, nb::call_guard<nb::gil_scoped_release>())
+      .def("set_parallelism", &Loader::set_parallelism, nb::arg("threads") = 0, nb::arg("io_threads") = 0,
+           nb::arg("prefetch") = 0, nb::call_guard<nb::gil_scoped_release>(),
+           "Sets the pools and prefetch now (0 leaves one as it is); autotune may change the ones it tunes.")
+      .def("autotune_trace", &Loader::autotune_trace, nb::call_guard<nb::gil_scoped_release>(),
+           "Autotune's decision lines since the last call, oldest first.")
       // The engine's lock may be held by a thread waiting for the GIL (a
       // Python allocator or source), so never wait for it holding the GIL.
       .def("stats", &Loader::stats, nb::call_guard<nb::gil_scoped_release>());

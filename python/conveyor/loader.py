@@ -28,6 +28,13 @@ except ImportError:  # pragma: no cover - exercised only without torch
 __all__ = ["Loader"]
 
 _log = logging.getLogger("conveyor")
+# Autotune's decisions with their reasons, when this logger is enabled for
+# INFO (CONVEYOR_AUTOTUNE_LOG=1 prints the same lines to stderr from C++).
+_autotune_log = logging.getLogger("conveyor.autotune")
+
+# The default of threads, io_threads and prefetch: chosen and adjusted by
+# autotune while training (docs/design/autotune.md); an int pins a value.
+AUTO = "auto"
 
 _DTYPES = ("uint8", "float16", "float32")
 _LAYOUTS = ("CHW", "HWC")
@@ -36,6 +43,7 @@ _LAYOUTS = ("CHW", "HWC")
 _WAIT_SLICE_SECONDS = 0.05
 
 Batch = tuple[Any, Any]
+Stat = Union[int, float, bool, str]
 # A batch with (end position, batches done) for the resume state.
 _Marked = tuple[Any, Any, tuple[int, int]]
 
@@ -54,11 +62,19 @@ class Loader:
             the same batches, bit for bit, for any thread counts.
         drop_last: drop the last partial batch (and, distributed, truncate
             rather than pad the epoch).
-        threads: decode/transform threads; None = one per CPU this process
-            may use (its affinity mask, lowered to its cgroup quota).
-        io_threads: concurrent reads; None = 32. Reads wait on storage, so
-            many in flight hide slow disks without more decode threads.
-        prefetch: batches prepared ahead of the consumer.
+        threads: decode/transform threads; "auto" (default) lets autotune
+            choose and adjust them while training: just enough that your
+            loop does not wait, never more than the CPUs this process may
+            use (its affinity mask, lowered to its cgroup quota). An int pins it.
+        io_threads: concurrent reads; "auto" (default): autotune, from the
+            measured read latency and demand. Reads wait on storage, so many
+            in flight hide slow disks without more decode threads.
+        prefetch: batches prepared ahead of the consumer; "auto" (default):
+            autotune, within ``memory_budget``.
+        memory_budget: bytes the batch buffers may hold (prefetched batches
+            plus the one your loop holds); None = a quarter of the memory
+            available when the loader is made. An explicit budget must hold
+            two batches (and a pinned ``prefetch`` + 1).
         device: None or "cpu" for CPU tensors; "cuda", "cuda:1", "mps" or a
             torch.device to receive batches there (CUDA copies overlap the
             consumer's work on a side stream).
@@ -94,9 +110,10 @@ class Loader:
         shuffle: bool = False,
         seed: int = 0,
         drop_last: bool = False,
-        threads: Optional[int] = None,
-        io_threads: Optional[int] = None,
-        prefetch: int = 2,
+        threads: Union[int, str, None] = AUTO,
+        io_threads: Union[int, str, None] = AUTO,
+        prefetch: Union[int, str] = AUTO,
+        memory_budget: Optional[int] = None,
         device: Union[str, Any, None] = None,
         pin_memory: Optional[bool] = None,
         on_error: str = "raise",
@@ -116,13 +133,14 @@ class Loader:
         # Every number is checked against the C++ type that receives it, so
         # that no value reaches the engine as a bare conversion error.
         batch_size = check_int(batch_size, "batch_size", minimum=1)
-        prefetch = check_int(prefetch, "prefetch", minimum=1, maximum=INT_MAX)
+        prefetch = _parallelism(prefetch, "prefetch")
         seed = check_int(seed, "seed", minimum=0, maximum=UINT64_MAX)
         max_pixels = check_int(max_pixels, "max_pixels", minimum=1)
         threads, io_threads = (
-            None if value is None else check_int(value, name, minimum=1, maximum=INT_MAX)
+            _parallelism(AUTO if value is None else value, name)
             for name, value in (("threads", threads), ("io_threads", io_threads))
         )
+        memory_budget = 0 if memory_budget is None else check_int(memory_budget, "memory_budget", minimum=1)
         shuffle, drop_last, progress = (
             check_bool(value, name)
             for name, value in (("shuffle", shuffle), ("drop_last", drop_last), ("progress", progress))
@@ -158,9 +176,10 @@ class Loader:
                 shuffle=shuffle,
                 seed=seed,
                 drop_last=drop_last,
-                threads=threads or 0,
-                io_threads=io_threads or 0,
+                threads=threads,
+                io_threads=io_threads,
                 prefetch=prefetch,
+                memory_budget=memory_budget,
                 on_error=_conveyor.OnError.SKIP if on_error == "skip" else _conveyor.OnError.RAISE,
                 rank=rank,
                 world_size=world_size,
@@ -224,6 +243,9 @@ class Loader:
         for images, second, (position, done) in batches:
             self._position, self._batches_done = position, done
             yield images, second
+            # Hold no batch while waiting for the next: memory_budget counts
+            # only the one the user holds.
+            del images, second
         if iteration == self._iteration:
             self._epoch_finished(epoch)
 
@@ -238,11 +260,15 @@ class Loader:
                     return
                 self._last_address = batch.address
                 mark = (batch.end_position, batch.index + 1)
+                if _autotune_log.isEnabledFor(logging.INFO):
+                    for line in self._engine.autotune_trace():
+                        _autotune_log.info("%s", line)
                 if bar is not None:
                     self._update_bar(bar, batch.size)
                 images = _as_tensor(_conveyor.Batch.images(batch))
                 labels = _from_numpy(_conveyor.Batch.labels(batch))  # Its own memory, not the batch's.
                 yield images, self._targets(batch, labels) if self.source.has_boxes else labels, mark
+                del batch, images, labels  # See _deliver.
         finally:
             if bar is not None:
                 self._update_bar(bar, 0, refresh=True)
@@ -349,15 +375,22 @@ class Loader:
 
     # --- observation ------------------------------------------------------------------
 
-    def stats(self) -> dict[str, Union[int, float]]:
+    def stats(self) -> dict[str, Stat]:
         """Per-stage counters of the current epoch: samples read and processed,
         seconds spent reading, decoding+transforming (summed over threads) and
         waiting for batches (input stall), wall time, queue depth, skipped
-        samples, and ``input_stall``: the fraction of wall time spent waiting."""
+        samples, and ``input_stall``: the fraction of wall time spent waiting.
+        Also the parallelism: ``threads``, ``io_threads``, ``prefetch`` as
+        chosen now (``*_auto``: by autotune, else pinned), the threads alive
+        (``threads_running``, ``io_threads_running``), ``autotune_reason`` (why
+        the last change), ``autotune_changes``, autotune's estimates
+        (``demand_per_second``, ``read_latency_seconds``,
+        ``process_time_seconds``) and its limits (``usable_cores``,
+        ``memory_budget``)."""
         engine_stats = self._engine.stats()
-        stats: dict[str, Union[int, float]] = {name: getattr(engine_stats, name) for name in _STATS}
-        wall = stats["wall_seconds"]
-        stats["input_stall"] = stats["wait_seconds"] / wall if wall > 0 else 0.0
+        stats: dict[str, Stat] = {name: getattr(engine_stats, name) for name in _STATS}
+        wall, wait = float(stats["wall_seconds"]), float(stats["wait_seconds"])
+        stats["input_stall"] = wait / wall if wall > 0 else 0.0
         return stats
 
     def skipped(self) -> list[tuple[str, str]]:
@@ -391,7 +424,29 @@ class Loader:
 
     def _update_bar(self, bar: Any, samples: int, refresh: bool = False) -> None:
         bar.update(samples)
-        bar.set_postfix_str(f"stall {100 * self.stats()['input_stall']:.0f}%", refresh=refresh)
+        bar.set_postfix_str(_progress_text(self.stats()), refresh=refresh)
+
+
+def _parallelism(value: object, name: str) -> int:
+    # "auto" -> 0 (the engine's kAuto), else an int that pins the setting.
+    if isinstance(value, str):
+        if value != AUTO:
+            raise ConfigError(f"{name} must be 'auto' or an int >= 1, got {value!r}")
+        return 0
+    return check_int(value, name, minimum=1, maximum=INT_MAX)
+
+
+def _progress_text(stats: Mapping[str, Any]) -> str:
+    # "stall 0% | threads 2/2 io 24 prefetch 3 (auto)": a pinned value has no
+    # "(auto)"; threads shows chosen/usable cores.
+    def auto(key: str) -> str:
+        return "*" if stats[f"{key}_auto"] else ""
+
+    return (
+        f"stall {100 * stats['input_stall']:.0f}% | threads {stats['threads']}{auto('threads')}/"
+        f"{stats['usable_cores']} io {stats['io_threads']}{auto('io_threads')} "
+        f"prefetch {stats['prefetch']}{auto('prefetch')}"
+    )
 
 
 def _distributed(rank: Optional[int], world_size: Optional[int]) -> tuple[int, int]:
