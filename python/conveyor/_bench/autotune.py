@@ -14,7 +14,8 @@ process on three workloads:
   the middle step on (20 ms steps).
 
 Per run: epoch time (loader creation to the last step), CPU time of the
-process (all threads, getrusage), input stall. Targets (issue 12): auto's
+process (all threads, getrusage), input stall; with ``--repeats R`` each
+setting runs R times (the order alternating) and the median counts. Targets (issue 12): auto's
 epoch time <= 1.05x the best grid point's, its CPU time <= 1.1x that point's,
 and a shorter epoch than the DataLoader default.
 """
@@ -30,6 +31,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
+
+from conveyor.cli import int_at_least
 
 IO_GRID = (1, 4, 16, 64)
 PREFETCH_GRID = (1, 2, 4)
@@ -201,9 +204,23 @@ def _images(data: Optional[str], count: int) -> list[bytes]:
     return [open(p, "rb").read() for p in paths[:count]]
 
 
+def medians(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per setting (in first-run order): the median epoch time over
+    its repeats, with that repeat's other figures."""
+    by_setting: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in runs:
+        by_setting.setdefault((r["kind"], *r["setting"]), []).append(r)
+    rows = []
+    for repeats in by_setting.values():
+        ordered = sorted(repeats, key=lambda r: r["epoch_s"])
+        rows.append({**ordered[(len(ordered) - 1) // 2], "repeats": len(ordered)})
+    return rows
+
+
 def evaluate(runs: Sequence[dict[str, Any]], default: Setting) -> dict[str, Any]:
     """The best fixed point (the grid and the DataLoader default), the
-    DataLoader default, auto, and the targets."""
+    DataLoader default, auto, and the targets, on the medians of repeats."""
+    runs = medians(runs)
     fixed = [r for r in runs if r["kind"] in ("grid", "default")]
     best = min(fixed, key=lambda r: r["epoch_s"])
     auto = next(r for r in runs if r["kind"] == "auto")
@@ -263,10 +280,13 @@ def run(args: argparse.Namespace) -> int:
         steps = workload.quick_steps if args.quick else workload.steps
         plan = [("auto", AUTO), ("default", default)] + [("grid", p) for p in points]
         runs = []
-        for k, (kind, setting) in enumerate(plan):
-            if not args.no_progress:
-                print(f"\r  {workload.name}: run {k + 1}/{len(plan)}", end="", flush=True)
-            runs.append({"kind": kind, **run_point(workload, setting, blobs, steps, model_work)})
+        for repeat in range(args.repeats):
+            # Alternate the order so that drifting machine load hits all alike.
+            for k, (kind, setting) in enumerate(plan if repeat % 2 == 0 else plan[::-1]):
+                if not args.no_progress:
+                    done, total = repeat * len(plan) + k + 1, len(plan) * args.repeats
+                    print(f"\r  {workload.name}: run {done}/{total}", end="", flush=True)
+                runs.append({"kind": kind, **run_point(workload, setting, blobs, steps, model_work)})
         if not args.no_progress:
             print("\r", end="")
         verdict = evaluate(runs, default)
@@ -293,6 +313,9 @@ def add_command(benches: Any) -> None:
     sub.add_argument("--data", metavar="DIR", help="JPEG folder to read (default: 48 generated images)")
     sub.add_argument(
         "--workloads", default="abc", metavar="LETTERS", help="which ones, e.g. 'b' or 'ac' (default abc)"
+    )
+    sub.add_argument(
+        "--repeats", type=int_at_least(1), default=1, metavar="R", help="runs per setting (default 1)"
     )
     sub.add_argument("--quick", action="store_true", help="a tiny grid and a few steps (a smoke test)")
     sub.add_argument("--json", metavar="FILE", help="write every run's figures to FILE")
