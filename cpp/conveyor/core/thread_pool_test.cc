@@ -113,7 +113,6 @@ TEST(ThreadPoolTest, NamesItsThreads) {
 }
 #endif
 
-
 // Waits (yielding) until `done()` holds; false after a generous time, so that
 // a bug becomes a failure, not a hung suite. Not a timing assertion.
 template <typename F>
