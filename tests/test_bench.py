@@ -60,7 +60,7 @@ def test_help_lists_the_sub_commands(capsys):
         main(["bench", "--help"])
     assert exit_.value.code == 0
     text = capsys.readouterr().out
-    for name in ("throughput", "slow-storage", "mnist", "all", "cifar"):
+    for name in ("throughput", "slow-storage", "mnist", "all", "cifar", "autotune"):
         assert name in text
 
 
@@ -414,3 +414,32 @@ def test_quick_cifar_run(tmp_path, data, capsys):
     assert len(stock) == 1 and stock[0]["result"]["images"] == bench.QUICK_CIFAR
     assert stock[0]["spec"]["batch_size"] == 128
     _check_conveyor_side(full, "cifar", stock, "images")
+
+
+def test_quick_autotune_run_reports_the_grid_the_default_and_auto(tmp_path, capsys):
+    from conveyor._bench import autotune
+
+    out_json = str(tmp_path / "a.json")
+    argv = ["bench", "autotune", "--quick", "--workloads", "c", "--json", out_json, "--no-progress"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "workload c: reads 1 ms -> 30 ms mid-run" in printed
+    assert "auto / best: epoch " in printed and "faster than the DataLoader default: " in printed
+    with open(out_json) as f:
+        full = json.load(f)
+    cores = autotune.cores()
+    result = full["workloads"]["c"]
+    kinds = [run["kind"] for run in result["runs"]]
+    assert kinds == ["auto", "default"] + ["grid"] * len(autotune.grid(cores, quick=True))
+    assert [run["setting"] for run in result["runs"][:2]] == [["auto"] * 3, [cores, cores, 2]]
+    assert all(run["steps"] == 4 and run["epoch_s"] > 0 and run["cpu_s"] >= 0 for run in result["runs"])
+    assert result["epoch_ratio"] == pytest.approx(result["auto"]["epoch_s"] / result["best"]["epoch_s"])
+    assert isinstance(result["epoch_target_met"], bool) and isinstance(result["beats_default"], bool)
+
+
+def test_autotune_grid_is_the_issues():
+    from conveyor._bench import autotune
+
+    expected = [(t, i, p) for t in (1, 2) for i in (1, 4, 16, 64) for p in (1, 2, 4)]
+    assert autotune.grid(2, quick=False) == expected
+    assert autotune.dataloader_default(8) == (8, 8, 2)

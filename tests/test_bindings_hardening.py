@@ -33,6 +33,21 @@ STATS_KEYS = {
     "buffers_allocated",
     "buffers_leased",
     "input_stall",
+    "threads",
+    "io_threads",
+    "prefetch",
+    "threads_running",
+    "io_threads_running",
+    "threads_auto",
+    "io_threads_auto",
+    "prefetch_auto",
+    "autotune_reason",
+    "autotune_changes",
+    "demand_per_second",
+    "read_latency_seconds",
+    "process_time_seconds",
+    "usable_cores",
+    "memory_budget",
 }
 
 
@@ -123,7 +138,8 @@ def test_labels_and_boxes_are_arrays_of_their_own() -> None:
 def test_loader_options_defaults_are_the_engines() -> None:
     options = _conveyor.LoaderOptions()
     assert (options.batch_size, options.shuffle, options.shuffle_buffer, options.seed) == (1, False, 0, 0)
-    assert (options.drop_last, options.threads, options.io_threads, options.prefetch) == (False, 0, 0, 2)
+    assert (options.drop_last, options.threads, options.io_threads, options.prefetch) == (False, 0, 0, 0)
+    assert options.memory_budget == 0
     assert (options.on_error, options.rank, options.world_size) == (_conveyor.OnError.RAISE, 0, 1)
 
 

@@ -93,7 +93,7 @@ def test_resume_at_the_same_world_size_is_bit_identical_and_chains(color_folder)
     # A second change of world size starts from where the first one stood.
     fourth, states2 = run_ranks(color_folder, 2, 2, state=states[0])
     assert states2[0]["segment_start"] == states[0]["position"] == 24
-    assert states2[0]["position"] == 24 + 2 * 2 * 2
+    assert states2[0]["position"] == 24 + 3 * 2  # 6 left: 3 per rank (a batch of 2, then 1).
 
 
 def test_drop_last_truncates_what_is_left(color_folder):

@@ -462,7 +462,7 @@ def test_a_pipeline_that_does_not_convert_is_named_in_the_fix(tmp_path):
     assert report.findings[0].fix.split("\n", 1)[1] == (
         "# conveyor.Loader cannot take this pipeline as it is: transforms[2]: ElasticTransform "
         "(torchvision.transforms.transforms.ElasticTransform) has no conveyor equivalent; wrap it as "
-        "T.Lambda(obj) to run it in Python on each image, or leave it out (conveyor converts: "
-        "CenterCrop, ConvertImageDtype, Normalize, PILToTensor, RandomHorizontalFlip, RandomResizedCrop, "
-        "Resize, ToDtype, ToImage, ToPureTensor, ToTensor)"
+        "T.Lambda(obj) to run it in Python on each image, or leave it out "
+        "(conveyor.transforms.torchvision.CONVERTERS lists the classes conveyor converts; docs/migrating.md "
+        "maps each one)"
     )

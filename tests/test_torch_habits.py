@@ -132,9 +132,9 @@ def test_unknown_and_unconvertible_transforms_name_class_and_position(color_fold
         load(color_folder, pipeline)
     assert str(info.value) == (
         "transforms[1][0]: GaussianNoise (torchvision.transforms.v2._misc.GaussianNoise) has no conveyor "
-        "equivalent; wrap it as T.Lambda(obj) to run it in Python on each image, or leave it out (conveyor "
-        "converts: CenterCrop, ConvertImageDtype, Normalize, PILToTensor, RandomHorizontalFlip, "
-        "RandomResizedCrop, Resize, ToDtype, ToImage, ToPureTensor, ToTensor)"
+        "equivalent; wrap it as T.Lambda(obj) to run it in Python on each image, or leave it out "
+        "(conveyor.transforms.torchvision.CONVERTERS lists the classes conveyor converts; docs/migrating.md "
+        "maps each one)"
     )
     nearest = fake("Resize", size=[8], interpolation="nearest", max_size=None, antialias=True)
     with pytest.raises(conveyor.ConfigError) as info:

@@ -171,6 +171,7 @@ void bind_pipeline(nb::module_& m) {
       .def_rw("threads", &LoaderOptions::threads)
       .def_rw("io_threads", &LoaderOptions::io_threads)
       .def_rw("prefetch", &LoaderOptions::prefetch)
+      .def_rw("memory_budget", &LoaderOptions::memory_budget)
       .def_rw("on_error", &LoaderOptions::on_error)
       .def_rw("rank", &LoaderOptions::rank)
       .def_rw("world_size", &LoaderOptions::world_size);
@@ -189,42 +190,59 @@ void bind_pipeline(nb::module_& m) {
       .def_ro("batches_in_flight", &LoaderStats::batches_in_flight)
       .def_ro("buffers_allocated", &LoaderStats::buffers_allocated)
       .def_ro("buffers_leased", &LoaderStats::buffers_leased)
-      .def_ro("samples_per_part", &LoaderStats::samples_per_part);
+      .def_ro("samples_per_part", &LoaderStats::samples_per_part)
+      .def_ro("threads", &LoaderStats::threads)
+      .def_ro("io_threads", &LoaderStats::io_threads)
+      .def_ro("prefetch", &LoaderStats::prefetch)
+      .def_ro("threads_running", &LoaderStats::threads_running)
+      .def_ro("io_threads_running", &LoaderStats::io_threads_running)
+      .def_ro("threads_auto", &LoaderStats::threads_auto)
+      .def_ro("io_threads_auto", &LoaderStats::io_threads_auto)
+      .def_ro("prefetch_auto", &LoaderStats::prefetch_auto)
+      .def_ro("autotune_reason", &LoaderStats::autotune_reason)
+      .def_ro("autotune_changes", &LoaderStats::autotune_changes)
+      .def_ro("demand_per_second", &LoaderStats::demand_per_second)
+      .def_ro("read_latency_seconds", &LoaderStats::read_latency_seconds)
+      .def_ro("process_time_seconds", &LoaderStats::process_time_seconds)
+      .def_ro("usable_cores", &LoaderStats::usable_cores)
+      .def_ro("memory_budget", &LoaderStats::memory_budget);
 
   nb::class_<PythonOwnedLoader>(m, "Loader")
       .def(
           "__init__",
           [](PythonOwnedLoader* self, std::shared_ptr<Source> source, std::shared_ptr<SampleTransform> transform,
              LoaderOptions options, nb::handle allocator) {
-            if (!allocator.is_none()) options.allocator = python_allocator(allocator);
-            new (self) PythonOwnedLoader(std::move(source), std::move(transform), std::move(options));
+    if (!allocator.is_none()) options.allocator = python_allocator(allocator);
+    new (self) PythonOwnedLoader(std::move(source), std::move(transform), std::move(options));
           },
           nb::arg("source"), nb::arg("transform"), nb::arg("options"), nb::kw_only(), nb::arg("allocator") = nb::none(),
           "allocator: optional (allocate(nbytes) -> address, deallocate(address, nbytes)) for batch memory.")
       .def_prop_ro("num_samples", &Loader::num_samples)
       .def_prop_ro("num_batches", &Loader::num_batches)
-      .def_prop_ro("threads", [](const PythonOwnedLoader& l) { return l.options().threads; })
-      .def_prop_ro("io_threads", [](const PythonOwnedLoader& l) { return l.options().io_threads; })
+      .def_prop_ro("threads", [](const PythonOwnedLoader& l) {
+    return l.options().threads; })
+      .def_prop_ro("io_threads", [](const PythonOwnedLoader& l) {
+    return l.options().io_threads; })
       .def("segment_samples", &Loader::segment_samples, nb::arg("segment_start"))
       .def("start_epoch", &Loader::start_epoch, nb::arg("epoch"), nb::arg("start_position") = 0,
            nb::arg("start_batch") = 0, nb::arg("segment_start") = 0, nb::call_guard<nb::gil_scoped_release>())
       .def(
           "next",
           [](PythonOwnedLoader& loader, double timeout_seconds) -> nb::object {
-            NextResult result;
-            {
-              nb::gil_scoped_release release;
-              result = loader.next(std::chrono::duration<double>(timeout_seconds));
-            }
-            switch (result.status) {
-              case NextResult::Status::kBatch:
-                return nb::cast(result.batch);
-              case NextResult::Status::kEnd:
-                return nb::none();
-              case NextResult::Status::kTimeout:
-                return nb::bool_(false);
-            }
-            return nb::none();
+    NextResult result;
+    {
+      nb::gil_scoped_release release;
+      result = loader.next(std::chrono::duration<double>(timeout_seconds));
+    }
+    switch (result.status) {
+      case NextResult::Status::kBatch:
+        return nb::cast(result.batch);
+      case NextResult::Status::kEnd:
+        return nb::none();
+      case NextResult::Status::kTimeout:
+        return nb::bool_(false);
+    }
+    return nb::none();
           },
           nb::arg("timeout"),
           "The next Batch, None at the end of the epoch, False when `timeout` seconds passed first (negative, "
@@ -232,6 +250,11 @@ void bind_pipeline(nb::module_& m) {
       .def("stop", &Loader::stop, nb::call_guard<nb::gil_scoped_release>())
       .def("close", &Loader::close, nb::call_guard<nb::gil_scoped_release>())
       .def("skipped", &Loader::skipped, nb::call_guard<nb::gil_scoped_release>())
+      .def("set_parallelism", &Loader::set_parallelism, nb::arg("threads") = 0, nb::arg("io_threads") = 0,
+           nb::arg("prefetch") = 0, nb::call_guard<nb::gil_scoped_release>(),
+           "Sets the pools and prefetch now (0 leaves one as it is); autotune may change the ones it tunes.")
+      .def("autotune_trace", &Loader::autotune_trace, nb::call_guard<nb::gil_scoped_release>(),
+           "Autotune's decision lines since the last call, oldest first.")
       // The engine's lock may be held by a thread waiting for the GIL (a
       // Python allocator or source), so never wait for it holding the GIL.
       .def("stats", &Loader::stats, nb::call_guard<nb::gil_scoped_release>());

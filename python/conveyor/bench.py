@@ -3,8 +3,9 @@
 Sub-commands: ``throughput`` (ImageNet train and eval pipelines, images/s,
 time to first batch, peak memory of the process tree), ``slow-storage`` (the
 field report's experiment: slow reads, slow steps), ``mnist`` (one epoch of a
-small CNN), ``all`` (those three) and ``cifar`` (one epoch of the CIFAR-10
-training recipe over generated arrays in the CIFAR layout). Each measurement runs in a fresh process
+small CNN), ``all`` (those three), ``cifar`` (one epoch of the CIFAR-10
+training recipe over generated arrays in the CIFAR layout) and ``autotune``
+(fixed settings against autotune, ``conveyor._bench.autotune``). Each measurement runs in a fresh process
 (``conveyor._bench.worker``); the sides alternate over ``--repeats``
 repeats (default 1, the quick demo; ``--repeats 3`` for the full study), so
 drifting machine load hits them alike. The stock side uses torchvision's
@@ -28,6 +29,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Callable, Optional
 
+from conveyor._bench import autotune as autotune_bench
 from conveyor._bench import peers as peer_pipelines
 from conveyor._bench import report
 from conveyor._bench.procmem import TreeMemorySampler
@@ -738,3 +740,4 @@ def add_commands(subparsers: Any) -> None:
         else:
             sub.set_defaults(peers=False)
         sub.set_defaults(run=_run)
+    autotune_bench.add_command(benches)

@@ -29,6 +29,13 @@ except ImportError:  # pragma: no cover - exercised only without torch
 __all__ = ["Loader"]
 
 _log = logging.getLogger("conveyor")
+# Autotune's decisions with their reasons, when this logger is enabled for
+# INFO (CONVEYOR_AUTOTUNE_LOG=1 prints the same lines to stderr from C++).
+_autotune_log = logging.getLogger("conveyor.autotune")
+
+# The default of threads, io_threads and prefetch: chosen and adjusted by
+# autotune while training (docs/design/autotune.md); an int pins a value.
+AUTO = "auto"
 
 _DTYPES = ("uint8", "float16", "float32")
 #: Without torch, seed=None means this seed.
@@ -39,6 +46,7 @@ _LAYOUTS = ("CHW", "HWC")
 _WAIT_SLICE_SECONDS = 0.05
 
 Batch = tuple[Any, Any]
+Stat = Union[int, float, bool, str]
 # A batch with (end position, batches done) for the resume state.
 _Marked = tuple[Any, Any, tuple[int, int]]
 
@@ -66,13 +74,21 @@ class Loader:
             must then make its Loader, as DDP scripts do).
         drop_last: drop the last partial batch (and, distributed, truncate
             rather than pad the epoch).
-        threads: decode/transform threads; None = one per CPU this process
-            may use (its affinity mask, lowered to its cgroup quota).
+        threads: decode/transform threads; "auto" (default) lets autotune
+            choose and adjust them while training: just enough that your
+            loop does not wait, never more than the CPUs this process may
+            use (its affinity mask, lowered to its cgroup quota). An int pins it.
         num_workers: DataLoader's name for ``threads`` (give one of them);
             ``num_workers=0`` (DataLoader: load in the training process) is one thread.
-        io_threads: concurrent reads; None = 32. Reads wait on storage, so
-            many in flight hide slow disks without more decode threads.
-        prefetch: batches prepared ahead of the consumer.
+        io_threads: concurrent reads; "auto" (default): autotune, from the
+            measured read latency and demand. Reads wait on storage, so many
+            in flight hide slow disks without more decode threads.
+        prefetch: batches prepared ahead of the consumer; "auto" (default):
+            autotune, within ``memory_budget``.
+        memory_budget: bytes the batch buffers may hold (prefetched batches
+            plus the one your loop holds); None = a quarter of the memory
+            available when the loader is made. An explicit budget must hold
+            two batches (and a pinned ``prefetch`` + 1).
         device: None or "cpu" for CPU tensors; "cuda", "cuda:1", "mps" or a
             torch.device to receive batches there (CUDA copies overlap the
             consumer's work on a side stream).
@@ -133,10 +149,11 @@ class Loader:
         shuffle: bool = False,
         seed: Optional[int] = None,
         drop_last: bool = False,
-        threads: Optional[int] = None,
+        threads: Union[int, str, None] = AUTO,
         num_workers: Optional[int] = None,
-        io_threads: Optional[int] = None,
-        prefetch: int = 2,
+        io_threads: Union[int, str, None] = AUTO,
+        prefetch: Union[int, str] = AUTO,
+        memory_budget: Optional[int] = None,
         device: Union[str, Any, None] = None,
         pin_memory: Optional[bool] = None,
         on_error: str = "raise",
@@ -182,13 +199,14 @@ class Loader:
         # Every number is checked against the C++ type that receives it, so
         # that no value reaches the engine as a bare conversion error.
         batch_size = check_int(batch_size, "batch_size", minimum=1)
-        prefetch = check_int(prefetch, "prefetch", minimum=1, maximum=INT_MAX)
+        prefetch = _parallelism(prefetch, "prefetch")
         seed = check_int(seed, "seed", minimum=0, maximum=UINT64_MAX)
         max_pixels = check_int(max_pixels, "max_pixels", minimum=1)
         threads, io_threads = (
-            None if value is None else check_int(value, name, minimum=1, maximum=INT_MAX)
+            _parallelism(AUTO if value is None else value, name)
             for name, value in (("threads", threads), ("io_threads", io_threads))
         )
+        memory_budget = 0 if memory_budget is None else check_int(memory_budget, "memory_budget", minimum=1)
         shuffle, drop_last, progress = (
             check_bool(value, name)
             for name, value in (("shuffle", shuffle), ("drop_last", drop_last), ("progress", progress))
@@ -231,9 +249,10 @@ class Loader:
                 shuffle=shuffle,
                 seed=seed,
                 drop_last=drop_last,
-                threads=threads or 0,
-                io_threads=io_threads or 0,
+                threads=threads,
+                io_threads=io_threads,
                 prefetch=prefetch,
+                memory_budget=memory_budget,
                 on_error=_conveyor.OnError.SKIP if on_error == "skip" else _conveyor.OnError.RAISE,
                 rank=rank,
                 world_size=world_size,
@@ -310,6 +329,9 @@ class Loader:
                 if handed == 2:
                     self._count_pass(iteration, epoch)
                 yield images, second
+                # Hold no batch while waiting for the next: memory_budget counts
+                # only the one the user holds.
+                del images, second
         except GeneratorExit:
             if handed <= 1 and iteration == self._iteration:
                 # A peek left behind: the loader's state is again the start
@@ -346,6 +368,9 @@ class Loader:
                 self._last_address = batch.address
                 mark = (batch.end_position, batch.index + 1)
                 self._delivered += batch.size
+                if _autotune_log.isEnabledFor(logging.INFO):
+                    for line in self._engine.autotune_trace():
+                        _autotune_log.info("%s", line)
                 if bar is not None:
                     self._update_bar(bar, batch.size)
                 images = _as_tensor(_conveyor.Batch.images(batch))
@@ -353,6 +378,7 @@ class Loader:
                     images = images.permute(0, 3, 1, 2)
                 labels = _from_numpy(_conveyor.Batch.labels(batch))  # Its own memory, not the batch's.
                 yield images, self._targets(batch, labels) if self.source.has_boxes else labels, mark
+                del batch, images, labels  # See _deliver.
         finally:
             if bar is not None:
                 self._update_bar(bar, 0, refresh=True)
@@ -513,7 +539,7 @@ class Loader:
 
     # --- observation ------------------------------------------------------------------
 
-    def stats(self) -> dict[str, Union[int, float]]:
+    def stats(self) -> dict[str, Stat]:
         """Per-stage counters of the current epoch: samples read and processed,
         seconds spent reading, decoding+transforming (summed over threads) and
         waiting for batches (input stall), wall time, queue depth, skipped
@@ -521,11 +547,18 @@ class Loader:
         ``images_per_second``: images handed out by the pass under way (or the
         last one) per second of its wall time. For a Mix source,
         ``samples_per_source``: the samples each of its sources gave (not
-        skipped) in the epoch so far."""
+        skipped) in the epoch so far.
+        Also the parallelism: ``threads``, ``io_threads``, ``prefetch`` as
+        chosen now (``*_auto``: by autotune, else pinned), the threads alive
+        (``threads_running``, ``io_threads_running``), ``autotune_reason`` (why
+        the last change), ``autotune_changes``, autotune's estimates
+        (``demand_per_second``, ``read_latency_seconds``,
+        ``process_time_seconds``) and its limits (``usable_cores``,
+        ``memory_budget``)."""
         engine_stats = self._engine.stats()
         stats: dict[str, Any] = {name: getattr(engine_stats, name) for name in _STATS}
-        wall = stats["wall_seconds"]
-        stats["input_stall"] = stats["wait_seconds"] / wall if wall > 0 else 0.0
+        wall, wait = float(stats["wall_seconds"]), float(stats["wait_seconds"])
+        stats["input_stall"] = wait / wall if wall > 0 else 0.0
         stats["images_per_second"] = self._delivered / wall if wall > 0 else 0.0
         if isinstance(self.source, Mix):
             stats["samples_per_source"] = list(engine_stats.samples_per_part)
@@ -571,7 +604,29 @@ class Loader:
 
     def _update_bar(self, bar: Any, samples: int, refresh: bool = False) -> None:
         bar.update(samples)
-        bar.set_postfix_str(f"stall {100 * self.stats()['input_stall']:.0f}%", refresh=refresh)
+        bar.set_postfix_str(_progress_text(self.stats()), refresh=refresh)
+
+
+def _parallelism(value: object, name: str) -> int:
+    # "auto" -> 0 (the engine's kAuto), else an int that pins the setting.
+    if isinstance(value, str):
+        if value != AUTO:
+            raise ConfigError(f"{name} must be 'auto' or an int >= 1, got {value!r}")
+        return 0
+    return check_int(value, name, minimum=1, maximum=INT_MAX)
+
+
+def _progress_text(stats: Mapping[str, Any]) -> str:
+    # "stall 0% | threads 2/2 io 24 prefetch 3 (auto)": a pinned value has no
+    # "(auto)"; threads shows chosen/usable cores.
+    def auto(key: str) -> str:
+        return "*" if stats[f"{key}_auto"] else ""
+
+    return (
+        f"stall {100 * stats['input_stall']:.0f}% | threads {stats['threads']}{auto('threads')}/"
+        f"{stats['usable_cores']} io {stats['io_threads']}{auto('io_threads')} "
+        f"prefetch {stats['prefetch']}{auto('prefetch')}"
+    )
 
 
 # What conveyor does instead of each DataLoader argument it has no counterpart for.
@@ -588,8 +643,8 @@ _DATALOADER_ONLY = {
 
 
 def _dataloader_arguments(
-    threads: Optional[int], num_workers: Optional[int], **refused: Any
-) -> Optional[int]:
+    threads: Union[int, str, None], num_workers: Optional[int], **refused: Any
+) -> Union[int, str, None]:
     """``threads`` from DataLoader's names: num_workers is its alias (0, the
     DataLoader's "load in the training process", is one thread); the
     arguments conveyor has no counterpart for are refused, saying why."""
@@ -598,7 +653,7 @@ def _dataloader_arguments(
             raise ConfigError(f"{name}={value!r} is a DataLoader argument: {_DATALOADER_ONLY[name]}")
     if num_workers is None:
         return threads
-    if threads is not None:
+    if threads is not None and threads != AUTO:
         raise ConfigError(
             f"give threads or num_workers (its DataLoader name), not both: got threads={threads!r}, "
             f"num_workers={num_workers!r}"

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -10,16 +11,21 @@
 
 namespace conveyor {
 
-/// A fixed set of worker threads running submitted tasks in FIFO order.
+/// A resizable set of worker threads running submitted tasks in FIFO order.
 ///
 /// conveyor uses two: an io pool for reads (many threads, since reads wait on
 /// storage) and a cpu pool for decode and transforms (one per CPU this process
 /// may use: affinity mask, cgroup quota; core/cpu_count.h).
 /// Tasks must not throw; the pipeline catches and routes errors itself.
 ///
-/// Thread-safety: submit() may be called from any thread, including from a
-/// task. The destructor discards tasks not yet started, waits for running
-/// ones and joins every thread; it must not be called from a pool thread.
+/// resize() changes the number of threads while tasks run: growing starts
+/// threads, shrinking lets the surplus threads exit once they finish the task
+/// they are running (never in the middle of one); no queued task is dropped.
+///
+/// Thread-safety: submit(), resize(), size(), running() and queued() may be
+/// called from any thread, including from a task. The destructor discards
+/// tasks not yet started, waits for running ones and joins every thread; it
+/// must not be called from a pool thread.
 class ThreadPool {
  public:
   /// Starts one thread running `body` and returns it; throws (as std::thread
@@ -40,8 +46,20 @@ class ThreadPool {
   /// Queues `task` to run on one of the threads.
   void submit(std::function<void()> task);
 
-  /// Number of threads.
-  int size() const noexcept { return static_cast<int>(threads_.size()); }
+  /// Sets the number of threads to `num_threads` (>= 1, else Error{kConfig}).
+  /// Growing starts the new threads before it returns; when the OS refuses
+  /// one, the pool keeps the threads it has (no task is lost) and throws the
+  /// constructor's Error. Shrinking returns at once: surplus threads exit
+  /// after their current task and are joined by a later resize() or the
+  /// destructor.
+  void resize(int num_threads);
+
+  /// Number of threads the pool is sized to (the last resize(), or the
+  /// constructor's count).
+  int size() const;
+
+  /// Threads alive now: size() plus those above it still finishing a task.
+  int running() const;
 
   /// Number of tasks queued and not yet started.
   size_t queued() const;
@@ -52,14 +70,27 @@ class ThreadPool {
 
  private:
   void run();
+  // Starts threads until `target` run; mu_ not held. Throws the constructor's
+  // Error (the threads started so far keep running).
+  void grow_to(int target, int asked);
+  // Joins threads that exited after a shrink; `resize_mu_` held.
+  void join_exited();
   // Discards queued tasks, wakes every thread and joins it.
   void stop_and_join() noexcept;
 
+  const std::string name_;
+  ThreadStarter start_;
+  // Serialises resize() and the destructor (they own `threads_`).
+  std::mutex resize_mu_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> tasks_;
   bool stopping_ = false;
-  std::vector<std::thread> threads_;
+  int target_ = 0;                       // Guarded by mu_: threads wanted.
+  int alive_ = 0;                        // Guarded by mu_: threads started and not exited.
+  int64_t next_number_ = 0;              // Guarded by resize_mu_: the next thread's name suffix.
+  std::vector<std::thread::id> exited_;  // Guarded by mu_: exited, not joined yet.
+  std::vector<std::thread> threads_;     // Guarded by resize_mu_.
 };
 
 }  // namespace conveyor

@@ -113,5 +113,122 @@ TEST(ThreadPoolTest, NamesItsThreads) {
 }
 #endif
 
+// Waits (yielding) until `done()` holds; false after a generous time, so that
+// a bug becomes a failure, not a hung suite. Not a timing assertion.
+template <typename F>
+bool eventually(F done) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > give_up) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return true;
+}
+
+TEST(ThreadPoolResizeTest, GrowsAndShrinksThousandsOfTimesWhileTasksRunAndLosesNone) {
+  constexpr int kTasks = 20000;
+  std::atomic<int> done{0};
+  ThreadPool pool(2, "test");
+  std::thread submitter([&] {
+    for (int i = 0; i < kTasks; ++i) pool.submit([&] { ++done; });
+  });
+  std::thread resizer([&] {
+    for (int i = 0; i < 3000; ++i) pool.resize(1 + (i * 7) % 9);
+  });
+  // Tasks resize too (a pool thread may call it).
+  std::atomic<int> resizing_tasks{0};
+  for (int i = 0; i < 50; ++i) {
+    pool.submit([&pool, &resizing_tasks, i] {
+      pool.resize(1 + i % 4);
+      ++resizing_tasks;
+    });
+  }
+  submitter.join();
+  resizer.join();
+  ASSERT_TRUE(eventually([&] { return done.load() == kTasks && resizing_tasks.load() == 50; }));
+  pool.resize(3);
+  EXPECT_EQ(pool.size(), 3);
+  ASSERT_TRUE(eventually([&] { return pool.running() == 3; }));
+}
+
+TEST(ThreadPoolResizeTest, ShrinkingNeverInterruptsARunningTask) {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> started{0}, finished{0};
+  ThreadPool pool(2, "test");
+  for (int i = 0; i < 2; ++i) {
+    pool.submit([&] {
+      ++started;
+      released.wait();
+      ++finished;
+    });
+  }
+  ASSERT_TRUE(eventually([&] { return started.load() == 2; }));
+  pool.resize(1);  // Returns at once: both threads are busy.
+  EXPECT_EQ(pool.size(), 1);
+  EXPECT_EQ(pool.running(), 2);
+  std::promise<void> later;
+  pool.submit([&] { later.set_value(); });  // Queued, not dropped.
+  release.set_value();
+  later.get_future().wait();
+  EXPECT_EQ(finished.load(), 2);
+  ASSERT_TRUE(eventually([&] { return pool.running() == 1; }));
+}
+
+TEST(ThreadPoolResizeTest, AThreadRefusedWhileGrowingKeepsThePoolWorking) {
+  std::atomic<int> started{0};
+  ThreadPool::ThreadStarter starter = [&](std::function<void()> body) {
+    if (started.fetch_add(1) == 2)
+      throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again));
+    return std::thread(std::move(body));
+  };
+  ThreadPool pool(2, "test", starter);
+  try {
+    pool.resize(4);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_STREQ(e.what(), "cannot start thread 3 of 4 of the test pool (Resource temporarily unavailable)");
+  }
+  EXPECT_EQ(pool.size(), 2);
+  EXPECT_EQ(pool.running(), 2);
+  std::promise<void> ran;
+  pool.submit([&] { ran.set_value(); });
+  ran.get_future().wait();
+  pool.resize(3);  // The starter accepts again.
+  EXPECT_EQ(pool.running(), 3);
+}
+
+TEST(ThreadPoolResizeTest, RejectsZeroThreads) {
+  ThreadPool pool(1, "test");
+  try {
+    pool.resize(0);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_STREQ(e.what(), "thread pool size must be >= 1, got 0");
+  }
+  EXPECT_EQ(pool.size(), 1);
+}
+
+TEST(ThreadPoolResizeTest, DestroyedRightAfterResizesJoinsEveryThread) {
+  std::atomic<int> exited{0}, made{0};
+  ThreadPool::ThreadStarter starter = [&](std::function<void()> body) {
+    ++made;
+    return std::thread([body = std::move(body), &exited] {
+      body();
+      ++exited;
+    });
+  };
+  {
+    ThreadPool pool(4, "test", starter);
+    for (int i = 0; i < 200; ++i) {
+      pool.submit([] {});
+      pool.resize(1 + i % 6);
+    }
+  }
+  EXPECT_EQ(exited.load(), made.load());
+}
+
 }  // namespace
 }  // namespace conveyor

@@ -2,9 +2,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <limits>
+#include <utility>
 #include <vector>
 
+#if __has_include(<unistd.h>)
+#include <unistd.h>
+#endif
+
+#include "conveyor/core/cpu_count.h"
 #include "conveyor/core/error.h"
 #include "conveyor/core/number_format.h"
 
@@ -362,6 +371,153 @@ AutotuneDecision AutotuneController::update(const AutotuneWindow& w) {
   window_ = std::min(o.max_window_seconds, 2 * window_);
   d.next_window_seconds = window_;
   return d;
+}
+
+// --- LoaderAutotune ----------------------------------------------------------------
+
+namespace {
+
+constexpr int64_t kNsPerSecond = 1000000000;
+constexpr size_t kTraceLines = 256;
+
+bool env_flag(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && value[0] != '\0' && std::string(value) != "0";
+}
+
+AutotuneOptions with_pins(AutotuneOptions options, const AutotuneSettings& pinned) {
+  options.tune_cpu_threads = pinned.cpu_threads == 0;
+  options.tune_io_threads = pinned.io_threads == 0;
+  options.tune_prefetch = pinned.prefetch == 0;
+  return options;
+}
+
+}  // namespace
+
+LoaderAutotune::LoaderAutotune(int64_t batch_size, int64_t batch_bytes, int64_t memory_budget_bytes,
+                               AutotuneSettings pinned, AutotuneOptions options, std::function<int()> usable_cores)
+    : batch_bytes_(std::max<int64_t>(1, batch_bytes)),
+      memory_budget_bytes_(std::max<int64_t>(0, memory_budget_bytes)),
+      tune_{pinned.cpu_threads == 0, pinned.io_threads == 0, pinned.prefetch == 0},
+      usable_cores_fn_(usable_cores ? std::move(usable_cores) : std::function<int()>(usable_cpu_count)),
+      log_to_stderr_(env_flag("CONVEYOR_AUTOTUNE_LOG")),
+      controller_(batch_size, with_pins(options, pinned)) {
+  usable_cores_ = std::max(1, usable_cores_fn_());
+  AutotuneLimits limits;
+  limits.usable_cores = usable_cores_;
+  limits.batch_bytes = batch_bytes_;
+  // One batch is the consumer's (held while the next is prepared).
+  limits.memory_budget_bytes = std::max<int64_t>(0, memory_budget_bytes_ - batch_bytes_);
+  const AutotuneSettings initial = controller_.initial_settings(limits);
+  chosen_.cpu_threads = tune_[0] ? initial.cpu_threads : pinned.cpu_threads;
+  chosen_.io_threads = tune_[1] ? initial.io_threads : pinned.io_threads;
+  chosen_.prefetch = tune_[2] ? initial.prefetch : pinned.prefetch;
+}
+
+void LoaderAutotune::begin_epoch(int64_t now_ns) {
+  controller_.begin_epoch();
+  epoch_started_ns_ = now_ns;
+  window_start_ns_ = now_ns;
+  window_start_ = {};
+  window_end_ns_ = now_ns + static_cast<int64_t>(controller_.next_window_seconds() * 1e9);
+}
+
+std::optional<AutotuneSettings> LoaderAutotune::observe(int64_t now_ns, const AutotuneCounters& c,
+                                                        const AutotuneSettings& current) {
+  if (now_ns < window_end_ns_ || now_ns <= window_start_ns_) return std::nullopt;
+  if (now_ns - usable_cores_read_ns_ >= kNsPerSecond) {
+    // Affinity and quota can change while training (another job takes cores).
+    usable_cores_ = std::max(1, usable_cores_fn_());
+    usable_cores_read_ns_ = now_ns;
+  }
+  const AutotuneCounters& s = window_start_;
+  AutotuneWindow w;
+  w.seconds = static_cast<double>(now_ns - window_start_ns_) * 1e-9;
+  w.consumer_steps = c.consumer_steps - s.consumer_steps;
+  w.consumer_step_seconds = static_cast<double>(c.consumer_step_ns - s.consumer_step_ns) * 1e-9;
+  w.batches_taken = c.batches_taken - s.batches_taken;
+  // A wait can span windows only in part: never more than the window.
+  w.wait_seconds = std::min(w.seconds, static_cast<double>(c.wait_ns - s.wait_ns) * 1e-9);
+  w.reads_completed = c.reads - s.reads;
+  w.read_seconds = static_cast<double>(c.read_ns - s.read_ns) * 1e-9;
+  w.samples_processed = c.processed - s.processed;
+  w.process_seconds = static_cast<double>(c.process_ns - s.process_ns) * 1e-9;
+  w.batches_ready = c.batches_ready;
+  w.current = current;
+  w.limits.usable_cores = usable_cores_;
+  w.limits.batch_bytes = batch_bytes_;
+  w.limits.memory_budget_bytes = std::max<int64_t>(0, memory_budget_bytes_ - batch_bytes_);
+  window_start_ = c;
+  window_start_ns_ = now_ns;
+  const AutotuneDecision d = controller_.update(w);
+  window_end_ns_ = now_ns + static_cast<int64_t>(d.next_window_seconds * 1e9);
+  chosen_ = d.settings;
+  if (!d.changed) return std::nullopt;
+  ++changes_;
+  reason_ = d.reason;
+  const AutotuneEstimates e = controller_.estimates();
+  trace("conveyor autotune t=" + format_fixed(static_cast<double>(now_ns - epoch_started_ns_) * 1e-9, 3) +
+        "s: threads " + std::to_string(d.settings.cpu_threads) + ", io_threads " +
+        std::to_string(d.settings.io_threads) + ", prefetch " + std::to_string(d.settings.prefetch) + " (" + d.reason +
+        "; demand " + rate(e.demand_per_second) + ", read " + ms(e.read_seconds) + ", process " +
+        ms(e.process_seconds) + ", stall " + format_fixed(e.stall * 100, 1) + "%)");
+  return d.settings;
+}
+
+void LoaderAutotune::note_set(const AutotuneSettings& settings, const std::string& reason) {
+  chosen_ = settings;
+  ++changes_;
+  reason_ = reason;
+  trace("conveyor autotune: threads " + std::to_string(settings.cpu_threads) + ", io_threads " +
+        std::to_string(settings.io_threads) + ", prefetch " + std::to_string(settings.prefetch) + " (" + reason + ")");
+}
+
+AutotuneStatus LoaderAutotune::status() const {
+  AutotuneStatus st;
+  st.chosen = chosen_;
+  st.tuned_cpu_threads = tune_[0];
+  st.tuned_io_threads = tune_[1];
+  st.tuned_prefetch = tune_[2];
+  st.estimates = controller_.estimates();
+  st.reason = reason_;
+  st.changes = changes_;
+  st.usable_cores = usable_cores_;
+  st.memory_budget_bytes = memory_budget_bytes_;
+  return st;
+}
+
+std::vector<std::string> LoaderAutotune::take_trace() {
+  std::vector<std::string> lines(std::make_move_iterator(trace_.begin()), std::make_move_iterator(trace_.end()));
+  trace_.clear();
+  return lines;
+}
+
+void LoaderAutotune::trace(const std::string& line) {
+  if (log_to_stderr_) std::fprintf(stderr, "%s\n", line.c_str());
+  trace_.push_back(line);
+  if (trace_.size() > kTraceLines) trace_.pop_front();
+}
+
+int64_t default_memory_budget_bytes() {
+  constexpr int64_t kMiB = 1 << 20;
+  int64_t available = -1;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  while (std::getline(meminfo, line)) {
+    if (line.rfind("MemAvailable:", 0) == 0) {
+      const long long kib = std::strtoll(line.c_str() + 13, nullptr, 10);  // "MemAvailable:   123 kB"
+      if (kib > 0) available = static_cast<int64_t>(kib) * 1024;
+      break;
+    }
+  }
+#if defined(_SC_AVPHYS_PAGES) && defined(_SC_PAGE_SIZE)
+  if (available < 0) {
+    const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    if (pages > 0 && page > 0) available = static_cast<int64_t>(pages) * static_cast<int64_t>(page);
+  }
+#endif
+  if (available < 0) return 1024 * kMiB;
+  return std::max<int64_t>(64 * kMiB, available / 4);
 }
 
 }  // namespace conveyor

@@ -1,7 +1,11 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <functional>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace conveyor {
 
@@ -164,5 +168,111 @@ class AutotuneController {
   Knob knobs_[3];
   std::string last_reason_;
 };
+
+/// Cumulative counters of the Loader since its epoch started (a window is the
+/// difference of two of them). Times in nanoseconds.
+struct AutotuneCounters {
+  int64_t consumer_steps = 0;    ///< Steps ended: next() called again after it returned a batch.
+  int64_t consumer_step_ns = 0;  ///< Their summed duration.
+  int64_t batches_taken = 0;     ///< Batches next() returned.
+  int64_t wait_ns = 0;           ///< Time blocked in next(), including a wait under way.
+  int64_t reads = 0;             ///< Reads finished (failed ones too).
+  int64_t read_ns = 0;
+  int64_t processed = 0;  ///< Samples decoded + transformed.
+  int64_t process_ns = 0;
+  int64_t batches_ready = 0;  ///< Complete batches waiting now (not cumulative).
+};
+
+/// What autotune reports through Loader::stats().
+struct AutotuneStatus {
+  AutotuneSettings chosen;         ///< The settings last chosen (or pinned).
+  bool tuned_cpu_threads = false;  ///< false: pinned by the user.
+  bool tuned_io_threads = false;
+  bool tuned_prefetch = false;
+  AutotuneEstimates estimates;      ///< The controller's smoothed view.
+  std::string reason;               ///< Why the last change happened ("" before any).
+  int64_t changes = 0;              ///< Decisions that changed a setting since the Loader started.
+  int usable_cores = 1;             ///< The limit of cpu threads (affinity, cgroup quota).
+  int64_t memory_budget_bytes = 0;  ///< The limit of the batch buffers.
+};
+
+/// The Loader's side of autotune: turns the Loader's counters into one
+/// AutotuneWindow per window, asks the AutotuneController, and traces its
+/// decisions. The Loader owns one when a setting is "auto" and applies the
+/// settings it returns (loader.cc: a few named hooks; the policy is here).
+///
+/// Limits: cpu threads <= the usable cores (usable_cpu_count(): affinity and
+/// cgroup quota, re-read once a second); prefetch x batch_bytes <= the memory
+/// budget minus one batch (the one the consumer holds while the loader
+/// prepares the next), so the buffers of the batches in flight, ready and
+/// being consumed stay within the budget.
+///
+/// Tracing: every change is kept (the last 256, for take_trace()) and, when
+/// the environment variable CONVEYOR_AUTOTUNE_LOG is set to a value other
+/// than "" or "0" when the Loader is made, printed to stderr.
+///
+/// Thread-safety: none; the Loader calls it under its mutex.
+class LoaderAutotune {
+ public:
+  /// `pinned`: 0 for a setting autotune chooses, else the user's value (kept).
+  /// `batch_bytes` >= 1, `memory_budget_bytes` >= 0 (below two batches,
+  /// prefetch stays 1: the Loader refuses such an explicit budget).
+  /// `usable_cores` defaults to usable_cpu_count(). Throws Error{kConfig} for
+  /// invalid `options`.
+  LoaderAutotune(int64_t batch_size, int64_t batch_bytes, int64_t memory_budget_bytes, AutotuneSettings pinned,
+                 AutotuneOptions options = {}, std::function<int()> usable_cores = {});
+
+  /// True when at least one setting is chosen by autotune.
+  bool enabled() const noexcept { return tune_[0] || tune_[1] || tune_[2]; }
+
+  /// The settings to start the pools with.
+  AutotuneSettings initial_settings() const { return chosen_; }
+
+  /// An epoch starts at `now_ns` with the counters reset to zero.
+  void begin_epoch(int64_t now_ns);
+
+  /// When the current window ends (steady clock, ns); the Loader calls
+  /// observe() at or after it.
+  int64_t window_end_ns() const noexcept { return window_end_ns_; }
+
+  /// Closes the window when it has ended: feeds it to the controller and
+  /// returns the new settings when they changed, else nothing. `current`
+  /// is what the pools are set to now.
+  std::optional<AutotuneSettings> observe(int64_t now_ns, const AutotuneCounters& counters,
+                                          const AutotuneSettings& current);
+
+  /// The chosen settings when a setting was set from outside (Loader::set_parallelism).
+  void note_set(const AutotuneSettings& settings, const std::string& reason);
+
+  AutotuneStatus status() const;
+
+  /// The trace lines since the last call (oldest first; at most 256 kept).
+  std::vector<std::string> take_trace();
+
+ private:
+  void trace(const std::string& line);
+
+  const int64_t batch_bytes_;
+  const int64_t memory_budget_bytes_;
+  const bool tune_[3];
+  const std::function<int()> usable_cores_fn_;
+  const bool log_to_stderr_;
+  AutotuneController controller_;
+  AutotuneSettings chosen_;
+  int usable_cores_ = 1;
+  int64_t usable_cores_read_ns_ = 0;
+  int64_t epoch_started_ns_ = 0;
+  int64_t window_start_ns_ = 0;
+  int64_t window_end_ns_ = 0;
+  AutotuneCounters window_start_;
+  int64_t changes_ = 0;
+  std::string reason_;
+  std::deque<std::string> trace_;
+};
+
+/// The default memory budget of a Loader: a quarter of the memory available
+/// now (Linux: MemAvailable of /proc/meminfo; elsewhere the free physical
+/// pages), at least 64 MiB; 1 GiB where neither can be asked.
+int64_t default_memory_budget_bytes();
 
 }  // namespace conveyor

@@ -83,7 +83,7 @@ struct EpochRun : std::enable_shared_from_this<EpochRun> {
   const int64_t epoch;
   const std::vector<int64_t> order;  // Sample index at each position of the epoch.
   const int64_t batch_size;
-  const int64_t prefetch;             // Most batches in flight or ready at once.
+  int64_t prefetch;                   // Most batches in flight or ready at once (autotune may change it).
   int64_t next_position;              // Next position to issue.
   std::deque<InFlightBatch> batches;  // front() is the next to deliver.
   int64_t front_index;                // Batch index of batches.front().
@@ -267,11 +267,13 @@ int64_t now_ns() {
 
 LoaderOptions validated(LoaderOptions options, const Source& source) {
   check_config(options.batch_size >= 1, "batch_size must be >= 1, got " + std::to_string(options.batch_size));
-  check_config(options.prefetch >= 1, "prefetch must be >= 1, got " + std::to_string(options.prefetch));
+  check_config(options.prefetch >= 0, "prefetch must be >= 0 (0: auto), got " + std::to_string(options.prefetch));
   check_config(options.shuffle_buffer >= 0,
                "shuffle_buffer must be >= 0, got " + std::to_string(options.shuffle_buffer));
-  check_config(options.threads >= 0, "threads must be >= 0, got " + std::to_string(options.threads));
-  check_config(options.io_threads >= 0, "io_threads must be >= 0, got " + std::to_string(options.io_threads));
+  check_config(options.threads >= 0, "threads must be >= 0 (0: auto), got " + std::to_string(options.threads));
+  check_config(options.io_threads >= 0, "io_threads must be >= 0 (0: auto), got " + std::to_string(options.io_threads));
+  check_config(options.memory_budget >= 0,
+               "memory_budget must be >= 0 (0: default), got " + std::to_string(options.memory_budget));
   check_config(options.world_size >= 1, "world_size must be >= 1, got " + std::to_string(options.world_size));
   check_config(options.rank >= 0 && options.rank < options.world_size, "rank must be in [0, world_size), got rank " +
                                                                            std::to_string(options.rank) + " of " +
@@ -279,9 +281,22 @@ LoaderOptions validated(LoaderOptions options, const Source& source) {
   check_config(source.size() > 0, "the source has no samples");
   check_config(options.shuffle_buffer == 0 || source.parts() == 1,
                "shuffle_buffer does not apply to a mixture of sources (its order is random access)");
-  if (options.threads == 0) options.threads = ThreadPool::default_cpu_threads();
-  if (options.io_threads == 0) options.io_threads = kDefaultIoThreads;
   return options;
+}
+
+// The memory budget: the option, else the default. An explicit one must hold
+// the batches a pinned prefetch needs, and at least two (one being prepared,
+// one with the consumer).
+int64_t memory_budget_for(const LoaderOptions& options, size_t batch_bytes) {
+  if (options.memory_budget == 0) return default_memory_budget_bytes();
+  const int64_t batches = std::max<int64_t>(2, options.prefetch + int64_t{1});
+  const double needed = static_cast<double>(batches) * static_cast<double>(batch_bytes);
+  check_config(static_cast<double>(options.memory_budget) >= needed,
+               "memory_budget " + std::to_string(options.memory_budget) + " bytes cannot hold " +
+                   std::to_string(batches) + " batches of " + std::to_string(batch_bytes) + " bytes" +
+                   (options.prefetch > 0 ? " (prefetch " + std::to_string(options.prefetch) + " + the consumer's)"
+                                         : " (one being prepared, one with the consumer)"));
+  return options.memory_budget;
 }
 
 // a / b rounded up, for a >= 0, b >= 1 (a + b - 1 could overflow).
@@ -371,8 +386,13 @@ Loader::Loader(std::shared_ptr<const Source> source, std::shared_ptr<const Sampl
                 checked_mul(options_.batch_size, sample_bytes_, "the batch buffer (batch_size x bytes per sample)")),
             options_.allocator),
       part_samples_(static_cast<size_t>(std::max(1, source_->parts()))),
-      cpu_pool_(start_pool(options_.threads, "conveyor-cpu", "threads")),
-      io_pool_(start_pool(options_.io_threads, "conveyor-io", "io_threads")) {
+      memory_budget_(memory_budget_for(options_, pool_.buffer_bytes())),
+      autotune_(std::make_unique<LoaderAutotune>(
+          options_.batch_size, static_cast<int64_t>(pool_.buffer_bytes()), memory_budget_,
+          AutotuneSettings{options_.threads, options_.io_threads, options_.prefetch}, options_.autotune)),
+      settings_(autotune_->initial_settings()),
+      cpu_pool_(start_pool(settings_.cpu_threads, "conveyor-cpu", "threads")),
+      io_pool_(start_pool(settings_.io_threads, "conveyor-io", "io_threads")) {
   check_config(sample_bytes_ > 0, "the transform produces empty samples");
   check_config(samples_per_epoch_ > 0,
                "world_size " + std::to_string(options_.world_size) + " leaves no sample for each rank with drop_last");
@@ -480,8 +500,11 @@ void Loader::start_epoch(int64_t epoch, int64_t start_position, int64_t start_ba
   check_config(!closed_, "the loader is closed");
   stop_locked(lock);
   auto run = std::make_shared<EpochRun>(epoch, std::move(order), start_position, start_batch, options_.batch_size,
-                                        options_.prefetch);
+                                        settings_.prefetch);
   run_ = run;
+  consumer_steps_ = 0;
+  consumer_step_ns_ = 0;
+  last_batch_returned_ns_ = 0;
   samples_read_ = 0;
   samples_processed_ = 0;
   for (auto& count : part_samples_) count = 0;
@@ -490,6 +513,7 @@ void Loader::start_epoch(int64_t epoch, int64_t start_position, int64_t start_ba
   wait_ns_ = 0;
   batches_delivered_ = 0;
   epoch_started_ = std::chrono::steady_clock::now();
+  autotune_->begin_epoch(now_ns());
   issue_locked(*run);
 }
 
@@ -657,6 +681,12 @@ NextResult Loader::next(std::chrono::duration<double> timeout) {
   const std::optional<std::chrono::steady_clock::time_point> deadline = deadline_after(timeout);
   std::unique_lock lock(mu_);
   const int64_t wait_started = now_ns();
+  if (last_batch_returned_ns_ != 0) {
+    // The consumer's step ends: its demand, free of waiting (autotune).
+    ++consumer_steps_;
+    consumer_step_ns_ += wait_started - last_batch_returned_ns_;
+    last_batch_returned_ns_ = 0;
+  }
   for (;;) {
     std::shared_ptr<EpochRun> run = run_;
     if (run != nullptr && run->fatal && !run->finished) {
@@ -685,15 +715,30 @@ NextResult Loader::next(std::chrono::duration<double> timeout) {
       }
       std::shared_ptr<Batch> batch = run->take_front(spec_);
       ++batches_delivered_;
+      autotune_tick_locked(0);
       issue_locked(*run);
+      last_batch_returned_ns_ = now_ns();
       return {NextResult::Status::kBatch, std::move(batch)};
     }
-    if (!deadline) {
-      cv_.wait(lock);
-    } else if (cv_.wait_until(lock, *deadline) == std::cv_status::timeout) {
+    if (deadline && std::chrono::steady_clock::now() >= *deadline) {
       wait_ns_ += now_ns() - wait_started;
       return {NextResult::Status::kTimeout, nullptr};
     }
+    // While the consumer waits, autotune's windows still end (a stall is
+    // when it matters most that they do).
+    std::optional<std::chrono::steady_clock::time_point> wake = deadline;
+    if (autotune_->enabled()) {
+      const auto window_end =
+          std::chrono::steady_clock::time_point(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+              std::chrono::nanoseconds(autotune_->window_end_ns())));
+      if (!wake || window_end < *wake) wake = window_end;
+    }
+    if (!wake) {
+      cv_.wait(lock);
+    } else {
+      cv_.wait_until(lock, *wake);
+    }
+    autotune_tick_locked(wait_started);
   }
 }
 
@@ -729,6 +774,24 @@ LoaderStats Loader::stats() const {
   stats.batches_delivered = batches_delivered_;
   stats.buffers_allocated = static_cast<int64_t>(pool_.allocated());
   stats.buffers_leased = static_cast<int64_t>(pool_.leased());
+  const AutotuneStatus autotune = autotune_->status();
+  stats.threads = settings_.cpu_threads;
+  stats.io_threads = settings_.io_threads;
+  stats.prefetch = settings_.prefetch;
+  if (!closed_) {  // close() resets the pools once it has set closed_.
+    stats.threads_running = cpu_pool_->running();
+    stats.io_threads_running = io_pool_->running();
+  }
+  stats.threads_auto = autotune.tuned_cpu_threads;
+  stats.io_threads_auto = autotune.tuned_io_threads;
+  stats.prefetch_auto = autotune.tuned_prefetch;
+  stats.autotune_reason = autotune.reason;
+  stats.autotune_changes = autotune.changes;
+  stats.demand_per_second = std::isinf(autotune.estimates.demand_per_second) ? 0 : autotune.estimates.demand_per_second;
+  stats.read_latency_seconds = autotune.estimates.read_seconds;
+  stats.process_time_seconds = autotune.estimates.process_seconds;
+  stats.usable_cores = autotune.usable_cores;
+  stats.memory_budget = memory_budget_;
   if (run_ != nullptr) {
     stats.epoch = run_->epoch;
     stats.skipped = static_cast<int64_t>(run_->skipped.size());
@@ -736,6 +799,73 @@ LoaderStats Loader::stats() const {
     for (const auto& batch : run_->batches) ++(run_->complete(batch) ? stats.batches_ready : stats.batches_in_flight);
   }
   return stats;
+}
+
+AutotuneCounters Loader::autotune_counters_locked(int64_t waiting_since_ns) const {
+  AutotuneCounters c;
+  c.consumer_steps = consumer_steps_;
+  c.consumer_step_ns = consumer_step_ns_;
+  c.batches_taken = batches_delivered_;
+  c.wait_ns = wait_ns_ + (waiting_since_ns != 0 ? now_ns() - waiting_since_ns : 0);
+  c.reads = samples_read_;
+  c.read_ns = read_ns_;
+  c.processed = samples_processed_;
+  c.process_ns = process_ns_;
+  if (run_ != nullptr) {
+    for (const auto& batch : run_->batches) c.batches_ready += run_->complete(batch) ? 1 : 0;
+  }
+  return c;
+}
+
+void Loader::autotune_tick_locked(int64_t waiting_since_ns) {
+  if (!autotune_->enabled() || run_ == nullptr) return;
+  const int64_t now = now_ns();
+  if (now < autotune_->window_end_ns()) return;
+  if (std::optional<AutotuneSettings> settings =
+          autotune_->observe(now, autotune_counters_locked(waiting_since_ns), settings_)) {
+    apply_settings_locked(*settings);
+  }
+}
+
+void Loader::apply_settings_locked(const AutotuneSettings& settings) {
+  if (closed_) return;
+  // Only timing changes: tasks carry their batch and slot, and every random
+  // choice derives from (seed, epoch, sample).
+  std::string refused;
+  auto resize = [&](ThreadPool& pool, int size) {
+    if (pool.size() == size) return;
+    try {
+      pool.resize(size);
+    } catch (const Error& e) {
+      refused = e.cause();  // The pool keeps the threads it has.
+    }
+  };
+  resize(*cpu_pool_, settings.cpu_threads);
+  resize(*io_pool_, settings.io_threads);
+  settings_ = {cpu_pool_->size(), io_pool_->size(), settings.prefetch};
+  if (!refused.empty()) autotune_->note_set(settings_, refused);
+  if (run_ != nullptr && !run_->cancelled && !run_->finished) {
+    run_->prefetch = settings.prefetch;
+    issue_locked(*run_);  // Room for more batches, if prefetch grew.
+  }
+}
+
+void Loader::set_parallelism(int threads, int io_threads, int prefetch) {
+  check_not_forked();
+  std::lock_guard lock(mu_);
+  check_config(!closed_, "the loader is closed");
+  AutotuneSettings settings = settings_;
+  if (threads > 0) settings.cpu_threads = threads;
+  if (io_threads > 0) settings.io_threads = io_threads;
+  if (prefetch > 0) settings.prefetch = prefetch;
+  apply_settings_locked(settings);
+  autotune_->note_set(settings_, "set_parallelism");
+}
+
+std::vector<std::string> Loader::autotune_trace() {
+  check_not_forked();
+  std::lock_guard lock(mu_);
+  return autotune_->take_trace();
 }
 
 std::vector<SkippedSample> Loader::skipped() const {

@@ -15,6 +15,7 @@
 #include "conveyor/core/sample_transform.h"
 #include "conveyor/core/thread_pool.h"
 #include "conveyor/io/source.h"
+#include "conveyor/pipeline/autotune.h"
 #include "conveyor/pipeline/batch.h"
 
 namespace conveyor {
@@ -25,10 +26,11 @@ enum class OnError {
   kSkip,   ///< The sample is left out and recorded; later samples fill the batch.
 };
 
-/// Default number of io threads: reads wait on storage, not on the CPU.
-inline constexpr int kDefaultIoThreads = 32;
+/// A thread count or prefetch of kAuto is chosen and adjusted by autotune
+/// while the loader runs (docs/design/autotune.md); any other value pins it.
+inline constexpr int kAuto = 0;
 
-/// Options of a Loader. Zero means "default" for the thread counts.
+/// Options of a Loader.
 struct LoaderOptions {
   int64_t batch_size = 1;
   bool shuffle = false;
@@ -38,9 +40,16 @@ struct LoaderOptions {
   int64_t shuffle_buffer = 0;
   uint64_t seed = 0;
   bool drop_last = false;  ///< Drop the last partial batch (and, distributed, truncate instead of padding).
-  int threads = 0;     ///< cpu pool size (decode, transforms); 0 = one per CPU this process may use (core/cpu_count.h).
-  int io_threads = 0;  ///< io pool size (reads); 0 = kDefaultIoThreads.
-  int prefetch = 2;    ///< Batches allowed in flight or ready ahead of the consumer.
+  int threads =
+      kAuto;  ///< cpu pool size (decode, transforms); kAuto: autotune, at most the usable CPUs (core/cpu_count.h).
+  int io_threads = kAuto;  ///< io pool size = reads in flight; kAuto: autotune.
+  int prefetch = kAuto;    ///< Batches allowed in flight or ready ahead of the consumer; kAuto: autotune.
+  /// Bytes the batch buffers may hold (prefetch + the batch the consumer
+  /// holds), bounding an autotuned prefetch; 0 = default_memory_budget_bytes()
+  /// (a quarter of the available memory). An explicit budget must hold two
+  /// batches, and a pinned prefetch + 1 of them.
+  int64_t memory_budget = 0;
+  AutotuneOptions autotune;  ///< The control rule's knobs (its tune_* flags are set from the kAuto values).
   OnError on_error = OnError::kRaise;
   int64_t rank = 0;  ///< This process's share of each epoch (as DistributedSampler).
   int64_t world_size = 1;
@@ -72,6 +81,23 @@ struct LoaderStats {
   /// Samples processed (not skipped) per part of the source (one entry but
   /// for a mixture: Source::parts()).
   std::vector<int64_t> samples_per_part;
+
+  // Parallelism: chosen by autotune (or pinned), and what runs now.
+  int threads = 0;             ///< cpu pool size chosen.
+  int io_threads = 0;          ///< io pool size chosen (= reads in flight).
+  int prefetch = 0;            ///< Prefetch chosen.
+  int threads_running = 0;     ///< cpu threads alive (above `threads` while a shrink finishes a task).
+  int io_threads_running = 0;  ///< io threads alive.
+  bool threads_auto = false;   ///< Chosen by autotune (false: pinned).
+  bool io_threads_auto = false;
+  bool prefetch_auto = false;
+  std::string autotune_reason;      ///< Why the last change happened ("" before any).
+  int64_t autotune_changes = 0;     ///< Changes since the loader started.
+  double demand_per_second = 0;     ///< Samples/s the consumer asks for (autotune's estimate; 0 = unknown).
+  double read_latency_seconds = 0;  ///< Smoothed read time per sample (autotune's estimate).
+  double process_time_seconds = 0;  ///< Smoothed decode + transform time per sample on one thread.
+  int usable_cores = 0;             ///< The limit of cpu threads (affinity, cgroup quota).
+  int64_t memory_budget = 0;        ///< The limit of the batch buffers, bytes.
 };
 
 /// Result of Loader::next().
@@ -155,6 +181,16 @@ class Loader {
   void close();
 
   LoaderStats stats() const;
+
+  /// Sets the pools and prefetch now (a value <= 0 leaves that setting as it
+  /// is), e.g. for tools and tests; autotune may change the settings it
+  /// tunes again. Order and output do not depend on them. Throws
+  /// Error{kConfig} once closed. May be called from any thread.
+  void set_parallelism(int threads, int io_threads, int prefetch);
+
+  /// Autotune's trace lines since the last call (its decisions with their
+  /// reasons, oldest first; at most 256 kept). Any thread.
+  std::vector<std::string> autotune_trace();
   /// Samples skipped so far in the current epoch, in order.
   std::vector<SkippedSample> skipped() const;
 
@@ -172,6 +208,13 @@ class Loader {
   void check_not_forked() const;
   // This rank's `samples` positions of the epoch's global order from `segment_start` on.
   std::vector<int64_t> epoch_order(int64_t epoch, int64_t segment_start, int64_t samples) const;
+  // Autotune hooks (the policy is in autotune.cc). Counters as they are now,
+  // with a wait under way since `waiting_since_ns` (0: none).
+  AutotuneCounters autotune_counters_locked(int64_t waiting_since_ns) const;
+  // Closes autotune's window if it ended and applies a change.
+  void autotune_tick_locked(int64_t waiting_since_ns);
+  // Resizes the pools and the running epoch's prefetch to `settings`.
+  void apply_settings_locked(const AutotuneSettings& settings);
 
   const uint64_t fork_generation_;  // First: registers the fork handler before any thread starts.
   const std::shared_ptr<const Source> source_;
@@ -195,11 +238,17 @@ class Loader {
   std::atomic<int64_t> process_ns_{0};
   int64_t wait_ns_ = 0;                                  // Guarded by mu_.
   int64_t batches_delivered_ = 0;                        // Guarded by mu_.
+  int64_t consumer_steps_ = 0;                           // Guarded by mu_ (autotune's demand).
+  int64_t consumer_step_ns_ = 0;                         // Guarded by mu_.
+  int64_t last_batch_returned_ns_ = 0;                   // Guarded by mu_; 0: no step under way.
   std::chrono::steady_clock::time_point epoch_started_;  // Guarded by mu_.
 
   BufferPool pool_;
   std::vector<std::atomic<int64_t>> part_samples_;  // Per Source::parts(); sized once.
-  bool closed_ = false;                             // Guarded by mu_.
+  const int64_t memory_budget_;
+  std::unique_ptr<LoaderAutotune> autotune_;  // Guarded by mu_.
+  AutotuneSettings settings_;                 // Guarded by mu_: what the pools are set to.
+  bool closed_ = false;                       // Guarded by mu_.
   // Reset by close() once no task runs; read without the lock by tasks, which
   // only run before that.
   std::unique_ptr<ThreadPool> cpu_pool_;

@@ -381,8 +381,13 @@ TEST(LoaderTest, RejectsInvalidOptions) {
   o.rank = 3;
   o.world_size = 2;
   EXPECT_THROW(make(o), Error);
-  o = options(1, 1, 1, 0);
-  EXPECT_THROW(make(o), Error);
+  o = options(1, 1, 1, -1);
+  try {
+    make(o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "prefetch must be >= 0 (0: auto), got -1");
+  }
 }
 
 }  // namespace

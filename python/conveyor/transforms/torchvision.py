@@ -243,10 +243,10 @@ def from_torchvision(obj: object) -> Converted:
         name = type(step).__name__
         converter = CONVERTERS.get(name) if is_torchvision(step) else None
         if converter is None:
-            known = ", ".join(sorted(CONVERTERS))
             raise ConfigError(
                 f"{where}: {_describe(step)} has no conveyor equivalent; wrap it as T.Lambda(obj) to run "
-                f"it in Python on each image, or leave it out (conveyor converts: {known})"
+                "it in Python on each image, or leave it out (conveyor.transforms.torchvision.CONVERTERS "
+                "lists the classes conveyor converts; docs/migrating.md maps each one)"
             )
         if unscaled is not None and name == "Normalize":
             # (x - m) / s on 0..255 values is (x / 255 - m / 255) / (s / 255).

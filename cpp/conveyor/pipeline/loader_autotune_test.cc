@@ -1,0 +1,326 @@
+// The Loader with autotune: pools resized under load (by the controller and
+// by set_parallelism from other threads) keep every batch bit-identical to a
+// fixed-thread run; the controller's decisions respect the usable cores and
+// the memory budget. No assertion on wall time: delays only make the
+// pipeline's timing vary, and waits are event-based with generous limits.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "conveyor/core/cpu_count.h"
+#include "conveyor/core/error.h"
+#include "conveyor/pipeline/loader.h"
+
+namespace conveyor {
+namespace {
+
+constexpr int kSampleBytes = 32;
+
+// Sleeps up to `max_us` (uniform), or exactly `fixed_us` when set.
+void delay(int fixed_us, int max_us) {
+  if (fixed_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(fixed_us));
+  if (max_us <= 0) return;
+  thread_local std::mt19937 gen(std::random_device{}());
+  std::this_thread::sleep_for(std::chrono::microseconds(gen() % static_cast<unsigned>(max_us)));
+}
+
+// Sample i is the 8 bytes of i; a read takes `read_us` plus up to `jitter_us`.
+class SleepySource : public Source {
+ public:
+  SleepySource(int64_t n, int read_us, int jitter_us) : n_(n), read_us_(read_us), jitter_us_(jitter_us) {}
+  int64_t size() const override { return n_; }
+  Record read(int64_t index) const override {
+    delay(read_us_, jitter_us_);
+    std::vector<uint8_t> bytes(8);
+    std::memcpy(bytes.data(), &index, 8);
+    return Record{Bytes::from_vector(std::move(bytes)), index % 7, key(index)};
+  }
+  std::string key(int64_t index) const override { return "sample-" + std::to_string(index); }
+
+ private:
+  int64_t n_;
+  int read_us_, jitter_us_;
+};
+
+// The sample index, then bytes from the sample's random stream.
+class RandomBytesTransform : public SampleTransform {
+ public:
+  explicit RandomBytesTransform(int jitter_us = 0) : jitter_us_(jitter_us) {}
+  SampleSpec output_spec() const override { return {{kSampleBytes}, DType::kUInt8}; }
+  void apply(std::span<const uint8_t> input, SampleRng& rng, void* out) const override {
+    delay(0, jitter_us_);
+    auto* bytes = static_cast<uint8_t*>(out);
+    std::memcpy(bytes, input.data(), 8);
+    for (int i = 8; i < kSampleBytes; i += 8) {
+      const uint64_t r = rng.next_u64();
+      std::memcpy(bytes + i, &r, 8);
+    }
+  }
+
+ private:
+  int jitter_us_;
+};
+
+// Windows of a millisecond or so and a short dwell: many decisions per test.
+AutotuneOptions fast_autotune() {
+  AutotuneOptions o;
+  o.first_window_seconds = 0.001;
+  o.max_window_seconds = 0.004;
+  o.smoothing_seconds = 0.01;
+  o.shrink_dwell_seconds = 0.02;
+  o.regret_seconds = 0.05;
+  return o;
+}
+
+LoaderOptions options(int threads, int io_threads, int prefetch) {
+  LoaderOptions o;
+  o.batch_size = 8;
+  o.shuffle = true;
+  o.seed = 99;
+  o.threads = threads;
+  o.io_threads = io_threads;
+  o.prefetch = prefetch;
+  o.autotune = fast_autotune();
+  return o;
+}
+
+using Bytes2D = std::vector<std::vector<uint8_t>>;
+
+// Every batch of `epoch` (images and labels, as bytes). `each` runs after
+// each batch, with the batch released.
+template <typename F>
+Bytes2D run_epoch(Loader& loader, int64_t epoch, F each, int64_t start_position = 0, int64_t start_batch = 0) {
+  Bytes2D out;
+  loader.start_epoch(epoch, start_position, start_batch);
+  for (;;) {
+    NextResult next = loader.next();
+    if (next.status == NextResult::Status::kEnd) break;
+    const auto* data = static_cast<const uint8_t*>(next.batch->data());
+    std::vector<uint8_t> bytes(data, data + next.batch->size() * kSampleBytes);
+    for (int64_t label : next.batch->labels()) bytes.push_back(static_cast<uint8_t>(label));
+    out.push_back(std::move(bytes));
+    next.batch.reset();
+    each();
+  }
+  return out;
+}
+
+Bytes2D run_epoch(Loader& loader, int64_t epoch) {
+  return run_epoch(loader, epoch, [] {});
+}
+
+TEST(LoaderAutotuneTest, AutoIsTheDefault) {
+  const LoaderOptions o;
+  EXPECT_EQ(o.threads, kAuto);
+  EXPECT_EQ(o.io_threads, kAuto);
+  EXPECT_EQ(o.prefetch, kAuto);
+  Loader loader(std::make_shared<SleepySource>(10, 0, 0), std::make_shared<RandomBytesTransform>(), o);
+  const LoaderStats s = loader.stats();
+  EXPECT_TRUE(s.threads_auto && s.io_threads_auto && s.prefetch_auto);
+  // The controller's starting point: one cpu thread, 16 reads, 2 batches.
+  EXPECT_EQ(s.threads, 1);
+  EXPECT_EQ(s.io_threads, 16);
+  EXPECT_EQ(s.prefetch, 2);
+  EXPECT_EQ(s.usable_cores, usable_cpu_count());
+  EXPECT_GE(s.memory_budget, int64_t{64} << 20);
+}
+
+TEST(LoaderAutotuneTest, AutoGivesTheSameBatchesAsFixedThreadsAndResumes) {
+  auto source = std::make_shared<SleepySource>(203, 200, 300);
+  auto transform = std::make_shared<RandomBytesTransform>(200);
+  Loader fixed(source, transform, options(2, 3, 2));
+  Loader autotuned(source, transform, options(kAuto, kAuto, kAuto));
+  for (int epoch = 0; epoch < 2; ++epoch) EXPECT_EQ(run_epoch(autotuned, epoch), run_epoch(fixed, epoch));
+  EXPECT_GT(autotuned.stats().autotune_changes, 0);
+  // Resume at batch 10 of epoch 1 on both sides: the rest of the epoch.
+  Bytes2D whole = run_epoch(fixed, 1);
+  Bytes2D rest = run_epoch(
+      autotuned, 1, [] {}, 80, 10);
+  EXPECT_EQ(rest, Bytes2D(whole.begin() + 10, whole.end()));
+}
+
+TEST(LoaderAutotuneTest, ThousandsOfResizesFromAnotherThreadKeepEveryBatch) {
+  auto source = std::make_shared<SleepySource>(400, 0, 100);
+  auto transform = std::make_shared<RandomBytesTransform>(100);
+  Loader fixed(source, transform, options(2, 2, 2));
+  const Bytes2D expected = run_epoch(fixed, 3);
+  Loader loader(source, transform, options(kAuto, kAuto, kAuto));
+  std::atomic<bool> done{false};
+  std::atomic<int> resizes{0};
+  std::thread resizer([&] {
+    std::mt19937 gen(7);
+    while (!done) {
+      loader.set_parallelism(1 + static_cast<int>(gen() % 6), 1 + static_cast<int>(gen() % 9),
+                             1 + static_cast<int>(gen() % 4));
+      ++resizes;
+    }
+  });
+  for (int round = 0; round < 3 || resizes.load() < 2000; ++round) {
+    ASSERT_LT(round, 1000);
+    EXPECT_EQ(run_epoch(loader, 3), expected);
+  }
+  done = true;
+  resizer.join();
+}
+
+TEST(LoaderAutotuneTest, ResizingDuringStopAndCloseNeitherRacesNorHangs) {
+  auto source = std::make_shared<SleepySource>(1000, 0, 200);
+  auto transform = std::make_shared<RandomBytesTransform>(100);
+  Loader loader(source, transform, options(kAuto, kAuto, kAuto));
+  std::atomic<bool> done{false};
+  std::atomic<int> refused{0};
+  std::vector<std::thread> resizers;
+  for (int t = 0; t < 2; ++t) {
+    resizers.emplace_back([&, t] {
+      std::mt19937 gen(t);
+      while (!done) {
+        try {
+          loader.set_parallelism(1 + static_cast<int>(gen() % 4), 1 + static_cast<int>(gen() % 8),
+                                 1 + static_cast<int>(gen() % 3));
+        } catch (const Error& e) {
+          EXPECT_STREQ(e.what(), "the loader is closed");
+          ++refused;
+          std::this_thread::yield();
+        }
+      }
+    });
+  }
+  for (int epoch = 0; epoch < 20; ++epoch) {
+    loader.start_epoch(epoch);
+    for (int b = 0; b < epoch % 4; ++b) ASSERT_EQ(loader.next().status, NextResult::Status::kBatch);
+    loader.stop();  // Mid-epoch, while the pools resize.
+  }
+  loader.start_epoch(20);
+  ASSERT_EQ(loader.next().status, NextResult::Status::kBatch);
+  loader.close();  // Mid-epoch too.
+  while (refused.load() < 10) std::this_thread::yield();
+  done = true;
+  for (auto& t : resizers) t.join();
+  EXPECT_EQ(loader.stats().threads_running, 0);  // Not reported once closed.
+}
+
+TEST(LoaderAutotuneTest, PinnedSettingsAreLeftAlone) {
+  Loader loader(std::make_shared<SleepySource>(300, 300, 0), std::make_shared<RandomBytesTransform>(),
+                options(1, 2, kAuto));
+  run_epoch(loader, 0, [&] {
+    const LoaderStats s = loader.stats();
+    EXPECT_EQ(s.threads, 1);
+    EXPECT_EQ(s.io_threads, 2);
+  });
+  const LoaderStats s = loader.stats();
+  EXPECT_FALSE(s.threads_auto);
+  EXPECT_FALSE(s.io_threads_auto);
+  EXPECT_TRUE(s.prefetch_auto);
+}
+
+TEST(LoaderAutotuneTest, InjectedReadLatencyGrowsTheReadsInFlight) {
+  // 2 ms reads, a consumer that takes batches as fast as they come: reads in
+  // flight must grow past the 16 of the start, and say why.
+  Loader loader(std::make_shared<SleepySource>(4000, 2000, 0), std::make_shared<RandomBytesTransform>(),
+                options(kAuto, kAuto, kAuto));
+  int most = 0;
+  loader.start_epoch(0);
+  for (int b = 0; b < 500 && most <= 16; ++b) {
+    ASSERT_EQ(loader.next().status, NextResult::Status::kBatch);
+    most = std::max(most, loader.stats().io_threads);
+  }
+  EXPECT_GT(most, 16);
+  bool explained = false;
+  for (const std::string& line : loader.autotune_trace()) {
+    EXPECT_EQ(line.rfind("conveyor autotune t=", 0), 0u) << line;
+    if (line.find("io threads 16 -> ") != std::string::npos) explained = true;
+  }
+  EXPECT_TRUE(explained);
+}
+
+TEST(LoaderAutotuneTest, CpuThreadsNeverExceedTheUsableCores) {
+  // A consumer that takes every batch at once, samples that take CPU time:
+  // the controller wants every core, and no more.
+  Loader loader(std::make_shared<SleepySource>(1500, 0, 0), std::make_shared<RandomBytesTransform>(300),
+                options(kAuto, kAuto, kAuto));
+  const int cores = usable_cpu_count();
+  int most = 0;
+  run_epoch(loader, 0, [&] {
+    const LoaderStats s = loader.stats();
+    EXPECT_LE(s.threads, cores);
+    EXPECT_LE(s.threads_running, cores);
+    most = std::max(most, s.threads);
+  });
+  EXPECT_EQ(loader.stats().usable_cores, cores);
+  EXPECT_GE(most, 1);
+}
+
+TEST(LoaderAutotuneTest, ASlowConsumerSettlesOnFewerCpuThreadsThanCores) {
+  const int cores = usable_cpu_count();
+  if (cores < 2) GTEST_SKIP() << "needs 2 usable cores";
+  Loader loader(std::make_shared<SleepySource>(100000, 0, 0), std::make_shared<RandomBytesTransform>(),
+                options(kAuto, kAuto, kAuto));
+  loader.start_epoch(0);
+  loader.set_parallelism(cores, 0, 0);  // Start from every core: autotune must give them back.
+  std::string reason;
+  for (int b = 0; b < 2000; ++b) {
+    ASSERT_EQ(loader.next().status, NextResult::Status::kBatch);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // The consumer's step.
+    const LoaderStats s = loader.stats();
+    if (s.threads < cores) {
+      reason = s.autotune_reason;
+      break;
+    }
+  }
+  EXPECT_LT(loader.stats().threads, cores);
+  EXPECT_NE(reason.find("idle: cpu threads " + std::to_string(cores) + " -> "), std::string::npos) << reason;
+}
+
+TEST(LoaderAutotuneTest, TheMemoryBudgetBoundsPrefetchAndBuffers) {
+  // Batches of 8 x 32 bytes; a budget of 4 batches: at most 3 prepared
+  // while the consumer holds one. Slow reads make autotune want more.
+  LoaderOptions o = options(kAuto, kAuto, kAuto);
+  o.memory_budget = 4 * 8 * kSampleBytes;
+  Loader loader(std::make_shared<SleepySource>(800, 1000, 1000), std::make_shared<RandomBytesTransform>(), o);
+  run_epoch(loader, 0, [&] {
+    const LoaderStats s = loader.stats();
+    EXPECT_LE(s.prefetch, 3);
+    EXPECT_LE(s.buffers_allocated, 4);
+  });
+  EXPECT_EQ(loader.stats().memory_budget, 4 * 8 * kSampleBytes);
+}
+
+TEST(LoaderAutotuneTest, AnExplicitBudgetMustHoldTheBatchesItNeeds) {
+  auto make = [](int prefetch, int64_t budget) {
+    LoaderOptions o = options(1, 1, prefetch);
+    o.memory_budget = budget;
+    Loader loader(std::make_shared<SleepySource>(10, 0, 0), std::make_shared<RandomBytesTransform>(), o);
+  };
+  try {
+    make(kAuto, 300);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_STREQ(e.what(),
+                 "memory_budget 300 bytes cannot hold 2 batches of 256 bytes (one being prepared, one with the "
+                 "consumer)");
+  }
+  try {
+    make(4, 1024);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "memory_budget 1024 bytes cannot hold 5 batches of 256 bytes (prefetch 4 + the consumer's)");
+  }
+  make(4, 1280);  // Fits.
+  try {
+    make(kAuto, -1);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "memory_budget must be >= 0 (0: default), got -1");
+  }
+}
+
+}  // namespace
+}  // namespace conveyor

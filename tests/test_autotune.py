@@ -1,0 +1,207 @@
+"""Autotune in the Loader: threads, io_threads and prefetch default to "auto";
+the chosen values change only timing, never batches; the controller's
+decisions respect the usable cores and the memory budget and are observable
+(stats, progress, the "conveyor.autotune" logger, CONVEYOR_AUTOTUNE_LOG).
+
+No assertion on wall time: delays only shape the pipeline, and assertions are
+on the controller's decisions (stats()), within generous batch limits."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import re
+import time
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import conveyor
+from conftest import run_python
+from conveyor import transforms as T
+from conveyor.loader import _progress_text
+from conveyor.sources import ImageFolder, PythonSource
+
+
+def png(value: int) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(np.full((8, 8, 3), value % 256, dtype=np.uint8)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+class SleepyDataset:
+    """``count`` 8×8 PNGs; each read sleeps ``read_seconds`` (slow storage)."""
+
+    def __init__(self, count: int, read_seconds: float = 0.0) -> None:
+        self.count, self.read_seconds = count, read_seconds
+        self.images = [png(i) for i in range(16)]
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int) -> tuple[bytes, int]:
+        if self.read_seconds:
+            time.sleep(self.read_seconds)
+        return self.images[index % 16], index
+
+
+def train_loader(root, **kwargs) -> conveyor.Loader:
+    options = dict(batch_size=4, shuffle=True, seed=11, dtype="uint8")
+    options.update(kwargs)
+    return conveyor.Loader(ImageFolder(root), [T.RandomResizedCrop(16), T.RandomHorizontalFlip()], **options)
+
+
+def epoch_arrays(loader, limit=None):
+    out = []
+    for k, (images, labels) in enumerate(loader):
+        out.append((images.numpy().copy(), labels.numpy().copy()))
+        if limit is not None and k + 1 == limit:
+            break
+    return out
+
+
+def assert_same(a, b) -> None:
+    assert len(a) == len(b)
+    for (ia, la), (ib, lb) in zip(a, b):
+        np.testing.assert_array_equal(ia, ib)
+        np.testing.assert_array_equal(la, lb)
+
+
+def test_auto_is_the_default_and_gives_the_batches_of_fixed_threads(color_folder):
+    with (
+        train_loader(color_folder) as auto,
+        train_loader(color_folder, threads=2, io_threads=3, prefetch=2) as fixed,
+    ):
+        stats = auto.stats()
+        assert (stats["threads_auto"], stats["io_threads_auto"], stats["prefetch_auto"]) == (True, True, True)
+        assert (stats["threads"], stats["io_threads"], stats["prefetch"]) == (1, 16, 2)  # The starting point.
+        for _ in range(2):
+            assert_same(epoch_arrays(auto), epoch_arrays(fixed))
+        pinned = fixed.stats()
+        assert (pinned["threads_auto"], pinned["io_threads_auto"], pinned["prefetch_auto"]) == (
+            False,
+            False,
+            False,
+        )
+        assert (pinned["threads"], pinned["io_threads"], pinned["prefetch"]) == (2, 3, 2)
+
+
+def test_resume_with_auto_on_both_sides(color_folder):
+    with train_loader(color_folder) as whole:
+        expected = epoch_arrays(whole)
+    with train_loader(color_folder) as first:
+        head = epoch_arrays(first, limit=3)
+        state = first.state_dict()
+    with train_loader(color_folder) as second:
+        second.load_state_dict(state)
+        tail = epoch_arrays(second)
+    assert_same(head + tail, expected)
+
+
+def test_a_slow_consumer_gets_fewer_cpu_threads_than_cores():
+    loader = conveyor.Loader(PythonSource(SleepyDataset(100000)), [T.Resize((8, 8))], batch_size=4)
+    cores = loader.stats()["usable_cores"]
+    if cores < 2:
+        pytest.skip("needs 2 usable cores")
+    batches = iter(loader)
+    next(batches)
+    loader._engine.set_parallelism(threads=cores)  # Start from every core: autotune must give them back.
+    for _ in range(3000):
+        next(batches)
+        time.sleep(0.005)  # The training step: far slower than the 8x8 decode.
+        stats = loader.stats()
+        if stats["threads"] < cores:
+            break
+    loader.close()
+    assert stats["threads"] < cores
+    assert stats["autotune_reason"].startswith(f"idle: cpu threads {cores} -> "), stats["autotune_reason"]
+
+
+def test_injected_read_latency_grows_the_reads_in_flight(caplog):
+    caplog.set_level(logging.INFO, logger="conveyor.autotune")
+    loader = conveyor.Loader(
+        PythonSource(SleepyDataset(20000, read_seconds=0.01)), [T.Resize((8, 8))], batch_size=8
+    )
+    most = 0
+    for k, _ in enumerate(loader):
+        most = max(most, loader.stats()["io_threads"])
+        if most > 16 or k == 2000:
+            break
+    loader.close()
+    assert most > 16
+    lines = [r.getMessage() for r in caplog.records if r.name == "conveyor.autotune"]
+    assert any("io threads 16 -> " in line for line in lines), lines
+    assert all(line.startswith("conveyor autotune t=") for line in lines)
+
+
+def test_cpu_threads_never_exceed_the_usable_cores(tmp_path):
+    # One usable CPU (affinity), a consumer that wants all it can get: one thread.
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("no CPU affinity on this platform")
+    code = """
+        import os, sys
+        sys.path.insert(0, sys.argv[1])
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+        import conveyor
+        from conveyor import transforms as T
+        from test_autotune import SleepyDataset
+        loader = conveyor.Loader(conveyor.sources.PythonSource(SleepyDataset(3000)), [T.Resize((64, 64))],
+                                 batch_size=8)
+        most = 0
+        for _ in loader:
+            stats = loader.stats()
+            most = max(most, stats["threads"], stats["threads_running"])
+        print(stats["usable_cores"], most)
+    """
+    child = run_python(code, os.path.dirname(__file__))
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.split() == ["1", "1"]
+
+
+def test_the_memory_budget_bounds_prefetch_and_buffers():
+    # Batches of 8 x 8x8x3 float32 = 6144 bytes; a budget of 4 of them: at
+    # most 3 prepared while the loop holds one. Slow reads make autotune want more.
+    budget = 4 * 8 * 8 * 8 * 3 * 4
+    loader = conveyor.Loader(
+        PythonSource(SleepyDataset(800, read_seconds=0.002)),
+        [T.Resize((8, 8))],
+        batch_size=8,
+        memory_budget=budget,
+    )
+    for images, labels in loader:
+        del images, labels
+        stats = loader.stats()
+        assert stats["prefetch"] <= 3
+        assert stats["buffers_allocated"] <= 4
+    assert stats["memory_budget"] == budget
+    loader.close()
+
+
+def test_progress_shows_the_chosen_values(color_folder):
+    with train_loader(color_folder, io_threads=5) as loader:
+        epoch_arrays(loader)
+        text = _progress_text(loader.stats())
+    cores = loader.stats()["usable_cores"]
+    # An asterisk marks a value autotune chose; io_threads is pinned.
+    assert re.fullmatch(rf"stall \d+% \| threads \d+\*/{cores} io 5 prefetch \d+\*", text), text
+
+
+def test_the_environment_variable_traces_decisions_to_stderr(tmp_path):
+    code = """
+        import sys
+        sys.path.insert(0, sys.argv[1])
+        import conveyor
+        from conveyor import transforms as T
+        from test_autotune import SleepyDataset
+        loader = conveyor.Loader(conveyor.sources.PythonSource(SleepyDataset(400, 0.005)), [T.Resize((8, 8))],
+                                 batch_size=8)
+        for _ in loader:
+            pass
+    """
+    child = run_python(code, os.path.dirname(__file__), env={"CONVEYOR_AUTOTUNE_LOG": "1"})
+    assert child.returncode == 0, child.stderr
+    lines = [line for line in child.stderr.splitlines() if line.startswith("conveyor autotune t=")]
+    assert lines, child.stderr
+    assert "io threads 16 -> " in child.stderr
