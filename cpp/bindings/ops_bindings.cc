@@ -8,6 +8,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <span>
@@ -16,6 +17,7 @@
 #include "bindings.h"
 #include "conveyor/core/error.h"
 #include "conveyor/core/rng.h"
+#include "conveyor/ops/batch_mix.h"
 #include "conveyor/ops/image_decode.h"
 #include "conveyor/ops/image_pipeline.h"
 #include "conveyor/ops/raw_tensor_transform.h"
@@ -139,6 +141,56 @@ void bind_ops(nb::module_& m) {
       },
       nb::arg("height"), nb::arg("width"), nb::arg("scale"), nb::arg("ratio"), nb::arg("seed"), nb::arg("epoch"),
       nb::arg("index"), "The RandomResizedCrop box (top, left, height, width) drawn from (seed, epoch, index).");
+
+  nb::enum_<MixKind>(m, "MixKind", "conveyor::MixKind (ops/batch_mix.h).")
+      .value("MIXUP", MixKind::kMixUp)
+      .value("CUTMIX", MixKind::kCutMix);
+  nb::class_<MixOption>(m, "MixOption", "conveyor::MixOption (ops/batch_mix.h).")
+      .def(
+          "__init__",
+          [](MixOption* self, MixKind kind, double alpha) {
+            new (self) MixOption{kind, alpha};
+          },
+          nb::arg("kind"), nb::arg("alpha"))
+      .def_rw("kind", &MixOption::kind)
+      .def_rw("alpha", &MixOption::alpha);
+  nb::class_<BatchMixSpec>(m, "BatchMixSpec", "conveyor::BatchMixSpec (ops/batch_mix.h).")
+      .def(nb::init<>())
+      .def_rw("options", &BatchMixSpec::options)
+      .def_rw("p", &BatchMixSpec::p)
+      .def_rw("num_classes", &BatchMixSpec::num_classes)
+      .def_rw("channels_last", &BatchMixSpec::channels_last);
+  m.def(
+      "sample_batch_mix",
+      [](const BatchMixSpec& spec, int64_t height, int64_t width, uint64_t seed, uint64_t epoch, uint64_t batch) {
+        check_config(height >= 1 && width >= 1, "height and width must be >= 1");
+        SampleRng rng = batch_mix_rng(seed, epoch, batch);
+        const BatchMixParams p = sample_batch_mix(spec, height, width, rng);
+        return nb::make_tuple(std::string(mix_kind_name(p.kind)), p.lambda, p.center_x, p.center_y, p.x1, p.y1, p.x2,
+                              p.y2, p.label_lambda);
+      },
+      nb::arg("spec"), nb::arg("height"), nb::arg("width"), nb::arg("seed"), nb::arg("epoch"), nb::arg("batch"),
+      "The batch mix the loader draws for batch `batch` of `epoch`: (kind, lambda, center_x, center_y, x1, y1, x2, "
+      "y2, label_lambda).");
+  m.def(
+      "sample_beta",
+      [](double a, double b, int64_t count, uint64_t seed, uint64_t epoch, uint64_t stream) {
+        check_config(a > 0 && b > 0 && std::isfinite(a) && std::isfinite(b), "a and b must be finite and > 0");
+        check_config(count >= 0, "count must be >= 0");
+        auto storage = std::make_unique<uint8_t[]>(static_cast<size_t>(count) * sizeof(double));
+        {
+          nb::gil_scoped_release release;
+          SampleRng rng(seed, epoch, stream);
+          auto* out = reinterpret_cast<double*>(storage.get());
+          for (int64_t i = 0; i < count; ++i) out[i] = sample_beta(a, b, rng);
+        }
+        std::vector<size_t> dims{static_cast<size_t>(count)};
+        uint8_t* data = storage.release();
+        nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<uint8_t*>(p); });
+        return Array(data, dims.size(), dims.data(), owner, nullptr, nb::dtype<double>());
+      },
+      nb::arg("a"), nb::arg("b"), nb::arg("count"), nb::arg("seed") = 0, nb::arg("epoch") = 0, nb::arg("stream") = 0,
+      "`count` Beta(a, b) draws of the engine's sampler (conveyor::sample_beta) from one random stream.");
 
   // The transform of raw-pixel sources (IDX).
   nb::class_<RawTensorTransform, SampleTransform>(m, "RawTensorTransform")

@@ -1,5 +1,6 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
@@ -148,7 +149,16 @@ void bind_pipeline(nb::module_& m) {
                                   owned_array(std::move(flat.categories), {total}));
           },
           nb::arg("batch"),
-          "(counts per sample, float32 boxes K×4 xywh, int64 categories K), numpy arrays of their own.");
+          "(counts per sample, float32 boxes K×4 xywh, int64 categories K), numpy arrays of their own.")
+      .def_static(
+          "soft_labels",
+          [](const Batch& b) -> nb::object {
+            if (b.num_classes() == 0) return nb::none();
+            return nb::cast(
+                owned_array(b.soft_labels(), {static_cast<size_t>(b.size()), static_cast<size_t>(b.num_classes())}));
+          },
+          nb::arg("batch"),
+          "After a batch mix, the N×num_classes float32 mixed labels (a numpy array of its own); else None.");
 
   nb::class_<SkippedSample>(m, "SkippedSample")
       .def_ro("position", &SkippedSample::position)
@@ -173,7 +183,8 @@ void bind_pipeline(nb::module_& m) {
       .def_rw("prefetch", &LoaderOptions::prefetch)
       .def_rw("on_error", &LoaderOptions::on_error)
       .def_rw("rank", &LoaderOptions::rank)
-      .def_rw("world_size", &LoaderOptions::world_size);
+      .def_rw("world_size", &LoaderOptions::world_size)
+      .def_rw("batch_mix", &LoaderOptions::batch_mix);
 
   nb::class_<LoaderStats>(m, "LoaderStats", "conveyor::LoaderStats (pipeline/loader.h): Loader.stats().")
       .def_ro("epoch", &LoaderStats::epoch)

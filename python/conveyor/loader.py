@@ -19,6 +19,7 @@ from conveyor.errors import ConfigError
 from conveyor.sources import Source
 from conveyor.transforms import DEFAULT_MAX_PIXELS, Transform
 from conveyor.transforms.base import as_transform_list
+from conveyor.transforms.batch import BatchFunction, BatchTransform, split_batch_transforms
 
 try:  # torch is optional: without it batches are numpy arrays.
     import torch
@@ -76,6 +77,12 @@ class Loader:
             image a dict {"boxes": K×4 xywh float32, "labels": K int64,
             "image_id"}; "padded" gives one dict {"boxes": N×Kmax×4,
             "labels": N×Kmax (-1 where padded), "counts": N, "image_ids"}.
+        batch_transforms: applied to each batch: first optionally one engine
+            batch mix (``T.MixUp``, ``T.CutMix``, ``T.RandomChoice`` of them),
+            run in C++ on the batch buffer before hand-off (labels become
+            N×num_classes float32); then any callables
+            ``fn(images, labels) -> (images, labels)``, run in the thread
+            iterating the loader, on the CPU tensors.
 
     Each batch is ``(images, labels)``: ``images`` N×C×H×W (or N×H×W×C),
     ``labels`` int64 of length N; torch tensors, or numpy arrays without torch.
@@ -107,6 +114,7 @@ class Loader:
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
         targets: str = "list",
+        batch_transforms: Union[BatchTransform, Sequence[Union[BatchTransform, BatchFunction]], None] = None,
     ) -> None:
         if not isinstance(source, Source):
             raise ConfigError(
@@ -138,6 +146,12 @@ class Loader:
         if targets not in ("list", "padded"):
             raise ConfigError(f"targets must be 'list' or 'padded', got {targets!r}")
         rank, world_size = _distributed(rank, world_size)
+        batch_mix, self._batch_functions = split_batch_transforms(batch_transforms)
+        if batch_mix is not None and source.has_boxes:
+            raise ConfigError(
+                f"batch_transforms: {type(batch_mix).__name__} mixes class labels; {type(source).__name__} "
+                "gives boxes"
+            )
 
         self.source = source
         self.batch_size = batch_size
@@ -165,6 +179,7 @@ class Loader:
                 rank=rank,
                 world_size=world_size,
                 shuffle_buffer=source.shuffle_buffer or 0,
+                batch_mix=_batch_mix_spec(batch_mix, source, layout),
             ),
             **({"allocator": _pinned_allocator()} if self._pin else {}),
         )
@@ -242,7 +257,13 @@ class Loader:
                     self._update_bar(bar, batch.size)
                 images = _as_tensor(_conveyor.Batch.images(batch))
                 labels = _from_numpy(_conveyor.Batch.labels(batch))  # Its own memory, not the batch's.
-                yield images, self._targets(batch, labels) if self.source.has_boxes else labels, mark
+                soft_labels = _conveyor.Batch.soft_labels(batch)
+                second = self._targets(batch, labels) if self.source.has_boxes else labels
+                if soft_labels is not None:
+                    second = _from_numpy(soft_labels)
+                for i, function in self._batch_functions:
+                    images, second = _call_batch_function(i, function, images, second)
+                yield images, second, mark
         finally:
             if bar is not None:
                 self._update_bar(bar, 0, refresh=True)
@@ -392,6 +413,24 @@ class Loader:
     def _update_bar(self, bar: Any, samples: int, refresh: bool = False) -> None:
         bar.update(samples)
         bar.set_postfix_str(f"stall {100 * self.stats()['input_stall']:.0f}%", refresh=refresh)
+
+
+def _batch_mix_spec(batch_mix: Optional[BatchTransform], source: Source, layout: str) -> Any:
+    # The engine's BatchMixSpec; num_classes defaults to the source's classes.
+    if batch_mix is None:
+        return None
+    classes = getattr(source, "classes", None)
+    return batch_mix._spec(None if classes is None else len(classes), channels_last=layout == "HWC")
+
+
+def _call_batch_function(index: int, function: BatchFunction, images: Any, labels: Any) -> tuple[Any, Any]:
+    result = function(images, labels)
+    if not isinstance(result, tuple) or len(result) != 2:
+        raise ConfigError(
+            f"batch_transforms[{index}]: {getattr(function, '__name__', type(function).__name__)} returned "
+            f"{type(result).__name__}, not an (images, labels) pair"
+        )
+    return result
 
 
 def _distributed(rank: Optional[int], world_size: Optional[int]) -> tuple[int, int]:

@@ -24,15 +24,20 @@ struct FlatBoxes {
 /// Thread-safety: immutable; the data may be written by the holder.
 class Batch {
  public:
+  /// `soft_labels`: with a batch mix (MixUp, CutMix), size x `num_classes`
+  /// mixed one-hot labels; empty (and num_classes 0) otherwise.
   Batch(int64_t index, int64_t size, int64_t end_position, SampleSpec spec, PooledBuffer buffer,
-        std::vector<int64_t> labels, std::vector<std::vector<BoundingBox>> boxes)
+        std::vector<int64_t> labels, std::vector<std::vector<BoundingBox>> boxes, std::vector<float> soft_labels = {},
+        int64_t num_classes = 0)
       : index_(index),
         size_(size),
         end_position_(end_position),
         spec_(std::move(spec)),
         buffer_(std::move(buffer)),
         labels_(std::move(labels)),
-        boxes_(std::move(boxes)) {}
+        boxes_(std::move(boxes)),
+        soft_labels_(std::move(soft_labels)),
+        num_classes_(num_classes) {}
 
   /// Batch number within the epoch.
   int64_t index() const noexcept { return index_; }
@@ -46,7 +51,13 @@ class Batch {
   std::vector<int64_t> shape() const;
   /// Start of the samples (size() * sample_spec().num_bytes() bytes).
   void* data() const noexcept { return buffer_.data(); }
+  /// The samples' labels before any batch mix.
   const std::vector<int64_t>& labels() const noexcept { return labels_; }
+  /// After a batch mix: size() x num_classes() float32 labels (each row sums
+  /// to 1 up to rounding); empty without one.
+  const std::vector<float>& soft_labels() const noexcept { return soft_labels_; }
+  /// Columns of soft_labels(); 0 without a batch mix.
+  int64_t num_classes() const noexcept { return num_classes_; }
   /// Per sample, its boxes after the sample's crops, resizes and flips (empty
   /// for sources without boxes).
   const std::vector<std::vector<BoundingBox>>& boxes() const noexcept { return boxes_; }
@@ -61,6 +72,8 @@ class Batch {
   PooledBuffer buffer_;
   std::vector<int64_t> labels_;
   std::vector<std::vector<BoundingBox>> boxes_;
+  std::vector<float> soft_labels_;
+  int64_t num_classes_ = 0;
 };
 
 }  // namespace conveyor

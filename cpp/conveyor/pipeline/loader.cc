@@ -57,6 +57,12 @@ struct InFlightBatch {
   std::vector<int64_t> labels;
   std::vector<std::vector<BoundingBox>> boxes;
   int64_t issued = 0;  // Slots [0, issued) are assigned, in position order.
+  // Batch mix (LoaderOptions::batch_mix): started once the batch's positions
+  // are final, done when its buffer and soft labels are mixed (or it failed).
+  bool mixing = false;
+  bool mixed = false;
+  std::vector<float> soft_labels;
+  std::optional<SampleError> mix_error;
 };
 
 // What a task works on: a slot of an in-flight batch, and the ticket that
@@ -91,6 +97,7 @@ struct EpochRun : std::enable_shared_from_this<EpochRun> {
   int64_t outstanding = 0;  // Tasks issued and not yet finished.
   bool cancelled = false;
   bool finished = false;
+  bool mixes = false;                // Batches are mixed (batch_mix) before hand-off.
   std::optional<SampleError> fatal;  // A failure outside any sample (e.g. allocation), raised by next().
   std::vector<SkippedSample> skipped;
 
@@ -212,31 +219,33 @@ struct EpochRun : std::enable_shared_from_this<EpochRun> {
     for (int64_t i = front.issued; i < batch_size; ++i) {
       if (front.slots[static_cast<size_t>(i)].busy) return false;
     }
-    return true;
+    return !mixes || front.mixed || front_failure() != nullptr;
   }
 
-  // The first failed slot's error of the front batch (once front_ready()), or null.
+  // The first failed slot's error of the front batch (once front_ready()),
+  // else its batch mix's error, or null.
   const SampleError* front_failure() const {
     const InFlightBatch& front = batches.front();
     for (int64_t i = 0; i < front.issued; ++i) {
       const Slot& s = front.slots[static_cast<size_t>(i)];
       if (s.state == Slot::State::kFailed) return &*s.error;
     }
-    return nullptr;
+    return front.mix_error ? &*front.mix_error : nullptr;
   }
 
   // True when the front batch (once front_ready()) has fewer than batch_size samples.
   bool front_partial() const { return batches.front().issued < batch_size; }
 
   // Hands the front batch (once front_ready(), without failure) out as a Batch.
-  std::shared_ptr<Batch> take_front(const SampleSpec& spec) {
+  std::shared_ptr<Batch> take_front(const SampleSpec& spec, int64_t num_classes) {
     InFlightBatch& front = batches.front();
     const int64_t size = front.issued;
     const int64_t end_position = front.slots[static_cast<size_t>(size - 1)].position + 1;
     front.labels.resize(static_cast<size_t>(size));
     front.boxes.resize(static_cast<size_t>(size));
-    auto taken = std::make_shared<Batch>(front.index, size, end_position, spec, std::move(front.buffer),
-                                         std::move(front.labels), std::move(front.boxes));
+    auto taken =
+        std::make_shared<Batch>(front.index, size, end_position, spec, std::move(front.buffer), std::move(front.labels),
+                                std::move(front.boxes), std::move(front.soft_labels), mixes ? num_classes : 0);
     batches.pop_front();
     ++front_index;
     return taken;
@@ -371,6 +380,7 @@ Loader::Loader(std::shared_ptr<const Source> source, std::shared_ptr<const Sampl
       cpu_pool_(start_pool(options_.threads, "conveyor-cpu", "threads")),
       io_pool_(start_pool(options_.io_threads, "conveyor-io", "io_threads")) {
   check_config(sample_bytes_ > 0, "the transform produces empty samples");
+  if (options_.batch_mix) check_batch_mix(*options_.batch_mix, spec_);
   check_config(samples_per_epoch_ > 0,
                "world_size " + std::to_string(options_.world_size) + " leaves no sample for each rank with drop_last");
 }
@@ -459,6 +469,7 @@ void Loader::start_epoch(int64_t epoch, int64_t start_position, int64_t start_ba
   stop_locked(lock);
   auto run = std::make_shared<EpochRun>(epoch, std::move(order), start_position, start_batch, options_.batch_size,
                                         options_.prefetch);
+  run->mixes = options_.batch_mix.has_value();
   run_ = run;
   samples_read_ = 0;
   samples_processed_ = 0;
@@ -606,6 +617,7 @@ void Loader::process_task(const std::shared_ptr<EpochRun>& run, SlotTicket task,
 void Loader::finish_task(EpochRun& run, SlotTicket task, int64_t label, std::vector<BoundingBox> boxes,
                          const SampleError* error) {
   const bool current = run.record_finished(task, label, std::move(boxes), error, options_.on_error);
+  if (run.mixes) start_batch_mixes_locked(run);
   issue_locked(run);
   // Wake the consumer only when it may have something to do: a sample of the
   // batch it waits for finished (or a skip reshuffled slots), or, for stop(),
@@ -660,7 +672,7 @@ NextResult Loader::next(std::chrono::duration<double> timeout) {
         stop_locked(lock);  // The dropped batch's buffer goes back to the pool.
         return {NextResult::Status::kEnd, nullptr};
       }
-      std::shared_ptr<Batch> batch = run->take_front(spec_);
+      std::shared_ptr<Batch> batch = run->take_front(spec_, options_.batch_mix ? options_.batch_mix->num_classes : 0);
       ++batches_delivered_;
       issue_locked(*run);
       return {NextResult::Status::kBatch, std::move(batch)};
@@ -672,6 +684,83 @@ NextResult Loader::next(std::chrono::duration<double> timeout) {
       return {NextResult::Status::kTimeout, nullptr};
     }
   }
+}
+
+void Loader::start_batch_mixes_locked(EpochRun& run) {
+  // A batch's positions are final once it and every batch before it are
+  // complete: a skip shifts only the positions after an unfinished sample.
+  for (auto& b : run.batches) {
+    if (run.cancelled || !run.complete(b)) return;
+    if (b.mixing || b.mixed) continue;
+    b.mixing = true;
+    ++run.outstanding;  // stop() waits for the mix like for a sample.
+    try {
+      cpu_pool_->submit([this, run = run.shared_from_this(), index = b.index] { mix_task(run, index); });
+    } catch (const std::exception& e) {
+      --run.outstanding;
+      b.mixing = false;
+      if (!run.fatal)
+        run.fatal = SampleError{ErrorKind::kInternal, std::string("cannot start more work: ") + e.what(), {}};
+      run.cancelled = true;
+      cv_.notify_all();
+      return;
+    }
+  }
+}
+
+void Loader::mix_task(const std::shared_ptr<EpochRun>& run, int64_t batch_index) {
+  const BatchMixSpec& spec = *options_.batch_mix;
+  void* images = nullptr;
+  std::vector<int64_t> labels;
+  std::optional<SampleError> error;
+  {
+    std::lock_guard lock(mu_);
+    if (run->cancelled) {
+      --run->outstanding;
+      if (run->outstanding == 0) cv_.notify_all();
+      return;
+    }
+    // The batch stays in place (and its memory untouched by other tasks)
+    // until it is mixed: it cannot be handed out or its slots reassigned.
+    detail::InFlightBatch& b = run->batch(batch_index);
+    images = b.buffer.data();
+    labels.assign(b.labels.begin(), b.labels.begin() + b.issued);
+    const int64_t bad = first_label_outside(labels, spec.num_classes);
+    if (bad >= 0) {
+      const int64_t position = b.slots[static_cast<size_t>(bad)].position;
+      const std::string name = spec.options.size() == 1 ? mix_kind_name(spec.options.front().kind) : "RandomChoice";
+      error = SampleError{ErrorKind::kConfig,
+                          name + ": the label " + std::to_string(labels[static_cast<size_t>(bad)]) +
+                              " is outside [0, num_classes = " + std::to_string(spec.num_classes) +
+                              "): batch mixes need class labels",
+                          key_of(*source_, run->order[static_cast<size_t>(position)])};
+    }
+  }
+  std::vector<float> soft_labels;
+  if (!error) {
+    try {
+      SampleRng rng =
+          batch_mix_rng(options_.seed, static_cast<uint64_t>(run->epoch), static_cast<uint64_t>(batch_index));
+      const auto& shape = spec_.shape;
+      const int64_t height = spec.channels_last ? shape[0] : shape[1];
+      const int64_t width = spec.channels_last ? shape[1] : shape[2];
+      const BatchMixParams params = sample_batch_mix(spec, height, width, rng);
+      soft_labels.resize(labels.size() * static_cast<size_t>(spec.num_classes));
+      apply_batch_mix(params, spec, spec_, static_cast<int64_t>(labels.size()), images, labels, soft_labels.data());
+    } catch (const Error& e) {
+      error = SampleError::from(e, {});
+    } catch (const std::exception& e) {
+      error = SampleError{ErrorKind::kInternal, std::string("batch mix: ") + e.what(), {}};
+    }
+  }
+  std::lock_guard lock(mu_);
+  --run->outstanding;
+  detail::InFlightBatch& b = run->batch(batch_index);
+  b.mixing = false;
+  b.mixed = true;
+  b.soft_labels = std::move(soft_labels);
+  b.mix_error = std::move(error);
+  if (batch_index == run->front_index || run->outstanding == 0) cv_.notify_all();
 }
 
 void Loader::stop() {

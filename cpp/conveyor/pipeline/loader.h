@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "conveyor/core/sample_transform.h"
 #include "conveyor/core/thread_pool.h"
 #include "conveyor/io/source.h"
+#include "conveyor/ops/batch_mix.h"
 #include "conveyor/pipeline/batch.h"
 
 namespace conveyor {
@@ -45,6 +47,10 @@ struct LoaderOptions {
   int64_t rank = 0;  ///< This process's share of each epoch (as DistributedSampler).
   int64_t world_size = 1;
   BufferAllocator allocator = BufferAllocator::aligned();  ///< Batch memory (e.g. pinned).
+  /// MixUp / CutMix applied to each complete batch in place, on the cpu pool,
+  /// before hand-off (ops/batch_mix.h); its random choices come from
+  /// (seed, epoch, batch index). Batches then carry soft_labels().
+  std::optional<BatchMixSpec> batch_mix;
 };
 
 /// A sample left out under OnError::kSkip.
@@ -151,6 +157,10 @@ class Loader {
   void process_task(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task, Record record);
   void finish_task(detail::EpochRun& run, detail::SlotTicket task, int64_t label, std::vector<BoundingBox> boxes,
                    const detail::SampleError* error);
+  // Batch mix: starts the mix of every complete batch whose positions can no
+  // longer change (every batch before it is complete too).
+  void start_batch_mixes_locked(detail::EpochRun& run);
+  void mix_task(const std::shared_ptr<detail::EpochRun>& run, int64_t batch_index);
   void stop_locked(std::unique_lock<std::mutex>& lock);
   // True in a child of fork() (this Loader was copied, not created, there).
   bool forked() const noexcept;

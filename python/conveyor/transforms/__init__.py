@@ -13,13 +13,18 @@ Example::
 """
 
 from conveyor.transforms.base import DEFAULT_MAX_PIXELS, Transform, compile_pipeline
+from conveyor.transforms.batch import BatchTransform, CutMix, MixUp, RandomChoice
 from conveyor.transforms.color import Normalize
 from conveyor.transforms.geometry import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
 
 __all__ = [
+    "BatchTransform",
     "CenterCrop",
+    "CutMix",
     "DEFAULT_MAX_PIXELS",
+    "MixUp",
     "Normalize",
+    "RandomChoice",
     "RandomHorizontalFlip",
     "RandomResizedCrop",
     "Resize",
