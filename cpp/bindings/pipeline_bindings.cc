@@ -135,6 +135,17 @@ void bind_pipeline(nb::module_& m) {
           "images",
           [](const std::shared_ptr<Batch>& b) { return view(b, b->data(), b->shape(), b->sample_spec().dtype); },
           nb::arg("batch"), "The samples as a DLPack array sharing the batch's memory.")
+      .def_prop_ro("variable_shape", &Batch::variable_shape)
+      .def_static(
+          "sample_images",
+          [](const std::shared_ptr<Batch>& b) {
+            nb::list images;
+            for (const SampleOutput& s : b->samples())
+              images.append(view(b, s.buffer.data(), s.spec.shape, s.spec.dtype));
+            return images;
+          },
+          nb::arg("batch"),
+          "A variable-shape batch's samples: a list of DLPack arrays, each sharing its sample's memory.")
       .def_static(
           "labels", [](const Batch& b) { return owned_array(b.labels(), {static_cast<size_t>(b.size())}); },
           nb::arg("batch"),

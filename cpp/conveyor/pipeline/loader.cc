@@ -63,6 +63,7 @@ struct InFlightBatch {
   bool mixed = false;
   std::vector<float> soft_labels;
   std::optional<SampleError> mix_error;
+  std::vector<SampleOutput> samples;  // Variable-shape samples, by slot (then `buffer` is empty).
 };
 
 // What a task works on: a slot of an in-flight batch, and the ticket that
@@ -98,6 +99,7 @@ struct EpochRun : std::enable_shared_from_this<EpochRun> {
   bool cancelled = false;
   bool finished = false;
   bool mixes = false;                // Batches are mixed (batch_mix) before hand-off.
+  bool variable = false;             // Samples have their own buffers (the transform has no fixed shape).
   std::optional<SampleError> fatal;  // A failure outside any sample (e.g. allocation), raised by next().
   std::vector<SkippedSample> skipped;
 
@@ -123,7 +125,11 @@ struct EpochRun : std::enable_shared_from_this<EpochRun> {
       if (static_cast<int64_t>(batches.size()) >= prefetch) return std::nullopt;
       InFlightBatch b;
       b.index = front_index + static_cast<int64_t>(batches.size());
-      b.buffer = pool.acquire();
+      if (variable) {
+        b.samples.resize(static_cast<size_t>(batch_size));
+      } else {
+        b.buffer = pool.acquire();
+      }
       b.slots.resize(static_cast<size_t>(batch_size));
       b.labels.resize(static_cast<size_t>(batch_size), -1);
       b.boxes.resize(static_cast<size_t>(batch_size));
@@ -243,9 +249,10 @@ struct EpochRun : std::enable_shared_from_this<EpochRun> {
     const int64_t end_position = front.slots[static_cast<size_t>(size - 1)].position + 1;
     front.labels.resize(static_cast<size_t>(size));
     front.boxes.resize(static_cast<size_t>(size));
-    auto taken =
-        std::make_shared<Batch>(front.index, size, end_position, spec, std::move(front.buffer), std::move(front.labels),
-                                std::move(front.boxes), std::move(front.soft_labels), mixes ? num_classes : 0);
+    if (variable) front.samples.resize(static_cast<size_t>(size));
+    auto taken = std::make_shared<Batch>(front.index, size, end_position, spec, std::move(front.buffer),
+                                         std::move(front.labels), std::move(front.boxes), std::move(front.soft_labels),
+                                         mixes ? num_classes : 0, std::move(front.samples));
     batches.pop_front();
     ++front_index;
     return taken;
@@ -370,16 +377,18 @@ Loader::Loader(std::shared_ptr<const Source> source, std::shared_ptr<const Sampl
       transform_((check_config(transform != nullptr, "transform must not be null"), std::move(transform))),
       options_(validated(std::move(options), *source_)),
       spec_(transform_->output_spec()),
-      sample_bytes_(static_cast<int64_t>(spec_.num_bytes())),  // Checked: at most INT64_MAX.
+      // Checked: at most INT64_MAX.
+      sample_bytes_(transform_->fixed_shape() ? static_cast<int64_t>(spec_.num_bytes()) : 0),
       samples_per_epoch_(samples_per_rank_of_an_order_that_fits(*source_, options_)),
       // The one product every slot offset derives from: checked here, so
       // `slot * sample_bytes_` below cannot overflow.
       pool_(static_cast<size_t>(
                 checked_mul(options_.batch_size, sample_bytes_, "the batch buffer (batch_size x bytes per sample)")),
             options_.allocator),
+      sample_pool_(options_.allocator),
       cpu_pool_(start_pool(options_.threads, "conveyor-cpu", "threads")),
       io_pool_(start_pool(options_.io_threads, "conveyor-io", "io_threads")) {
-  check_config(sample_bytes_ > 0, "the transform produces empty samples");
+  check_config(sample_bytes_ > 0 || !transform_->fixed_shape(), "the transform produces empty samples");
   if (options_.batch_mix) check_batch_mix(*options_.batch_mix, spec_);
   check_config(samples_per_epoch_ > 0,
                "world_size " + std::to_string(options_.world_size) + " leaves no sample for each rank with drop_last");
@@ -470,6 +479,7 @@ void Loader::start_epoch(int64_t epoch, int64_t start_position, int64_t start_ba
   auto run = std::make_shared<EpochRun>(epoch, std::move(order), start_position, start_batch, options_.batch_size,
                                         options_.prefetch);
   run->mixes = options_.batch_mix.has_value();
+  run->variable = !transform_->fixed_shape();
   run_ = run;
   samples_read_ = 0;
   samples_processed_ = 0;
@@ -586,16 +596,22 @@ void Loader::process_task(const std::shared_ptr<EpochRun>& run, SlotTicket task,
       return;
     }
     sample = *assigned;
-    out = static_cast<uint8_t*>(run->batch(task.batch).buffer.data()) +
-          static_cast<size_t>(task.slot) * static_cast<size_t>(sample_bytes_);
+    // Null for variable-shape samples, which get buffers of their own.
+    void* buffer = run->batch(task.batch).buffer.data();
+    out = buffer == nullptr
+              ? nullptr
+              : static_cast<uint8_t*>(buffer) + static_cast<size_t>(task.slot) * static_cast<size_t>(sample_bytes_);
   }
   // The slot stays busy until finish_task, so nothing else writes `out` meanwhile.
   const int64_t started = now_ns();
   std::optional<SampleError> error;
   std::vector<BoundingBox> boxes;
+  SampleOutput output;  // Variable-shape samples only.
   try {
     SampleRng rng(options_.seed, static_cast<uint64_t>(run->epoch), static_cast<uint64_t>(sample));
-    if (record.boxes.empty()) {
+    if (out == nullptr) {
+      boxes = apply_variable_sample(record, rng, output);
+    } else if (record.boxes.empty()) {
       transform_->apply(record.data.span(), rng, out);
     } else {
       // Boxes follow the image's crops, resizes and flips.
@@ -611,6 +627,11 @@ void Loader::process_task(const std::shared_ptr<EpochRun>& run, SlotTicket task,
   process_ns_ += now_ns() - started;
   ++samples_processed_;
   std::lock_guard lock(mu_);
+  // A variable-shape sample's buffer joins its slot while the slot is still
+  // this task's (a skip may have reassigned it: then it goes back to the pool).
+  if (out == nullptr && !error && run->sample_for(task)) {
+    run->batch(task.batch).samples[static_cast<size_t>(task.slot)] = std::move(output);
+  }
   finish_task(*run, task, record.label, std::move(boxes), error ? &*error : nullptr);
 }
 
@@ -684,6 +705,21 @@ NextResult Loader::next(std::chrono::duration<double> timeout) {
       return {NextResult::Status::kTimeout, nullptr};
     }
   }
+}
+
+std::vector<BoundingBox> Loader::apply_variable_sample(Record& record, SampleRng& rng, SampleOutput& output) {
+  const SampleAllocator allocate = [&](const SampleSpec& spec) -> void* {
+    output.spec = spec;
+    output.buffer = sample_pool_.acquire(spec.num_bytes());
+    return output.buffer.data();
+  };
+  if (record.boxes.empty()) {
+    transform_->apply_variable(record.data.span(), rng, allocate, nullptr);
+    return {};
+  }
+  SampleGeometry geometry;
+  const bool moved = transform_->apply_variable(record.data.span(), rng, allocate, &geometry);
+  return moved ? transform_boxes(record.boxes, geometry) : std::move(record.boxes);
 }
 
 void Loader::start_batch_mixes_locked(EpochRun& run) {
@@ -792,8 +828,8 @@ LoaderStats Loader::stats() const {
   stats.process_seconds = static_cast<double>(process_ns_) * 1e-9;
   stats.wait_seconds = static_cast<double>(wait_ns_) * 1e-9;
   stats.batches_delivered = batches_delivered_;
-  stats.buffers_allocated = static_cast<int64_t>(pool_.allocated());
-  stats.buffers_leased = static_cast<int64_t>(pool_.leased());
+  stats.buffers_allocated = static_cast<int64_t>(pool_.allocated() + sample_pool_.allocated());
+  stats.buffers_leased = static_cast<int64_t>(pool_.leased() + sample_pool_.leased());
   if (run_ != nullptr) {
     stats.epoch = run_->epoch;
     stats.skipped = static_cast<int64_t>(run_->skipped.size());

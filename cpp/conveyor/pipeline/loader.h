@@ -92,7 +92,8 @@ struct SlotTicket;
 
 /// The pipeline executor. For each sample of an epoch it reads the record on
 /// the io pool, then decodes and transforms it on the cpu pool straight into
-/// the sample's slot of a pooled batch buffer; batches are delivered strictly
+/// the sample's slot of a pooled batch buffer (or, for a transform without a
+/// fixed shape, into a pooled buffer of the sample's own: Batch::samples()); batches are delivered strictly
 /// in order, at most `prefetch` ahead of the consumer. The epoch's order and
 /// every random choice depend only on (seed, epoch, sample), never on thread
 /// timing, so output is identical for any thread counts.
@@ -160,6 +161,9 @@ class Loader {
   // Batch mix: starts the mix of every complete batch whose positions can no
   // longer change (every batch before it is complete too).
   void start_batch_mixes_locked(detail::EpochRun& run);
+  // Variable-shape samples (transform without fixed_shape()): runs the
+  // transform into a buffer of sample_pool_, returns the sample's boxes.
+  std::vector<BoundingBox> apply_variable_sample(Record& record, SampleRng& rng, SampleOutput& output);
   void mix_task(const std::shared_ptr<detail::EpochRun>& run, int64_t batch_index);
   void stop_locked(std::unique_lock<std::mutex>& lock);
   // True in a child of fork() (this Loader was copied, not created, there).
@@ -173,7 +177,7 @@ class Loader {
   const std::shared_ptr<const SampleTransform> transform_;
   const LoaderOptions options_;
   const SampleSpec spec_;
-  const int64_t sample_bytes_;  // spec_.num_bytes().
+  const int64_t sample_bytes_;  // spec_.num_bytes(); 0 for variable-shape samples.
   const int64_t samples_per_epoch_;
 
   // The lock and the condition variable live on the heap so that a Loader
@@ -193,7 +197,8 @@ class Loader {
   std::chrono::steady_clock::time_point epoch_started_;  // Guarded by mu_.
 
   BufferPool pool_;
-  bool closed_ = false;  // Guarded by mu_.
+  SizedBufferPool sample_pool_;  // Per-sample buffers of variable-shape batches.
+  bool closed_ = false;          // Guarded by mu_.
   // Reset by close() once no task runs; read without the lock by tasks, which
   // only run before that.
   std::unique_ptr<ThreadPool> cpu_pool_;
