@@ -26,15 +26,19 @@ namespace conveyor {
 namespace detail {
 
 // A failure kept as plain strings: Error (a std::runtime_error) shares its
-// message buffer between copies, which must not cross threads.
+// message buffer between copies, which must not cross threads. The
+// attachment (e.g. a Python exception) is reference counted atomically.
 struct SampleError {
   ErrorKind kind;
   std::string cause;
   std::string key;
+  std::shared_ptr<const ErrorAttachment> attachment = nullptr;
 
   static SampleError from(const Error& e, const std::string& key) {
-    return {e.kind(), e.cause(), e.key().empty() ? key : e.key()};
+    return {e.kind(), e.cause(), e.key().empty() ? key : e.key(), e.attachment()};
   }
+
+  Error to_error() const { return Error(kind, cause, key, attachment); }
 };
 
 // A sample slot of an in-flight batch. A slot is `busy` from the moment a task
@@ -671,7 +675,7 @@ NextResult Loader::next(std::chrono::duration<double> timeout) {
     std::shared_ptr<EpochRun> run = run_;
     if (run != nullptr && run->fatal && !run->finished) {
       run->finished = true;
-      Error error(run->fatal->kind, run->fatal->cause, run->fatal->key);
+      Error error = run->fatal->to_error();
       stop_locked(lock);
       throw error;
     }
@@ -683,7 +687,7 @@ NextResult Loader::next(std::chrono::duration<double> timeout) {
     if (run->front_ready()) {
       wait_ns_ += now_ns() - wait_started;
       if (const SampleError* failure = run->front_failure()) {
-        Error error(failure->kind, failure->cause, failure->key);
+        Error error = failure->to_error();
         run->finished = true;
         stop_locked(lock);
         throw error;
