@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <vector>
 
 #include "conveyor/core/dtype.h"
 #include "conveyor/core/geometry.h"
@@ -39,14 +40,15 @@ class SampleTransform {
   /// (kDecode, kTooLarge, ...) on bad input; the loader adds the sample's key.
   virtual void apply(std::span<const uint8_t> input, SampleRng& rng, void* out) const = 0;
 
-  /// As apply(), and also reports how output pixels map to input pixels, so
-  /// that annotations (boxes) can follow the image. Transforms without a
-  /// geometric meaning keep the default: apply() and no geometry (false).
-  virtual bool apply_tracked(std::span<const uint8_t> input, SampleRng& rng, void* out,
-                             SampleGeometry& geometry) const {
-    (void)geometry;
+  /// As apply(), and moves `boxes` (the sample's boxes in the input image's
+  /// pixels) with the image: crops, resizes, flips and warps move them as the
+  /// pixels move, boxes that leave the image are dropped, the rest clipped to
+  /// it. Transforms without a geometric meaning keep the default: apply(),
+  /// boxes unchanged.
+  virtual void apply_tracked(std::span<const uint8_t> input, SampleRng& rng, void* out,
+                             std::vector<BoundingBox>& boxes) const {
+    (void)boxes;
     apply(input, rng, out);
-    return false;
   }
 
   /// As apply_tracked() (`geometry` null: not wanted), writing into the

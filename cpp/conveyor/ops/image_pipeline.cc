@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -90,48 +91,100 @@ void write_output(const ImageView& img, bool flip, Layout layout, const T* lut, 
   }
 }
 
-// The per-sample plan: where the output comes from and what to decode.
+// One axis-aligned group's placement for one sample: where its output comes
+// from in the image it resamples.
 struct SamplePlan {
   Placement placement;
+  Size2D out;                  // The group's output size.
   BoxF box;                    // The source box, clipped to the image.
   int dx0 = 0, dy0 = 0;        // Where the covered output rectangle starts ...
   int rect_w = 0, rect_h = 0;  // ... and its size (smaller than the output when padding).
   bool covered = false;        // Whether any output pixel comes from the image.
   bool exact = false;          // Whether the box's edges are whole pixels (a crop).
-  detail::DecodeRequest request;
 };
+
+// Geometric and mirror steps resampled together: their placements compose
+// into one source box and one resample (the leading group's is fused into
+// the decode).
+struct Group {
+  const TransformStep* image = nullptr;     // The kImage step run before the group's resample, if any.
+  std::vector<const TransformStep*> steps;  // Geometric and mirror steps, in order.
+  Fill fill{};                              // What the padding shows.
+  bool antialias = true;                    // False if a resizing step of the group asked for no antialiasing.
+};
+
+bool whole(double v) { return std::abs(v - std::round(v)) < 1e-6; }
+
+// Copies `view` into `dst` (packed rows), mirrored left-right if `flip`.
+void materialize(const ImageView& view, bool flip, Image& dst) {
+  const int w = view.width, c = view.channels;
+  const size_t row_bytes = static_cast<size_t>(w) * c;
+  dst.height = view.height;
+  dst.width = w;
+  dst.channels = c;
+  dst.pixels.resize(row_bytes * view.height);
+  for (int y = 0; y < view.height; ++y) {
+    const uint8_t* s = view.row(y);
+    uint8_t* d = dst.pixels.data() + y * row_bytes;
+    if (!flip) {
+      std::memcpy(d, s, row_bytes);
+    } else {
+      for (int x = 0; x < w; ++x)
+        std::memcpy(d + static_cast<size_t>(w - 1 - x) * c, s + static_cast<size_t>(x) * c, c);
+    }
+  }
+}
+
+// Boxes follow one group's placement (a flip included: deferred or
+// materialized, the output is mirrored either way).
+void move_boxes(std::vector<BoundingBox>* boxes, const SamplePlan& s) {
+  if (boxes == nullptr) return;
+  const Placement& p = s.placement;
+  *boxes = transform_boxes(*boxes, {p.x0, p.y0, p.sx, p.sy, p.flip, s.out.height, s.out.width});
+}
 
 }  // namespace
 
 struct ImagePipeline::Plan {
-  std::vector<std::unique_ptr<const TransformStep>> geometry;  // Geometric and mirror steps, in order.
+  std::vector<std::unique_ptr<const TransformStep>> steps;  // Every step, in order (owns them).
+  std::vector<Group> groups;                                // groups[0] is fused into the decode.
   ImageOutputSpec output;
   ImagePipelineOptions options;
   int64_t max_pixels = kDefaultMaxPixels;
-  Size2D size;            // Fixed output size.
-  bool antialias = true;  // False if any resizing step asked for no antialiasing.
+  Size2D size;  // Fixed output size.
   std::vector<uint8_t> lut_u8;
   std::vector<uint16_t> lut_f16;
   std::vector<float> lut_f32;
 
-  // Runs the geometric steps symbolically on an image of `info`'s size: every
-  // crop and resize composes into one affine map from output to source, so
-  // the whole chain becomes one source box and one resize. Flips are deferred
-  // to the output pass; a crop after a flip is mirrored instead. Then derives
-  // the decode request for that box.
-  SamplePlan plan_sample(const ImageInfo& info, SampleRng& rng) const {
+  // Runs a group's steps symbolically on an image of `height` x `width`:
+  // every crop and resize composes into one affine map from output to
+  // source, so the group becomes one source box and one resize. Flips are
+  // one bit (a crop after a flip is mirrored instead). The group's output is
+  // `out`, or (when empty) the size its steps give, which must be at most
+  // max_pixels (an intermediate image: Error{kTooLarge} otherwise).
+  SamplePlan place(const Group& group, int height, int width, std::optional<Size2D> out, SampleRng& rng) const {
     SamplePlan s;
     Placement& p = s.placement;
-    p.height = info.height;
-    p.width = info.width;
-    for (const auto& step : geometry) step->place(p, rng);
-    const int out_h = size.height, out_w = size.width;
+    p.height = height;
+    p.width = width;
+    for (const TransformStep* step : group.steps) step->place(p, rng);
+    if (out) {
+      s.out = *out;
+    } else {
+      const double h = std::round(p.height), w = std::round(p.width);
+      if (!(h >= 1 && w >= 1 && h * w <= static_cast<double>(max_pixels))) {
+        throw Error(ErrorKind::kTooLarge, "an intermediate image of " + std::to_string(static_cast<int64_t>(w)) + "x" +
+                                              std::to_string(static_cast<int64_t>(h)) + " pixels exceeds max_pixels (" +
+                                              std::to_string(max_pixels) + ")");
+      }
+      s.out = {static_cast<int>(h), static_cast<int>(w)};
+    }
+    const int out_h = s.out.height, out_w = s.out.width;
 
     // The source box (fractional after a resize), clipped to the image (a
-    // CenterCrop larger than the image pads with zeros), and the output
-    // rectangle it covers.
-    s.box = {std::max(p.x0, 0.0), std::max(p.y0, 0.0), std::min(p.x0 + p.sx * out_w, static_cast<double>(info.width)),
-             std::min(p.y0 + p.sy * out_h, static_cast<double>(info.height))};
+    // crop reaching outside it pads), and the output rectangle it covers.
+    s.box = {std::max(p.x0, 0.0), std::max(p.y0, 0.0), std::min(p.x0 + p.sx * out_w, static_cast<double>(width)),
+             std::min(p.y0 + p.sy * out_h, static_cast<double>(height))};
     const BoxF& box = s.box;
     s.dx0 = std::clamp(static_cast<int>(std::lround((box.x0 - p.x0) / p.sx)), 0, out_w);
     const int dx1 = std::clamp(static_cast<int>(std::lround((box.x1 - p.x0) / p.sx)), 0, out_w);
@@ -140,19 +193,25 @@ struct ImagePipeline::Plan {
     s.rect_w = dx1 - s.dx0;
     s.rect_h = dy1 - s.dy0;
     s.covered = s.rect_w > 0 && s.rect_h > 0 && box.x1 > box.x0 && box.y1 > box.y0;
-    if (!s.covered) return s;
+    s.exact = s.covered && whole(box.x0) && whole(box.x1) && whole(box.y0) && whole(box.y1);
+    return s;
+  }
 
+  // The leading group's decode request: the region of the source box, and
+  // how far it may be DCT-downscaled.
+  detail::DecodeRequest decode_request(const SamplePlan& s, const ImageInfo& info) const {
     // The decoded region: the box itself when its edges are whole pixels (a
     // crop: PIL crops, then resizes), else the box grown by the resize
     // kernel's reach, so the samples near its edges see their real neighbours.
-    s.exact = whole(box.x0) && whole(box.x1) && whole(box.y0) && whole(box.y1);
+    const Placement& p = s.placement;
+    const BoxF& box = s.box;
     const int mx = s.exact ? 0 : static_cast<int>(std::ceil(std::max(p.sx, 1.0))) + 1;
     const int my = s.exact ? 0 : static_cast<int>(std::ceil(std::max(p.sy, 1.0))) + 1;
     const int rx0 = std::max(static_cast<int>(std::floor(box.x0 + 1e-6)) - mx, 0);
     const int rx1 = std::min(static_cast<int>(std::ceil(box.x1 - 1e-6)) + mx, info.width);
     const int ry0 = std::max(static_cast<int>(std::floor(box.y0 + 1e-6)) - my, 0);
     const int ry1 = std::min(static_cast<int>(std::ceil(box.y1 - 1e-6)) + my, info.height);
-    detail::DecodeRequest& request = s.request;
+    detail::DecodeRequest request;
     request.channels = output.channels;
     request.region = options.crop_decode ? detail::Region{rx0, ry0, rx1 - rx0, ry1 - ry0}
                                          : detail::Region{0, 0, info.width, info.height};
@@ -169,22 +228,22 @@ struct ImagePipeline::Plan {
       request.min_height =
           at_most(margin * s.rect_h * request.region.height / (box.y1 - box.y0), request.region.height);
     }
-    return s;
+    return request;
   }
 
-  // Decodes the planned region and resamples it to the output size (padding
-  // with zeros where the box leaves the image): the image the output pass
-  // reads, in `scratch` or in the decoder's buffers.
-  ImageView render(detail::ImageDecoder& decoder, const SamplePlan& s, detail::Scratch& scratch) const {
-    const int out_h = size.height, out_w = size.width, channels = output.channels;
+  // Resamples the box of `s` to the group's output size (padding with the
+  // group's fill where the box leaves the image). `decoded` holds the image's
+  // pixels from (x, y) on, `scale` image pixels per pixel (a DCT-scaled,
+  // crop-window decode; (0, 0, 1) for a whole image). The result is in
+  // `scratch`, or a view of `decoded` (a plain crop).
+  ImageView resample(const ImageView& decoded, double x, double y, double scale, const SamplePlan& s,
+                     const Group& group, detail::Scratch& scratch) const {
+    const int out_h = s.out.height, out_w = s.out.width, channels = output.channels;
     ImageView image;
     if (s.covered) {
-      const detail::Decoded region = decoder.decode(s.request, scratch);
-      const ImageView& decoded = region.view;
       // The box in the decoded view's pixels (which may be downscaled).
-      const double k = 1.0 / region.scale;
-      BoxF in_decoded{(s.box.x0 - region.x) * k, (s.box.y0 - region.y) * k, (s.box.x1 - region.x) * k,
-                      (s.box.y1 - region.y) * k};
+      const double k = 1.0 / scale;
+      BoxF in_decoded{(s.box.x0 - x) * k, (s.box.y0 - y) * k, (s.box.x1 - x) * k, (s.box.y1 - y) * k};
       ImageView source = decoded;
       if (s.exact) {
         // A crop: the resize must not see pixels beyond it, whether or not the
@@ -203,22 +262,29 @@ struct ImagePipeline::Plan {
         image = detail::crop_view(source, {static_cast<int>(std::lround(in_decoded.x0)),
                                            static_cast<int>(std::lround(in_decoded.y0)), s.rect_w, s.rect_h});
       } else {
-        // Bounded by the output size, whose byte count the constructor checked.
+        // Bounded by the output size (checked by the constructor) or by
+        // max_pixels (an intermediate image).
         std::vector<uint8_t>& dst = scratch.resized;
         dst.resize(static_cast<size_t>(s.rect_w) * s.rect_h * channels);
         resize_image(source, in_decoded, dst.data(), s.rect_h, s.rect_w, static_cast<ptrdiff_t>(s.rect_w) * channels,
-                     antialias, scratch.prefiltered);
+                     group.antialias, scratch.prefiltered);
         image = {dst.data(), s.rect_h, s.rect_w, channels, static_cast<ptrdiff_t>(s.rect_w) * channels};
       }
     }
     if (!s.covered || s.rect_w != out_w || s.rect_h != out_h) {
-      // Padding: zeros around the covered rectangle, as torchvision's CenterCrop.
+      // Padding: the group's fill around the covered rectangle (zeros for
+      // torchvision's CenterCrop, the fill of a constant Pad).
       const size_t row_bytes = static_cast<size_t>(out_w) * channels;
       std::vector<uint8_t>& canvas = scratch.padded;
-      canvas.assign(row_bytes * out_h, 0);
+      canvas.resize(row_bytes * out_h);
+      if (channels == 1 || (group.fill[0] == group.fill[1] && group.fill[1] == group.fill[2])) {
+        std::memset(canvas.data(), group.fill[0], canvas.size());
+      } else {
+        for (size_t i = 0; i < canvas.size(); i += 3) std::memcpy(canvas.data() + i, group.fill.data(), 3);
+      }
       if (s.covered) {
-        for (int y = 0; y < s.rect_h; ++y) {
-          std::memcpy(canvas.data() + (s.dy0 + y) * row_bytes + static_cast<size_t>(s.dx0) * channels, image.row(y),
+        for (int row = 0; row < s.rect_h; ++row) {
+          std::memcpy(canvas.data() + (s.dy0 + row) * row_bytes + static_cast<size_t>(s.dx0) * channels, image.row(row),
                       static_cast<size_t>(s.rect_w) * channels);
         }
       }
@@ -244,8 +310,6 @@ struct ImagePipeline::Plan {
         break;
     }
   }
-
-  static bool whole(double v) { return std::abs(v - std::round(v)) < 1e-6; }
 };
 
 ImagePipeline::ImagePipeline(std::vector<TransformSpec> transforms, ImageOutputSpec output, int64_t max_pixels,
@@ -261,8 +325,14 @@ ImagePipeline::ImagePipeline(std::vector<TransformSpec> transforms, ImageOutputS
                "ImagePipeline: dtype must be uint8, float16 or float32, got " + std::string(dtype_name(output.dtype)));
   check_config(max_pixels > 0, "ImagePipeline: max_pixels must be positive");
 
+  // The chain splits into groups: the leading geometric and mirror steps
+  // (fused into the decode), then at each kImage step a new group (the image
+  // step, then the geometric and mirror steps after it, which resample its
+  // output). A padding step with another fill than its group's starts a new
+  // group too. Pointwise steps go to the output pass.
   ChainPlan chain{channels, output.dtype, std::nullopt, true};
-  std::vector<std::unique_ptr<const TransformStep>> pointwise;
+  std::vector<const TransformStep*> pointwise;
+  plan->groups.emplace_back();
   for (size_t i = 0; i < transforms.size(); ++i) {
     const std::string where = "transform " + std::to_string(i) + " ";
     try {
@@ -271,8 +341,34 @@ ImagePipeline::ImagePipeline(std::vector<TransformSpec> transforms, ImageOutputS
       check_config(
           kind != StepKind::kGeometric || pointwise.empty(),
           transforms[i].name + " (a resize or crop) comes after Normalize: put Normalize after every resize and crop");
+      check_config(kind != StepKind::kImage || pointwise.empty(),
+                   transforms[i].name + " comes after Normalize: put Normalize after every step on the image");
+      const bool antialias_before = chain.antialias;
+      chain.antialias = true;  // The step's own choice, read below.
+      chain.new_group = false;
       step->plan(chain);
-      (kind == StepKind::kPointwise ? pointwise : plan->geometry).push_back(std::move(step));
+      const bool antialias_own = chain.antialias;
+      if (kind == StepKind::kPointwise) {
+        chain.antialias = antialias_before;
+        pointwise.push_back(step.get());
+      } else if (kind == StepKind::kImage) {
+        plan->groups.push_back(Group{step.get(), {}, {}, true});
+        chain.antialias = true;
+        chain.fill.reset();
+      } else {
+        if (chain.new_group) {
+          plan->groups.emplace_back();
+          chain.antialias = antialias_own;
+        } else {
+          chain.antialias = antialias_before && antialias_own;
+        }
+        Group& group = plan->groups.back();
+        group.steps.push_back(step.get());
+        group.antialias = chain.antialias;
+        group.fill = chain.fill.value_or(Fill{});
+      }
+      chain.new_group = false;
+      plan->steps.push_back(std::move(step));
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::kConfig) throw;
       throw Error(ErrorKind::kConfig, where + e.cause());
@@ -282,7 +378,6 @@ ImagePipeline::ImagePipeline(std::vector<TransformSpec> transforms, ImageOutputS
                "ImagePipeline: the transforms do not give a fixed output size, so images of different sizes "
                "cannot be batched; end the resizes and crops with a crop or a resize to (h, w)");
   plan->size = *chain.size;
-  plan->antialias = chain.antialias;
   // Every later product of the output's dimensions is bounded by this one.
   checked_mul(checked_mul(checked_mul(plan->size.height, plan->size.width, "ImagePipeline: the output size"), channels,
                           "ImagePipeline: the output size"),
@@ -292,7 +387,7 @@ ImagePipeline::ImagePipeline(std::vector<TransformSpec> transforms, ImageOutputS
     for (int v = 0; v < 256; ++v) {
       plan->lut_u8.push_back(static_cast<uint8_t>(v));
       float x = static_cast<float>(v) / 255.0f;
-      for (const auto& step : pointwise) x = step->map_value(c, x);
+      for (const TransformStep* step : pointwise) x = step->map_value(c, x);
       plan->lut_f32.push_back(x);
       plan->lut_f16.push_back(float_to_half(x));
     }
@@ -316,31 +411,87 @@ void ImagePipeline::apply(std::span<const uint8_t> input, SampleRng& rng, void* 
   run(input, rng, out, nullptr);
 }
 
-bool ImagePipeline::apply_tracked(std::span<const uint8_t> input, SampleRng& rng, void* out,
-                                  SampleGeometry& geometry) const {
-  run(input, rng, out, &geometry);
-  return true;
+void ImagePipeline::apply_tracked(std::span<const uint8_t> input, SampleRng& rng, void* out,
+                                  std::vector<BoundingBox>& boxes) const {
+  run(input, rng, out, &boxes);
 }
 
-void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* out, SampleGeometry* geometry) const {
+void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* out,
+                        std::vector<BoundingBox>* boxes) const {
   const Plan& plan = *plan_;
   // Per-thread buffers: no allocation per sample once warm. Very large ones
   // are released afterwards so one huge image does not pin memory.
   thread_local detail::Scratch scratch;
+  thread_local SampleImage sample;
   struct Trim {
     ~Trim() {
       constexpr size_t kKeep = size_t{64} << 20;
+      sample.boxes = nullptr;
       for (auto* b : {&scratch.decoded, &scratch.converted, &scratch.oriented, &scratch.prefiltered, &scratch.resized,
-                      &scratch.padded})
+                      &scratch.padded, &sample.image.pixels, &sample.spare})
         if (b->capacity() > kKeep) std::vector<uint8_t>().swap(*b);
     }
   } trim;
 
+  // The leading group, fused into the decode: one source box, decoded alone
+  // (crop window, DCT scaling) and resampled once.
   auto decoder = detail::open_image_decoder(input, plan.max_pixels);
-  const SamplePlan sample = plan.plan_sample(decoder->info(), rng);
-  const Placement& p = sample.placement;
-  if (geometry != nullptr) *geometry = {p.x0, p.y0, p.sx, p.sy, p.flip, plan.size.height, plan.size.width};
-  plan.write(plan.render(*decoder, sample, scratch), p.flip, out);
+  const ImageInfo& info = decoder->info();
+  const size_t last = plan.groups.size() - 1;
+  std::optional<Size2D> out_size;
+  if (last == 0) out_size = plan.size;
+  SamplePlan s = plan.place(plan.groups[0], info.height, info.width, out_size, rng);
+  ImageView image;
+  if (s.covered) {
+    const detail::Decoded region = decoder->decode(plan.decode_request(s, info), scratch);
+    image = plan.resample(region.view, region.x, region.y, region.scale, s, plan.groups[0], scratch);
+  } else {
+    image = plan.resample({}, 0, 0, 1, s, plan.groups[0], scratch);
+  }
+  move_boxes(boxes, s);
+  if (last == 0) {
+    plan.write(image, s.placement.flip, out);
+    return;
+  }
+  // Later groups work on the materialized image: an image step, then one
+  // resample for the group's crops and resizes (a flip is materialized,
+  // except in the last group, whose flip the output pass does).
+  materialize(image, s.placement.flip, sample.image);
+  for (size_t g = 1; g <= last; ++g) {
+    const Group& group = plan.groups[g];
+    if (group.image != nullptr) {
+      sample.boxes = boxes;
+      group.image->apply_image(sample, rng);
+      sample.boxes = nullptr;
+      const Image& img = sample.image;
+      if (img.channels != plan.output.channels || img.height < 1 || img.width < 1 ||
+          img.pixels.size() != static_cast<size_t>(img.height) * img.width * img.channels) {
+        throw Error(ErrorKind::kInternal, "a transform step returned an image of inconsistent size");
+      }
+    }
+    if (group.steps.empty()) continue;
+    out_size.reset();
+    if (g == last) out_size = plan.size;
+    s = plan.place(group, sample.image.height, sample.image.width, out_size, rng);
+    image = plan.resample(sample.image.view(), 0, 0, 1, s, group, scratch);
+    move_boxes(boxes, s);
+    if (g == last) {
+      plan.write(image, s.placement.flip, out);
+      return;
+    }
+    Image next{0, 0, 0, std::move(sample.spare)};
+    materialize(image, s.placement.flip, next);
+    sample.spare = std::move(sample.image.pixels);
+    sample.image = std::move(next);
+  }
+  // The chain ends with an image step: its output is the sample's.
+  const Image& img = sample.image;
+  if (img.height != plan.size.height || img.width != plan.size.width) {
+    throw Error(ErrorKind::kInternal, "the last transform step returned a " + std::to_string(img.width) + "x" +
+                                          std::to_string(img.height) + " image, planned " +
+                                          std::to_string(plan.size.width) + "x" + std::to_string(plan.size.height));
+  }
+  plan.write(img.view(), false, out);
 }
 
 }  // namespace conveyor

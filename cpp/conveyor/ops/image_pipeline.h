@@ -43,13 +43,16 @@ struct ImagePipelineOptions {
 };
 
 /// A transform chain planned once per loader: each TransformSpec becomes a
-/// registered TransformStep (see transforms/registry.h). Per sample, the
-/// geometric steps compose into one source box that is decoded alone
-/// (crop-window decode, DCT downscale) and resampled once like PIL's
-/// antialiased bilinear (the sample plan); then one output pass (flip,
-/// pointwise steps through per-channel tables, dtype, layout) writes into the
-/// batch slot. Pointwise steps (Normalize) must come after every crop and
-/// resize. Decodes JPEG, PNG and WebP, detected from the bytes.
+/// registered TransformStep (see transforms/registry.h). The chain splits
+/// into groups of geometric and mirror steps, one at each step on the image
+/// (StepKind::kImage). Per sample, the leading group composes into one
+/// source box that is decoded alone (crop-window decode, DCT downscale) and
+/// resampled once like PIL's antialiased bilinear; each image step then runs
+/// on the materialized image, and the group after it resamples that image
+/// once. One output pass (the last flip, pointwise steps through per-channel
+/// tables, dtype, layout) writes into the batch slot. Pointwise steps
+/// (Normalize) must come after every geometric and image step. Decodes JPEG,
+/// PNG and WebP, detected from the bytes.
 ///
 /// Thread-safety: immutable after construction; apply() may run concurrently.
 class ImagePipeline final : public SampleTransform {
@@ -64,15 +67,17 @@ class ImagePipeline final : public SampleTransform {
 
   SampleSpec output_spec() const override;
   void apply(std::span<const uint8_t> input, SampleRng& rng, void* out) const override;
-  /// As apply(); `geometry` receives the chain's crop/resize/flip as one map.
-  /// apply() and apply_tracked() throw Error{kDecode} for an invalid image and
-  /// Error{kTooLarge} for one over max_pixels or whose resized size overflows.
-  bool apply_tracked(std::span<const uint8_t> input, SampleRng& rng, void* out,
-                     SampleGeometry& geometry) const override;
+  /// As apply(); `boxes` follow every geometric and image step (see
+  /// SampleTransform::apply_tracked). apply() and apply_tracked() throw
+  /// Error{kDecode} for an invalid image and Error{kTooLarge} for one over
+  /// max_pixels, an intermediate image over max_pixels, or a resized size
+  /// that overflows.
+  void apply_tracked(std::span<const uint8_t> input, SampleRng& rng, void* out,
+                     std::vector<BoundingBox>& boxes) const override;
 
  private:
   struct Plan;
-  void run(std::span<const uint8_t> input, SampleRng& rng, void* out, SampleGeometry* geometry) const;
+  void run(std::span<const uint8_t> input, SampleRng& rng, void* out, std::vector<BoundingBox>* boxes) const;
   std::unique_ptr<const Plan> plan_;
 };
 

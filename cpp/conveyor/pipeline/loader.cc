@@ -618,10 +618,9 @@ void Loader::process_task(const std::shared_ptr<EpochRun>& run, SlotTicket task,
     } else if (record.boxes.empty()) {
       transform_->apply(record.data.span(), rng, out);
     } else {
-      // Boxes follow the image's crops, resizes and flips.
-      SampleGeometry geometry;
-      const bool moved = transform_->apply_tracked(record.data.span(), rng, out, geometry);
-      boxes = moved ? transform_boxes(record.boxes, geometry) : std::move(record.boxes);
+      // Boxes follow the image's crops, resizes, flips and warps.
+      boxes = std::move(record.boxes);
+      transform_->apply_tracked(record.data.span(), rng, out, boxes);
     }
   } catch (const Error& e) {
     error = SampleError::from(e, record.key);

@@ -12,7 +12,10 @@ class CenterCropStep final : public TransformStep {
 
   StepKind kind() const override { return StepKind::kGeometric; }
 
-  void plan(ChainPlan& chain) const override { chain.size = size_; }
+  void plan(ChainPlan& chain) const override {
+    chain.size = size_;
+    chain.pads_with({0, 0, 0});  // torchvision's CenterCrop pads a too-small image with zeros.
+  }
 
   void place(Placement& p, SampleRng& /*rng*/) const override {
     // torchvision pads (zeros) a too-small image by (crop - size) // 2 on the

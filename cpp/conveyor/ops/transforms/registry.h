@@ -1,5 +1,7 @@
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -60,13 +62,32 @@ struct Placement {
   void resize(double h, double w);
 };
 
+/// A padding value per channel (a 1-channel image uses the first).
+using Fill = std::array<uint8_t, 3>;
+
 /// What the planner knows about the chain at construction, updated by each
 /// step in order (TransformStep::plan).
 struct ChainPlan {
   int channels = 3;               ///< Output channels (1 or 3); read-only for steps.
   DType dtype = DType::kFloat32;  ///< Output dtype; read-only for steps.
   std::optional<Size2D> size;     ///< The fixed output size so far, or none (depends on the image).
-  bool antialias = true;          ///< False once any resizing step asked for no antialiasing.
+  /// False once a resizing step of the current axis-aligned group (the
+  /// geometric and mirror steps resampled together) asked for no antialiasing.
+  bool antialias = true;
+  /// What the current axis-aligned group's padding shows (a crop reaching
+  /// outside the image), once a step declared it with pads_with().
+  std::optional<Fill> fill;
+  /// Set by pads_with() when the step pads with another value than an earlier
+  /// step of the group: the planner then starts a new group at this step (the
+  /// image so far is resampled first), so each group pads with one value.
+  bool new_group = false;
+
+  /// Geometric steps whose crops may reach outside the image call this from
+  /// plan() with the value the padding shows (CenterCrop: zeros).
+  void pads_with(const Fill& value) {
+    if (fill && *fill != value) new_group = true;
+    fill = value;
+  }
 };
 
 /// How a step acts, which decides where it may stand in the chain.
@@ -75,9 +96,10 @@ enum class StepKind {
   kMirror,     ///< Moves pixels but commutes with pointwise steps (a flip): anywhere.
   kPointwise,  ///< Maps each value (fused into the output pass).
   /// Runs on the decoded image with per-sample parameters (a rotation, a
-  /// colour jitter, a user function): the crops and resizes before it are
-  /// resampled into the image it receives, those after it resample its
-  /// output. Before every pointwise step.
+  /// colour jitter, a user function): the geometric and mirror steps before
+  /// it are resampled (one fused decode + resample for the leading ones) into
+  /// the image it receives, those after it resample its output. Before every
+  /// pointwise step.
   kImage,
 };
 

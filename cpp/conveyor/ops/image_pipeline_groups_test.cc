@@ -1,0 +1,272 @@
+// The planner's groups: steps on the image (StepKind::kImage) between
+// axis-aligned groups, tested with test-only steps registered from this file.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "conveyor/core/error.h"
+#include "conveyor/ops/image_pipeline.h"
+#include "conveyor/ops/testing/test_images.h"
+
+namespace conveyor {
+namespace {
+
+using testing::encode_png;
+using testing::make_pattern;
+
+// kImage: transposes the image (rows become columns), boxes too.
+class TransposeStep final : public TransformStep {
+ public:
+  StepKind kind() const override { return StepKind::kImage; }
+  void plan(ChainPlan& chain) const override {
+    if (chain.size) chain.size = Size2D{chain.size->width, chain.size->height};
+  }
+  void place(Placement& /*placement*/, SampleRng& /*rng*/) const override {}
+  float map_value(int /*channel*/, float value) const override { return value; }
+  void apply_image(SampleImage& sample, SampleRng& /*rng*/) const override {
+    const Image& in = sample.image;
+    const int h = in.height, w = in.width, c = in.channels;
+    sample.spare.resize(in.pixels.size());
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x)
+        for (int k = 0; k < c; ++k) sample.spare[(x * h + y) * c + k] = in.pixels[(y * w + x) * c + k];
+    std::swap(sample.image.pixels, sample.spare);
+    sample.image.height = w;
+    sample.image.width = h;
+    if (sample.boxes != nullptr) {
+      for (BoundingBox& b : *sample.boxes) b = {b.y, b.x, b.height, b.width, b.category};
+    }
+  }
+};
+
+// kImage: adds floor(uniform() * 100) to every value (saturating): one draw.
+class AddRandomStep final : public TransformStep {
+ public:
+  StepKind kind() const override { return StepKind::kImage; }
+  void plan(ChainPlan& /*chain*/) const override {}
+  void place(Placement& /*placement*/, SampleRng& /*rng*/) const override {}
+  float map_value(int /*channel*/, float value) const override { return value; }
+  void apply_image(SampleImage& sample, SampleRng& rng) const override {
+    const int amount = static_cast<int>(rng.uniform() * 100);
+    for (uint8_t& v : sample.image.pixels) v = static_cast<uint8_t>(std::min(255, v + amount));
+  }
+};
+
+// Geometric: pads `pad` pixels on every side with (7, 8, 9).
+class PadSevensStep final : public TransformStep {
+ public:
+  explicit PadSevensStep(int pad) : pad_(pad) {}
+  StepKind kind() const override { return StepKind::kGeometric; }
+  void plan(ChainPlan& chain) const override {
+    if (chain.size) chain.size = Size2D{chain.size->height + 2 * pad_, chain.size->width + 2 * pad_};
+    chain.pads_with({7, 8, 9});
+  }
+  void place(Placement& p, SampleRng& /*rng*/) const override {
+    p.crop(-pad_, -pad_, p.height + 2 * pad_, p.width + 2 * pad_);
+  }
+  float map_value(int /*channel*/, float value) const override { return value; }
+  void apply_image(SampleImage& /*sample*/, SampleRng& /*rng*/) const override {}
+
+ private:
+  int pad_;
+};
+
+const bool kRegistered = register_transform("test_transpose",
+                                            [](const TransformParams& params) {
+                                              TransformArgs("TestTranspose", params).finish();
+                                              return std::make_unique<TransposeStep>();
+                                            }) &&
+                         register_transform("test_add_random",
+                                            [](const TransformParams& params) {
+                                              TransformArgs("TestAddRandom", params).finish();
+                                              return std::make_unique<AddRandomStep>();
+                                            }) &&
+                         register_transform("test_pad_sevens", [](const TransformParams& params) {
+                           TransformArgs args("TestPadSevens", params);
+                           const int pad = static_cast<int>(args.number("pad"));
+                           args.finish();
+                           return std::make_unique<PadSevensStep>(pad);
+                         });
+
+const TransformSpec kTranspose{"test_transpose", {}};
+const TransformSpec kAddRandom{"test_add_random", {}};
+const ImageOutputSpec kU8{DType::kUInt8, Layout::kHWC};
+
+std::span<const uint8_t> as_span(const std::vector<uint8_t>& v) { return {v.data(), v.size()}; }
+
+std::vector<uint8_t> run(const ImagePipeline& p, const std::vector<uint8_t>& data, uint64_t index = 0,
+                         std::vector<BoundingBox>* boxes = nullptr) {
+  std::vector<uint8_t> out(p.output_spec().num_bytes());
+  SampleRng rng(1, 0, index);
+  if (boxes != nullptr) {
+    p.apply_tracked(as_span(data), rng, out.data(), *boxes);
+  } else {
+    p.apply(as_span(data), rng, out.data());
+  }
+  return out;
+}
+
+Image as_image(std::vector<uint8_t> pixels, int h, int w) { return {h, w, 3, std::move(pixels)}; }
+
+Image transposed(const Image& in) {
+  Image out{in.width, in.height, 3, std::vector<uint8_t>(in.pixels.size())};
+  for (int y = 0; y < in.height; ++y)
+    for (int x = 0; x < in.width; ++x)
+      for (int c = 0; c < 3; ++c) out.pixels[(x * in.height + y) * 3 + c] = in.pixels[(y * in.width + x) * 3 + c];
+  return out;
+}
+
+Image cropped(const Image& in, int top, int left, int h, int w) {
+  Image out{h, w, 3, {}};
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int c = 0; c < 3; ++c) out.pixels.push_back(in.pixels[((top + y) * in.width + left + x) * 3 + c]);
+  return out;
+}
+
+Image mirrored(const Image& in) {
+  Image out = in;
+  for (int y = 0; y < in.height; ++y)
+    for (int x = 0; x < in.width; ++x)
+      for (int c = 0; c < 3; ++c)
+        out.pixels[(y * in.width + x) * 3 + c] = in.pixels[(y * in.width + in.width - 1 - x) * 3 + c];
+  return out;
+}
+
+TEST(ImagePipelineGroupsTest, ImageStepBetweenAResizeAndACrop) {
+  ASSERT_TRUE(kRegistered);
+  const auto png = encode_png(make_pattern(40, 60));
+  // [Resize, transpose, CenterCrop]: the resize is fused into the decode
+  // (the same pixels as Resize alone), the crop cuts the transposed image.
+  const Image resized = as_image(run(ImagePipeline({ResizeSpec{0, {20, 30}}}, kU8), png), 20, 30);
+  const ImagePipeline p({ResizeSpec{0, {20, 30}}, kTranspose, CenterCropSpec{{10, 12}}}, kU8);
+  EXPECT_EQ(p.output_spec().shape, (std::vector<int64_t>{10, 12, 3}));
+  // The transposed image is 30 x 20: the crop starts at round(10) = 10, round(4) = 4.
+  EXPECT_EQ(run(p, png), cropped(transposed(resized), 10, 4, 10, 12).pixels);
+  // Boxes: resized (x 0.5), transposed, cropped (and clipped).
+  std::vector<BoundingBox> boxes{{10, 20, 20, 10, 1}, {0, 0, 4, 4, 2}};
+  run(p, png, 0, &boxes);
+  // {10, 20, 20, 10} -> {5, 10, 10, 5} -> {10, 5, 5, 10} -> {6, -5, 5, 10} clipped to {6, 0, 5, 5};
+  // {0, 0, 4, 4} -> {0, 0, 2, 2} -> {0, 0, 2, 2} -> {-4, -10, ...}: outside, dropped.
+  EXPECT_EQ(boxes, (std::vector<BoundingBox>{{6, 0, 5, 5, 1}}));
+}
+
+TEST(ImagePipelineGroupsTest, ChainsStartingOrEndingWithAnImageStep) {
+  const Image image = make_pattern(12, 18);
+  const auto png = encode_png(image);
+  EXPECT_EQ(run(ImagePipeline({kTranspose, CenterCropSpec{{18, 12}}}, kU8), png), transposed(image).pixels);
+  EXPECT_EQ(run(ImagePipeline({kTranspose, CenterCropSpec{{8, 8}}}, kU8), png),
+            cropped(transposed(image), 5, 2, 8, 8).pixels);
+  const ImagePipeline ending({CenterCropSpec{{8, 10}}, kTranspose}, kU8);
+  EXPECT_EQ(ending.output_spec().shape, (std::vector<int64_t>{10, 8, 3}));
+  EXPECT_EQ(run(ending, png), transposed(cropped(image, 2, 4, 8, 10)).pixels);
+  // Two image steps in a row, and a float output after them.
+  EXPECT_EQ(run(ImagePipeline({CenterCropSpec{{8, 10}}, kTranspose, kTranspose}, kU8), png),
+            cropped(image, 2, 4, 8, 10).pixels);
+}
+
+TEST(ImagePipelineGroupsTest, FlipsBeforeAnImageStepAreMaterializedAfterItDeferred) {
+  const Image image = make_pattern(12, 18);
+  const auto png = encode_png(image);
+  // The leading group's flip happens before the transpose.
+  EXPECT_EQ(run(ImagePipeline({HorizontalFlipSpec{1.0}, kTranspose, CenterCropSpec{{18, 12}}}, kU8), png),
+            transposed(mirrored(image)).pixels);
+  // The last group's flip is the output pass's; a crop after it is mirrored.
+  EXPECT_EQ(run(ImagePipeline({kTranspose, HorizontalFlipSpec{1.0}, CenterCropSpec{{18, 11}}}, kU8), png),
+            cropped(mirrored(transposed(image)), 0, 0, 18, 11).pixels);
+  // A middle group's flip is materialized too.
+  EXPECT_EQ(run(ImagePipeline({kTranspose, HorizontalFlipSpec{1.0}, kTranspose, CenterCropSpec{{12, 18}}}, kU8), png),
+            transposed(mirrored(transposed(image))).pixels);
+  std::vector<BoundingBox> boxes{{1, 2, 3, 4, 0}};
+  run(ImagePipeline({HorizontalFlipSpec{1.0}, kTranspose, CenterCropSpec{{18, 12}}}, kU8), png, 0, &boxes);
+  // Mirrored in the 18-wide image: x = 18 - 4 = 14; transposed.
+  EXPECT_EQ(boxes, (std::vector<BoundingBox>{{2, 14, 4, 3, 0}}));
+}
+
+TEST(ImagePipelineGroupsTest, RandomDrawsKeepChainOrder) {
+  const Image image = make_pattern(30, 40);
+  const auto png = encode_png(image);
+  const RandomResizedCropSpec rrc{{16, 16}};
+  const ImagePipeline crop_only({rrc}, kU8);
+  const ImagePipeline p({rrc, kAddRandom, HorizontalFlipSpec{0.5}}, kU8);
+  int flips = 0;
+  for (uint64_t index = 0; index < 16; ++index) {
+    // The crop draws first, then the image step, then the flip.
+    SampleRng rng(1, 0, index);
+    sample_random_resized_crop(30, 40, rrc.scale, rrc.ratio, rng);
+    const int amount = static_cast<int>(rng.uniform() * 100);
+    const bool flip = rng.uniform() < 0.5;
+    Image expected = as_image(run(crop_only, png, index), 16, 16);
+    for (uint8_t& v : expected.pixels) v = static_cast<uint8_t>(std::min(255, v + amount));
+    if (flip) expected = mirrored(expected);
+    flips += flip;
+    ASSERT_EQ(run(p, png, index), expected.pixels) << index;
+  }
+  EXPECT_GT(flips, 0);
+  EXPECT_LT(flips, 16);
+}
+
+TEST(ImagePipelineGroupsTest, AnotherPaddingFillStartsANewGroup) {
+  const Image image = make_pattern(4, 6);
+  const auto png = encode_png(image);
+  // Padded by 1 with (7, 8, 9), then center-cropped to 8 x 10: zeros around.
+  const std::vector<uint8_t> out =
+      run(ImagePipeline({TransformSpec{"test_pad_sevens", {{"pad", {1}}}}, CenterCropSpec{{8, 10}}}, kU8), png);
+  for (int y = 0; y < 8; ++y) {
+    for (int x = 0; x < 10; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        uint8_t expected = 0;
+        if (y >= 2 && y < 6 && x >= 2 && x < 8) {
+          expected = image.pixels[((y - 2) * 6 + x - 2) * 3 + c];
+        } else if (y >= 1 && y < 7 && x >= 1 && x < 9) {
+          expected = static_cast<uint8_t>(7 + c);
+        }
+        ASSERT_EQ(out[(y * 10 + x) * 3 + c], expected) << y << "," << x << "," << c;
+      }
+    }
+  }
+  // A crop after the padding, within one group.
+  const std::vector<uint8_t> inner =
+      run(ImagePipeline({TransformSpec{"test_pad_sevens", {{"pad", {2}}}}, CenterCropSpec{{6, 8}}}, kU8), png);
+  EXPECT_EQ(inner[0], 7);
+  EXPECT_EQ(inner[2], 9);
+  EXPECT_EQ(inner[(1 * 8 + 1) * 3], image.pixels[0]);
+}
+
+TEST(ImagePipelineGroupsTest, ImageStepsComeBeforeNormalize) {
+  try {
+    ImagePipeline({CenterCropSpec{{8, 8}}, NormalizeSpec{{0, 0, 0}, {1, 1, 1}}, kTranspose}, {});
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_EQ(e.cause(),
+              "transform 2 test_transpose comes after Normalize: put Normalize after every step on the image");
+  }
+  // A chain ending in an image step whose size depends on the image is refused.
+  try {
+    ImagePipeline({ResizeSpec{8}, kTranspose}, {});
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+  }
+}
+
+TEST(ImagePipelineGroupsTest, IntermediateImagesAreBoundedByMaxPixels) {
+  const auto png = encode_png(make_pattern(10, 10));
+  const ImagePipeline p({ResizeSpec{0, {100, 100}}, kTranspose, CenterCropSpec{{4, 4}}}, kU8, 5000);
+  try {
+    run(p, png);
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kTooLarge);
+    EXPECT_EQ(e.cause(), "an intermediate image of 100x100 pixels exceeds max_pixels (5000)");
+  }
+}
+
+}  // namespace
+}  // namespace conveyor
