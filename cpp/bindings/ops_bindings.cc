@@ -21,6 +21,7 @@
 #include "conveyor/ops/image_decode.h"
 #include "conveyor/ops/image_pipeline.h"
 #include "conveyor/ops/raw_tensor_transform.h"
+#include "python_function.h"
 
 namespace nb = nanobind;
 
@@ -82,27 +83,45 @@ void bind_ops(nb::module_& m) {
   nb::class_<ImagePipeline, SampleTransform>(m, "ImagePipeline")
       .def(
           "__init__",
-          [](ImagePipeline* self, const std::vector<std::pair<std::string, TransformParams>>& transforms,
-             const std::string& dtype, const std::string& layout, int channels, int64_t max_pixels, bool crop_decode,
-             bool dct_scale, double dct_margin) {
+          [](ImagePipeline* self, const std::vector<nb::tuple>& transforms, const std::string& dtype,
+             const std::string& layout, int channels, int64_t max_pixels, bool crop_decode, bool dct_scale,
+             double dct_margin, bool variable_size) {
             ImageOutputSpec output{parse_dtype(dtype), parse_layout(layout), channels};
+            // (name, params) of a registered transform, or (name, {}, function): a user function (T.Lambda).
             std::vector<TransformSpec> specs;
-            for (const auto& [name, params] : transforms) specs.push_back({name, params});
+            for (const nb::tuple& item : transforms) {
+              check_config(item.size() == 2 || item.size() == 3,
+                           "transforms: each item must be (name, params) or (name, params, function)");
+              TransformSpec spec{nb::cast<std::string>(item[0]), nb::cast<TransformParams>(item[1])};
+              if (item.size() == 3 && !item[2].is_none()) {
+                spec.function = python_image_callback(nb::borrow(item[2]), spec.name);
+              }
+              specs.push_back(std::move(spec));
+            }
             new (self) ImagePipeline(std::move(specs), output, max_pixels,
-                                     ImagePipelineOptions{crop_decode, dct_scale, dct_margin});
+                                     ImagePipelineOptions{crop_decode, dct_scale, dct_margin, variable_size});
           },
           nb::arg("transforms"), nb::kw_only(), nb::arg("dtype") = "float32", nb::arg("layout") = "CHW",
           nb::arg("channels") = 3, nb::arg("max_pixels") = kDefaultMaxPixels, nb::arg("crop_decode") = true,
-          nb::arg("dct_scale") = true, nb::arg("dct_margin") = ImagePipelineOptions{}.dct_margin)
+          nb::arg("dct_scale") = true, nb::arg("dct_margin") = ImagePipelineOptions{}.dct_margin,
+          nb::arg("variable_size") = false)
       .def(
           "apply",
           [](const ImagePipeline& pipeline, const nb::bytes& data, uint64_t seed, uint64_t epoch, uint64_t index) {
-            const SampleSpec spec = pipeline.output_spec();
-            auto storage = std::make_unique<uint8_t[]>(spec.num_bytes());
+            SampleSpec spec;
+            std::unique_ptr<uint8_t[]> storage;
             {
               nb::gil_scoped_release release;
               SampleRng rng(seed, epoch, index);
-              pipeline.apply(as_span(data), rng, storage.get());
+              // Fixed or per-sample size: the output's spec is known once the sample's steps ran.
+              pipeline.apply_variable(
+                  as_span(data), rng,
+                  [&](const SampleSpec& s) -> void* {
+                    spec = s;
+                    storage = std::make_unique<uint8_t[]>(s.num_bytes());
+                    return storage.get();
+                  },
+                  nullptr);
             }
             return to_numpy(std::move(storage), spec.shape, spec.dtype);
           },

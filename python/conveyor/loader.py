@@ -255,7 +255,10 @@ class Loader:
                 mark = (batch.end_position, batch.index + 1)
                 if bar is not None:
                     self._update_bar(bar, batch.size)
-                images = _as_tensor(_conveyor.Batch.images(batch))
+                if batch.variable_shape:  # A chain without a fixed size: one tensor per sample.
+                    images = [_as_tensor(image) for image in _conveyor.Batch.sample_images(batch)]
+                else:
+                    images = _as_tensor(_conveyor.Batch.images(batch))
                 labels = _from_numpy(_conveyor.Batch.labels(batch))  # Its own memory, not the batch's.
                 soft_labels = _conveyor.Batch.soft_labels(batch)
                 second = self._targets(batch, labels) if self.source.has_boxes else labels

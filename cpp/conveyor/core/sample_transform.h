@@ -51,17 +51,17 @@ class SampleTransform {
     apply(input, rng, out);
   }
 
-  /// As apply_tracked() (`geometry` null: not wanted), writing into the
+  /// As apply_tracked() (`boxes` null: none to move), writing into the
   /// memory `allocate` gives for this sample's spec. The default (fixed
   /// shapes) allocates output_spec() and calls apply() or apply_tracked().
-  virtual bool apply_variable(std::span<const uint8_t> input, SampleRng& rng, const SampleAllocator& allocate,
-                              SampleGeometry* geometry) const {
+  virtual void apply_variable(std::span<const uint8_t> input, SampleRng& rng, const SampleAllocator& allocate,
+                              std::vector<BoundingBox>* boxes) const {
     void* out = allocate(output_spec());
-    if (geometry == nullptr) {
+    if (boxes == nullptr) {
       apply(input, rng, out);
-      return false;
+    } else {
+      apply_tracked(input, rng, out, *boxes);
     }
-    return apply_tracked(input, rng, out, *geometry);
   }
 };
 

@@ -720,9 +720,9 @@ std::vector<BoundingBox> Loader::apply_variable_sample(Record& record, SampleRng
     transform_->apply_variable(record.data.span(), rng, allocate, nullptr);
     return {};
   }
-  SampleGeometry geometry;
-  const bool moved = transform_->apply_variable(record.data.span(), rng, allocate, &geometry);
-  return moved ? transform_boxes(record.boxes, geometry) : std::move(record.boxes);
+  std::vector<BoundingBox> boxes = std::move(record.boxes);
+  transform_->apply_variable(record.data.span(), rng, allocate, &boxes);
+  return boxes;
 }
 
 void Loader::start_batch_mixes_locked(EpochRun& run) {

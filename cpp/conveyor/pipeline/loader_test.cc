@@ -706,8 +706,8 @@ class VariableTransform : public SampleTransform {
   void apply(std::span<const uint8_t>, SampleRng&, void*) const override {
     throw Error(ErrorKind::kInternal, "variable shape: apply_variable only");
   }
-  bool apply_variable(std::span<const uint8_t> input, SampleRng& rng, const SampleAllocator& allocate,
-                      SampleGeometry*) const override {
+  void apply_variable(std::span<const uint8_t> input, SampleRng& rng, const SampleAllocator& allocate,
+                      std::vector<BoundingBox>*) const override {
     int64_t index;
     std::memcpy(&index, input.data(), 8);
     random_delay(200);
@@ -718,7 +718,6 @@ class VariableTransform : public SampleTransform {
       const uint64_t r = rng.next_u64();
       std::memcpy(out + row * 8, &r, 8);
     }
-    return false;
   }
 
  private:

@@ -58,4 +58,5 @@ class Source:
         dtype, layout and max_pixels as given to the Loader."""
         from conveyor.transforms import compile_pipeline
 
-        return compile_pipeline(transforms, **output)
+        # The Loader batches samples of any size (as lists of tensors).
+        return compile_pipeline(transforms, variable_size=True, **output)

@@ -15,6 +15,7 @@ Example::
 from conveyor.transforms.base import DEFAULT_MAX_PIXELS, Transform, compile_pipeline
 from conveyor.transforms.batch import BatchTransform, CutMix, MixUp, RandomChoice
 from conveyor.transforms.color import Normalize
+from conveyor.transforms.function import Lambda
 from conveyor.transforms.geometry import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "CenterCrop",
     "CutMix",
     "DEFAULT_MAX_PIXELS",
+    "Lambda",
     "MixUp",
     "Normalize",
     "RandomChoice",

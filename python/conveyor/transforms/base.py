@@ -135,6 +135,7 @@ def compile_pipeline(
     layout: str = "CHW",
     channels: int = 3,
     max_pixels: int = DEFAULT_MAX_PIXELS,
+    variable_size: bool = False,
 ) -> _conveyor.SampleTransform:
     """Plan ``transforms`` once into the engine's image pipeline.
 
@@ -145,11 +146,15 @@ def compile_pipeline(
         layout: "CHW" (PyTorch's convention) or "HWC".
         channels: 3 (RGB) or 1 (grayscale).
         max_pixels: images whose header claims more pixels raise TooLargeError.
+        variable_size: accept a chain without a fixed output size (each
+            sample is then the size its steps give; its ``sample_shape`` has
+            -1 for height and width): what the Loader does, giving such
+            batches as lists of tensors.
 
     Raises:
-        ConfigError: an unknown transform, an invalid argument, or a chain
-            without a fixed output size (batches need one: end the resizes and
-            crops with a crop or Resize((h, w))).
+        ConfigError: an unknown transform, an invalid argument, or (without
+            ``variable_size``) a chain without a fixed output size (end the
+            resizes and crops with a crop or Resize((h, w))).
     """
     # Whether the chain gives a fixed size is the engine planner's rule (each
     # C++ step's plan()), checked once there.
@@ -168,4 +173,5 @@ def compile_pipeline(
         layout=layout,
         channels=int(channels),
         max_pixels=int(max_pixels),
+        variable_size=bool(variable_size),
     )
