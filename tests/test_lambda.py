@@ -173,6 +173,7 @@ import conveyor
 from conveyor import transforms as T
 from conveyor.sources import ImageFolder
 root = sys.argv[1]
+chain = lambda fn: [T.Lambda(fn), T.Resize((8, 8))]
 """
 
 
@@ -199,11 +200,11 @@ def test_breaking_out_and_closing_with_a_slow_lambda_stops(tmp_path, body):
 def slow(image):
     {body.replace(chr(10) + "        ", chr(10) + "    ")}
     return image
-loader = conveyor.Loader(ImageFolder(root), [T.Lambda(slow), T.Resize((8, 8))], batch_size=2, threads=4, prefetch=4)
+loader = conveyor.Loader(ImageFolder(root), chain(slow), batch_size=2, threads=4, prefetch=4)
 for images, labels in loader:
     break
 loader.close()
-for images, labels in conveyor.Loader(ImageFolder(root), [T.Lambda(slow), T.Resize((8, 8))], batch_size=2, threads=2):
+for images, labels in conveyor.Loader(ImageFolder(root), chain(slow), batch_size=2, threads=2):
     break
 print("closed")
 """
@@ -220,7 +221,7 @@ def test_interpreter_exit_with_a_live_loader_running_a_lambda(tmp_path):
 def slow(image):
     time.sleep(0.05)
     return image
-loader = conveyor.Loader(ImageFolder(root), [T.Lambda(slow), T.Resize((8, 8))], batch_size=2, threads=4, prefetch=8)
+loader = conveyor.Loader(ImageFolder(root), chain(slow), batch_size=2, threads=4, prefetch=8)
 it = iter(loader)
 next(it)
 print("exiting", flush=True)
@@ -241,7 +242,7 @@ def test_interpreter_exit_after_a_failed_lambda_keeps_no_python_object_alive_wro
         + """
 def fails(image):
     raise RuntimeError("no")
-loader = conveyor.Loader(ImageFolder(root), [T.Lambda(fails), T.Resize((8, 8))], batch_size=2, threads=2)
+loader = conveyor.Loader(ImageFolder(root), chain(fails), batch_size=2, threads=2)
 it = iter(loader)
 time.sleep(0.5)
 print("exiting", flush=True)
