@@ -398,3 +398,10 @@ def test_ffcv_setup_runs_once_before_the_timed_runs_and_reports_failure(monkeypa
     calls.clear()
     monkeypatch.setattr(bench.peer_pipelines, "status", lambda: {"FFCV": "not installed: x"})
     assert bench.setup_peers(_throughput_args(data, argv=["--peers"])) == {} and calls == []
+
+
+def test_bench_lambda_reports_the_cost_of_an_identity_lambda(capsys):
+    assert main(["bench", "lambda", "--images", "8", "--repeats", "1", "--threads", "1", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("identity T.Lambda: 8 PNG images of 32x32, best of 1\n")
+    assert out.count("the Lambda costs ") == 2 and "threads=2: CPU " in out

@@ -32,11 +32,50 @@ std::shared_ptr<nb::object> held(nb::object object) {
   });
 }
 
+// Engine threads call Python once per sample. On a thread without a Python
+// thread state, every PyGILState_Ensure creates one and the matching
+// PyGILState_Release deletes it again (several µs per call); this keeps one
+// per engine thread from its first call until the thread ends. Its
+// destructor runs at thread exit, when the pool joins its threads: those
+// that join them release the GIL first (Loader.close, ~PythonOwnedLoader),
+// so taking it here cannot deadlock. During finalization it leaks the state
+// instead (taking the GIL then would end the thread).
+class ThreadStateKeeper {
+ public:
+  void attach() {
+    if (attached_) return;
+    state_ = PyGILState_Ensure();  // Creates the thread state, takes the GIL.
+    thread_state_ = PyEval_SaveThread();
+    attached_ = true;
+  }
+
+  ~ThreadStateKeeper() {
+    if (!attached_ || !Py_IsInitialized() || finalizing()) return;
+    PyEval_RestoreThread(thread_state_);
+    PyGILState_Release(state_);  // The last release: deletes the state, drops the GIL.
+  }
+
+ private:
+  static bool finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing() != 0;
+#else
+    return _Py_IsFinalizing() != 0;
+#endif
+  }
+
+  bool attached_ = false;
+  PyGILState_STATE state_{};
+  PyThreadState* thread_state_ = nullptr;
+};
+
 }  // namespace
 
 ImageCallback python_image_callback(nb::object function, std::string name) {
   return [function = held(std::move(function)), name = std::move(name)](SampleImage& sample) {
     Image& image = sample.image;
+    thread_local ThreadStateKeeper keeper;
+    keeper.attach();
     nb::gil_scoped_acquire gil;
     // The array owns the pixels (moved, not copied) while Python holds it.
     auto* pixels = new Pixels(std::move(image.pixels));

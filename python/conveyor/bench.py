@@ -676,3 +676,6 @@ def add_commands(subparsers: Any) -> None:
         else:
             sub.set_defaults(peers=False)
         sub.set_defaults(run=_run)
+    from conveyor._bench import lambda_cost
+
+    lambda_cost.add_command(benches)
