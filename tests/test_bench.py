@@ -443,3 +443,10 @@ def test_autotune_grid_is_the_issues():
     expected = [(t, i, p) for t in (1, 2) for i in (1, 4, 16, 64) for p in (1, 2, 4)]
     assert autotune.grid(2, quick=False) == expected
     assert autotune.dataloader_default(8) == (8, 8, 2)
+
+
+def test_bench_lambda_reports_the_cost_of_an_identity_lambda(capsys):
+    assert main(["bench", "lambda", "--images", "8", "--repeats", "1", "--threads", "1", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("identity T.Lambda: 8 PNG images of 32x32, best of 1\n")
+    assert out.count("the Lambda costs ") == 2 and "threads=2: CPU " in out

@@ -318,3 +318,15 @@ def test_real_cuda_batches_match_the_cpu_path(color_folder):
     assert len(got) == len(expected) == 8
     for (a, la), (b, lb) in zip(expected, got):
         assert torch.equal(a, b) and torch.equal(la, lb)
+
+
+def test_variable_size_batches_go_through_the_cuda_path_sample_by_sample(color_folder, fake_cuda):
+    def make(**kwargs):
+        return conveyor.Loader(ImageFolder(color_folder), [T.Resize(16)], batch_size=4, seed=3, **kwargs)
+
+    expected = [([x.clone() for x in xs], y.clone()) for xs, y in make()]
+    got = list(make(device="cuda", prefetch=1))
+    assert len(got) == len(expected) == 8
+    for (a, la), (b, lb) in zip(expected, got):
+        assert isinstance(b, list) and len(a) == len(b)
+        assert all(torch.equal(x, y) for x, y in zip(a, b)) and torch.equal(la, lb)

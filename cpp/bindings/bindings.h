@@ -3,6 +3,9 @@
 #include <nanobind/nanobind.h>
 
 #include <string>
+#include <utility>
+
+#include "conveyor/core/error.h"
 
 namespace conveyor::bindings {
 
@@ -11,6 +14,31 @@ void bind_core(nanobind::module_& m);
 void bind_io(nanobind::module_& m);
 void bind_ops(nanobind::module_& m);
 void bind_pipeline(nanobind::module_& m);
+
+// A Python exception carried by a conveyor::Error from the engine thread
+// where a user callback raised it to the translator, which makes it the
+// raised error's __cause__ (with its traceback). Create it with the GIL held;
+// it may be destroyed on any thread: it takes the GIL to release the object,
+// unless the interpreter is gone (then the object is leaked, not touched).
+class PythonExceptionAttachment final : public ErrorAttachment {
+ public:
+  explicit PythonExceptionAttachment(nanobind::object exception) : exception_(std::move(exception)) {}
+  ~PythonExceptionAttachment() override {
+    if (!Py_IsInitialized()) {
+      (void)exception_.release();
+      return;
+    }
+    nanobind::gil_scoped_acquire gil;
+    exception_.reset();
+  }
+  PythonExceptionAttachment(const PythonExceptionAttachment&) = delete;
+  PythonExceptionAttachment& operator=(const PythonExceptionAttachment&) = delete;
+
+  const nanobind::object& exception() const noexcept { return exception_; }
+
+ private:
+  nanobind::object exception_;
+};
 
 // "TypeName: message" of a Python exception object; needs the GIL. Never
 // throws: a failing str() leaves just the type name.

@@ -31,6 +31,12 @@ NB_MODULE(_conveyor, m) {
       nb::object cause = nb::steal(
           PyUnicode_DecodeUTF8(e.cause().data(), static_cast<Py_ssize_t>(e.cause().size()), "backslashreplace"));
       nb::object error = errors.attr("_from_engine")(std::string(conveyor::error_kind_name(e.kind())), cause, key);
+      // A Python exception raised by a user callback (T.Lambda) rides along
+      // with the error: it becomes the cause, with its traceback.
+      if (const auto* raised =
+              dynamic_cast<const conveyor::bindings::PythonExceptionAttachment*>(e.attachment().get())) {
+        error.attr("__cause__") = raised->exception();
+      }
       PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
     }
   });

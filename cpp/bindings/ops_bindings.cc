@@ -9,6 +9,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -18,9 +19,11 @@
 #include "bindings.h"
 #include "conveyor/core/error.h"
 #include "conveyor/core/rng.h"
+#include "conveyor/ops/batch_mix.h"
 #include "conveyor/ops/image_decode.h"
 #include "conveyor/ops/image_pipeline.h"
 #include "conveyor/ops/raw_tensor_transform.h"
+#include "python_function.h"
 
 namespace nb = nanobind;
 
@@ -82,30 +85,51 @@ void bind_ops(nb::module_& m) {
   nb::class_<ImagePipeline, SampleTransform>(m, "ImagePipeline")
       .def(
           "__init__",
-          [](ImagePipeline* self, const std::vector<std::pair<std::string, TransformParams>>& transforms,
-             const std::string& dtype, const std::string& layout, int channels, int64_t max_pixels, bool crop_decode,
-             bool dct_scale, double dct_margin, std::optional<std::array<int, 3>> raw_shape) {
+          [](ImagePipeline* self, const std::vector<nb::tuple>& transforms, const std::string& dtype,
+             const std::string& layout, int channels, int64_t max_pixels, bool crop_decode, bool dct_scale,
+             double dct_margin, std::optional<std::array<int, 3>> raw_shape, bool variable_size) {
             ImageOutputSpec output{parse_dtype(dtype), parse_layout(layout), channels};
+            // (name, params) of a registered transform, or (name, {}, function): a user function (T.Lambda).
             std::vector<TransformSpec> specs;
-            for (const auto& [name, params] : transforms) specs.push_back({name, params});
-            ImagePipelineOptions options{crop_decode, dct_scale, dct_margin, std::nullopt};
+            for (const nb::tuple& item : transforms) {
+              check_config(item.size() == 2 || item.size() == 3,
+                           "transforms: each item must be (name, params) or (name, params, function)");
+              TransformSpec spec{nb::cast<std::string>(item[0]), nb::cast<TransformParams>(item[1])};
+              if (item.size() == 3 && !item[2].is_none()) {
+                spec.function = python_image_callback(nb::borrow(item[2]), spec.name);
+              }
+              specs.push_back(std::move(spec));
+            }
+            ImagePipelineOptions options;
+            options.crop_decode = crop_decode;
+            options.dct_scale = dct_scale;
+            options.dct_margin = dct_margin;
+            options.variable_size = variable_size;
             if (raw_shape) options.raw_input = RawImageShape{(*raw_shape)[0], (*raw_shape)[1], (*raw_shape)[2]};
             new (self) ImagePipeline(std::move(specs), output, max_pixels, options);
           },
           nb::arg("transforms"), nb::kw_only(), nb::arg("dtype") = "float32", nb::arg("layout") = "CHW",
           nb::arg("channels") = 3, nb::arg("max_pixels") = kDefaultMaxPixels, nb::arg("crop_decode") = true,
           nb::arg("dct_scale") = true, nb::arg("dct_margin") = ImagePipelineOptions{}.dct_margin,
-          nb::arg("raw_shape") = nb::none(),
+          nb::arg("raw_shape") = nb::none(), nb::arg("variable_size") = false,
           "raw_shape: (height, width, channels) when inputs are raw uint8 pixels of that shape, not encoded images.")
       .def(
           "apply",
           [](const ImagePipeline& pipeline, const nb::bytes& data, uint64_t seed, uint64_t epoch, uint64_t index) {
-            const SampleSpec spec = pipeline.output_spec();
-            auto storage = std::make_unique<uint8_t[]>(spec.num_bytes());
+            SampleSpec spec;
+            std::unique_ptr<uint8_t[]> storage;
             {
               nb::gil_scoped_release release;
               SampleRng rng(seed, epoch, index);
-              pipeline.apply(as_span(data), rng, storage.get());
+              // Fixed or per-sample size: the output's spec is known once the sample's steps ran.
+              pipeline.apply_variable(
+                  as_span(data), rng,
+                  [&](const SampleSpec& s) -> void* {
+                    spec = s;
+                    storage = std::make_unique<uint8_t[]>(s.num_bytes());
+                    return storage.get();
+                  },
+                  nullptr);
             }
             return to_numpy(std::move(storage), spec.shape, spec.dtype);
           },
@@ -153,6 +177,55 @@ void bind_ops(nb::module_& m) {
           },
           nb::arg("shape"), nb::arg("dtype"),
           "Copies each sample's bytes as they are into a tensor of shape and dtype.");
+  nb::enum_<MixKind>(m, "MixKind", "conveyor::MixKind (ops/batch_mix.h).")
+      .value("MIXUP", MixKind::kMixUp)
+      .value("CUTMIX", MixKind::kCutMix);
+  nb::class_<MixOption>(m, "MixOption", "conveyor::MixOption (ops/batch_mix.h).")
+      .def(
+          "__init__",
+          [](MixOption* self, MixKind kind, double alpha) {
+            new (self) MixOption{kind, alpha};
+          },
+          nb::arg("kind"), nb::arg("alpha"))
+      .def_rw("kind", &MixOption::kind)
+      .def_rw("alpha", &MixOption::alpha);
+  nb::class_<BatchMixSpec>(m, "BatchMixSpec", "conveyor::BatchMixSpec (ops/batch_mix.h).")
+      .def(nb::init<>())
+      .def_rw("options", &BatchMixSpec::options)
+      .def_rw("p", &BatchMixSpec::p)
+      .def_rw("num_classes", &BatchMixSpec::num_classes)
+      .def_rw("channels_last", &BatchMixSpec::channels_last);
+  m.def(
+      "sample_batch_mix",
+      [](const BatchMixSpec& spec, int64_t height, int64_t width, uint64_t seed, uint64_t epoch, uint64_t batch) {
+        check_config(height >= 1 && width >= 1, "height and width must be >= 1");
+        SampleRng rng = batch_mix_rng(seed, epoch, batch);
+        const BatchMixParams p = sample_batch_mix(spec, height, width, rng);
+        return nb::make_tuple(std::string(mix_kind_name(p.kind)), p.lambda, p.center_x, p.center_y, p.x1, p.y1, p.x2,
+                              p.y2, p.label_lambda);
+      },
+      nb::arg("spec"), nb::arg("height"), nb::arg("width"), nb::arg("seed"), nb::arg("epoch"), nb::arg("batch"),
+      "The batch mix the loader draws for batch `batch` of `epoch`: (kind, lambda, center_x, center_y, x1, y1, x2, "
+      "y2, label_lambda).");
+  m.def(
+      "sample_beta",
+      [](double a, double b, int64_t count, uint64_t seed, uint64_t epoch, uint64_t stream) {
+        check_config(a > 0 && b > 0 && std::isfinite(a) && std::isfinite(b), "a and b must be finite and > 0");
+        check_config(count >= 0, "count must be >= 0");
+        auto storage = std::make_unique<uint8_t[]>(static_cast<size_t>(count) * sizeof(double));
+        {
+          nb::gil_scoped_release release;
+          SampleRng rng(seed, epoch, stream);
+          auto* out = reinterpret_cast<double*>(storage.get());
+          for (int64_t i = 0; i < count; ++i) out[i] = sample_beta(a, b, rng);
+        }
+        std::vector<size_t> dims{static_cast<size_t>(count)};
+        uint8_t* data = storage.release();
+        nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<uint8_t*>(p); });
+        return Array(data, dims.size(), dims.data(), owner, nullptr, nb::dtype<double>());
+      },
+      nb::arg("a"), nb::arg("b"), nb::arg("count"), nb::arg("seed") = 0, nb::arg("epoch") = 0, nb::arg("stream") = 0,
+      "`count` Beta(a, b) draws of the engine's sampler (conveyor::sample_beta) from one random stream.");
 
   // The transform of raw-pixel sources (IDX).
   nb::class_<RawTensorTransform, SampleTransform>(m, "RawTensorTransform")

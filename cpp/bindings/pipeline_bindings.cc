@@ -1,5 +1,6 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
@@ -134,6 +135,17 @@ void bind_pipeline(nb::module_& m) {
           "images",
           [](const std::shared_ptr<Batch>& b) { return view(b, b->data(), b->shape(), b->sample_spec().dtype); },
           nb::arg("batch"), "The samples as a DLPack array sharing the batch's memory.")
+      .def_prop_ro("variable_shape", &Batch::variable_shape)
+      .def_static(
+          "sample_images",
+          [](const std::shared_ptr<Batch>& b) {
+            nb::list images;
+            for (const SampleOutput& s : b->samples())
+              images.append(view(b, s.buffer.data(), s.spec.shape, s.spec.dtype));
+            return images;
+          },
+          nb::arg("batch"),
+          "A variable-shape batch's samples: a list of DLPack arrays, each sharing its sample's memory.")
       .def_static(
           "labels", [](const Batch& b) { return owned_array(b.labels(), {static_cast<size_t>(b.size())}); },
           nb::arg("batch"),
@@ -148,7 +160,16 @@ void bind_pipeline(nb::module_& m) {
                                   owned_array(std::move(flat.categories), {total}));
           },
           nb::arg("batch"),
-          "(counts per sample, float32 boxes K×4 xywh, int64 categories K), numpy arrays of their own.");
+          "(counts per sample, float32 boxes K×4 xywh, int64 categories K), numpy arrays of their own.")
+      .def_static(
+          "soft_labels",
+          [](const Batch& b) -> nb::object {
+            if (b.num_classes() == 0) return nb::none();
+            return nb::cast(
+                owned_array(b.soft_labels(), {static_cast<size_t>(b.size()), static_cast<size_t>(b.num_classes())}));
+          },
+          nb::arg("batch"),
+          "After a batch mix, the N×num_classes float32 mixed labels (a numpy array of its own); else None.");
 
   nb::class_<SkippedSample>(m, "SkippedSample")
       .def_ro("position", &SkippedSample::position)
@@ -174,7 +195,8 @@ void bind_pipeline(nb::module_& m) {
       .def_rw("memory_budget", &LoaderOptions::memory_budget)
       .def_rw("on_error", &LoaderOptions::on_error)
       .def_rw("rank", &LoaderOptions::rank)
-      .def_rw("world_size", &LoaderOptions::world_size);
+      .def_rw("world_size", &LoaderOptions::world_size)
+      .def_rw("batch_mix", &LoaderOptions::batch_mix);
 
   nb::class_<LoaderStats>(m, "LoaderStats", "conveyor::LoaderStats (pipeline/loader.h): Loader.stats().")
       .def_ro("epoch", &LoaderStats::epoch)

@@ -171,7 +171,9 @@ def _issue(ops: DeviceOps, stream: Any, host: Marked, pin: bool) -> tuple[Any, M
     if pin:
         second = map_tensors(second, ops.pin, ops.is_tensor)
     on_device = (
-        ops.copy(images, stream),
+        map_tensors(
+            images, lambda tensor: ops.copy(tensor, stream), ops.is_tensor
+        ),  # A list when variable-size.
         map_tensors(second, lambda tensor: ops.copy(tensor, stream), ops.is_tensor),
         mark,
     )

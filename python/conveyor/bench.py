@@ -741,3 +741,6 @@ def add_commands(subparsers: Any) -> None:
             sub.set_defaults(peers=False)
         sub.set_defaults(run=_run)
     autotune_bench.add_command(benches)
+    from conveyor._bench import lambda_cost
+
+    lambda_cost.add_command(benches)

@@ -20,6 +20,7 @@ from conveyor.errors import ConfigError
 from conveyor.sources import Mix, Source
 from conveyor.transforms import DEFAULT_MAX_PIXELS, Transform
 from conveyor.transforms.base import transform_chain
+from conveyor.transforms.batch import BatchFunction, BatchTransform, split_batch_transforms
 
 try:  # torch is optional: without it batches are numpy arrays.
     import torch
@@ -116,6 +117,12 @@ class Loader:
             image a dict {"boxes": K×4 float32, "labels": K int64,
             "image_id"}; "padded" gives one dict {"boxes": N×Kmax×4,
             "labels": N×Kmax (-1 where padded), "counts": N, "image_ids"}.
+        batch_transforms: applied to each batch: first optionally one engine
+            batch mix (``T.MixUp``, ``T.CutMix``, ``T.RandomChoice`` of them),
+            run in C++ on the batch buffer before hand-off (labels become
+            N×num_classes float32); then any callables
+            ``fn(images, labels) -> (images, labels)``, run in the thread
+            iterating the loader, on the CPU tensors.
         box_format: how target boxes are given, in pixels of the transformed
             image: "xywh" (COCO's x, y, width, height; the default) or "xyxy"
             (x1, y1, x2, y2: what torchvision's detection models take).
@@ -166,6 +173,7 @@ class Loader:
         world_size: Optional[int] = None,
         targets: str = "list",
         box_format: str = "xywh",
+        batch_transforms: Union[BatchTransform, Sequence[Union[BatchTransform, BatchFunction]], None] = None,
         persistent_workers: Optional[bool] = None,
         prefetch_factor: Optional[int] = None,
         worker_init_fn: Optional[Callable[[int], None]] = None,
@@ -224,6 +232,12 @@ class Loader:
         if box_format not in ("xywh", "xyxy"):
             raise ConfigError(f"box_format must be 'xywh' or 'xyxy', got {box_format!r}")
         rank, world_size = _distributed(rank, world_size)
+        batch_mix, self._batch_functions = split_batch_transforms(batch_transforms)
+        if batch_mix is not None and source.has_boxes:
+            raise ConfigError(
+                f"batch_transforms: {type(batch_mix).__name__} mixes class labels; {type(source).__name__} "
+                "gives boxes"
+            )
 
         self.source = source
         self.batch_size = batch_size
@@ -257,6 +271,7 @@ class Loader:
                 rank=rank,
                 world_size=world_size,
                 shuffle_buffer=source.shuffle_buffer or 0,
+                batch_mix=_batch_mix_spec(batch_mix, source, layout),
             ),
             **({"allocator": _pinned_allocator()} if self._pin else {}),
         )
@@ -373,12 +388,21 @@ class Loader:
                         _autotune_log.info("%s", line)
                 if bar is not None:
                     self._update_bar(bar, batch.size)
-                images = _as_tensor(_conveyor.Batch.images(batch))
-                if self._channels_last:  # N×H×W×C memory seen as N×C×H×W: a view, no copy.
-                    images = images.permute(0, 3, 1, 2)
+                if batch.variable_shape:  # A chain without a fixed size: one tensor per sample.
+                    images = [_as_tensor(image) for image in _conveyor.Batch.sample_images(batch)]
+                else:
+                    images = _as_tensor(_conveyor.Batch.images(batch))
+                    if self._channels_last:  # N×H×W×C memory seen as N×C×H×W: a view, no copy.
+                        images = images.permute(0, 3, 1, 2)
                 labels = _from_numpy(_conveyor.Batch.labels(batch))  # Its own memory, not the batch's.
-                yield images, self._targets(batch, labels) if self.source.has_boxes else labels, mark
-                del batch, images, labels  # See _deliver.
+                soft_labels = _conveyor.Batch.soft_labels(batch)
+                second = self._targets(batch, labels) if self.source.has_boxes else labels
+                if soft_labels is not None:
+                    second = _from_numpy(soft_labels)
+                for i, function in self._batch_functions:
+                    images, second = _call_batch_function(i, function, images, second)
+                yield images, second, mark
+                del batch, images, labels, second  # See _deliver.
         finally:
             if bar is not None:
                 self._update_bar(bar, 0, refresh=True)
@@ -712,6 +736,24 @@ def _channels_last(memory_format: Any, layout: str) -> bool:
             f"memory_format=torch.channels_last gives N×C×H×W batches; it needs layout='CHW', got {layout!r}"
         )
     return True
+
+
+def _batch_mix_spec(batch_mix: Optional[BatchTransform], source: Source, layout: str) -> Any:
+    # The engine's BatchMixSpec; num_classes defaults to the source's classes.
+    if batch_mix is None:
+        return None
+    classes = getattr(source, "classes", None)
+    return batch_mix._spec(None if classes is None else len(classes), channels_last=layout == "HWC")
+
+
+def _call_batch_function(index: int, function: BatchFunction, images: Any, labels: Any) -> tuple[Any, Any]:
+    result = function(images, labels)
+    if not isinstance(result, tuple) or len(result) != 2:
+        raise ConfigError(
+            f"batch_transforms[{index}]: {getattr(function, '__name__', type(function).__name__)} returned "
+            f"{type(result).__name__}, not an (images, labels) pair"
+        )
+    return result
 
 
 def _distributed(rank: Optional[int], world_size: Optional[int]) -> tuple[int, int]:

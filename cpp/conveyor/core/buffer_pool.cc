@@ -1,5 +1,6 @@
 #include "conveyor/core/buffer_pool.h"
 
+#include <limits>
 #include <mutex>
 #include <new>
 #include <utility>
@@ -112,6 +113,46 @@ size_t BufferPool::allocated() const {
 size_t BufferPool::leased() const {
   std::lock_guard lock(state_->mu);
   return state_->leased;
+}
+
+SizedBufferPool::SizedBufferPool(BufferAllocator allocator) : allocator_(std::move(allocator)) {
+  check_config(allocator_.allocate && allocator_.deallocate, "buffer allocator needs allocate and deallocate");
+}
+
+size_t SizedBufferPool::size_class(size_t bytes) {
+  constexpr size_t kSmallest = 4096;
+  if (bytes <= kSmallest) return kSmallest;
+  if (bytes > std::numeric_limits<size_t>::max() / 2) throw std::bad_alloc();
+  size_t base = kSmallest;
+  while (base * 2 <= bytes) base *= 2;  // The power of two at or below `bytes`.
+  const size_t step = base / 4;
+  return base + (bytes - base + step - 1) / step * step;
+}
+
+PooledBuffer SizedBufferPool::acquire(size_t bytes) {
+  const size_t size = size_class(bytes);
+  BufferPool* pool;
+  {
+    std::lock_guard lock(mu_);
+    std::unique_ptr<BufferPool>& slot = pools_[size];
+    if (slot == nullptr) slot = std::make_unique<BufferPool>(size, allocator_);
+    pool = slot.get();  // Pools are never removed: the pointer stays valid.
+  }
+  return pool->acquire();
+}
+
+size_t SizedBufferPool::allocated() const {
+  std::lock_guard lock(mu_);
+  size_t total = 0;
+  for (const auto& [size, pool] : pools_) total += pool->allocated();
+  return total;
+}
+
+size_t SizedBufferPool::leased() const {
+  std::lock_guard lock(mu_);
+  size_t total = 0;
+  for (const auto& [size, pool] : pools_) total += pool->leased();
+  return total;
 }
 
 }  // namespace conveyor

@@ -2,7 +2,9 @@
 
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 
 namespace conveyor {
 
@@ -75,6 +77,37 @@ class BufferPool {
 
  private:
   std::shared_ptr<detail::BufferPoolState> state_;
+};
+
+/// Recycles buffers of any size (variable-shape samples, one buffer each): a
+/// request is rounded up to its size class -- the next of 2^k x {1, 1.25,
+/// 1.5, 1.75}, at least 4 KiB, so at most 25% is wasted -- and served by that
+/// class's BufferPool. Each class keeps no more buffers than were leased
+/// from it at once, so memory is bounded by the peak of buffers held at once
+/// per class (the caller bounds those), not by how many were ever requested.
+///
+/// Thread-safety: all methods may be called concurrently.
+class SizedBufferPool {
+ public:
+  explicit SizedBufferPool(BufferAllocator allocator = BufferAllocator::aligned());
+
+  /// Leases a buffer of at least `bytes` bytes (its size() is the class's).
+  /// Throws std::bad_alloc when the memory cannot be had.
+  PooledBuffer acquire(size_t bytes);
+
+  /// The size class of `bytes`: what acquire(bytes) leases. Throws
+  /// std::bad_alloc beyond half the address space.
+  static size_t size_class(size_t bytes);
+
+  /// Buffers allocated so far over every class (leased + free).
+  size_t allocated() const;
+  /// Buffers currently leased.
+  size_t leased() const;
+
+ private:
+  BufferAllocator allocator_;
+  mutable std::mutex mu_;
+  std::map<size_t, std::unique_ptr<BufferPool>> pools_;  // By size class.
 };
 
 }  // namespace conveyor

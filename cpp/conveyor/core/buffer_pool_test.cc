@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <limits>
 
 namespace conveyor {
 namespace {
@@ -57,6 +58,32 @@ TEST(BufferPoolTest, UsesTheAllocatorHookAndFreesEverything) {
   EXPECT_EQ(frees, 0);
   survivor = PooledBuffer();
   EXPECT_EQ(frees, 2);
+}
+
+TEST(SizedBufferPoolTest, RoundsUpToQuarterPowerOfTwoClasses) {
+  EXPECT_EQ(SizedBufferPool::size_class(0), 4096u);
+  EXPECT_EQ(SizedBufferPool::size_class(4096), 4096u);
+  EXPECT_EQ(SizedBufferPool::size_class(4097), 5120u);
+  EXPECT_EQ(SizedBufferPool::size_class(8192), 8192u);
+  EXPECT_EQ(SizedBufferPool::size_class(196608), 196608u);  // 1.5 x 2^17.
+  EXPECT_EQ(SizedBufferPool::size_class(196609), 229376u);  // 1.75 x 2^17.
+  EXPECT_THROW(SizedBufferPool::size_class(std::numeric_limits<size_t>::max()), std::bad_alloc);
+}
+
+TEST(SizedBufferPoolTest, ReusesBuffersOfTheSameClass) {
+  SizedBufferPool pool;
+  void* first;
+  {
+    PooledBuffer a = pool.acquire(5000);
+    EXPECT_EQ(a.size(), 5120u);
+    first = a.data();
+    PooledBuffer b = pool.acquire(100000);
+    EXPECT_EQ(pool.leased(), 2u);
+  }
+  EXPECT_EQ(pool.leased(), 0u);
+  PooledBuffer again = pool.acquire(4500);  // Same class as 5000: the same buffer.
+  EXPECT_EQ(again.data(), first);
+  EXPECT_EQ(pool.allocated(), 2u);
 }
 
 }  // namespace

@@ -28,12 +28,16 @@ std::string format_message(const std::string& cause, const std::string& key) {
 }
 }  // namespace
 
-Error::Error(ErrorKind kind, std::string cause, std::string key)
-    : std::runtime_error(format_message(cause, key)), kind_(kind), cause_(std::move(cause)), key_(std::move(key)) {}
+Error::Error(ErrorKind kind, std::string cause, std::string key, std::shared_ptr<const ErrorAttachment> attachment)
+    : std::runtime_error(format_message(cause, key)),
+      kind_(kind),
+      cause_(std::move(cause)),
+      key_(std::move(key)),
+      attachment_(std::move(attachment)) {}
 
 Error Error::with_key(std::string key) const {
   if (!key_.empty()) return *this;
-  return Error(kind_, cause_, std::move(key));
+  return Error(kind_, cause_, std::move(key), attachment_);
 }
 
 }  // namespace conveyor

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -20,6 +21,15 @@ enum class ErrorKind {
 /// Returns a stable lower-case name for `kind` ("config", "read", ...).
 std::string_view error_kind_name(ErrorKind kind);
 
+/// Something a layer above the core attaches to an Error and gets back where
+/// the error is translated: the Python bindings attach the Python exception a
+/// user callback raised, so that it becomes the raised error's `__cause__`.
+/// The core only carries it (a subclass's destructor may run on any thread).
+class ErrorAttachment {
+ public:
+  virtual ~ErrorAttachment() = default;
+};
+
 /// The one exception type of conveyor. Every failure carries its kind, its
 /// cause, and, once known, the key of the sample it concerns (a path, or
 /// "shard.tar:member"). what() is "key: cause" or just "cause".
@@ -27,11 +37,14 @@ std::string_view error_kind_name(ErrorKind kind);
 /// Thread-safety: immutable after construction.
 class Error : public std::runtime_error {
  public:
-  Error(ErrorKind kind, std::string cause, std::string key = {});
+  Error(ErrorKind kind, std::string cause, std::string key = {},
+        std::shared_ptr<const ErrorAttachment> attachment = nullptr);
 
   ErrorKind kind() const noexcept { return kind_; }
   const std::string& cause() const noexcept { return cause_; }
   const std::string& key() const noexcept { return key_; }
+  /// What the thrower attached (see ErrorAttachment), or null.
+  const std::shared_ptr<const ErrorAttachment>& attachment() const noexcept { return attachment_; }
 
   /// Returns the same error naming `key` (kept unchanged if it already names one).
   Error with_key(std::string key) const;
@@ -40,6 +53,7 @@ class Error : public std::runtime_error {
   ErrorKind kind_;
   std::string cause_;
   std::string key_;
+  std::shared_ptr<const ErrorAttachment> attachment_;
 };
 
 /// Throws Error{kConfig, message} when `condition` is false.

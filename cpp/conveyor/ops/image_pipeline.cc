@@ -11,6 +11,7 @@
 
 #include "conveyor/core/checked_size.h"
 #include "conveyor/core/error.h"
+#include "conveyor/core/float16.h"
 #include "conveyor/ops/image_decoder.h"
 #include "conveyor/ops/raw_decoder.h"
 #include "conveyor/ops/resize.h"
@@ -19,34 +20,6 @@
 namespace conveyor {
 
 namespace {
-
-// IEEE binary16 from binary32, round to nearest even (F. Giesen's
-// float_to_half_fast3_rtne); matches numpy's astype(float16) and torch's .half().
-uint16_t float_to_half(float value) {
-  uint32_t x;
-  std::memcpy(&x, &value, sizeof(x));
-  const uint32_t sign = x & 0x80000000u;
-  x ^= sign;
-  uint16_t h;
-  if (x >= (127u + 16u) << 23) {  // Overflow to infinity, or NaN.
-    h = x > (255u << 23) ? 0x7e00 : 0x7c00;
-  } else if (x < (113u << 23)) {  // Subnormal or zero: let the FPU round.
-    const uint32_t magic_bits = ((127u - 15u) + (23u - 10u) + 1u) << 23;
-    float magic;
-    std::memcpy(&magic, &magic_bits, sizeof(magic));
-    float f;
-    std::memcpy(&f, &x, sizeof(f));
-    f += magic;
-    std::memcpy(&x, &f, sizeof(x));
-    h = static_cast<uint16_t>(x - magic_bits);
-  } else {
-    const uint32_t mantissa_odd = (x >> 13) & 1u;
-    x -= 112u << 23;  // Rebias the exponent from 127 to 15.
-    x += 0xfffu + mantissa_odd;
-    h = static_cast<uint16_t>(x >> 13);
-  }
-  return static_cast<uint16_t>(h | (sign >> 16));
-}
 
 // The single pass after the resize: flip, dtype conversion, normalization and
 // layout, through a per-channel lookup table (256 entries: the input is uint8),
@@ -159,7 +132,17 @@ struct ImagePipeline::Plan {
   ImageOutputSpec output;
   ImagePipelineOptions options;
   int64_t max_pixels = kDefaultMaxPixels;
-  Size2D size;  // Fixed output size.
+  Size2D size;            // Fixed output size.
+  bool variable = false;  // No fixed size: each sample's is its own (apply_variable).
+
+  // The spec of an output of `h` x `w` pixels; -1 for both when variable and unknown.
+  SampleSpec spec(int64_t h, int64_t w) const {
+    const int64_t c = output.channels;
+    SampleSpec s;
+    s.shape = output.layout == Layout::kCHW ? std::vector<int64_t>{c, h, w} : std::vector<int64_t>{h, w, c};
+    s.dtype = output.dtype;
+    return s;
+  }
   std::vector<uint8_t> lut_u8;
   std::vector<uint16_t> lut_f16;
   std::vector<float> lut_f32;
@@ -393,14 +376,19 @@ ImagePipeline::ImagePipeline(std::vector<TransformSpec> transforms, ImageOutputS
       throw Error(ErrorKind::kConfig, where + e.cause());
     }
   }
-  check_config(chain.size.has_value(),
+  // Without a fixed size, each sample's size is what its steps give
+  // (bounded by max_pixels), when the caller takes variable sizes.
+  plan->variable = !chain.size.has_value() && options.variable_size;
+  check_config(chain.size.has_value() || plan->variable,
                "ImagePipeline: the transforms do not give a fixed output size, so images of different sizes "
                "cannot be batched; end the resizes and crops with a crop or a resize to (h, w)");
-  plan->size = *chain.size;
-  // Every later product of the output's dimensions is bounded by this one.
-  checked_mul(checked_mul(checked_mul(plan->size.height, plan->size.width, "ImagePipeline: the output size"), channels,
-                          "ImagePipeline: the output size"),
-              static_cast<int64_t>(dtype_size(output.dtype)), "ImagePipeline: the output size in bytes");
+  if (!plan->variable) {
+    plan->size = *chain.size;
+    // Every later product of the output's dimensions is bounded by this one.
+    checked_mul(checked_mul(checked_mul(plan->size.height, plan->size.width, "ImagePipeline: the output size"),
+                            channels, "ImagePipeline: the output size"),
+                static_cast<int64_t>(dtype_size(output.dtype)), "ImagePipeline: the output size in bytes");
+  }
 
   for (int c = 0; c < channels; ++c) {
     for (int v = 0; v < 256; ++v) {
@@ -419,25 +407,37 @@ ImagePipeline::~ImagePipeline() = default;
 
 SampleSpec ImagePipeline::output_spec() const {
   const Plan& plan = *plan_;
-  const int64_t c = plan.output.channels, h = plan.size.height, w = plan.size.width;
-  SampleSpec spec;
-  spec.shape = plan.output.layout == Layout::kCHW ? std::vector<int64_t>{c, h, w} : std::vector<int64_t>{h, w, c};
-  spec.dtype = plan.output.dtype;
-  return spec;
+  return plan.variable ? plan.spec(-1, -1) : plan.spec(plan.size.height, plan.size.width);
 }
 
+bool ImagePipeline::fixed_shape() const { return !plan_->variable; }
+
 void ImagePipeline::apply(std::span<const uint8_t> input, SampleRng& rng, void* out) const {
-  run(input, rng, out, nullptr);
+  check_config(!plan_->variable, "ImagePipeline: the output size varies per sample: use apply_variable()");
+  run(input, rng, out, nullptr, nullptr);
 }
 
 void ImagePipeline::apply_tracked(std::span<const uint8_t> input, SampleRng& rng, void* out,
                                   std::vector<BoundingBox>& boxes) const {
-  run(input, rng, out, &boxes);
+  check_config(!plan_->variable, "ImagePipeline: the output size varies per sample: use apply_variable()");
+  run(input, rng, out, &boxes, nullptr);
 }
 
-void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* out,
-                        std::vector<BoundingBox>* boxes) const {
+void ImagePipeline::apply_variable(std::span<const uint8_t> input, SampleRng& rng, const SampleAllocator& allocate,
+                                   std::vector<BoundingBox>* boxes) const {
+  if (!plan_->variable) {
+    SampleTransform::apply_variable(input, rng, allocate, boxes);
+    return;
+  }
+  run(input, rng, nullptr, boxes, &allocate);
+}
+
+void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* fixed_out,
+                        std::vector<BoundingBox>* boxes, const SampleAllocator* allocate) const {
   const Plan& plan = *plan_;
+  // Where the output of h x w pixels goes: the batch slot, or (variable
+  // sizes) memory the caller gives for this sample's spec.
+  const auto out = [&](int h, int w) { return allocate == nullptr ? fixed_out : (*allocate)(plan.spec(h, w)); };
   // Per-thread buffers: no allocation per sample once warm. Very large ones
   // are released afterwards so one huge image does not pin memory.
   thread_local detail::Scratch scratch;
@@ -459,7 +459,7 @@ void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* ou
   const ImageInfo& info = decoder->info();
   const size_t last = plan.groups.size() - 1;
   std::optional<Size2D> out_size;
-  if (last == 0) out_size = plan.size;
+  if (last == 0 && !plan.variable) out_size = plan.size;
   SamplePlan s = plan.place(plan.groups[0], info.height, info.width, out_size, rng);
   ImageView image;
   if (s.covered) {
@@ -471,7 +471,7 @@ void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* ou
   image = flipped_vertically(image, s.placement.vflip);
   move_boxes(boxes, s);
   if (last == 0) {
-    plan.write(image, s.placement.flip, out);
+    plan.write(image, s.placement.flip, out(image.height, image.width));
     return;
   }
   // Later groups work on the materialized image: an image step, then one
@@ -497,7 +497,7 @@ void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* ou
     }
     if (group.steps.empty()) continue;
     out_size.reset();
-    if (g == last) out_size = plan.size;
+    if (g == last && !plan.variable) out_size = plan.size;
     if (warp) {
       s = plan.place(group, warp->out_height, warp->out_width, out_size, rng);
       WarpWindow window{0, 0, warp->out_width, warp->out_height};
@@ -516,7 +516,7 @@ void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* ou
     image = flipped_vertically(image, s.placement.vflip);
     move_boxes(boxes, s);
     if (g == last) {
-      plan.write(image, s.placement.flip, out);
+      plan.write(image, s.placement.flip, out(image.height, image.width));
       return;
     }
     Image next{0, 0, 0, std::move(sample.spare)};
@@ -526,12 +526,12 @@ void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* ou
   }
   // The chain ends with an image step: its output is the sample's.
   const Image& img = sample.image;
-  if (img.height != plan.size.height || img.width != plan.size.width) {
+  if (!plan.variable && (img.height != plan.size.height || img.width != plan.size.width)) {
     throw Error(ErrorKind::kInternal, "the last transform step returned a " + std::to_string(img.width) + "x" +
                                           std::to_string(img.height) + " image, planned " +
                                           std::to_string(plan.size.width) + "x" + std::to_string(plan.size.height));
   }
-  plan.write(img.view(), false, out);
+  plan.write(img.view(), false, out(img.height, img.width));
 }
 
 }  // namespace conveyor

@@ -46,6 +46,11 @@ struct ImagePipelineOptions {
   /// from this fixed size (so an empty chain, or one of flips and Normalize
   /// only, has a fixed output size).
   std::optional<RawImageShape> raw_input;
+  /// Accept a chain without a fixed output size (e.g. only Resize(256), or
+  /// no transform): each sample is then the size its steps give (at most
+  /// max_pixels), fixed_shape() is false, output_spec() has -1 for height
+  /// and width, and samples go through apply_variable() only.
+  bool variable_size = false;
 };
 
 /// A transform chain planned once per loader: each TransformSpec becomes a
@@ -65,7 +70,8 @@ struct ImagePipelineOptions {
 class ImagePipeline final : public SampleTransform {
  public:
   /// Throws Error{kConfig} when the chain cannot produce a fixed output size
-  /// (it must end in a crop or a Resize to (h, w) before pointwise steps),
+  /// (it must end in a crop or a Resize to (h, w) before pointwise steps)
+  /// unless options.variable_size,
   /// or when an argument is invalid (e.g. Normalize with the wrong channel count,
   /// an unknown transform name, an output of more bytes than an int64 holds).
   ImagePipeline(std::vector<TransformSpec> transforms, ImageOutputSpec output, int64_t max_pixels = kDefaultMaxPixels,
@@ -73,6 +79,7 @@ class ImagePipeline final : public SampleTransform {
   ~ImagePipeline() override;
 
   SampleSpec output_spec() const override;
+  bool fixed_shape() const override;
   void apply(std::span<const uint8_t> input, SampleRng& rng, void* out) const override;
   /// As apply(); `boxes` follow every geometric and image step (see
   /// SampleTransform::apply_tracked). apply() and apply_tracked() throw
@@ -81,10 +88,17 @@ class ImagePipeline final : public SampleTransform {
   /// that overflows.
   void apply_tracked(std::span<const uint8_t> input, SampleRng& rng, void* out,
                      std::vector<BoundingBox>& boxes) const override;
+  /// Every chain; the only entry point when fixed_shape() is false (apply()
+  /// and apply_tracked() then throw Error{kConfig}).
+  void apply_variable(std::span<const uint8_t> input, SampleRng& rng, const SampleAllocator& allocate,
+                      std::vector<BoundingBox>* boxes) const override;
 
  private:
   struct Plan;
-  void run(std::span<const uint8_t> input, SampleRng& rng, void* out, std::vector<BoundingBox>* boxes) const;
+  // Writes into `fixed_out`, or with `allocate` (variable sizes) into memory
+  // it gives for the sample's size.
+  void run(std::span<const uint8_t> input, SampleRng& rng, void* fixed_out, std::vector<BoundingBox>* boxes,
+           const SampleAllocator* allocate) const;
   std::unique_ptr<const Plan> plan_;
 };
 

@@ -26,15 +26,19 @@ namespace conveyor {
 namespace detail {
 
 // A failure kept as plain strings: Error (a std::runtime_error) shares its
-// message buffer between copies, which must not cross threads.
+// message buffer between copies, which must not cross threads. The
+// attachment (e.g. a Python exception) is reference counted atomically.
 struct SampleError {
   ErrorKind kind;
   std::string cause;
   std::string key;
+  std::shared_ptr<const ErrorAttachment> attachment = nullptr;
 
   static SampleError from(const Error& e, const std::string& key) {
-    return {e.kind(), e.cause(), e.key().empty() ? key : e.key()};
+    return {e.kind(), e.cause(), e.key().empty() ? key : e.key(), e.attachment()};
   }
+
+  Error to_error() const { return Error(kind, cause, key, attachment); }
 };
 
 // A sample slot of an in-flight batch. A slot is `busy` from the moment a task
@@ -57,6 +61,13 @@ struct InFlightBatch {
   std::vector<int64_t> labels;
   std::vector<std::vector<BoundingBox>> boxes;
   int64_t issued = 0;  // Slots [0, issued) are assigned, in position order.
+  // Batch mix (LoaderOptions::batch_mix): started once the batch's positions
+  // are final, done when its buffer and soft labels are mixed (or it failed).
+  bool mixing = false;
+  bool mixed = false;
+  std::vector<float> soft_labels;
+  std::optional<SampleError> mix_error;
+  std::vector<SampleOutput> samples;  // Variable-shape samples, by slot (then `buffer` is empty).
 };
 
 // What a task works on: a slot of an in-flight batch, and the ticket that
@@ -91,6 +102,8 @@ struct EpochRun : std::enable_shared_from_this<EpochRun> {
   int64_t outstanding = 0;  // Tasks issued and not yet finished.
   bool cancelled = false;
   bool finished = false;
+  bool mixes = false;                // Batches are mixed (batch_mix) before hand-off.
+  bool variable = false;             // Samples have their own buffers (the transform has no fixed shape).
   std::optional<SampleError> fatal;  // A failure outside any sample (e.g. allocation), raised by next().
   std::vector<SkippedSample> skipped;
 
@@ -116,7 +129,11 @@ struct EpochRun : std::enable_shared_from_this<EpochRun> {
       if (static_cast<int64_t>(batches.size()) >= prefetch) return std::nullopt;
       InFlightBatch b;
       b.index = front_index + static_cast<int64_t>(batches.size());
-      b.buffer = pool.acquire();
+      if (variable) {
+        b.samples.resize(static_cast<size_t>(batch_size));
+      } else {
+        b.buffer = pool.acquire();
+      }
       b.slots.resize(static_cast<size_t>(batch_size));
       b.labels.resize(static_cast<size_t>(batch_size), -1);
       b.boxes.resize(static_cast<size_t>(batch_size));
@@ -212,31 +229,34 @@ struct EpochRun : std::enable_shared_from_this<EpochRun> {
     for (int64_t i = front.issued; i < batch_size; ++i) {
       if (front.slots[static_cast<size_t>(i)].busy) return false;
     }
-    return true;
+    return !mixes || front.mixed || front_failure() != nullptr;
   }
 
-  // The first failed slot's error of the front batch (once front_ready()), or null.
+  // The first failed slot's error of the front batch (once front_ready()),
+  // else its batch mix's error, or null.
   const SampleError* front_failure() const {
     const InFlightBatch& front = batches.front();
     for (int64_t i = 0; i < front.issued; ++i) {
       const Slot& s = front.slots[static_cast<size_t>(i)];
       if (s.state == Slot::State::kFailed) return &*s.error;
     }
-    return nullptr;
+    return front.mix_error ? &*front.mix_error : nullptr;
   }
 
   // True when the front batch (once front_ready()) has fewer than batch_size samples.
   bool front_partial() const { return batches.front().issued < batch_size; }
 
   // Hands the front batch (once front_ready(), without failure) out as a Batch.
-  std::shared_ptr<Batch> take_front(const SampleSpec& spec) {
+  std::shared_ptr<Batch> take_front(const SampleSpec& spec, int64_t num_classes) {
     InFlightBatch& front = batches.front();
     const int64_t size = front.issued;
     const int64_t end_position = front.slots[static_cast<size_t>(size - 1)].position + 1;
     front.labels.resize(static_cast<size_t>(size));
     front.boxes.resize(static_cast<size_t>(size));
+    if (variable) front.samples.resize(static_cast<size_t>(size));
     auto taken = std::make_shared<Batch>(front.index, size, end_position, spec, std::move(front.buffer),
-                                         std::move(front.labels), std::move(front.boxes));
+                                         std::move(front.labels), std::move(front.boxes), std::move(front.soft_labels),
+                                         mixes ? num_classes : 0, std::move(front.samples));
     batches.pop_front();
     ++front_index;
     return taken;
@@ -378,7 +398,8 @@ Loader::Loader(std::shared_ptr<const Source> source, std::shared_ptr<const Sampl
       transform_((check_config(transform != nullptr, "transform must not be null"), std::move(transform))),
       options_(validated(std::move(options), *source_)),
       spec_(transform_->output_spec()),
-      sample_bytes_(static_cast<int64_t>(spec_.num_bytes())),  // Checked: at most INT64_MAX.
+      // Checked: at most INT64_MAX.
+      sample_bytes_(transform_->fixed_shape() ? static_cast<int64_t>(spec_.num_bytes()) : 0),
       samples_per_epoch_(samples_per_rank_of_an_order_that_fits(*source_, options_)),
       // The one product every slot offset derives from: checked here, so
       // `slot * sample_bytes_` below cannot overflow.
@@ -391,9 +412,11 @@ Loader::Loader(std::shared_ptr<const Source> source, std::shared_ptr<const Sampl
           options_.batch_size, static_cast<int64_t>(pool_.buffer_bytes()), memory_budget_,
           AutotuneSettings{options_.threads, options_.io_threads, options_.prefetch}, options_.autotune)),
       settings_(autotune_->initial_settings()),
+      sample_pool_(options_.allocator),
       cpu_pool_(start_pool(settings_.cpu_threads, "conveyor-cpu", "threads")),
       io_pool_(start_pool(settings_.io_threads, "conveyor-io", "io_threads")) {
-  check_config(sample_bytes_ > 0, "the transform produces empty samples");
+  check_config(sample_bytes_ > 0 || !transform_->fixed_shape(), "the transform produces empty samples");
+  if (options_.batch_mix) check_batch_mix(*options_.batch_mix, spec_);
   check_config(samples_per_epoch_ > 0,
                "world_size " + std::to_string(options_.world_size) + " leaves no sample for each rank with drop_last");
 }
@@ -501,6 +524,8 @@ void Loader::start_epoch(int64_t epoch, int64_t start_position, int64_t start_ba
   stop_locked(lock);
   auto run = std::make_shared<EpochRun>(epoch, std::move(order), start_position, start_batch, options_.batch_size,
                                         settings_.prefetch);
+  run->mixes = options_.batch_mix.has_value();
+  run->variable = !transform_->fixed_shape();
   run_ = run;
   consumer_steps_ = 0;
   consumer_step_ns_ = 0;
@@ -622,16 +647,22 @@ void Loader::process_task(const std::shared_ptr<EpochRun>& run, SlotTicket task,
       return;
     }
     sample = *assigned;
-    out = static_cast<uint8_t*>(run->batch(task.batch).buffer.data()) +
-          static_cast<size_t>(task.slot) * static_cast<size_t>(sample_bytes_);
+    // Null for variable-shape samples, which get buffers of their own.
+    void* buffer = run->batch(task.batch).buffer.data();
+    out = buffer == nullptr
+              ? nullptr
+              : static_cast<uint8_t*>(buffer) + static_cast<size_t>(task.slot) * static_cast<size_t>(sample_bytes_);
   }
   // The slot stays busy until finish_task, so nothing else writes `out` meanwhile.
   const int64_t started = now_ns();
   std::optional<SampleError> error;
   std::vector<BoundingBox> boxes;
+  SampleOutput output;  // Variable-shape samples only.
   try {
     SampleRng rng(options_.seed, static_cast<uint64_t>(run->epoch), static_cast<uint64_t>(sample));
-    if (record.boxes.empty()) {
+    if (out == nullptr) {
+      boxes = apply_variable_sample(record, rng, output);
+    } else if (record.boxes.empty()) {
       transform_->apply(record.data.span(), rng, out);
     } else {
       // Boxes follow the image's crops, resizes, flips and warps.
@@ -647,12 +678,18 @@ void Loader::process_task(const std::shared_ptr<EpochRun>& run, SlotTicket task,
   ++samples_processed_;
   if (!error) ++part_samples_[static_cast<size_t>(source_->part_of(sample))];
   std::lock_guard lock(mu_);
+  // A variable-shape sample's buffer joins its slot while the slot is still
+  // this task's (a skip may have reassigned it: then it goes back to the pool).
+  if (out == nullptr && !error && run->sample_for(task)) {
+    run->batch(task.batch).samples[static_cast<size_t>(task.slot)] = std::move(output);
+  }
   finish_task(*run, task, record.label, std::move(boxes), error ? &*error : nullptr);
 }
 
 void Loader::finish_task(EpochRun& run, SlotTicket task, int64_t label, std::vector<BoundingBox> boxes,
                          const SampleError* error) {
   const bool current = run.record_finished(task, label, std::move(boxes), error, options_.on_error);
+  if (run.mixes) start_batch_mixes_locked(run);
   issue_locked(run);
   // Wake the consumer only when it may have something to do: a sample of the
   // batch it waits for finished (or a skip reshuffled slots), or, for stop(),
@@ -691,7 +728,7 @@ NextResult Loader::next(std::chrono::duration<double> timeout) {
     std::shared_ptr<EpochRun> run = run_;
     if (run != nullptr && run->fatal && !run->finished) {
       run->finished = true;
-      Error error(run->fatal->kind, run->fatal->cause, run->fatal->key);
+      Error error = run->fatal->to_error();
       stop_locked(lock);
       throw error;
     }
@@ -703,7 +740,7 @@ NextResult Loader::next(std::chrono::duration<double> timeout) {
     if (run->front_ready()) {
       wait_ns_ += now_ns() - wait_started;
       if (const SampleError* failure = run->front_failure()) {
-        Error error(failure->kind, failure->cause, failure->key);
+        Error error = failure->to_error();
         run->finished = true;
         stop_locked(lock);
         throw error;
@@ -713,7 +750,7 @@ NextResult Loader::next(std::chrono::duration<double> timeout) {
         stop_locked(lock);  // The dropped batch's buffer goes back to the pool.
         return {NextResult::Status::kEnd, nullptr};
       }
-      std::shared_ptr<Batch> batch = run->take_front(spec_);
+      std::shared_ptr<Batch> batch = run->take_front(spec_, options_.batch_mix ? options_.batch_mix->num_classes : 0);
       ++batches_delivered_;
       autotune_tick_locked(0);
       issue_locked(*run);
@@ -740,6 +777,98 @@ NextResult Loader::next(std::chrono::duration<double> timeout) {
     }
     autotune_tick_locked(wait_started);
   }
+}
+
+std::vector<BoundingBox> Loader::apply_variable_sample(Record& record, SampleRng& rng, SampleOutput& output) {
+  const SampleAllocator allocate = [&](const SampleSpec& spec) -> void* {
+    output.spec = spec;
+    output.buffer = sample_pool_.acquire(spec.num_bytes());
+    return output.buffer.data();
+  };
+  if (record.boxes.empty()) {
+    transform_->apply_variable(record.data.span(), rng, allocate, nullptr);
+    return {};
+  }
+  std::vector<BoundingBox> boxes = std::move(record.boxes);
+  transform_->apply_variable(record.data.span(), rng, allocate, &boxes);
+  return boxes;
+}
+
+void Loader::start_batch_mixes_locked(EpochRun& run) {
+  // A batch's positions are final once it and every batch before it are
+  // complete: a skip shifts only the positions after an unfinished sample.
+  for (auto& b : run.batches) {
+    if (run.cancelled || !run.complete(b)) return;
+    if (b.mixing || b.mixed) continue;
+    b.mixing = true;
+    ++run.outstanding;  // stop() waits for the mix like for a sample.
+    try {
+      cpu_pool_->submit([this, run = run.shared_from_this(), index = b.index] { mix_task(run, index); });
+    } catch (const std::exception& e) {
+      --run.outstanding;
+      b.mixing = false;
+      if (!run.fatal)
+        run.fatal = SampleError{ErrorKind::kInternal, std::string("cannot start more work: ") + e.what(), {}};
+      run.cancelled = true;
+      cv_.notify_all();
+      return;
+    }
+  }
+}
+
+void Loader::mix_task(const std::shared_ptr<EpochRun>& run, int64_t batch_index) {
+  const BatchMixSpec& spec = *options_.batch_mix;
+  void* images = nullptr;
+  std::vector<int64_t> labels;
+  std::optional<SampleError> error;
+  {
+    std::lock_guard lock(mu_);
+    if (run->cancelled) {
+      --run->outstanding;
+      if (run->outstanding == 0) cv_.notify_all();
+      return;
+    }
+    // The batch stays in place (and its memory untouched by other tasks)
+    // until it is mixed: it cannot be handed out or its slots reassigned.
+    detail::InFlightBatch& b = run->batch(batch_index);
+    images = b.buffer.data();
+    labels.assign(b.labels.begin(), b.labels.begin() + b.issued);
+    const int64_t bad = first_label_outside(labels, spec.num_classes);
+    if (bad >= 0) {
+      const int64_t position = b.slots[static_cast<size_t>(bad)].position;
+      const std::string name = spec.options.size() == 1 ? mix_kind_name(spec.options.front().kind) : "RandomChoice";
+      error = SampleError{ErrorKind::kConfig,
+                          name + ": the label " + std::to_string(labels[static_cast<size_t>(bad)]) +
+                              " is outside [0, num_classes = " + std::to_string(spec.num_classes) +
+                              "): batch mixes need class labels",
+                          key_of(*source_, run->order[static_cast<size_t>(position)])};
+    }
+  }
+  std::vector<float> soft_labels;
+  if (!error) {
+    try {
+      SampleRng rng =
+          batch_mix_rng(options_.seed, static_cast<uint64_t>(run->epoch), static_cast<uint64_t>(batch_index));
+      const auto& shape = spec_.shape;
+      const int64_t height = spec.channels_last ? shape[0] : shape[1];
+      const int64_t width = spec.channels_last ? shape[1] : shape[2];
+      const BatchMixParams params = sample_batch_mix(spec, height, width, rng);
+      soft_labels.resize(labels.size() * static_cast<size_t>(spec.num_classes));
+      apply_batch_mix(params, spec, spec_, static_cast<int64_t>(labels.size()), images, labels, soft_labels.data());
+    } catch (const Error& e) {
+      error = SampleError::from(e, {});
+    } catch (const std::exception& e) {
+      error = SampleError{ErrorKind::kInternal, std::string("batch mix: ") + e.what(), {}};
+    }
+  }
+  std::lock_guard lock(mu_);
+  --run->outstanding;
+  detail::InFlightBatch& b = run->batch(batch_index);
+  b.mixing = false;
+  b.mixed = true;
+  b.soft_labels = std::move(soft_labels);
+  b.mix_error = std::move(error);
+  if (batch_index == run->front_index || run->outstanding == 0) cv_.notify_all();
 }
 
 void Loader::stop() {
@@ -772,8 +901,8 @@ LoaderStats Loader::stats() const {
   stats.process_seconds = static_cast<double>(process_ns_) * 1e-9;
   stats.wait_seconds = static_cast<double>(wait_ns_) * 1e-9;
   stats.batches_delivered = batches_delivered_;
-  stats.buffers_allocated = static_cast<int64_t>(pool_.allocated());
-  stats.buffers_leased = static_cast<int64_t>(pool_.leased());
+  stats.buffers_allocated = static_cast<int64_t>(pool_.allocated() + sample_pool_.allocated());
+  stats.buffers_leased = static_cast<int64_t>(pool_.leased() + sample_pool_.leased());
   const AutotuneStatus autotune = autotune_->status();
   stats.threads = settings_.cpu_threads;
   stats.io_threads = settings_.io_threads;

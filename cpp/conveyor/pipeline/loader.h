@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "conveyor/core/sample_transform.h"
 #include "conveyor/core/thread_pool.h"
 #include "conveyor/io/source.h"
+#include "conveyor/ops/batch_mix.h"
 #include "conveyor/pipeline/autotune.h"
 #include "conveyor/pipeline/batch.h"
 
@@ -54,6 +56,10 @@ struct LoaderOptions {
   int64_t rank = 0;  ///< This process's share of each epoch (as DistributedSampler).
   int64_t world_size = 1;
   BufferAllocator allocator = BufferAllocator::aligned();  ///< Batch memory (e.g. pinned).
+  /// MixUp / CutMix applied to each complete batch in place, on the cpu pool,
+  /// before hand-off (ops/batch_mix.h); its random choices come from
+  /// (seed, epoch, batch index). Batches then carry soft_labels().
+  std::optional<BatchMixSpec> batch_mix;
 };
 
 /// A sample left out under OnError::kSkip.
@@ -115,7 +121,8 @@ struct SlotTicket;
 
 /// The pipeline executor. For each sample of an epoch it reads the record on
 /// the io pool, then decodes and transforms it on the cpu pool straight into
-/// the sample's slot of a pooled batch buffer; batches are delivered strictly
+/// the sample's slot of a pooled batch buffer (or, for a transform without a
+/// fixed shape, into a pooled buffer of the sample's own: Batch::samples()); batches are delivered strictly
 /// in order, at most `prefetch` ahead of the consumer. The epoch's order and
 /// every random choice depend only on (seed, epoch, sample), never on thread
 /// timing, so output is identical for any thread counts.
@@ -201,6 +208,13 @@ class Loader {
   void process_task(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task, Record record);
   void finish_task(detail::EpochRun& run, detail::SlotTicket task, int64_t label, std::vector<BoundingBox> boxes,
                    const detail::SampleError* error);
+  // Batch mix: starts the mix of every complete batch whose positions can no
+  // longer change (every batch before it is complete too).
+  void start_batch_mixes_locked(detail::EpochRun& run);
+  // Variable-shape samples (transform without fixed_shape()): runs the
+  // transform into a buffer of sample_pool_, returns the sample's boxes.
+  std::vector<BoundingBox> apply_variable_sample(Record& record, SampleRng& rng, SampleOutput& output);
+  void mix_task(const std::shared_ptr<detail::EpochRun>& run, int64_t batch_index);
   void stop_locked(std::unique_lock<std::mutex>& lock);
   // True in a child of fork() (this Loader was copied, not created, there).
   bool forked() const noexcept;
@@ -221,7 +235,7 @@ class Loader {
   const std::shared_ptr<const SampleTransform> transform_;
   const LoaderOptions options_;
   const SampleSpec spec_;
-  const int64_t sample_bytes_;  // spec_.num_bytes().
+  const int64_t sample_bytes_;  // spec_.num_bytes(); 0 for variable-shape samples.
   const int64_t samples_per_epoch_;
 
   // The lock and the condition variable live on the heap so that a Loader
@@ -248,6 +262,7 @@ class Loader {
   const int64_t memory_budget_;
   std::unique_ptr<LoaderAutotune> autotune_;  // Guarded by mu_.
   AutotuneSettings settings_;                 // Guarded by mu_: what the pools are set to.
+  SizedBufferPool sample_pool_;               // Per-sample buffers of variable-shape batches.
   bool closed_ = false;                       // Guarded by mu_.
   // Reset by close() once no task runs; read without the lock by tasks, which
   // only run before that.

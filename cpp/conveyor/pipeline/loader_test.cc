@@ -701,6 +701,103 @@ TEST(LoaderForkTest, ALoaderFromBeforeForkRefusesWorkInTheChildAndTheParentGoesO
   EXPECT_EQ(batches, 10);
 }
 
+// Sample i is (i % 5 + 1) rows of 8 bytes: the index, then random bytes
+// from the sample's stream; samples in `corrupt` fail.
+class VariableTransform : public SampleTransform {
+ public:
+  explicit VariableTransform(std::set<int64_t> corrupt = {}) : corrupt_(std::move(corrupt)) {}
+  SampleSpec output_spec() const override { return {{-1, 8}, DType::kUInt8}; }
+  bool fixed_shape() const override { return false; }
+  void apply(std::span<const uint8_t>, SampleRng&, void*) const override {
+    throw Error(ErrorKind::kInternal, "variable shape: apply_variable only");
+  }
+  void apply_variable(std::span<const uint8_t> input, SampleRng& rng, const SampleAllocator& allocate,
+                      std::vector<BoundingBox>*) const override {
+    int64_t index;
+    std::memcpy(&index, input.data(), 8);
+    random_delay(200);
+    if (corrupt_.count(index)) throw Error(ErrorKind::kDecode, "corrupt JPEG data");
+    auto* out = static_cast<uint8_t*>(allocate({{index % 5 + 1, 8}, DType::kUInt8}));
+    std::memcpy(out, &index, 8);
+    for (int64_t row = 1; row < index % 5 + 1; ++row) {
+      const uint64_t r = rng.next_u64();
+      std::memcpy(out + row * 8, &r, 8);
+    }
+  }
+
+ private:
+  std::set<int64_t> corrupt_;
+};
+
+// Every sample of an epoch as its bytes, in order.
+std::vector<std::vector<uint8_t>> variable_epoch(Loader& loader, int64_t epoch, int64_t start = 0) {
+  std::vector<std::vector<uint8_t>> samples;
+  loader.start_epoch(epoch, start);
+  for (;;) {
+    NextResult next = loader.next();
+    if (next.status == NextResult::Status::kEnd) break;
+    const Batch& b = *next.batch;
+    EXPECT_TRUE(b.variable_shape());
+    EXPECT_EQ(b.data(), nullptr);
+    EXPECT_EQ(static_cast<int64_t>(b.samples().size()), b.size());
+    for (const SampleOutput& s : b.samples()) {
+      const auto* data = static_cast<const uint8_t*>(s.buffer.data());
+      samples.emplace_back(data, data + s.spec.num_bytes());
+      int64_t index;
+      std::memcpy(&index, data, 8);
+      EXPECT_EQ(s.spec.shape, (std::vector<int64_t>{index % 5 + 1, 8}));
+    }
+  }
+  return samples;
+}
+
+TEST(LoaderVariableShapeTest, EachSampleHasItsOwnShapeIdenticallyForAnyThreadCount) {
+  Loader one(std::make_shared<MemorySource>(41), std::make_shared<VariableTransform>(), options(4, 1, 1, 1));
+  Loader four(std::make_shared<MemorySource>(41, 100), std::make_shared<VariableTransform>(), options(4, 4, 8, 3));
+  EXPECT_EQ(one.sample_spec().shape, (std::vector<int64_t>{-1, 8}));
+  const auto a = variable_epoch(one, 2), b = variable_epoch(four, 2);
+  ASSERT_EQ(a.size(), 41u);
+  EXPECT_EQ(a, b);
+  // Resuming after 3 batches gives the rest.
+  const auto rest = variable_epoch(four, 2, 12);
+  EXPECT_EQ(rest, std::vector<std::vector<uint8_t>>(a.begin() + 12, a.end()));
+  // Memory: sample buffers are recycled, not one per sample ever loaded.
+  for (int epoch = 3; epoch < 8; ++epoch) variable_epoch(four, epoch);
+  EXPECT_LE(four.stats().buffers_allocated, (3 + 2) * 4);
+}
+
+TEST(LoaderVariableShapeTest, SkippedSamplesAreFilledFromTheNextOnes) {
+  LoaderOptions o = options(4, 3, 4, 2);
+  o.shuffle = false;
+  o.on_error = OnError::kSkip;
+  Loader loader(std::make_shared<MemorySource>(10), std::make_shared<VariableTransform>(std::set<int64_t>{2, 5}), o);
+  const auto samples = variable_epoch(loader, 0);
+  std::vector<int64_t> indices;
+  for (const auto& s : samples) {
+    int64_t index;
+    std::memcpy(&index, s.data(), 8);
+    indices.push_back(index);
+  }
+  EXPECT_EQ(indices, (std::vector<int64_t>{0, 1, 3, 4, 6, 7, 8, 9}));
+  EXPECT_EQ(loader.stats().skipped, 2);
+
+  LoaderOptions raise = options(4, 3, 4, 2);
+  Loader failing(std::make_shared<MemorySource>(10), std::make_shared<VariableTransform>(std::set<int64_t>{5}), raise);
+  try {
+    variable_epoch(failing, 0);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.key(), "sample-5.jpg");
+    EXPECT_EQ(e.cause(), "corrupt JPEG data");
+  }
+}
+
+TEST(LoaderVariableShapeTest, ABatchMixNeedsAFixedShape) {
+  LoaderOptions o = options(4, 1, 1, 1);
+  o.batch_mix = BatchMixSpec{{{MixKind::kCutMix, 1.0}}, {}, 3, false};
+  EXPECT_THROW(Loader(std::make_shared<MemorySource>(10), std::make_shared<VariableTransform>(), o), Error);
+}
+
 }  // namespace
 }  // namespace conveyor
 #endif

@@ -107,6 +107,7 @@ class Source:
 
         if self.raw_shape is not None:
             return compile_pipeline(
-                transforms, channels=self.raw_shape[2], raw_shape=self.raw_shape, **output
+                transforms, channels=self.raw_shape[2], raw_shape=self.raw_shape, variable_size=True, **output
             )
-        return compile_pipeline(transforms, **output)
+        # The Loader batches samples of any size (as lists of tensors).
+        return compile_pipeline(transforms, variable_size=True, **output)

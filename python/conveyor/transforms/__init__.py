@@ -13,6 +13,7 @@ Example::
 """
 
 from conveyor.transforms.base import DEFAULT_MAX_PIXELS, Transform, compile_pipeline
+from conveyor.transforms.batch import BatchTransform, CutMix, MixUp, RandomChoice
 from conveyor.transforms.color import (
     ColorJitter,
     GaussianBlur,
@@ -26,6 +27,7 @@ from conveyor.transforms.color import (
     RandomPosterize,
     RandomSolarize,
 )
+from conveyor.transforms.function import Lambda
 from conveyor.transforms.geometry import (
     CenterCrop,
     Pad,
@@ -41,16 +43,21 @@ from conveyor.transforms.geometry import (
 from conveyor.transforms.torchvision import from_torchvision
 
 __all__ = [
+    "BatchTransform",
     "CenterCrop",
     "ColorJitter",
+    "CutMix",
     "DEFAULT_MAX_PIXELS",
     "GaussianBlur",
     "Grayscale",
+    "Lambda",
+    "MixUp",
     "Normalize",
     "Pad",
     "RandomAdjustSharpness",
     "RandomAffine",
     "RandomAutocontrast",
+    "RandomChoice",
     "RandomCrop",
     "RandomEqualize",
     "RandomGrayscale",

@@ -153,6 +153,7 @@ def compile_pipeline(
     channels: int = 3,
     max_pixels: int = DEFAULT_MAX_PIXELS,
     raw_shape: Optional[tuple[int, int, int]] = None,
+    variable_size: bool = False,
 ) -> _conveyor.SampleTransform:
     """Plan ``transforms`` once into the engine's image pipeline.
 
@@ -166,11 +167,15 @@ def compile_pipeline(
         raw_shape: (height, width, channels) when samples are raw uint8
             pixels of that shape (MNIST, CIFAR, arrays) instead of encoded
             images; the chain then starts from that fixed size.
+        variable_size: accept a chain without a fixed output size (each
+            sample is then the size its steps give; its ``sample_shape`` has
+            -1 for height and width): what the Loader does, giving such
+            batches as lists of tensors.
 
     Raises:
-        ConfigError: an unknown transform, an invalid argument, or a chain
-            without a fixed output size (batches need one: end the resizes and
-            crops with a crop or Resize((h, w))).
+        ConfigError: an unknown transform, an invalid argument, or (without
+            ``variable_size``) a chain without a fixed output size (end the
+            resizes and crops with a crop or Resize((h, w))).
     """
     # Whether the chain gives a fixed size is the engine planner's rule (each
     # C++ step's plan()), checked once there.
@@ -190,4 +195,5 @@ def compile_pipeline(
         channels=int(channels),
         max_pixels=int(max_pixels),
         raw_shape=raw_shape,
+        variable_size=bool(variable_size),
     )

@@ -12,6 +12,7 @@
 #include "conveyor/ops/transforms/center_crop.h"
 #include "conveyor/ops/transforms/color.h"
 #include "conveyor/ops/transforms/flip.h"
+#include "conveyor/ops/transforms/function.h"
 #include "conveyor/ops/transforms/histogram.h"
 #include "conveyor/ops/transforms/normalize.h"
 #include "conveyor/ops/transforms/pad_crop.h"
@@ -208,6 +209,10 @@ bool register_transform(std::string name, TransformFactory factory) {
 }
 
 std::unique_ptr<const TransformStep> make_transform_step(const TransformSpec& spec) {
+  if (spec.function) {
+    check_config(spec.params.empty(), spec.name + ": a user function takes no parameters");
+    return make_function_step(spec.name, spec.function);
+  }
   TransformFactory factory;
   {
     Registry& r = registry();

@@ -27,12 +27,23 @@ struct Size2D {
 /// (a scalar is a list of one, a bool is 0 or 1).
 using TransformParams = std::map<std::string, std::vector<double>, std::less<>>;
 
+struct SampleImage;
+
+/// A user function on one sample's image (T.Lambda): rewrites or replaces
+/// `sample.image` (any size, same channels). Called concurrently from the
+/// pipeline's threads; throws Error (e.g. carrying the user's exception as an
+/// ErrorAttachment) to fail the sample.
+using ImageCallback = std::function<void(SampleImage& sample)>;
+
 /// One transform of a chain as the user wrote it: a registered name (e.g.
 /// "resize") and its parameters. The factory registered under `name` parses
-/// and checks them (see TransformArgs).
+/// and checks them (see TransformArgs). With `function` set, the step is that
+/// user function instead (transforms/function.h) and `name` names it in
+/// errors.
 struct TransformSpec {
   std::string name;
   TransformParams params;
+  ImageCallback function = nullptr;
 };
 
 /// Where one sample's output comes from, built by the geometric steps in

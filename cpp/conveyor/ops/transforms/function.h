@@ -1,0 +1,17 @@
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "conveyor/ops/transforms/registry.h"
+
+namespace conveyor {
+
+/// A user function as a step of the chain (T.Lambda): a kImage step that
+/// hands each sample's image to `function` (see ImageCallback), whose result
+/// may have any size, so the chain has no fixed size after it until a crop or
+/// a resize to (h, w). `name` names it in errors ("Lambda(my_fn)").
+/// Throws Error{kConfig} when `function` is empty.
+std::unique_ptr<const TransformStep> make_function_step(std::string name, ImageCallback function);
+
+}  // namespace conveyor
