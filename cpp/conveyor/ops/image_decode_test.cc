@@ -155,7 +155,7 @@ TEST(ImageDecodeTest, BadInputsAreDecodeErrors) {
   const auto webp = encode_webp_lossless(img);
   expect_error({}, ErrorKind::kDecode, "empty");
   const std::string text = "this is not an image, just some text\n";
-  expect_error(std::vector<uint8_t>(text.begin(), text.end()), ErrorKind::kDecode, "not a JPEG, PNG or WebP");
+  expect_error(std::vector<uint8_t>(text.begin(), text.end()), ErrorKind::kDecode, "not a JPEG, PNG, WebP or TIFF");
   expect_error({'G', 'I', 'F', '8', '9', 'a', 1, 0, 1, 0, 0, 0, 0}, ErrorKind::kDecode, "GIF");
   std::mt19937 gen(42);
   std::vector<uint8_t> noise(4096);
