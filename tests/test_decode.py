@@ -301,6 +301,7 @@ def test_tiff_errors_name_the_cause_and_print_nothing(capfd):
         (lzw[:300], "TIFF: "),
         (float32, "TIFF: unsupported sample format 3"),
         (tiff_bytes(U8[..., :3], 6), r"TIFF: unsupported image type \(photometric 6, 8-bit, 3"),  # YCbCr
+        (tiff_bytes(np.zeros((4, 4, 9), np.uint8), 1), "TIFF: unsupported 9 samples per pixel"),
     ]
     for bad, message in cases:
         with pytest.raises(conveyor.DecodeError, match=message):

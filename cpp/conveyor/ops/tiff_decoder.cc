@@ -120,6 +120,9 @@ class TiffDecoder final : public ImageDecoder {
       TIFFSetField(tif_, TIFFTAG_JPEGCOLORMODE, JPEGCOLORMODE_RGB);
       photometric_ = PHOTOMETRIC_RGB;
     }
+    // More samples per pixel than PIL reads would only make the raw buffer a
+    // multiple of the pixel limit (a header may claim 65535).
+    if (samples_ > 8) fail("unsupported " + std::to_string(samples_) + " samples per pixel (at most 8)");
     if (format != SAMPLEFORMAT_UINT) fail("unsupported sample format " + std::to_string(format) + " (unsigned only)");
     const bool gray = photometric_ == PHOTOMETRIC_MINISBLACK || photometric_ == PHOTOMETRIC_MINISWHITE;
     bool supported = false;
@@ -226,7 +229,8 @@ class TiffDecoder final : public ImageDecoder {
       for (uint32_t ty = 0; ty < static_cast<uint32_t>(height_); ty += tile_h) {
         for (uint32_t tx = 0; tx < static_cast<uint32_t>(width_); tx += tile_w) {
           const ttile_t index = TIFFComputeTile(tif_, tx, ty, 0, static_cast<uint16_t>(p));
-          if (TIFFReadEncodedTile(tif_, index, tile.data(), static_cast<tmsize_t>(tile_size)) < 0) {
+          if (TIFFReadEncodedTile(tif_, index, tile.data(), static_cast<tmsize_t>(tile_size)) !=
+              static_cast<tmsize_t>(tile_size)) {
             fail("corrupt or truncated tile " + std::to_string(index));
           }
           const uint32_t rows = std::min<uint32_t>(tile_h, static_cast<uint32_t>(height_) - ty);
