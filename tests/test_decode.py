@@ -309,6 +309,11 @@ def test_tiff_errors_name_the_cause_and_print_nothing(capfd):
     huge = tiff_bytes(U8[..., :3], 2, size=(100_000, 100_000))
     with pytest.raises(conveyor.TooLargeError, match="TIFF image of 100000x100000"):
         _conveyor.read_image_info(huge)
+    wide = tiff_bytes(U8[..., :3], 2, size=(2**31, 1))
+    with pytest.raises(
+        conveyor.TooLargeError, match=r"TIFF image of 2147483648x1: a side exceeds 2\*\*31 - 1"
+    ):
+        _conveyor.read_image_info(wide, max_pixels=2**40)
     # libtiff's error and warning handlers are replaced: nothing reaches stderr.
     assert capfd.readouterr().err == ""
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdarg>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -101,6 +102,11 @@ class TiffDecoder final : public ImageDecoder {
       fail("no image size");
     }
     check_pixel_limit(height, width, max_pixels, "TIFF");
+    // TIFF sides are 32-bit unsigned; image sides are ints (a caller may raise max_pixels that far).
+    if (width > INT32_MAX || height > INT32_MAX) {
+      throw Error(ErrorKind::kTooLarge, "TIFF image of " + std::to_string(width) + "x" + std::to_string(height) +
+                                            ": a side exceeds 2**31 - 1");
+    }
     width_ = static_cast<int>(width);
     height_ = static_cast<int>(height);
     TIFFGetFieldDefaulted(tif_, TIFFTAG_BITSPERSAMPLE, &bits_);
@@ -150,11 +156,13 @@ class TiffDecoder final : public ImageDecoder {
     }
     separate_ = planar == PLANARCONFIG_SEPARATE && samples_ > 1;
     // Associated (premultiplied) alpha after the colour samples: PIL divides it out.
-    const int colour = photometric_ == PHOTOMETRIC_RGB ? 3 : (photometric_ == PHOTOMETRIC_SEPARATED ? 4 : 1);
+    // (PIL reads no CMYK or palette image with alpha.)
+    const int colour = photometric_ == PHOTOMETRIC_RGB ? 3 : 1;
     uint16_t extra_count = 0;
     uint16_t* extra = nullptr;
-    if (samples_ > colour && TIFFGetField(tif_, TIFFTAG_EXTRASAMPLES, &extra_count, &extra) && extra_count > 0 &&
-        extra[0] == EXTRASAMPLE_ASSOCALPHA && photometric_ != PHOTOMETRIC_PALETTE) {
+    if ((gray || photometric_ == PHOTOMETRIC_RGB) && samples_ > colour &&
+        TIFFGetField(tif_, TIFFTAG_EXTRASAMPLES, &extra_count, &extra) && extra_count > 0 &&
+        extra[0] == EXTRASAMPLE_ASSOCALPHA) {
       alpha_ = colour;
     }
     orientation_ = orientation >= 1 && orientation <= 8 ? orientation : 1;
