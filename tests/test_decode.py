@@ -352,3 +352,32 @@ def test_animated_webp_first_frame_smaller_than_the_canvas():
     frames[1].paste(photo("coffee", (30, 20)), (30, 20))
     webp = encode(frames[0], "WEBP", save_all=True, append_images=frames[1:], lossless=True)
     np.testing.assert_array_equal(decode(webp), np.asarray(Image.open(io.BytesIO(webp)).convert("RGB")))
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "WEBP", "TIFF", "animated WEBP"])
+@pytest.mark.parametrize("orientation", [1, 3, 6, 8])
+def test_crop_of_an_oriented_image_through_the_loader(tmp_path, fmt, orientation):
+    # The pipeline asks the decoder for a region (displayed coordinates): the
+    # still-WebP crop-window path and the full-decode-then-view path must both
+    # give PIL's exif_transpose + CenterCrop, exactly.
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    img = photo("chelsea", (91, 67))
+    if fmt == "TIFF":
+        data_bytes = encode(img, "TIFF", tiffinfo={0x0112: orientation})
+    elif fmt == "animated WEBP":
+        frames = {"save_all": True, "append_images": [img.rotate(90)]}
+        data_bytes = encode(img, "WEBP", lossless=True, exif=exif, **frames)
+    else:
+        data_bytes = encode(img, fmt, exif=exif, **({"lossless": True} if fmt == "WEBP" else {}))
+    path = tmp_path / "image"
+    path.write_bytes(data_bytes)
+    reference = ImageOps.exif_transpose(Image.open(io.BytesIO(data_bytes))).convert("RGB")
+    width, height = reference.size
+    left, top = (width - 41) // 2, (height - 29) // 2
+    expected = np.asarray(reference.crop((left, top, left + 41, top + 29)))
+    crop = conveyor.transforms.CenterCrop((29, 41))
+    loader = conveyor.Loader(conveyor.sources.FileList([path]), [crop], batch_size=1, dtype="uint8")
+    with loader:
+        (images, _), *_ = list(loader)
+    np.testing.assert_array_equal(np.asarray(images)[0].transpose(1, 2, 0), expected)
