@@ -204,6 +204,10 @@ TEST(ImageDecodeTest, BadInputsAreDecodeErrors) {
   const std::string text = "this is not an image, just some text\n";
   expect_error(std::vector<uint8_t>(text.begin(), text.end()), ErrorKind::kDecode, "not a JPEG, PNG, WebP or TIFF");
   expect_error({'G', 'I', 'F', '8', '9', 'a', 1, 0, 1, 0, 0, 0, 0}, ErrorKind::kDecode, "GIF");
+  // Formats of torchvision's IMG_EXTENSIONS without a decoder yet are named.
+  expect_error({'B', 'M', 60, 0, 0, 0, 0, 0, 0, 0, 54, 0, 0, 0}, ErrorKind::kDecode, "unsupported image format BMP");
+  expect_error({'P', '6', '\n', '1', ' ', '1', '\n', '2', '5', '5', '\n', 0, 0, 0}, ErrorKind::kDecode,
+               "unsupported image format PNM");
   std::mt19937 gen(42);
   std::vector<uint8_t> noise(4096);
   for (auto& b : noise) b = static_cast<uint8_t>(gen());
