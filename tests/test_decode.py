@@ -381,3 +381,18 @@ def test_crop_of_an_oriented_image_through_the_loader(tmp_path, fmt, orientation
     with loader:
         (images, _), *_ = list(loader)
     np.testing.assert_array_equal(np.asarray(images)[0].transpose(1, 2, 0), expected)
+
+
+@pytest.mark.parametrize("fmt", ["TIFF", "PNG", "WEBP"])
+def test_gray_output_of_colour_images_through_a_resizing_pipeline(fmt):
+    # channels=1 of a colour image must equal the same pipeline on PIL's "L"
+    # of it: the decoder's gray view must not live in a buffer the resize
+    # reuses (a strong downscale prefilters into the scratch buffers).
+    from conveyor import transforms as T
+
+    img = photo("coffee", (160, 120))
+    colour = encode(img, fmt, **({"lossless": True} if fmt == "WEBP" else {}))
+    gray = encode(img.convert("L"), "PNG")
+    pipeline = T.compile_pipeline([T.Resize((20, 30))], dtype="uint8", layout="HWC", channels=1)
+    ours = np.asarray(pipeline.apply(colour, 0, 0, 0))
+    np.testing.assert_array_equal(ours, np.asarray(pipeline.apply(gray, 0, 0, 0)))

@@ -129,14 +129,14 @@ ImageView crop_view(const ImageView& src, const Region& region) noexcept {
 }
 
 ImageView rgb_to_gray(const ImageView& rgb, std::vector<uint8_t>& out) {
-  // PIL's fixed-point L = R * 299/1000 + G * 587/1000 + B * 114/1000, bit-exact
-  // (OpenCV's RGB2GRAY rounds differently: off by one on about one pixel in 3).
+  // Not OpenCV's RGB2GRAY: it rounds differently from PIL (off by one on about
+  // one pixel in 3).
   out.resize(static_cast<size_t>(rgb.width) * rgb.height);
   for (int y = 0; y < rgb.height; ++y) {
     const uint8_t* in = rgb.row(y);
     uint8_t* o = out.data() + static_cast<size_t>(y) * rgb.width;
     for (int x = 0; x < rgb.width; ++x, in += 3) {
-      o[x] = static_cast<uint8_t>((in[0] * 19595u + in[1] * 38470u + in[2] * 7471u + 0x8000u) >> 16);
+      o[x] = pil_luma(in[0], in[1], in[2]);
     }
   }
   return {out.data(), rgb.height, rgb.width, 1, rgb.width};

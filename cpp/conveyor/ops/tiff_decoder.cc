@@ -183,17 +183,15 @@ class TiffDecoder final : public ImageDecoder {
     scratch.decoded.resize(static_cast<size_t>(checked_mul(plane_bytes, planes, "TIFF image", ErrorKind::kTooLarge)));
     uint8_t* base = scratch.decoded.data();
     if (TIFFIsTiled(tif_)) {
-      read_tiles(base, planes, plane_samples, row_bytes, plane_bytes, scratch.converted);
+      read_tiles(base, planes, plane_samples, row_bytes, plane_bytes, scratch.oriented);  // A tile at a time.
     } else {
       read_strips(base, planes, row_bytes, plane_bytes);
     }
-    const int channels = request.channels == 1 && is_gray() ? 1 : 3;
-    scratch.oriented.resize(static_cast<size_t>(width_) * height_ * channels);
-    convert(base, row_bytes, plane_bytes, channels, scratch.oriented.data());
-    // The converted image moves to `converted`: `oriented` is needed for the turn.
-    std::swap(scratch.oriented, scratch.converted);
-    ImageView full{scratch.converted.data(), height_, width_, channels, static_cast<ptrdiff_t>(width_) * channels};
-    if (request.channels == 1 && channels == 3) full = rgb_to_gray(full, scratch.prefiltered);
+    const int channels = request.channels;
+    scratch.converted.resize(static_cast<size_t>(width_) * height_ * channels);
+    convert(base, row_bytes, plane_bytes, channels, scratch.converted.data());
+    const ImageView full{scratch.converted.data(), height_, width_, channels,
+                         static_cast<ptrdiff_t>(width_) * channels};
     return oriented_region(full, orientation_, request, scratch);
   }
 
@@ -201,8 +199,6 @@ class TiffDecoder final : public ImageDecoder {
   [[noreturn]] void fail(const std::string& what) {
     throw Error(ErrorKind::kDecode, "TIFF: " + (message_.empty() ? what : what + " (" + message_ + ")"));
   }
-
-  bool is_gray() const { return photometric_ == PHOTOMETRIC_MINISBLACK || photometric_ == PHOTOMETRIC_MINISWHITE; }
 
   void read_strips(uint8_t* base, int planes, int64_t row_bytes, int64_t plane_bytes) {
     uint32_t rows_per_strip = 0;
@@ -279,14 +275,15 @@ class TiffDecoder final : public ImageDecoder {
     }
   }
 
-  // The stored samples to 8-bit gray (1 channel, gray images only) or RGB, as
-  // PIL's convert: 16-bit samples keep their high byte, 1/2/4-bit gray is
-  // scaled to 0..255, extra samples (alpha) are dropped.
+  // The stored samples to 8-bit RGB (`channels` 3) or gray (1), as PIL's
+  // convert("RGB") / convert("L"): 16-bit samples keep their high byte,
+  // 1/2/4-bit gray is scaled to 0..255, extra samples (alpha) are dropped.
   void convert(const uint8_t* base, int64_t row_bytes, int64_t plane_bytes, int channels, uint8_t* out) const {
     const uint32_t max_value = (1u << bits_) - 1;
     const auto to8 = [this, max_value](uint32_t v) -> uint8_t {
       return static_cast<uint8_t>(bits_ == 16 ? v >> 8 : v * 255 / max_value);
     };
+    uint8_t rgb[3];
     for (int y = 0; y < height_; ++y) {
       for (int x = 0; x < width_; ++x, out += channels) {
         const auto s = [&](int c) { return sample(base, row_bytes, plane_bytes, y, x, c); };
@@ -295,22 +292,28 @@ class TiffDecoder final : public ImageDecoder {
           case PHOTOMETRIC_MINISWHITE: {
             uint32_t v = s(0);
             if (photometric_ == PHOTOMETRIC_MINISWHITE) v = max_value - v;
-            std::memset(out, to8(v), static_cast<size_t>(channels));
-            if (alpha_ > 0) unpremultiply(out, channels, to8(s(alpha_)));
-            break;
+            uint8_t gray = to8(v);
+            if (alpha_ > 0) unpremultiply(&gray, 1, to8(s(alpha_)));
+            std::memset(out, gray, static_cast<size_t>(channels));
+            continue;
           }
           case PHOTOMETRIC_PALETTE:
-            std::memcpy(out, &palette_[3 * s(0)], 3);
+            std::memcpy(rgb, &palette_[3 * s(0)], 3);
             break;
           case PHOTOMETRIC_RGB:
-            for (int c = 0; c < 3; ++c) out[c] = to8(s(c));
-            if (alpha_ > 0) unpremultiply(out, 3, to8(s(alpha_)));
+            for (int c = 0; c < 3; ++c) rgb[c] = to8(s(c));
+            if (alpha_ > 0) unpremultiply(rgb, 3, to8(s(alpha_)));
             break;
           default: {  // CMYK
             const uint32_t nk = 255 - to8(s(3));
-            for (int c = 0; c < 3; ++c) out[c] = cmyk_channel(to8(s(c)), nk);
+            for (int c = 0; c < 3; ++c) rgb[c] = cmyk_channel(to8(s(c)), nk);
             break;
           }
+        }
+        if (channels == 3) {
+          std::memcpy(out, rgb, 3);
+        } else {
+          out[0] = pil_luma(rgb[0], rgb[1], rgb[2]);
         }
       }
     }
