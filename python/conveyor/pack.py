@@ -2,7 +2,7 @@
 
 Each sample becomes three members sharing a key (its position, zero-padded):
 ``<key>.<ext>`` (the image file's bytes, unchanged; ext is one of the formats
-the decoders read, IMG_EXTENSIONS: jpg, jpeg, png or webp; a folder holding
+the decoders read, IMG_EXTENSIONS: jpg, jpeg, png, webp, tif or tiff; a folder holding
 other image formats is refused, as ImageFolder does), ``<key>.cls`` (the class
 index in ASCII) and ``<key>.json`` (the class name and the file's path
 relative to the folder). Shards are plain tar files
