@@ -241,12 +241,15 @@ def test_tiff_equals_pil(name, tiff):
     assert_tiff_equals_pil(tiff)
 
 
+TIFF_COMPRESSIONS = ["tiff_lzw", "tiff_deflate", "tiff_adobe_deflate", "packbits", "lzma", "zstd", "jpeg"]
+
+
 @pytest.mark.parametrize(
     "mode, compression",
     [
         (mode, compression)
         for mode in ["RGB", "RGBA", "L", "LA", "P", "CMYK", "1"]
-        for compression in ["tiff_lzw", "tiff_deflate", "tiff_adobe_deflate", "packbits", "jpeg"]
+        for compression in TIFF_COMPRESSIONS
         if compression != "jpeg" or mode in ("RGB", "L", "CMYK")  # What PIL writes as JPEG-in-TIFF.
     ],
 )
@@ -255,9 +258,10 @@ def test_compressed_tiff_written_by_pil_equals_pil(mode, compression):
     assert_tiff_equals_pil(encode(img, "TIFF", compression=compression))
 
 
-def test_bilevel_tiff_group4_equals_pil():
+@pytest.mark.parametrize("compression", ["group4", "group3", "tiff_ccitt"])
+def test_bilevel_tiff_ccitt_equals_pil(compression):
     img = photo("camera", (67, 45)).convert("1")
-    assert_tiff_equals_pil(encode(img, "TIFF", compression="group4"))
+    assert_tiff_equals_pil(encode(img, "TIFF", compression=compression))
 
 
 @pytest.mark.parametrize("orientation", range(1, 9))
