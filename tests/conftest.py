@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import struct
 import subprocess
 import sys
 import textwrap
@@ -36,6 +37,83 @@ def run_python(code: str, *args: str, env: dict[str, str] | None = None) -> subp
         pytest.fail(
             f"the child Python hung (killed after {CHILD_SECONDS} s); its output:\n{e.stdout!r}\n{e.stderr!r}"
         )
+
+
+def tiff_bytes(
+    samples: np.ndarray,
+    photometric: int,
+    *,
+    planar: int = 1,
+    tile: tuple[int, int] | None = None,
+    rows_per_strip: int | None = None,
+    extra: tuple[int, ...] = (),
+    colormap: np.ndarray | None = None,
+    orientation: int | None = None,
+    big_endian: bool = False,
+    size: tuple[int, int] | None = None,
+) -> bytes:
+    """A minimal uncompressed TIFF of ``samples`` (H×W or H×W×S, uint8 or
+    uint16) with the given tags: what PIL cannot write (16-bit RGB, planar,
+    tiled, associated alpha, any orientation). ``size`` (width, height)
+    overrides the declared size (a hostile header)."""
+    samples = np.asarray(samples)
+    if samples.ndim == 2:
+        samples = samples[..., None]
+    h, w, s = samples.shape
+    order = ">" if big_endian else "<"
+    stored = samples.dtype.newbyteorder(order)
+    planes = [samples[..., c : c + 1] for c in range(s)] if planar == 2 else [samples]
+    chunks = []
+    if tile is None:
+        rps = rows_per_strip or h
+        chunks = [p[y : y + rps].astype(stored).tobytes() for p in planes for y in range(0, h, rps)]
+    else:
+        tw, th = tile
+        for p in planes:
+            for ty in range(0, h, th):
+                for tx in range(0, w, tw):
+                    block = np.zeros((th, tw, p.shape[2]), dtype=samples.dtype)
+                    part = p[ty : ty + th, tx : tx + tw]
+                    block[: part.shape[0], : part.shape[1]] = part
+                    chunks.append(block.astype(stored).tobytes())
+    width, height = size or (w, h)
+    tags: dict[int, tuple[int, list[int]]] = {
+        256: (4, [width]),
+        257: (4, [height]),
+        258: (3, [samples.dtype.itemsize * 8] * s),
+        259: (3, [1]),
+        262: (3, [photometric]),
+        277: (3, [s]),
+        284: (3, [planar]),
+    }
+    if tile is None:
+        tags[278] = (4, [rps])
+    else:
+        tags[322], tags[323] = (4, [tile[0]]), (4, [tile[1]])
+    if extra:
+        tags[338] = (3, list(extra))
+    if colormap is not None:
+        tags[320] = (3, [int(v) for v in np.asarray(colormap, dtype=np.uint16).T.ravel()])
+    if orientation is not None:
+        tags[274] = (3, [orientation])
+    data = b"".join(chunks)
+    offsets = [8 + sum(len(c) for c in chunks[:i]) for i in range(len(chunks))]
+    tags[273 if tile is None else 324] = (4, offsets)
+    tags[279 if tile is None else 325] = (4, [len(c) for c in chunks])
+    data += b"\0" * (len(data) % 2)
+    ifd_offset = 8 + len(data)
+    entries = sorted(tags.items())
+    values_offset = ifd_offset + 2 + 12 * len(entries) + 4
+    ifd, values = struct.pack(order + "H", len(entries)), b""
+    for tag, (kind, numbers) in entries:
+        payload = struct.pack(order + {3: "H", 4: "I"}[kind] * len(numbers), *numbers)
+        if len(payload) <= 4:
+            ifd += struct.pack(order + "HHI", tag, kind, len(numbers)) + payload.ljust(4, b"\0")
+        else:
+            ifd += struct.pack(order + "HHII", tag, kind, len(numbers), values_offset + len(values))
+            values += payload + b"\0" * (len(payload) % 2)
+    head = (b"MM\0*" if big_endian else b"II*\0") + struct.pack(order + "I", ifd_offset)
+    return head + data + ifd + b"\0\0\0\0" + values
 
 
 def color_of(index: int) -> tuple[int, int, int]:

@@ -23,7 +23,7 @@ import pytest
 from PIL import Image
 
 import conveyor
-from conftest import run_python
+from conftest import run_python, tiff_bytes
 from conveyor import transforms as T
 
 SIZE = (32, 32)
@@ -132,6 +132,8 @@ def bad_files(folder: Path) -> tuple[list[Case], dict[str, Path]]:
         "bitflip.jpg": bytes(flipped),
         "huge.jpg": jpeg_with_size(jpeg, 65000, 65000),
         "huge.png": png_with_size(png, 100_000, 100_000),
+        "truncated.tif": encode(Image.fromarray(good), "TIFF", compression="tiff_lzw")[:400],
+        "huge.tif": tiff_bytes(good, 2, size=(100_000, 100_000)),
         "png-named.jpg": png,
         "gif-named.jpg": encode(Image.fromarray(good).convert("P"), "GIF"),
         "cmyk.jpg": encode(Image.fromarray(good).convert("CMYK"), "JPEG", quality=95),
@@ -156,13 +158,17 @@ def bad_files(folder: Path) -> tuple[list[Case], dict[str, Path]]:
         Case("empty.jpg", conveyor.DecodeError, "empty input"),
         Case("truncated-header.jpg", conveyor.DecodeError, "JPEG: "),
         Case("truncated-body.jpg", conveyor.DecodeError, "JPEG: "),
-        Case("random.jpg", conveyor.DecodeError, "not a JPEG, PNG or WebP image"),
-        Case("text.jpg", conveyor.DecodeError, "not a JPEG, PNG or WebP image"),
+        Case("random.jpg", conveyor.DecodeError, "not a JPEG, PNG, WebP or TIFF image"),
+        Case("text.jpg", conveyor.DecodeError, "not a JPEG, PNG, WebP or TIFF image"),
         # Flipped bits in the entropy-coded data: libjpeg (like PIL, which
         # uses the same library) warns and decodes garbage, no error.
         Case("bitflip.jpg", expected=opened("bitflip.jpg")),
         Case("huge.jpg", conveyor.TooLargeError, "JPEG image of 65000x65000"),
         Case("huge.png", conveyor.TooLargeError, "PNG image of 100000x100000"),
+        Case(
+            "truncated.tif", conveyor.DecodeError, "TIFF: invalid or truncated header"
+        ),  # PIL writes the IFD last.
+        Case("huge.tif", conveyor.TooLargeError, "TIFF image of 100000x100000"),
         Case("png-named.jpg", expected=opened("png-named.jpg")),  # Format from the bytes, not the name.
         Case("gif-named.jpg", conveyor.DecodeError, "unsupported image format GIF"),
         Case("cmyk.jpg", expected=opened("cmyk.jpg")),
@@ -238,8 +244,8 @@ def assert_close(actual: np.ndarray, expected: np.ndarray, what: str) -> None:
 # The names of bad_files()'s cases (parametrize needs them before the files exist).
 CASE_NAMES = [
     "good.jpg", "empty.jpg", "truncated-header.jpg", "truncated-body.jpg", "random.jpg", "text.jpg",
-    "bitflip.jpg", "huge.jpg", "huge.png", "png-named.jpg", "gif-named.jpg", "cmyk.jpg", "rgb16.png",
-    "palette.png", "rgba.png", "one-pixel.jpg", "unreadable.jpg", "deleted.jpg",
+    "bitflip.jpg", "huge.jpg", "huge.png", "truncated.tif", "huge.tif", "png-named.jpg", "gif-named.jpg",
+    "cmyk.jpg", "rgb16.png", "palette.png", "rgba.png", "one-pixel.jpg", "unreadable.jpg", "deleted.jpg",
 ]  # fmt: skip
 
 

@@ -430,9 +430,9 @@ def test_mnist_through_the_loader(tmp_path: Path):
     np.testing.assert_array_equal(raw[..., 0], images)
 
     # Raw pixels take the image transforms (tests/test_raw_sources.py); a
-    # chain without a fixed size is refused as for encoded images.
-    with pytest.raises(conveyor.ConfigError, match="do not give a fixed output size"):
-        conveyor.Loader(source, [Resize(32)], batch_size=8)
+    # chain without a fixed size gives lists of tensors, as for encoded images.
+    images, _ = next(iter(conveyor.Loader(source, [Resize(32)], batch_size=8, dtype="uint8")))
+    assert isinstance(images, list) and [tuple(x.shape) for x in images] == [(1, 32, 32)] * 8
 
 
 # --- PythonSource --------------------------------------------------------------------------
@@ -780,11 +780,18 @@ def test_image_extensions_are_the_decoders_formats(tmp_path: Path):
     assert (
         IMG_EXTENSIONS
         == tuple("." + e for e in _conveyor.IMAGE_EXTENSIONS)
-        == (".jpg", ".jpeg", ".png", ".webp")
+        == (".jpg", ".jpeg", ".png", ".webp", ".tif", ".tiff")
     )
     assert not hasattr(pack, "PACK_EXTENSIONS")  # One name for the list: IMG_EXTENSIONS.
     # Every listed extension decodes (a listed format is never one the decoder refuses).
-    formats = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG", ".webp": "WEBP"}
+    formats = {
+        ".jpg": "JPEG",
+        ".jpeg": "JPEG",
+        ".png": "PNG",
+        ".webp": "WEBP",
+        ".tif": "TIFF",
+        ".tiff": "TIFF",
+    }
     array = np.full((6, 5, 3), (200, 30, 90), dtype=np.uint8)
     for i, ext in enumerate(IMG_EXTENSIONS):
         Image.fromarray(array).save(
@@ -805,7 +812,7 @@ def test_image_extensions_are_the_decoders_formats(tmp_path: Path):
     assert [source.key(i).rsplit(".", 1)[1] for i in range(len(source))] == [e[1:] for e in IMG_EXTENSIONS]
 
 
-@pytest.mark.parametrize("ext", [".bmp", ".ppm", ".pgm", ".tif", ".TIFF"])
+@pytest.mark.parametrize("ext", [".bmp", ".ppm", ".PGM"])
 def test_image_folder_refuses_formats_the_decoders_do_not_read(tmp_path: Path, ext: str):
     touch(tmp_path / "root" / "a" / "1.jpg")
     touch(tmp_path / "root" / "b" / f"2{ext}")
@@ -815,8 +822,9 @@ def test_image_folder_refuses_formats_the_decoders_do_not_read(tmp_path: Path, e
         ImageFolder(tmp_path / "root")
     assert str(info.value) == (
         f"ImageFolder: 2 file(s) in {tmp_path / 'root'} are in image formats the decoders do not read yet "
-        f"(.ppm, .bmp, .pgm, .tif, .tiff), e.g. {tmp_path / 'root' / 'b' / f'2{ext}'}; convert them to "
-        ".jpg, .jpeg, .png, .webp, or pass extensions= to take only those formats and ignore the others"
+        f"(.ppm, .bmp, .pgm), e.g. {tmp_path / 'root' / 'b' / f'2{ext}'}; convert them to "
+        ".jpg, .jpeg, .png, .webp, .tif, .tiff, or pass extensions= to take only those formats and ignore "
+        "the others"
     )
     # pack takes the same list, so it refuses the folder too.
     with pytest.raises(conveyor.ConfigError, match="image formats the decoders do not read yet"):
@@ -829,7 +837,7 @@ def test_image_folder_refuses_formats_the_decoders_do_not_read(tmp_path: Path, e
         ImageFolder(tmp_path / "root", extensions=[".jpg", ext])
     assert str(info.value) == (
         f"ImageFolder: extensions {ext.lower()} are not formats the decoders read "
-        "(only .jpg, .jpeg, .png, .webp)"
+        "(only .jpg, .jpeg, .png, .webp, .tif, .tiff)"
     )
 
 

@@ -1,5 +1,5 @@
 // libFuzzer target: the image decode entry points on arbitrary bytes, through
-// format detection (JPEG, PNG, WebP, and everything else that must be refused).
+// format detection (JPEG, PNG, WebP, TIFF, and everything else that must be refused).
 //
 // Contract checked: read_image_info() and decode_image() either succeed with
 // an image whose size matches the header, or throw conveyor::Error of kind

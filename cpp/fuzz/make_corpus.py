@@ -7,9 +7,10 @@ Run with the project's venv Python (it uses PIL and numpy)::
 Creates one folder per target. Seeds are small (fast to execute) but cover the
 formats' variants: JPEG baseline/progressive/grayscale/CMYK/subsamplings/EXIF
 orientations/restart markers, PNG colour types and depths/interlacing, WebP
-lossy/lossless/alpha, formats that must be refused, tar shards in ustar, GNU
-and pax formats, and IDX file pairs (plain and named ``.gz``). The output is
-deterministic; existing files are overwritten.
+lossy/lossless/alpha/animated/EXIF, TIFF compressions/depths/layouts, formats
+that must be refused, tar shards in ustar, GNU and pax formats, and IDX file
+pairs (plain and named ``.gz``). The output is deterministic; existing files
+are overwritten.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+from conftest import tiff_bytes  # noqa: E402  (the tests' TIFF writer: tiles, planes, 16-bit)
 
 # The pipeline target reads its transform chain from the input's last 8 bytes.
 PIPELINE_CONFIG_BYTES = 8
@@ -81,6 +85,24 @@ def image_seeds() -> dict[str, bytes]:
     seeds["gif"] = _save(base.convert("P"), "GIF")
     seeds["bmp"] = _save(base, "BMP")
     seeds["tiff"] = _save(base, "TIFF")
+    for compression in ("tiff_lzw", "tiff_adobe_deflate", "packbits", "jpeg"):
+        seeds[f"tiff-{compression}"] = _save(base, "TIFF", compression=compression)
+    seeds["tiff-gray16"] = _save(Image.fromarray(np.asarray(base.convert("L"), np.uint16) * 257), "TIFF")
+    seeds["tiff-palette"] = _save(base.convert("P", palette=Image.Palette.ADAPTIVE, colors=16), "TIFF")
+    seeds["tiff-cmyk"] = _save(base.convert("CMYK"), "TIFF", compression="tiff_lzw")
+    seeds["tiff-rgba"] = _save(base.convert("RGBA"), "TIFF")
+    seeds["tiff-1bit-group4"] = _save(base.convert("1"), "TIFF", compression="group4")
+    seeds["tiff-multipage"] = _save(base, "TIFF", save_all=True, append_images=[_pattern(8, 9, seed=5)])
+    pixels = np.asarray(base)
+    seeds["tiff-tiled-planar"] = tiff_bytes(pixels, 2, tile=(16, 16), planar=2)
+    seeds["tiff-rgb16-big-endian"] = tiff_bytes(pixels.astype(np.uint16) * 257, 2, big_endian=True)
+    seeds["tiff-orientation-6"] = tiff_bytes(pixels, 2, orientation=6, rows_per_strip=5)
+    for fmt, orientation, options in (("PNG", 6, {}), ("WEBP", 8, {"lossless": True})):
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        seeds[f"{fmt.lower()}-exif-{orientation}"] = _save(base, fmt, exif=exif.tobytes(), **options)
+    frames = [_pattern(12, 15, seed=s).convert("RGBA") for s in (1, 2)]
+    seeds["webp-animated"] = _save(frames[0], "WEBP", save_all=True, append_images=frames[1:], lossless=True)
     seeds["truncated-jpeg"] = seeds["jpeg-baseline-420"][: len(seeds["jpeg-baseline-420"]) // 2]
     seeds["truncated-png"] = seeds["png-rgb"][: len(seeds["png-rgb"]) // 2]
     seeds["text"] = b"not an image\n"

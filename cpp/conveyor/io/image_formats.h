@@ -10,7 +10,7 @@ namespace conveyor {
 /// behind ImageFolder's extensions (Python's IMG_EXTENSIONS), the image member
 /// of a tar sample and what `conveyor pack` packs, so that no listed file is
 /// one the decoder refuses. A new decoder adds its extensions here.
-inline constexpr std::array<std::string_view, 4> kImageExtensions = {"jpg", "jpeg", "png", "webp"};
+inline constexpr std::array<std::string_view, 6> kImageExtensions = {"jpg", "jpeg", "png", "webp", "tif", "tiff"};
 
 /// True when `extension` (lower-case, without the dot) is in kImageExtensions.
 constexpr bool is_image_extension(std::string_view extension) noexcept {

@@ -258,9 +258,9 @@ TEST_F(TarShardsTest, BadSamplesAreErrors) {
   noimage.file("a.json", "{}");
   noimage.end();
   noimage.save(path("noimage.tar"));
-  expect_error(
-      {path("noimage.tar")}, ErrorKind::kRead,
-      path("noimage.tar") + ":a: sample has no image member (jpg, jpeg, png or webp); its members: a.cls, a.json");
+  expect_error({path("noimage.tar")}, ErrorKind::kRead,
+               path("noimage.tar") +
+                   ":a: sample has no image member (jpg, jpeg, png, webp, tif or tiff); its members: a.cls, a.json");
 }
 
 TEST_F(TarShardsTest, MissingEmptyAndSampleFreeShards) {

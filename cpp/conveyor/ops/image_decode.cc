@@ -1,30 +1,32 @@
 #include "conveyor/ops/image_decode.h"
 
+#include <cctype>
 #include <cstring>
-#include <opencv2/imgproc.hpp>
 #include <string>
+#include <string_view>
 
 #include "conveyor/core/checked_size.h"
 #include "conveyor/core/error.h"
 #include "conveyor/ops/image_decoder.h"
 #include "conveyor/ops/jpeg_decoder.h"
 #include "conveyor/ops/png_decoder.h"
+#include "conveyor/ops/tiff_decoder.h"
 #include "conveyor/ops/webp_decoder.h"
 
 namespace conveyor {
 
 namespace {
 
-bool starts_with(std::span<const uint8_t> data, const char* magic, size_t offset = 0) {
-  const size_t n = std::strlen(magic);
-  return data.size() >= offset + n && std::memcmp(data.data() + offset, magic, n) == 0;
+bool starts_with(std::span<const uint8_t> data, std::string_view magic, size_t offset = 0) {
+  return data.size() >= offset + magic.size() && std::memcmp(data.data() + offset, magic.data(), magic.size()) == 0;
 }
 
 // A name for formats we recognise but do not decode, for the error message.
 std::string unsupported_name(std::span<const uint8_t> data) {
   if (starts_with(data, "GIF87a") || starts_with(data, "GIF89a")) return "GIF";
   if (starts_with(data, "BM")) return "BMP";
-  if (starts_with(data, "II*") || starts_with(data, "MM")) return "TIFF";
+  if (data.size() >= 3 && data[0] == 'P' && data[1] >= '1' && data[1] <= '6' && std::isspace(data[2]) != 0)
+    return "PNM";
   if (starts_with(data, "RIFF")) return "RIFF (not WebP)";
   return {};
 }
@@ -35,6 +37,12 @@ ImageFormat detect_image_format(std::span<const uint8_t> data) noexcept {
   if (starts_with(data, "\xFF\xD8\xFF")) return ImageFormat::kJpeg;
   if (starts_with(data, "\x89PNG\r\n\x1A\n")) return ImageFormat::kPng;
   if (starts_with(data, "RIFF") && starts_with(data, "WEBP", 8)) return ImageFormat::kWebp;
+  // Classic TIFF (42) and BigTIFF (43), either byte order.
+  using namespace std::string_view_literals;
+  if (starts_with(data, "II*\0"sv) || starts_with(data, "MM\0*"sv) || starts_with(data, "II+\0"sv) ||
+      starts_with(data, "MM\0+"sv)) {
+    return ImageFormat::kTiff;
+  }
   return ImageFormat::kUnknown;
 }
 
@@ -46,6 +54,8 @@ std::string_view image_format_name(ImageFormat format) noexcept {
       return "png";
     case ImageFormat::kWebp:
       return "webp";
+    case ImageFormat::kTiff:
+      return "tiff";
     case ImageFormat::kUnknown:
       break;
   }
@@ -85,13 +95,16 @@ std::unique_ptr<ImageDecoder> open_image_decoder(std::span<const uint8_t> data, 
       return open_png(data, max_pixels);
     case ImageFormat::kWebp:
       return open_webp(data, max_pixels);
+    case ImageFormat::kTiff:
+      return open_tiff(data, max_pixels);
     case ImageFormat::kUnknown:
       break;
   }
   if (data.empty()) throw Error(ErrorKind::kDecode, "empty input (0 bytes)");
   const std::string name = unsupported_name(data);
-  if (!name.empty()) throw Error(ErrorKind::kDecode, "unsupported image format " + name + " (JPEG, PNG and WebP are)");
-  throw Error(ErrorKind::kDecode, "not a JPEG, PNG or WebP image (unrecognised first bytes)");
+  if (!name.empty())
+    throw Error(ErrorKind::kDecode, "unsupported image format " + name + " (JPEG, PNG, WebP and TIFF are)");
+  throw Error(ErrorKind::kDecode, "not a JPEG, PNG, WebP or TIFF image (unrecognised first bytes)");
 }
 
 void check_pixel_limit(int64_t height, int64_t width, int64_t max_pixels, const char* format) {
@@ -116,10 +129,16 @@ ImageView crop_view(const ImageView& src, const Region& region) noexcept {
 }
 
 ImageView rgb_to_gray(const ImageView& rgb, std::vector<uint8_t>& out) {
+  // Not OpenCV's RGB2GRAY: it rounds differently from PIL (off by one on about
+  // one pixel in 3).
   out.resize(static_cast<size_t>(rgb.width) * rgb.height);
-  const cv::Mat src(rgb.height, rgb.width, CV_8UC3, const_cast<uint8_t*>(rgb.data), static_cast<size_t>(rgb.stride));
-  cv::Mat dst(rgb.height, rgb.width, CV_8UC1, out.data());
-  cv::cvtColor(src, dst, cv::COLOR_RGB2GRAY);
+  for (int y = 0; y < rgb.height; ++y) {
+    const uint8_t* in = rgb.row(y);
+    uint8_t* o = out.data() + static_cast<size_t>(y) * rgb.width;
+    for (int x = 0; x < rgb.width; ++x, in += 3) {
+      o[x] = pil_luma(in[0], in[1], in[2]);
+    }
+  }
   return {out.data(), rgb.height, rgb.width, 1, rgb.width};
 }
 

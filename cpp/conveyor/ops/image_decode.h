@@ -12,12 +12,12 @@ namespace conveyor {
 inline constexpr int64_t kDefaultMaxPixels = 178956970;
 
 /// Image container formats conveyor decodes (kUnknown: anything else).
-enum class ImageFormat { kUnknown, kJpeg, kPng, kWebp };
+enum class ImageFormat { kUnknown, kJpeg, kPng, kWebp, kTiff };
 
 /// Detects the format from the first bytes (magic numbers), never from a name.
 ImageFormat detect_image_format(std::span<const uint8_t> data) noexcept;
 
-/// "jpeg", "png", "webp" or "unknown".
+/// "jpeg", "png", "webp", "tiff" or "unknown".
 std::string_view image_format_name(ImageFormat format) noexcept;
 
 /// What an image header says, in displayed orientation (EXIF applied).
@@ -25,7 +25,7 @@ struct ImageInfo {
   ImageFormat format = ImageFormat::kUnknown;
   int height = 0;
   int width = 0;
-  int orientation = 1;  ///< EXIF orientation tag (1..8); 1 when absent or not JPEG.
+  int orientation = 1;  ///< EXIF/TIFF orientation tag (1..8); 1 when absent.
 };
 
 /// The shape of raw (unencoded) image samples: exactly height × width ×
@@ -43,10 +43,12 @@ struct RawImageShape {
 /// Thread-safe (pure function).
 ImageInfo read_image_info(std::span<const uint8_t> data, int64_t max_pixels = kDefaultMaxPixels);
 
-/// Decodes a whole JPEG, PNG or WebP image to 8-bit RGB (`channels` = 3) or
-/// grayscale (`channels` = 1), HWC, with the JPEG EXIF orientation applied as
-/// PIL's ImageOps.exif_transpose does. Alpha is dropped, 16-bit samples keep
-/// their high byte, CMYK/YCCK JPEGs are converted to RGB as PIL does. The
+/// Decodes a whole JPEG, PNG, WebP (the first frame of an animation) or TIFF
+/// (the first page) image to 8-bit RGB (`channels` = 3) or grayscale
+/// (`channels` = 1), HWC, with the EXIF orientation (JPEG, PNG, WebP; TIFF's
+/// Orientation tag) applied as PIL's ImageOps.exif_transpose does. Alpha is
+/// dropped, 16-bit samples keep their high byte, CMYK is converted to RGB as
+/// PIL does. The
 /// pixel limit is checked from the header before any pixel allocation.
 /// Throws Error{kDecode} (corrupt, truncated, unsupported) or Error{kTooLarge}.
 /// Thread-safe (pure function).

@@ -17,6 +17,7 @@ namespace {
 
 using testing::encode_jpeg;
 using testing::encode_png;
+using testing::encode_tiff;
 using testing::encode_webp_lossless;
 using testing::make_pattern;
 using testing::with_exif_orientation;
@@ -54,6 +55,15 @@ TEST(ImageDecodeTest, DetectsFormatFromMagicBytes) {
   EXPECT_EQ(detect_image_format(as_span(encode_jpeg(img))), ImageFormat::kJpeg);
   EXPECT_EQ(detect_image_format(as_span(encode_png(img))), ImageFormat::kPng);
   EXPECT_EQ(detect_image_format(as_span(encode_webp_lossless(img))), ImageFormat::kWebp);
+  EXPECT_EQ(detect_image_format(as_span(encode_tiff(img))), ImageFormat::kTiff);
+  // Big-endian TIFF and BigTIFF (either byte order) are TIFF too; "MM" alone is not.
+  for (const std::vector<uint8_t>& tiff : std::vector<std::vector<uint8_t>>{
+           {'M', 'M', 0, 42, 0, 0, 0, 8}, {'I', 'I', 43, 0, 8, 0, 0, 0}, {'M', 'M', 0, 43, 0, 8, 0, 0}}) {
+    EXPECT_EQ(detect_image_format(as_span(tiff)), ImageFormat::kTiff);
+  }
+  const std::vector<uint8_t> mm_text = {'M', 'M', 'M', ' ', 't', 'e', 'x', 't'};
+  EXPECT_EQ(detect_image_format(as_span(mm_text)), ImageFormat::kUnknown);
+  EXPECT_EQ(image_format_name(ImageFormat::kTiff), "tiff");
   const std::vector<uint8_t> gif = {'G', 'I', 'F', '8', '9', 'a', 1, 0, 1, 0};
   EXPECT_EQ(detect_image_format(as_span(gif)), ImageFormat::kUnknown);
   EXPECT_EQ(detect_image_format({}), ImageFormat::kUnknown);
@@ -140,6 +150,43 @@ TEST(ImageDecodeTest, ExifOrientationMatchesPilTranspose) {
   }
 }
 
+TEST(ImageDecodeTest, TiffHeaderAndOrientation) {
+  const Image img = make_pattern(21, 34);
+  const auto tiff = encode_tiff(img);
+  const ImageInfo info = read_image_info(as_span(tiff));
+  EXPECT_EQ(info.format, ImageFormat::kTiff);
+  EXPECT_EQ(info.height, 21);
+  EXPECT_EQ(info.width, 34);
+  EXPECT_EQ(info.orientation, 1);
+  EXPECT_EQ(decode_image(as_span(tiff)).pixels, img.pixels);
+  const Image gray = make_pattern(21, 34, 1);
+  EXPECT_EQ(decode_image(as_span(encode_tiff(gray)), 1).pixels, gray.pixels);
+  // Orientation 6 (rotate 90 clockwise): the header's size is the displayed one.
+  const auto rotated = encode_tiff(img, 6);
+  const ImageInfo turned = read_image_info(as_span(rotated));
+  EXPECT_EQ(turned.orientation, 6);
+  EXPECT_EQ(turned.height, 34);
+  EXPECT_EQ(turned.width, 21);
+  const Image out = decode_image(as_span(rotated));
+  ASSERT_EQ(out.height, 34);
+  ASSERT_EQ(out.width, 21);
+  // Displayed (x, y) comes from stored (y, H - 1 - x).
+  for (int y = 0; y < out.height; ++y) {
+    for (int x = 0; x < out.width; ++x) {
+      const size_t stored = (static_cast<size_t>(img.height - 1 - x) * img.width + y) * 3;
+      ASSERT_EQ(std::memcmp(&out.pixels[(static_cast<size_t>(y) * out.width + x) * 3], &img.pixels[stored], 3), 0);
+    }
+  }
+  // The pixel limit is checked from the header.
+  try {
+    read_image_info(as_span(tiff), 713);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kTooLarge);
+    EXPECT_EQ(std::string(e.what()), "TIFF image of 34x21 = 714 pixels exceeds max_pixels=713");
+  }
+}
+
 TEST(ImageDecodeTest, PngAndLosslessWebpRoundTripExactly) {
   const Image img = make_pattern(33, 47);
   EXPECT_EQ(decode_image(as_span(encode_png(img))).pixels, img.pixels);
@@ -155,13 +202,18 @@ TEST(ImageDecodeTest, BadInputsAreDecodeErrors) {
   const auto webp = encode_webp_lossless(img);
   expect_error({}, ErrorKind::kDecode, "empty");
   const std::string text = "this is not an image, just some text\n";
-  expect_error(std::vector<uint8_t>(text.begin(), text.end()), ErrorKind::kDecode, "not a JPEG, PNG or WebP");
+  expect_error(std::vector<uint8_t>(text.begin(), text.end()), ErrorKind::kDecode, "not a JPEG, PNG, WebP or TIFF");
   expect_error({'G', 'I', 'F', '8', '9', 'a', 1, 0, 1, 0, 0, 0, 0}, ErrorKind::kDecode, "GIF");
+  // Formats of torchvision's IMG_EXTENSIONS without a decoder yet are named.
+  expect_error({'B', 'M', 60, 0, 0, 0, 0, 0, 0, 0, 54, 0, 0, 0}, ErrorKind::kDecode, "unsupported image format BMP");
+  expect_error({'P', '6', '\n', '1', ' ', '1', '\n', '2', '5', '5', '\n', 0, 0, 0}, ErrorKind::kDecode,
+               "unsupported image format PNM");
   std::mt19937 gen(42);
   std::vector<uint8_t> noise(4096);
   for (auto& b : noise) b = static_cast<uint8_t>(gen());
   expect_error(noise, ErrorKind::kDecode);
-  for (const auto* data : {&jpeg, &png, &webp}) {
+  const auto tiff = encode_tiff(img);
+  for (const auto* data : {&jpeg, &png, &webp, &tiff}) {
     expect_error(std::vector<uint8_t>(data->begin(), data->begin() + 4), ErrorKind::kDecode);   // magic only
     expect_error(std::vector<uint8_t>(data->begin(), data->begin() + 20), ErrorKind::kDecode);  // truncated header
     expect_error(std::vector<uint8_t>(data->begin(), data->begin() + static_cast<long>(data->size() / 2)),
@@ -172,14 +224,17 @@ TEST(ImageDecodeTest, BadInputsAreDecodeErrors) {
     expect_error(garbage, ErrorKind::kDecode);
   }
   expect_error(std::vector<uint8_t>(jpeg.begin(), jpeg.end() - 10), ErrorKind::kDecode, "Premature end");
+  // The TIFF header is intact, its last strip cut: libtiff's message is the cause.
+  expect_error(std::vector<uint8_t>(tiff.begin(), tiff.end() - 10), ErrorKind::kDecode,
+               "TIFF: corrupt or truncated strip 15 (");
 }
 
 TEST(ImageDecodeTest, BitFlippedInputsNeverCrash) {
   const Image img = make_pattern(48, 48);
   std::mt19937 gen(7);
   int errors = 0, decoded = 0;
-  for (const auto& data :
-       {encode_jpeg(img), encode_jpeg(img, 80, 444, true), encode_png(img), encode_webp_lossless(img)}) {
+  for (const auto& data : {encode_jpeg(img), encode_jpeg(img, 80, 444, true), encode_png(img),
+                           encode_webp_lossless(img), encode_tiff(img)}) {
     for (int trial = 0; trial < 60; ++trial) {
       std::vector<uint8_t> bad = data;
       for (int k = 0; k < 1 + trial % 4; ++k) bad[gen() % bad.size()] ^= static_cast<uint8_t>(1u << (gen() % 8));

@@ -79,7 +79,13 @@ void check_pixel_limit(int64_t height, int64_t width, int64_t max_pixels, const 
 /// `src` restricted to `region` (no copy).
 ImageView crop_view(const ImageView& src, const Region& region) noexcept;
 
-/// RGB (3 channels) to luma as PIL's convert("L") (ITU-R 601-2), into `out`.
+/// PIL's convert("L") of one RGB pixel, bit-exact: ITU-R 601-2 luma in its
+/// 16-bit fixed point, rounded.
+inline uint8_t pil_luma(uint8_t r, uint8_t g, uint8_t b) noexcept {
+  return static_cast<uint8_t>((r * 19595u + g * 38470u + b * 7471u + 0x8000u) >> 16);
+}
+
+/// RGB (3 channels) to luma as PIL's convert("L") (pil_luma), into `out`.
 ImageView rgb_to_gray(const ImageView& rgb, std::vector<uint8_t>& out);
 
 }  // namespace conveyor::detail

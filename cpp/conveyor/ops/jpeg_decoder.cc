@@ -8,11 +8,11 @@
 #include <csetjmp>
 #include <cstdio>  // jpeglib.h needs FILE and size_t first.
 #include <cstring>
-#include <opencv2/core.hpp>
 #include <string>
 #include <utility>
 
 #include "conveyor/core/error.h"
+#include "conveyor/ops/orientation.h"
 
 namespace conveyor::detail {
 
@@ -46,94 +46,13 @@ void on_emit_message(j_common_ptr cinfo, int msg_level) {
 
 void on_output_message(j_common_ptr) {}
 
-// The EXIF orientation tag (0x0112) of IFD0 in an APP1 "Exif" marker; 1 if
-// absent or malformed. Every read is bounds-checked.
-int exif_orientation(const jpeg_decompress_struct& cinfo) {
+// The EXIF orientation of the first APP1 "Exif" marker (as PIL reads it); 1 if absent.
+int jpeg_exif_orientation(const jpeg_decompress_struct& cinfo) {
   for (jpeg_saved_marker_ptr m = cinfo.marker_list; m != nullptr; m = m->next) {
-    if (m->marker != JPEG_APP0 + 1 || m->data_length < 6 + 8) continue;
-    if (std::memcmp(m->data, "Exif\0\0", 6) != 0) continue;
-    const uint8_t* tiff = m->data + 6;
-    const size_t size = m->data_length - 6;
-    bool little;
-    if (tiff[0] == 'I' && tiff[1] == 'I') {
-      little = true;
-    } else if (tiff[0] == 'M' && tiff[1] == 'M') {
-      little = false;
-    } else {
-      continue;
-    }
-    auto u16 = [&](size_t at) -> uint32_t {
-      return little ? tiff[at] | (tiff[at + 1] << 8) : (tiff[at] << 8) | tiff[at + 1];
-    };
-    auto u32 = [&](size_t at) -> uint32_t {
-      return little ? u16(at) | (u16(at + 2) << 16) : (u16(at) << 16) | u16(at + 2);
-    };
-    if (u16(2) != 42) continue;
-    const size_t ifd = u32(4);
-    if (ifd + 2 > size) continue;
-    const uint32_t entries = u16(ifd);
-    for (uint32_t i = 0; i < entries; ++i) {
-      const size_t entry = ifd + 2 + size_t{12} * i;
-      if (entry + 12 > size) break;
-      if (u16(entry) != 0x0112) continue;
-      const uint32_t type = u16(entry + 2);
-      const uint32_t value = type == 3 ? u16(entry + 8) : (type == 4 ? u32(entry + 8) : 0);
-      return value >= 1 && value <= 8 ? static_cast<int>(value) : 1;
-    }
-    return 1;
+    if (m->marker != JPEG_APP0 + 1 || m->data_length < 6 || std::memcmp(m->data, "Exif\0\0", 6) != 0) continue;
+    return exif_orientation({m->data, m->data_length});
   }
   return 1;
-}
-
-// Orientations 5..8 swap width and height.
-bool transposes(int orientation) { return orientation >= 5; }
-
-// Maps a region of the displayed image to the stored image (w, h = stored size),
-// following PIL's exif_transpose: 2 mirror, 3 rotate 180, 4 flip, 5 transpose,
-// 6 rotate 90 clockwise, 7 transverse, 8 rotate 90 counter-clockwise.
-Region to_stored(const Region& r, int orientation, int w, int h) {
-  const int x0 = r.x, x1 = r.x + r.width, y0 = r.y, y1 = r.y + r.height;
-  switch (orientation) {
-    case 2:
-      return {w - x1, y0, r.width, r.height};
-    case 3:
-      return {w - x1, h - y1, r.width, r.height};
-    case 4:
-      return {x0, h - y1, r.width, r.height};
-    case 5:
-      return {y0, x0, r.height, r.width};
-    case 6:
-      return {y0, h - x1, r.height, r.width};
-    case 7:
-      return {w - y1, h - x1, r.height, r.width};
-    case 8:
-      return {w - y1, x0, r.height, r.width};
-    default:
-      return r;
-  }
-}
-
-// The inverse of to_stored, on fractional rectangles {x, y, width, height}.
-std::array<double, 4> to_displayed(const std::array<double, 4>& r, int orientation, int w, int h) {
-  const double x0 = r[0], y0 = r[1], x1 = r[0] + r[2], y1 = r[1] + r[3];
-  switch (orientation) {
-    case 2:
-      return {w - x1, y0, r[2], r[3]};
-    case 3:
-      return {w - x1, h - y1, r[2], r[3]};
-    case 4:
-      return {x0, h - y1, r[2], r[3]};
-    case 5:
-      return {y0, x0, r[3], r[2]};
-    case 6:
-      return {h - y1, x0, r[3], r[2]};
-    case 7:
-      return {h - y1, w - x1, r[3], r[2]};
-    case 8:
-      return {y0, w - x1, r[3], r[2]};
-    default:
-      return r;
-  }
 }
 
 // PIL's CMYK -> RGB on Adobe-inverted samples (PIL assumes Adobe polarity for
@@ -164,7 +83,7 @@ class JpegDecoder final : public ImageDecoder {
     jpeg_save_markers(&cinfo_, JPEG_APP0 + 1, 0xFFFF);
     jpeg_read_header(&cinfo_, TRUE);
     check_pixel_limit(cinfo_.image_height, cinfo_.image_width, max_pixels, "JPEG");
-    orientation_ = exif_orientation(cinfo_);
+    orientation_ = jpeg_exif_orientation(cinfo_);
     info_.format = ImageFormat::kJpeg;
     info_.orientation = orientation_;
     const int w = static_cast<int>(cinfo_.image_width), h = static_cast<int>(cinfo_.image_height);
@@ -193,7 +112,7 @@ class JpegDecoder final : public ImageDecoder {
       view = cmyk_to_rgb(view);
       if (request.channels == 1) view = rgb_to_gray(view, scratch.converted);
     }
-    if (orientation_ != 1) view = orient(view, scratch.oriented);
+    view = orient(view, orientation_, scratch.oriented);
     const auto shown = to_displayed(covered, orientation_, stored_w, stored_h);
     return {view, shown[0], shown[1], static_cast<double>(denom)};
   }
@@ -262,45 +181,6 @@ class JpegDecoder final : public ImageDecoder {
     }
     view.channels = 3;
     return view;
-  }
-
-  // Applies the EXIF orientation into `out`.
-  ImageView orient(const ImageView& view, std::vector<uint8_t>& out) const {
-    const int t = CV_8UC(view.channels);
-    const cv::Mat src(view.height, view.width, t, const_cast<uint8_t*>(view.data), static_cast<size_t>(view.stride));
-    const int h = transposes(orientation_) ? view.width : view.height;
-    const int w = transposes(orientation_) ? view.height : view.width;
-    out.resize(static_cast<size_t>(h) * w * view.channels);
-    cv::Mat dst(h, w, t, out.data());
-    switch (orientation_) {
-      case 2:
-        cv::flip(src, dst, 1);
-        break;
-      case 3:
-        cv::flip(src, dst, -1);
-        break;
-      case 4:
-        cv::flip(src, dst, 0);
-        break;
-      case 5:
-        cv::transpose(src, dst);
-        break;
-      case 6:
-        cv::transpose(src, dst);
-        cv::flip(dst, dst, 1);
-        break;
-      case 7:
-        cv::transpose(src, dst);
-        cv::flip(dst, dst, -1);
-        break;
-      case 8:
-        cv::transpose(src, dst);
-        cv::flip(dst, dst, 0);
-        break;
-      default:
-        break;
-    }
-    return {out.data(), h, w, view.channels, static_cast<ptrdiff_t>(w) * view.channels};
   }
 
   jpeg_decompress_struct cinfo_;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "conveyor/core/error.h"
+#include "conveyor/ops/orientation.h"
 
 namespace conveyor::detail {
 
@@ -24,9 +25,16 @@ class PngDecoder final : public ImageDecoder {
     spng_ihdr ihdr{};
     check(spng_get_ihdr(ctx_, &ihdr));
     check_pixel_limit(ihdr.height, ihdr.width, max_pixels, "PNG");
+    // EXIF orientation from an eXIf chunk before IDAT (where PIL writes it);
+    // a malformed one is ignored, as PIL does.
+    spng_exif exif{};
+    if (spng_get_exif(ctx_, &exif) == 0 && exif.data != nullptr) {
+      orientation_ = exif_orientation({reinterpret_cast<const uint8_t*>(exif.data), exif.length});
+    }
     info_.format = ImageFormat::kPng;
-    info_.width = static_cast<int>(ihdr.width);
-    info_.height = static_cast<int>(ihdr.height);
+    info_.orientation = orientation_;
+    info_.width = static_cast<int>(transposes(orientation_) ? ihdr.height : ihdr.width);
+    info_.height = static_cast<int>(transposes(orientation_) ? ihdr.width : ihdr.height);
   }
 
   // libspng converts every colour type and depth to RGB8: palette expanded,
@@ -37,10 +45,11 @@ class PngDecoder final : public ImageDecoder {
     check(spng_decoded_image_size(ctx_, SPNG_FMT_RGB8, &size));
     scratch.decoded.resize(size);
     check(spng_decode_image(ctx_, scratch.decoded.data(), size, SPNG_FMT_RGB8, 0));
-    ImageView full{scratch.decoded.data(), info_.height, info_.width, 3, static_cast<ptrdiff_t>(info_.width) * 3};
+    const int w = transposes(orientation_) ? info_.height : info_.width;
+    const int h = transposes(orientation_) ? info_.width : info_.height;
+    ImageView full{scratch.decoded.data(), h, w, 3, static_cast<ptrdiff_t>(w) * 3};
     if (request.channels == 1) full = rgb_to_gray(full, scratch.converted);
-    return {crop_view(full, request.region), static_cast<double>(request.region.x),
-            static_cast<double>(request.region.y), 1.0};
+    return oriented_region(full, orientation_, request, scratch);
   }
 
  private:
@@ -49,6 +58,7 @@ class PngDecoder final : public ImageDecoder {
   }
 
   spng_ctx* ctx_ = nullptr;
+  int orientation_ = 1;
 };
 
 }  // namespace

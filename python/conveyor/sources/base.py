@@ -14,7 +14,7 @@ from conveyor.errors import DecodeError
 
 PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
-#: File extensions of the image formats the decoders read (JPEG, PNG, WebP):
+#: File extensions of the image formats the decoders read (JPEG, PNG, WebP, TIFF):
 #: what ImageFolder takes, the image member of a tar sample and what
 #: ``conveyor pack`` packs. One list, defined in C++ (io/image_formats.h).
 IMG_EXTENSIONS: tuple[str, ...] = tuple("." + extension for extension in _conveyor.IMAGE_EXTENSIONS)

@@ -269,9 +269,9 @@ class ImageFolder(FileList):
     without any image is an error: its index would silently match no sample.
     With ``allow_empty=True`` such classes keep their index and have no samples.
 
-    IMG_EXTENSIONS are the formats the decoders read (JPEG, PNG, WebP). With
-    the default ``extensions``, a file with one of torchvision's other image
-    extensions (.bmp, .ppm, .pgm, .tif, .tiff) is a ConfigError naming it,
+    IMG_EXTENSIONS are the formats the decoders read (JPEG, PNG, WebP, TIFF).
+    With the default ``extensions``, a file with one of torchvision's other
+    image extensions (.bmp, .ppm, .pgm) is a ConfigError naming it,
     rather than a file silently left out; pass ``extensions`` to take only the
     listed formats and ignore the others.
 

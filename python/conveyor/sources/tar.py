@@ -50,9 +50,10 @@ class TarShards(Source):
     """Samples stored WebDataset-style in tar shards (as written by
     ``conveyor pack`` or webdataset's ShardWriter): members sharing a prefix
     (the path up to the first "." of the file name) form one sample; its image
-    is the member named by IMG_EXTENSIONS (``jpg``, ``jpeg``, ``png``, ``webp``), its label the integer
-    in ``cls`` (-1 without one); other members (``json``, ...) are readable
-    with ``field()``.
+    is the member named by IMG_EXTENSIONS (``jpg``, ``jpeg``, ``png``,
+    ``webp``, ``tif``, ``tiff``), its label the integer in ``cls`` (-1
+    without one); other members (``json``, ...) are readable with
+    ``field()``.
 
     Shards are opened and indexed once, so every sample is randomly
     accessible (each read is a positional read of its member; a shard that

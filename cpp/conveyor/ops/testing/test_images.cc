@@ -6,6 +6,7 @@
 #include <turbojpeg.h>
 #include <webp/encode.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -90,6 +91,71 @@ std::vector<uint8_t> with_exif_orientation(const std::vector<uint8_t>& jpeg, int
   out.push_back(static_cast<uint8_t>(length & 255));
   for (uint8_t b : kPayload) out.push_back(b == 0xEE ? static_cast<uint8_t>(orientation) : b);
   for (size_t i = 2; i < jpeg.size(); ++i) out.push_back(jpeg[i]);
+  return out;
+}
+
+std::vector<uint8_t> encode_tiff(const Image& image, int orientation) {
+  struct Entry {
+    uint16_t tag, type;
+    std::vector<uint32_t> values;  // SHORT (3) or LONG (4)
+  };
+  const int rows_per_strip = 4;
+  const size_t row_bytes = static_cast<size_t>(image.width) * image.channels;
+  const int strips = (image.height + rows_per_strip - 1) / rows_per_strip;
+  std::vector<uint32_t> offsets, counts;
+  std::vector<Entry> entries = {
+      {256, 4, {static_cast<uint32_t>(image.width)}},
+      {257, 4, {static_cast<uint32_t>(image.height)}},
+      {258, 3, std::vector<uint32_t>(static_cast<size_t>(image.channels), 8)},
+      {259, 3, {1}},
+      {262, 3, {image.channels == 1 ? 1u : 2u}},
+      {273, 4, {}},  // StripOffsets, filled below
+      {274, 3, {static_cast<uint32_t>(orientation)}},
+      {277, 3, {static_cast<uint32_t>(image.channels)}},
+      {278, 4, {static_cast<uint32_t>(rows_per_strip)}},
+      {279, 4, {}},  // StripByteCounts
+  };
+  if (orientation <= 0) entries.erase(entries.begin() + 6);
+  const size_t ifd_size = 2 + 12 * entries.size() + 4;
+  // Values longer than 4 bytes follow the IFD; the pixel data follows them.
+  size_t values_size = 0;
+  for (const Entry& e : entries) {
+    const size_t n = e.tag == 273 || e.tag == 279 ? static_cast<size_t>(strips) : e.values.size();
+    if (n * (e.type == 3 ? 2 : 4) > 4) values_size += n * (e.type == 3 ? 2 : 4);
+  }
+  size_t data_offset = 8 + ifd_size + values_size;
+  for (int s = 0; s < strips; ++s) {
+    const size_t rows = static_cast<size_t>(std::min(rows_per_strip, image.height - s * rows_per_strip));
+    offsets.push_back(static_cast<uint32_t>(data_offset));
+    counts.push_back(static_cast<uint32_t>(rows * row_bytes));
+    data_offset += rows * row_bytes;
+  }
+  std::vector<uint8_t> out = {'I', 'I', 42, 0, 8, 0, 0, 0};
+  std::vector<uint8_t> values;
+  auto put = [](std::vector<uint8_t>& v, uint32_t x, int bytes) {
+    for (int i = 0; i < bytes; ++i) v.push_back(static_cast<uint8_t>(x >> (8 * i)));
+  };
+  put(out, static_cast<uint32_t>(entries.size()), 2);
+  for (Entry& e : entries) {
+    if (e.tag == 273) e.values = offsets;
+    if (e.tag == 279) e.values = counts;
+    const int size = e.type == 3 ? 2 : 4;
+    put(out, e.tag, 2);
+    put(out, e.type, 2);
+    put(out, static_cast<uint32_t>(e.values.size()), 4);
+    if (e.values.size() * size <= 4) {
+      std::vector<uint8_t> inline_value;
+      for (uint32_t x : e.values) put(inline_value, x, size);
+      inline_value.resize(4, 0);
+      out.insert(out.end(), inline_value.begin(), inline_value.end());
+    } else {
+      put(out, static_cast<uint32_t>(8 + ifd_size + values.size()), 4);
+      for (uint32_t x : e.values) put(values, x, size);
+    }
+  }
+  put(out, 0, 4);  // No next IFD.
+  out.insert(out.end(), values.begin(), values.end());
+  out.insert(out.end(), image.pixels.begin(), image.pixels.end());
   return out;
 }
 

@@ -21,6 +21,10 @@ std::vector<uint8_t> encode_png(const Image& image);
 /// Lossless WebP (RGB).
 std::vector<uint8_t> encode_webp_lossless(const Image& image);
 
+/// Uncompressed little-endian TIFF (RGB or gray), strips of 4 rows, the IFD
+/// before the pixel data; an Orientation tag when `orientation` > 0.
+std::vector<uint8_t> encode_tiff(const Image& image, int orientation = 0);
+
 /// `jpeg` with an APP1 EXIF segment carrying `orientation` inserted after SOI.
 std::vector<uint8_t> with_exif_orientation(const std::vector<uint8_t>& jpeg, int orientation);
 
