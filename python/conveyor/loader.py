@@ -17,6 +17,7 @@ from conveyor import _conveyor, _device
 from conveyor._checks import INT_MAX, UINT64_MAX, check_bool, check_int, is_bool
 from conveyor.errors import ConfigError
 from conveyor.sources import Source
+from conveyor.sources.remote import REMOTE_IO_THREADS
 from conveyor.transforms import DEFAULT_MAX_PIXELS, Transform
 from conveyor.transforms.base import as_transform_list
 
@@ -56,8 +57,10 @@ class Loader:
             rather than pad the epoch).
         threads: decode/transform threads; None = one per CPU this process
             may use (its affinity mask, lowered to its cgroup quota).
-        io_threads: concurrent reads; None = 32. Reads wait on storage, so
-            many in flight hide slow disks without more decode threads.
+        io_threads: concurrent reads; None = 32, or 128 (REMOTE_IO_THREADS)
+            for a source that reads URLs. Reads wait on storage, so many in
+            flight hide slow disks and network latency without more decode
+            threads.
         prefetch: batches prepared ahead of the consumer.
         device: None or "cpu" for CPU tensors; "cuda", "cuda:1", "mps" or a
             torch.device to receive batches there (CUDA copies overlap the
@@ -159,7 +162,7 @@ class Loader:
                 seed=seed,
                 drop_last=drop_last,
                 threads=threads or 0,
-                io_threads=io_threads or 0,
+                io_threads=io_threads or (REMOTE_IO_THREADS if source._remote else 0),
                 prefetch=prefetch,
                 on_error=_conveyor.OnError.SKIP if on_error == "skip" else _conveyor.OnError.RAISE,
                 rank=rank,

@@ -4,7 +4,8 @@ reads many records at once on its io threads.
 
 One module per source family: ``files`` (FileList, ImageFolder), ``tar``
 (TarShards), ``idx`` (MNIST), ``python`` (PythonSource), ``coco``
-(CocoDetection); ``base`` holds what they share.
+(CocoDetection); ``base`` holds what they share, ``remote`` how URLs are read
+(fsspec; RetryPolicy).
 """
 
 from conveyor.sources.base import IMG_EXTENSIONS, Source
@@ -12,6 +13,7 @@ from conveyor.sources.coco import CocoDetection
 from conveyor.sources.files import FileList, ImageFolder
 from conveyor.sources.idx import MNIST, FashionMNIST
 from conveyor.sources.python import PythonSource
+from conveyor.sources.remote import RetryPolicy
 from conveyor.sources.tar import TarShards, expand_shards
 
 __all__ = [
@@ -22,6 +24,7 @@ __all__ = [
     "FileList",
     "ImageFolder",
     "PythonSource",
+    "RetryPolicy",
     "Source",
     "TarShards",
     "expand_shards",

@@ -42,6 +42,9 @@ class Source:
     #: With Loader(shuffle=True): None shuffles the whole epoch uniformly; N
     #: shuffles the shard order, then through a buffer of N samples.
     shuffle_buffer: Optional[int] = None
+    #: True when some samples are read from URLs (remote storage): the Loader
+    #: then defaults to more reads in flight (REMOTE_IO_THREADS).
+    _remote = False
 
     def _image_id(self, label: int) -> int:
         """The id reported in a detection target for a sample with ``label``."""
