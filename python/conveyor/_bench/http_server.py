@@ -41,6 +41,9 @@ class Request:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # Many clients connect at once (one connection per read in flight); the
+    # default backlog of 5 would drop their SYNs into 1 s retransmits.
+    request_queue_size = 1024
     owner: FileServer
 
 

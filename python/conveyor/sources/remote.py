@@ -81,7 +81,7 @@ class RetryPolicy:
     after ``attempts`` attempts in all, or when the next wait would end more
     than ``timeout`` seconds after the first attempt (0: no time limit). The
     defaults (5 attempts, 0.2 s doubling to 5 s, 60 s) ride out a few seconds
-    of errors, e.g. a store's throttling, and give up within about 4 s of
+    of errors, e.g. a store's throttling, and give up after at most 3 s of
     waiting on one that stays down. A wait ends at once when the Loader stops.
 
     Raises:
