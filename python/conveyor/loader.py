@@ -57,7 +57,7 @@ class Loader:
             rather than pad the epoch).
         threads: decode/transform threads; None = one per CPU this process
             may use (its affinity mask, lowered to its cgroup quota).
-        io_threads: concurrent reads; None = 32, or 128 (REMOTE_IO_THREADS)
+        io_threads: concurrent reads; None = 32, or 64 (REMOTE_IO_THREADS)
             for a source that reads URLs. Reads wait on storage, so many in
             flight hide slow disks and network latency without more decode
             threads.

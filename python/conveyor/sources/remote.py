@@ -30,15 +30,18 @@ __all__ = ["REMOTE_IO_THREADS", "RetryPolicy", "is_url"]
 
 #: The Loader's default ``io_threads`` for a source that reads URLs. A read
 #: waits a round trip on the network, so by Little's law the reads in flight
-#: must cover rate x latency: 128 keep ~1 000 images/s at 100 ms per request
-#: (the local default, 32, would cap it near 320). The threads only wait (the
-#: GIL is released while fsspec waits), so many are cheap.
-REMOTE_IO_THREADS = 128
+#: must cover rate x latency: 64 keep ~500 images/s at 100 ms per request
+#: (the local default, 32, caps it near 300: measured 209 images/s at 100 ms
+#: against 369 with 64, docs/benchmarks.md). More is not better here: every
+#: request also runs Python (fsspec/aiohttp) under the GIL, and 128 threads
+#: contending for it were slower than 64 at 0 and 20 ms on our 2 cores.
+REMOTE_IO_THREADS = 64
 
 # How often a read waiting for its request checks whether its loader stopped
 # (the request is then cancelled): close() never waits for a slow server
-# longer than this.
-_POLL_SECONDS = 0.02
+# longer than this, the Loader's own wait slice. Shorter slices wake every
+# waiting io thread more often for the GIL (20 ms cost ~20 % at 128 threads).
+_POLL_SECONDS = 0.05
 
 # Connect and read timeouts of the HTTP client: a server that stops answering
 # becomes a (transient, retried) timeout instead of a read that hangs.
