@@ -91,8 +91,8 @@ void bind_io(nb::module_& m) {
   // Constructed and destroyed with the GIL held; its reads take the GIL themselves.
   nb::class_<PythonRemoteStore>(m, "PythonRemoteStore").def(nb::init<nb::object>(), nb::arg("store"));
   m.def(
-      "is_url", [](const std::string& path) { return is_url(path); }, nb::arg("path"),
-      "Whether `path` is a URL (scheme://...), read through a remote store.");
+      "is_url", [](const nb::bytes& path) { return is_url(std::string_view(path.c_str(), path.size())); },
+      nb::arg("path"), "Whether `path` (os.fsencode() of it) is a URL (scheme://...), read through a remote store.");
   m.def("_read_cancelled", &cancellation_requested,
         "Whether the read running on this io thread was cancelled (its loader stopped); False elsewhere.");
 

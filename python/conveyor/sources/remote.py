@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -65,7 +66,7 @@ _BACKENDS = {
 
 def is_url(path: str) -> bool:
     """Whether ``path`` is a URL (``scheme://...``), read through fsspec."""
-    return bool(_conveyor.is_url(path))
+    return bool(_conveyor.is_url(os.fsencode(path)))
 
 
 def _protocol(url: str) -> str:
