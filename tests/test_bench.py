@@ -60,7 +60,7 @@ def test_help_lists_the_sub_commands(capsys):
         main(["bench", "--help"])
     assert exit_.value.code == 0
     text = capsys.readouterr().out
-    for name in ("throughput", "slow-storage", "mnist", "all", "cifar", "autotune"):
+    for name in ("throughput", "slow-storage", "mnist", "remote", "all", "cifar", "autotune"):
         assert name in text
 
 
@@ -166,6 +166,30 @@ def test_quick_mnist_run(tmp_path, data, capsys):
     assert {r["label"] for r in ran} >= {"DataLoader W=0 pin=off", "DataLoader W=1 pin=off"}
     assert all(r["result"]["samples"] == bench.QUICK_MNIST for r in ran)
     _check_conveyor_side(full, "mnist", ran, "samples")
+
+
+def test_quick_remote_run(tmp_path, data, capsys):
+    pytest.importorskip("aiohttp")
+    out_json = str(tmp_path / "remote.json")
+    argv = ["bench", "remote", "--quick", "--data", data, "--workers", "1", "--json", out_json]
+    assert main([*argv, "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "== remote ==" in printed and "conveyor at 100 ms / at 0 ms (target >= 0.8): " in printed
+    with open(out_json) as f:
+        full = json.load(f)
+    _check_common_report(full, ["remote"])
+    cases = ["local files", "HTTP 0 ms", "HTTP 20 ms", "HTTP 100 ms"]
+    stock = _runs(full, "remote", "DataLoader")
+    assert [r["case"] for r in stock] == cases
+    assert all(r["result"]["images"] == 24 and r["result"]["images_per_s"] > 0 for r in stock)
+    ours = _runs(full, "remote", "conveyor")
+    assert sorted((r["case"], r["label"]) for r in ours) == sorted(
+        [(case, "conveyor") for case in cases]
+        + [(case, f"conveyor io_threads={bench.LOCAL_IO_THREADS}") for case in cases[1:]]
+    )
+    _check_conveyor_side(full, "remote", stock, "images")
+    assert set(full["remote_ratios"]) == {"100ms_over_0ms", "20ms_over_local"}
+    assert all(value > 0 for value in full["remote_ratios"].values())
 
 
 def _run(bench_name, case, label, repeat, **result):

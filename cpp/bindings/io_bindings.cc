@@ -6,6 +6,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
+#include "conveyor/core/cancellation.h"
 #include "conveyor/core/error.h"
 #include "conveyor/core/geometry.h"
 #include "conveyor/io/array_source.h"
@@ -13,8 +14,10 @@
 #include "conveyor/io/idx_source.h"
 #include "conveyor/io/image_formats.h"
 #include "conveyor/io/mix_source.h"
+#include "conveyor/io/remote.h"
 #include "conveyor/io/source.h"
 #include "conveyor/io/tar_shards.h"
+#include "python_remote_store.h"
 #include "python_source.h"
 
 namespace nb = nanobind;
@@ -39,6 +42,12 @@ std::vector<std::string> from_paths(const std::vector<nb::bytes>& paths) {
 
 nb::str to_path(const std::string& path) {
   return nb::steal<nb::str>(PyUnicode_DecodeFSDefaultAndSize(path.data(), static_cast<Py_ssize_t>(path.size())));
+}
+
+// The remote access of a source: none without a store.
+std::shared_ptr<const RemoteAccess> remote_access(std::shared_ptr<PythonRemoteStore> store, const RetryPolicy& retry) {
+  if (store == nullptr) return nullptr;
+  return std::make_shared<RemoteAccess>(RemoteAccess{std::move(store), retry});
 }
 
 nb::list to_paths(const std::vector<std::string>& paths) {
@@ -69,6 +78,27 @@ PyType_Slot python_source_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(py
 }  // namespace
 
 void bind_io(nb::module_& m) {
+  nb::class_<RetryPolicy>(m, "RetryPolicy")
+      .def(
+          "__init__",
+          [](RetryPolicy* self, int attempts, double initial_backoff, double max_backoff, double timeout) {
+            new (self) RetryPolicy{attempts, initial_backoff, max_backoff, timeout};
+            self->validate();
+          },
+          nb::arg("attempts") = RetryPolicy{}.attempts, nb::arg("initial_backoff") = RetryPolicy{}.initial_backoff,
+          nb::arg("max_backoff") = RetryPolicy{}.max_backoff, nb::arg("timeout") = RetryPolicy{}.timeout)
+      .def_ro("attempts", &RetryPolicy::attempts)
+      .def_ro("initial_backoff", &RetryPolicy::initial_backoff)
+      .def_ro("max_backoff", &RetryPolicy::max_backoff)
+      .def_ro("timeout", &RetryPolicy::timeout);
+  // Constructed and destroyed with the GIL held; its reads take the GIL themselves.
+  nb::class_<PythonRemoteStore>(m, "PythonRemoteStore").def(nb::init<nb::object>(), nb::arg("store"));
+  m.def(
+      "is_url", [](const nb::bytes& path) { return is_url(std::string_view(path.c_str(), path.size())); },
+      nb::arg("path"), "Whether `path` (os.fsencode() of it) is a URL (scheme://...), read through a remote store.");
+  m.def("_read_cancelled", &cancellation_requested,
+        "Whether the read running on this io thread was cancelled (its loader stopped); False elsewhere.");
+
   nb::class_<Source>(m, "Source")
       .def("__len__", &Source::size)
       .def(
@@ -109,22 +139,32 @@ void bind_io(nb::module_& m) {
       .def(
           "__init__",
           [](FileSource* self, const std::vector<nb::bytes>& paths, std::vector<int64_t> labels,
-             std::vector<std::vector<BoundingBox>> boxes) {
-            new (self) FileSource(from_paths(paths), std::move(labels), std::move(boxes));
+             std::vector<std::vector<BoundingBox>> boxes, std::shared_ptr<PythonRemoteStore> remote,
+             const RetryPolicy& retry) {
+            new (self) FileSource(from_paths(paths), std::move(labels), std::move(boxes),
+                                  remote_access(std::move(remote), retry));
           },
           nb::arg("paths"), nb::arg("labels") = std::vector<int64_t>{},
-          nb::arg("boxes") = std::vector<std::vector<BoundingBox>>{},
-          "paths: os.fsencode() of each path. boxes: per path, its objects (BoundingBox).");
+          nb::arg("boxes") = std::vector<std::vector<BoundingBox>>{}, nb::arg("remote").none() = nb::none(),
+          nb::arg("retry") = RetryPolicy{},
+          "paths: os.fsencode() of each path. boxes: per path, its objects (BoundingBox). remote: the store "
+          "that reads the paths that are URLs, with `retry`.");
 
   nb::class_<TarShardSource, Source>(m, "TarShardSource")
       .def(
           "__init__",
-          [](TarShardSource* self, const std::vector<nb::bytes>& shards) {
+          [](TarShardSource* self, const std::vector<nb::bytes>& shards, std::shared_ptr<PythonRemoteStore> remote,
+             const RetryPolicy& retry) {
             std::vector<std::string> paths = from_paths(shards);
+            // `access` keeps a reference until the GIL is back: the store's last
+            // reference (when construction fails) is released with the GIL held.
+            const std::shared_ptr<const RemoteAccess> access = remote_access(std::move(remote), retry);
             nb::gil_scoped_release release;
-            new (self) TarShardSource(std::move(paths));
+            new (self) TarShardSource(std::move(paths), access);
           },
-          nb::arg("shards"), "shards: os.fsencode() of each path.")
+          nb::arg("shards"), nb::arg("remote").none() = nb::none(), nb::arg("retry") = RetryPolicy{},
+          "shards: os.fsencode() of each path. remote: the store that reads the shards that are URLs, with "
+          "`retry`.")
       .def_prop_ro("shards", [](const TarShardSource& source) { return to_paths(source.shards()); })
       .def("fields", &TarShardSource::fields, nb::arg("index"))
       .def(

@@ -18,6 +18,7 @@ from conveyor import _conveyor, _device
 from conveyor._checks import INT64_MAX, INT_MAX, UINT64_MAX, check_bool, check_int, is_bool, warn_once
 from conveyor.errors import ConfigError
 from conveyor.sources import Mix, Source
+from conveyor.sources.remote import REMOTE_IO_THREADS
 from conveyor.transforms import DEFAULT_MAX_PIXELS, Transform
 from conveyor.transforms.base import transform_chain
 from conveyor.transforms.batch import BatchFunction, BatchTransform, split_batch_transforms
@@ -82,8 +83,11 @@ class Loader:
         num_workers: DataLoader's name for ``threads`` (give one of them);
             ``num_workers=0`` (DataLoader: load in the training process) is one thread.
         io_threads: concurrent reads; "auto" (default): autotune, from the
-            measured read latency and demand. Reads wait on storage, so many
-            in flight hide slow disks without more decode threads.
+            measured read latency and demand — except for a source that reads
+            URLs, where the default pins REMOTE_IO_THREADS (64): each request
+            also runs Python under the GIL, which autotune's model does not
+            count. Reads wait on storage, so many in flight hide slow disks
+            and network latency without more decode threads.
         prefetch: batches prepared ahead of the consumer; "auto" (default):
             autotune, within ``memory_budget``.
         memory_budget: bytes the batch buffers may hold (prefetched batches
@@ -210,6 +214,8 @@ class Loader:
         prefetch = _parallelism(prefetch, "prefetch")
         seed = check_int(seed, "seed", minimum=0, maximum=UINT64_MAX)
         max_pixels = check_int(max_pixels, "max_pixels", minimum=1)
+        if io_threads in (None, AUTO) and getattr(source, "_remote", False):
+            io_threads = REMOTE_IO_THREADS  # See the docstring: URLs pin their reads in flight.
         threads, io_threads = (
             _parallelism(AUTO if value is None else value, name)
             for name, value in (("threads", threads), ("io_threads", io_threads))

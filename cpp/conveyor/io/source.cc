@@ -4,6 +4,7 @@
 
 #include "conveyor/core/error.h"
 #include "conveyor/io/regular_file.h"
+#include "conveyor/io/remote.h"
 
 namespace conveyor {
 
@@ -24,8 +25,8 @@ Bytes read_file(const std::string& path) {
 }
 
 FileSource::FileSource(std::vector<std::string> paths, std::vector<int64_t> labels,
-                       std::vector<std::vector<BoundingBox>> boxes)
-    : paths_(std::move(paths)), labels_(std::move(labels)), boxes_(std::move(boxes)) {
+                       std::vector<std::vector<BoundingBox>> boxes, std::shared_ptr<const RemoteAccess> remote)
+    : paths_(std::move(paths)), labels_(std::move(labels)), boxes_(std::move(boxes)), remote_(std::move(remote)) {
   auto check_count = [&](size_t n, const char* what) {
     check_config(n == 0 || n == paths_.size(), std::string(what) + " must be empty or have one entry per path (" +
                                                    std::to_string(paths_.size()) + " paths, " + std::to_string(n) +
@@ -33,12 +34,17 @@ FileSource::FileSource(std::vector<std::string> paths, std::vector<int64_t> labe
   };
   check_count(labels_.size(), "labels");
   check_count(boxes_.size(), "boxes");
+  if (remote_ != nullptr) {
+    check_config(remote_->store != nullptr, "FileSource: remote access without a store");
+    remote_->retry.validate();
+  }
 }
 
 Record FileSource::read(int64_t index) const {
   const auto i = static_cast<size_t>(index);
   const std::string& path = paths_.at(i);
-  return Record{read_file(path), labels_.empty() ? -1 : labels_[i], path,
+  Bytes data = remote_ != nullptr && is_url(path) ? remote_->read(path, 0, -1, path) : read_file(path);
+  return Record{std::move(data), labels_.empty() ? -1 : labels_[i], path,
                 boxes_.empty() ? std::vector<BoundingBox>{} : boxes_[i]};
 }
 

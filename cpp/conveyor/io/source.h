@@ -10,6 +10,8 @@
 
 namespace conveyor {
 
+struct RemoteAccess;  // remote.h
+
 /// Immutable bytes with shared ownership: an owned vector, or a view into
 /// memory kept alive by `owner` (e.g. a decompressed file). Cheap to copy.
 class Bytes {
@@ -92,13 +94,16 @@ class Source {
 Bytes read_file(const std::string& path);
 
 /// Samples that are files on a filesystem, with optional labels and boxes;
-/// the source behind ImageFolder, FileList and CocoDetection.
+/// the source behind ImageFolder, FileList and CocoDetection. With `remote`,
+/// paths that are URLs (is_url, remote.h) are read whole through it, with its
+/// retries; other paths are read from the file system (read_file) as without.
 class FileSource final : public Source {
  public:
   /// `labels` is empty (every label -1) or has one entry per path; so has
   /// `boxes` (each file's objects, for detection) when not empty.
   explicit FileSource(std::vector<std::string> paths, std::vector<int64_t> labels = {},
-                      std::vector<std::vector<BoundingBox>> boxes = {});
+                      std::vector<std::vector<BoundingBox>> boxes = {},
+                      std::shared_ptr<const RemoteAccess> remote = nullptr);
 
   int64_t size() const override { return static_cast<int64_t>(paths_.size()); }
   Record read(int64_t index) const override;
@@ -108,6 +113,7 @@ class FileSource final : public Source {
   std::vector<std::string> paths_;
   std::vector<int64_t> labels_;
   std::vector<std::vector<BoundingBox>> boxes_;
+  std::shared_ptr<const RemoteAccess> remote_;
 };
 
 }  // namespace conveyor

@@ -11,6 +11,7 @@
 #include "conveyor/core/error.h"
 #include "conveyor/io/image_formats.h"
 #include "conveyor/io/regular_file.h"
+#include "conveyor/io/remote.h"
 
 namespace conveyor {
 
@@ -141,12 +142,61 @@ std::string describe_change(const RegularFile::Identity& was, const RegularFile:
   return out;
 }
 
+// Indexing reads a remote shard in chunks of this size, one range request
+// each: walking the headers then costs about size / kIndexChunk requests
+// rather than one per member (a request's latency dwarfs the transfer of a
+// typical member), and a member larger than a chunk is skipped, not fetched.
+constexpr uint64_t kIndexChunk = uint64_t{8} << 20;
+
+// A remote shard as indexing reads it, with RegularFile's reading functions
+// (add_shard_from is written once for both): its size (one request), then
+// byte ranges served from the current chunk, fetched again starting at the
+// wanted offset when it is not there. Used by one thread.
+class RemoteShardReader {
+ public:
+  RemoteShardReader(const RemoteAccess& remote, const std::string& url)
+      : remote_(remote), url_(url), size_(remote.size(url, url)) {}
+
+  uint64_t size() const noexcept { return size_; }
+
+  void read_exact(uint64_t offset, std::span<uint8_t> out, const std::string& key) const {
+    if (out.empty()) return;
+    if (offset > size_ || out.size() > size_ - offset) {
+      throw Error(ErrorKind::kRead,
+                  "expected " + std::to_string(out.size()) + " bytes at offset " + std::to_string(offset) + " of a " +
+                      std::to_string(size_) + "-byte object",
+                  key);
+    }
+    if (offset < start_ || offset - start_ + out.size() > chunk_.size()) {
+      const uint64_t length = std::min(std::max<uint64_t>(kIndexChunk, out.size()), size_ - offset);
+      const Bytes bytes = remote_.read(url_, offset, static_cast<int64_t>(length), key);
+      chunk_.assign(bytes.data(), bytes.data() + bytes.size());
+      start_ = offset;
+    }
+    std::memcpy(out.data(), chunk_.data() + (offset - start_), out.size());
+  }
+
+  std::vector<uint8_t> read_exact(uint64_t offset, uint64_t size, const std::string& key) const {
+    std::vector<uint8_t> out(static_cast<size_t>(size));
+    read_exact(offset, out, key);
+    return out;
+  }
+
+ private:
+  const RemoteAccess& remote_;
+  const std::string& url_;
+  const uint64_t size_;
+  mutable uint64_t start_ = 0;  // Offset of chunk_ in the object.
+  mutable std::vector<uint8_t> chunk_;
+};
+
 }  // namespace
 
 struct TarShardSource::Index {
   struct Shard {
     std::string path;
     RegularFile::Identity identity;  // When indexed: reads check the file is still this one.
+    bool remote = false;             // Read through `remote` (a URL), by range requests.
   };
   struct Field {
     uint32_t name;  // Into field_names.
@@ -162,6 +212,7 @@ struct TarShardSource::Index {
     std::string member;  // The image member's name.
   };
 
+  std::shared_ptr<const RemoteAccess> remote;  // For shards that are URLs; null without any.
   std::vector<Shard> shards;
   std::vector<std::string> field_names;
   std::vector<Field> fields;
@@ -191,8 +242,13 @@ struct TarShardSource::Index {
   // then point at other bytes, so a shard whose identity changed is an
   // Error{kRead} too. The read comes first, so a cut member keeps its more
   // precise truncation message.
+  //
+  // A remote shard's member is one range request (with remote's retries);
+  // remote objects are taken as immutable (object stores version them), so
+  // no identity is compared.
   Bytes read(const Sample& s, const Field& f, const std::string& key) const {
     const Shard& shard = shards[s.shard];
+    if (shard.remote) return remote->read(shard.path, f.offset, static_cast<int64_t>(f.size), key);
     std::optional<RegularFile> file;
     try {
       file.emplace(shard.path);
@@ -210,6 +266,9 @@ struct TarShardSource::Index {
   }
 
   void add_shard(const std::string& path);
+  // Walks the headers of `file` (a RegularFile or a RemoteShardReader).
+  template <class File>
+  void add_shard_from(const std::string& path, const File& file, Shard shard);
 };
 
 namespace {
@@ -224,11 +283,21 @@ struct Group {
 }  // namespace
 
 void TarShardSource::Index::add_shard(const std::string& path) {
+  if (remote != nullptr && is_url(path)) {
+    const RemoteShardReader reader(*remote, path);
+    add_shard_from(path, reader, Shard{path, {}, true});
+  } else {
+    const RegularFile file(path);
+    add_shard_from(path, file, Shard{path, file.identity(), false});
+  }
+}
+
+template <class File>
+void TarShardSource::Index::add_shard_from(const std::string& path, const File& file, Shard shard) {
   const auto shard_id = static_cast<uint32_t>(shards.size());
-  const RegularFile file(path);
   const uint64_t size = file.size();
   if (size == 0) throw Error(ErrorKind::kRead, "empty file, not a tar archive", path);
-  shards.push_back({path, file.identity()});
+  shards.push_back(std::move(shard));
 
   Group group;
   auto flush = [&] {
@@ -387,9 +456,14 @@ void TarShardSource::Index::add_shard(const std::string& path) {
   flush();
 }
 
-TarShardSource::TarShardSource(std::vector<std::string> shards) {
+TarShardSource::TarShardSource(std::vector<std::string> shards, std::shared_ptr<const RemoteAccess> remote) {
   check_config(!shards.empty(), "TarShards: no shards given");
+  if (remote != nullptr) {
+    check_config(remote->store != nullptr, "TarShards: remote access without a store");
+    remote->retry.validate();
+  }
   auto index = std::make_unique<Index>();
+  index->remote = std::move(remote);
   for (const auto& path : shards) index->add_shard(path);
   check_config(!index->samples.empty(),
                "TarShards: the shards hold no samples (" + shards.front() + (shards.size() > 1 ? ", ..." : "") + ")");

@@ -9,6 +9,8 @@
 
 namespace conveyor {
 
+struct RemoteAccess;  // remote.h
+
 /// Samples stored WebDataset-style in tar shards: consecutive members sharing a
 /// prefix (the path up to the first "." of the file name) form one sample, and
 /// each member is a field named by the rest of the file name, lower-cased
@@ -29,6 +31,14 @@ namespace conveyor {
 /// bytes under the old index. The record key is "shard.tar:member" (the image
 /// member).
 ///
+/// Shards may be URLs (is_url) when `remote` is given: indexing then reads
+/// the shard's bytes once, in large range requests (8 MiB chunks, a member
+/// larger than a chunk is skipped), keeping only offsets; each read of a
+/// member afterwards is one range request of exactly its bytes, never a
+/// whole-shard fetch, retried under remote's RetryPolicy. Remote shards are
+/// taken as immutable: a member that now reads short is an Error{kRead}, but
+/// no identity is compared.
+///
 /// Thread-safety: immutable after construction; read(), key() and field() may
 /// be called from many threads at once.
 class TarShardSource final : public Source {
@@ -37,8 +47,9 @@ class TarShardSource final : public Source {
   /// (and the member, once known) when a shard is missing, unreadable,
   /// truncated or has a corrupt header, or when a sample has no image field, a
   /// duplicate field or a malformed `cls`; Error{kConfig} when `shards` is
-  /// empty or holds no samples.
-  explicit TarShardSource(std::vector<std::string> shards);
+  /// empty or holds no samples. Shards that are URLs are read through
+  /// `remote` (when given; without it a URL is opened as a file path).
+  explicit TarShardSource(std::vector<std::string> shards, std::shared_ptr<const RemoteAccess> remote = nullptr);
   ~TarShardSource() override;
 
   int64_t size() const override;

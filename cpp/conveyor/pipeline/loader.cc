@@ -15,6 +15,7 @@
 #include <unistd.h>
 #endif
 
+#include "conveyor/core/cancellation.h"
 #include "conveyor/core/checked_size.h"
 #include "conveyor/core/error.h"
 #include "conveyor/core/fork_guard.h"
@@ -101,6 +102,9 @@ struct EpochRun : std::enable_shared_from_this<EpochRun> {
   uint64_t last_ticket = 0;
   int64_t outstanding = 0;  // Tasks issued and not yet finished.
   bool cancelled = false;
+  // Cancelled by stop(): ends the waits of reads in flight (a remote read's
+  // backoff), which see it as their thread's current Cancellation.
+  Cancellation stopping;
   bool finished = false;
   bool mixes = false;                // Batches are mixed (batch_mix) before hand-off.
   bool variable = false;             // Samples have their own buffers (the transform has no fixed shape).
@@ -618,6 +622,7 @@ void Loader::read_task(const std::shared_ptr<EpochRun>& run, SlotTicket task) {
   Record record;
   std::optional<SampleError> error;
   try {
+    const ScopedCancellation scope(run->stopping);
     record = source_->read(sample);
     if (record.key.empty()) record.key = key_of(*source_, sample);
   } catch (const Error& e) {
@@ -884,6 +889,7 @@ void Loader::stop_locked(std::unique_lock<std::mutex>& lock) {
   if (run_ == nullptr) return;
   std::shared_ptr<EpochRun> run = run_;
   run->cancelled = true;
+  run->stopping.cancel();
   cv_.notify_all();
   // Queued tasks see `cancelled` and finish at once; running ones finish their sample.
   cv_.wait(lock, [&] { return run->outstanding == 0; });

@@ -29,6 +29,7 @@ __all__ = [
     "ImageFolderDataset",
     "SlowDecodedFiles",
     "SlowFiles",
+    "UrlImages",
     "eval_transform",
     "image_folder",
     "read_idx",
@@ -234,6 +235,32 @@ def image_folder(root: str, transform: Transform) -> torch.utils.data.Dataset:
     if torchvision is not None:
         return torchvision.datasets.ImageFolder(root, transform)
     return ImageFolderDataset(root, transform)
+
+
+class UrlImages(torch.utils.data.Dataset):
+    """Images read from URLs with fsspec in ``__getitem__`` (one GET of the
+    whole file), decoded with PIL and run through ``transform``: what a
+    DataLoader user writes for remote storage. The filesystem is made in each
+    worker process on first use (fsspec's event loop does not survive fork)."""
+
+    def __init__(self, urls: Sequence[str], labels: Sequence[int], transform: Transform):
+        self.urls = list(urls)
+        self.labels = list(labels)
+        self.transform = transform
+        self._fs: Any = None
+        self._pid = -1
+
+    def __len__(self) -> int:
+        return len(self.urls)
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        if self._fs is None or self._pid != os.getpid():
+            import fsspec
+
+            self._fs, self._pid = fsspec.filesystem("http", skip_instance_cache=True), os.getpid()
+        data = self._fs.cat_file(self.urls[index])
+        with Image.open(io.BytesIO(data)) as image:
+            return self.transform(image.convert("RGB")), self.labels[index]
 
 
 # --- slow storage ------------------------------------------------------------------------------------

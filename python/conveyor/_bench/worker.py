@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import subprocess
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -126,9 +127,14 @@ def _close(loader: Any) -> None:
 
 def throughput(spec: Spec, make_loader: Callable[[Spec], Iterable[Any]] = _image_loader) -> dict[str, Any]:
     """One epoch of the ImageNet train or eval pipeline (or of ``make_loader``'s); images/s."""
+    return _epoch(lambda: make_loader(spec))
+
+
+def _epoch(make_loader: Callable[[], Iterable[Any]]) -> dict[str, Any]:
+    """Figures of one epoch of the loader ``make_loader`` builds (timed too)."""
     cpu_start = _cpu_seconds()
     start = time.perf_counter()
-    loader = make_loader(spec)
+    loader = make_loader()
     construct_s = time.perf_counter() - start
     timed = _Timed(loader)
     epoch_start = time.perf_counter()
@@ -149,6 +155,70 @@ def throughput(spec: Spec, make_loader: Callable[[Spec], Iterable[Any]] = _image
         "wait_s": timed.wait_s,
         "stats": stats,
     }
+
+
+def _start_server(root: str, latency_ms: float) -> tuple[subprocess.Popen[str], int]:
+    """The HTTP file server in its own process (so that serving does not share
+    the measured process's GIL); returns it and its port."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "conveyor._bench.http_server", root, "--latency-ms", str(latency_ms)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdout is not None
+    return server, int(server.stdout.readline())
+
+
+def _remote_loader(spec: Spec, files: list[str], labels: list[int]) -> Iterable[Any]:
+    if spec["side"] == "conveyor":
+        import conveyor
+
+        return conveyor.Loader(
+            conveyor.sources.FileList(files, labels),
+            transforms=_conveyor_image_transforms("train"),
+            batch_size=spec["batch_size"],
+            shuffle=True,
+            seed=0,
+            threads=spec["workers"],
+            io_threads=spec.get("io_threads"),
+        )
+    import torch
+
+    from conveyor._bench import reference
+
+    if spec["latency_ms"] is None:  # Local files: the throughput bench's dataset.
+        dataset = reference.image_folder(spec["data"], reference.train_transform())
+        dataset = torch.utils.data.Subset(dataset, _spread(len(dataset), spec.get("limit")))
+    else:
+        dataset = reference.UrlImages(files, labels, reference.train_transform())
+    return torch.utils.data.DataLoader(
+        dataset, batch_size=spec["batch_size"], shuffle=True, num_workers=spec["workers"], pin_memory=False
+    )
+
+
+def remote(spec: Spec) -> dict[str, Any]:
+    """One epoch of the ImageNet train pipeline over the images of ``data``
+    served by a local HTTP server adding ``latency_ms`` to every request (None:
+    the local files, for reference); images/s."""
+    import urllib.parse
+
+    from conveyor._bench.reference import ImageFolderDataset
+
+    samples = ImageFolderDataset(spec["data"], lambda image: image).samples
+    samples = [samples[i] for i in _spread(len(samples), spec.get("limit"))]
+    labels = [label for _, label in samples]
+    if spec["latency_ms"] is None:
+        return _epoch(lambda: _remote_loader(spec, [path for path, _ in samples], labels))
+    server, port = _start_server(spec["data"], spec["latency_ms"])
+    try:
+        urls = [
+            f"http://127.0.0.1:{port}/" + urllib.parse.quote(os.path.relpath(path, spec["data"]))
+            for path, _ in samples
+        ]
+        return _epoch(lambda: _remote_loader(spec, urls, labels))
+    finally:
+        server.kill()
+        server.wait()
 
 
 def _slow_loader(spec: Spec) -> Iterable[Any]:
@@ -359,6 +429,7 @@ RUNNERS: dict[str, Callable[[Spec], dict[str, Any]]] = {
     "slow-storage": slow_storage,
     "mnist": mnist,
     "cifar": cifar,
+    "remote": remote,
 }
 
 

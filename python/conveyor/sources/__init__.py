@@ -5,7 +5,8 @@ reads many records at once on its io threads.
 One module per source family: ``files`` (FileList, ImageFolder), ``tar``
 (TarShards), ``idx`` (MNIST), ``arrays`` (ArraySource: numpy arrays and
 ``.npy`` files), ``cifar`` (CIFAR10, CIFAR100), ``python`` (PythonSource),
-``coco`` (CocoDetection), ``mix`` (Mix); ``base`` holds what they share.
+``coco`` (CocoDetection), ``mix`` (Mix); ``base`` holds what they share,
+``remote`` how URLs are read (fsspec; RetryPolicy).
 """
 
 from conveyor.sources.arrays import ArraySource
@@ -16,6 +17,7 @@ from conveyor.sources.files import FileList, ImageFolder
 from conveyor.sources.idx import MNIST, FashionMNIST
 from conveyor.sources.mix import Mix
 from conveyor.sources.python import PythonSource
+from conveyor.sources.remote import RetryPolicy
 from conveyor.sources.tar import TarShards, expand_shards
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "ImageFolder",
     "Mix",
     "PythonSource",
+    "RetryPolicy",
     "Source",
     "TarShards",
     "expand_shards",

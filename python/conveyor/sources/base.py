@@ -71,6 +71,9 @@ class Source:
     #: CIFAR, arrays) rather than encoded images: the image pipeline then
     #: takes them without a decode, and the chain starts from that size.
     raw_shape: Optional[tuple[int, int, int]] = None
+    #: True when some samples are read from URLs (remote storage): the Loader
+    #: then defaults to more reads in flight (REMOTE_IO_THREADS).
+    _remote = False
 
     def _image_id(self, label: int) -> int:
         """The id reported in a detection target for a sample with ``label``."""

@@ -7,7 +7,7 @@ import csv
 import io
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 import numpy as np
@@ -22,6 +22,7 @@ from conveyor.sources.base import (
     Source,
     fs_paths,
 )
+from conveyor.sources.remote import RetryPolicy, remote_arguments
 
 
 def _check_boxes(
@@ -59,6 +60,12 @@ class FileList(Source):
     are kept in ``paths`` as ``os.fsdecode`` gives them (the form
     ``os.listdir`` lists), which is also the ``key`` of their errors.
 
+    Paths may also be URLs (``https://``, ``s3://``, ``gs://``, any fsspec
+    protocol whose backend is installed; ``pip install 'conveyor[remote]'``
+    for HTTP): each is fetched whole with one request on the io threads,
+    transient failures retried under ``retry``, and a failure is a ReadError
+    naming the URL. See docs/api.md, "Remote storage".
+
     Args:
         paths: a list of image file paths.
         labels: one class index per path (int or numpy integer), or None
@@ -66,13 +73,18 @@ class FileList(Source):
         boxes: per path, its objects as ``(x, y, width, height, category)`` in
             pixels; the Loader then returns each batch's boxes moved along
             with the image's crops, resizes and flips (see ``Loader(targets=)``).
+        retry: how reads of URLs retry transient failures (a RetryPolicy;
+            None: its defaults, 5 attempts).
+        storage_options: keyword arguments of the fsspec filesystem for the
+            URLs (credentials, endpoint, ...), as ``fsspec.filesystem`` takes them.
 
     Raises:
         ConfigError: ``paths`` is a single path or empty; a label is not an
             integer in the int64 range (naming ``labels[i]``; floats and
             strings are refused, not truncated); a box is not four finite
             numbers and an integer (naming ``boxes[i][j]``); or ``labels`` or
-            ``boxes`` has the wrong length.
+            ``boxes`` has the wrong length; a URL's protocol has no fsspec
+            backend installed (naming the package to install).
     """
 
     #: Class names by index, when known (ImageFolder, from_csv with class names).
@@ -85,6 +97,9 @@ class FileList(Source):
         paths: Sequence[PathLike],
         labels: Optional[Sequence[int]] = None,
         boxes: Optional[Sequence[Sequence[tuple[float, float, float, float, int]]]] = None,
+        *,
+        retry: Optional[RetryPolicy] = None,
+        storage_options: Optional[Mapping[str, Any]] = None,
     ) -> None:
         if isinstance(paths, (str, bytes, os.PathLike)):
             raise ConfigError(
@@ -112,7 +127,9 @@ class FileList(Source):
         self.has_boxes = boxes is not None
         checked_boxes = [] if boxes is None else _check_boxes(boxes)
         self._boxes = [[tuple(box) for box in objects] for objects in boxes] if boxes is not None else None
-        self._source = _conveyor.FileSource(fs_paths(self.paths), self.labels or [], checked_boxes)
+        remote = remote_arguments(self.paths, retry, storage_options, "FileList")
+        self._remote = bool(remote)
+        self._source = _conveyor.FileSource(fs_paths(self.paths), self.labels or [], checked_boxes, **remote)
 
     def __len__(self) -> int:
         return len(self.paths)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Sequence
-from typing import Optional, Union
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional, Union
 
 from braceexpand import UnbalancedBracesError, braceexpand
 
@@ -13,6 +13,7 @@ from conveyor import _conveyor
 from conveyor._checks import check_int
 from conveyor.errors import ConfigError
 from conveyor.sources.base import PathLike, Source, fs_paths
+from conveyor.sources.remote import RetryPolicy, is_url, remote_arguments
 
 
 def expand_shards(shards: Union[PathLike, Sequence[PathLike]]) -> list[str]:
@@ -21,6 +22,7 @@ def expand_shards(shards: Union[PathLike, Sequence[PathLike]]) -> list[str]:
     (``data/shard-{000..009}.tar``, ``{train,val}``, nested braces, ``{a..c}``;
     a backslash escapes a brace), then glob patterns (``data/*.tar``, sorted);
     a plain path is kept as is (a missing file is reported when it is opened).
+    URLs are brace-expanded but never globbed (``?`` starts a URL's query).
 
     Raises:
         ConfigError: no shard given, unbalanced braces, or a glob pattern
@@ -34,7 +36,7 @@ def expand_shards(shards: Union[PathLike, Sequence[PathLike]]) -> list[str]:
         except UnbalancedBracesError as e:
             raise ConfigError(f"TarShards: {os.fsdecode(item)}: {e}") from None
         for pattern in patterns:
-            if glob.has_magic(pattern):
+            if glob.has_magic(pattern) and not is_url(pattern):
                 matches = sorted(glob.glob(pattern))
                 if not matches:
                     raise ConfigError(f"TarShards: no file matches {pattern}")
@@ -67,15 +69,26 @@ class TarShards(Source):
     N, so reads stay within a few shards at a time. Either order depends only
     on (seed, epoch). Sample keys are ``"shard.tar:member"``.
 
+    Shards may be URLs (``https://host/shard-{000..009}.tar``, ``s3://``, any
+    fsspec protocol whose backend is installed): each is indexed once at
+    construction by reading it in large range requests (8 MiB chunks),
+    keeping only offsets; afterwards each read of a member is one range
+    request of exactly its bytes, never a whole-shard fetch, with transient
+    failures retried under ``retry``. See docs/api.md, "Remote storage".
+
     Args:
         shards: a pattern (``"data/shard-{000..009}.tar"``, ``"data/*.tar"``)
             or a list of paths or patterns.
         shuffle_buffer: None (global shuffle) or the buffer size N >= 1 (an
             int or numpy integer; not a bool).
+        retry: how reads of URLs retry transient failures (a RetryPolicy;
+            None: its defaults).
+        storage_options: keyword arguments of the fsspec filesystem for the
+            URLs (credentials, endpoint, ...).
 
     Raises:
         ConfigError: no shard matches, no samples, or shuffle_buffer is not
-            an int >= 1.
+            an int >= 1; a URL's protocol has no fsspec backend installed.
         ReadError: a shard is missing, unreadable, not a regular file (a FIFO
             is refused, not waited on), truncated or corrupt, or a
             sample has no image, a duplicate member or a malformed ``cls``
@@ -83,7 +96,12 @@ class TarShards(Source):
     """
 
     def __init__(
-        self, shards: Union[PathLike, Sequence[PathLike]], shuffle_buffer: Optional[int] = None
+        self,
+        shards: Union[PathLike, Sequence[PathLike]],
+        shuffle_buffer: Optional[int] = None,
+        *,
+        retry: Optional[RetryPolicy] = None,
+        storage_options: Optional[Mapping[str, Any]] = None,
     ) -> None:
         if shuffle_buffer is not None:
             shuffle_buffer = check_int(
@@ -91,7 +109,9 @@ class TarShards(Source):
             )
         self.shuffle_buffer = shuffle_buffer
         self.shards = expand_shards(shards)
-        self._source = _conveyor.TarShardSource(fs_paths(self.shards))
+        remote = remote_arguments(self.shards, retry, storage_options, "TarShards")
+        self._remote = bool(remote)
+        self._source = _conveyor.TarShardSource(fs_paths(self.shards), **remote)
 
     def __len__(self) -> int:
         return len(self._source)

@@ -1,0 +1,149 @@
+#include "conveyor/io/remote.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <thread>
+#include <utility>
+
+#include "conveyor/core/cancellation.h"
+#include "conveyor/core/error.h"
+
+namespace conveyor {
+
+namespace {
+
+bool is_scheme_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.';
+}
+
+// Jitter only spreads retries in time; it never affects what is read, so a
+// per-thread generator seeded from the OS is enough.
+double jitter() {
+  thread_local std::minstd_rand generator(
+      std::random_device{}() ^ static_cast<unsigned>(std::hash<std::thread::id>{}(std::this_thread::get_id())));
+  return std::uniform_real_distribution<double>(0.5, 1.0)(generator);
+}
+
+std::string seconds_text(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f s", seconds);
+  return text;
+}
+
+Error cancelled(const std::string& key) {
+  return Error(ErrorKind::kCancelled, "the remote read was cancelled (the loader stopped)", key);
+}
+
+// Runs `attempt` until it succeeds, fails permanently, or `policy` gives up.
+// The backoff waits end early when the thread's Cancellation is cancelled.
+template <class Attempt>
+auto with_retries(const RetryPolicy& policy, const std::string& key, Attempt&& attempt) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  double backoff = policy.initial_backoff;
+  for (int made = 1;; ++made) {
+    try {
+      return attempt();
+    } catch (const FetchError& e) {
+      const FetchFailure& failure = e.failure();
+      if (failure.kind == FetchFailure::Kind::kCancelled) throw cancelled(key);
+      if (!is_transient(failure)) throw Error(ErrorKind::kRead, failure.describe(), key);
+      const double wait = std::min(backoff, policy.max_backoff) * jitter();
+      const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+      if (made >= policy.attempts || (policy.timeout > 0 && elapsed + wait > policy.timeout)) {
+        throw Error(ErrorKind::kRead,
+                    failure.describe() + " (a transient error; gave up after " + std::to_string(made) +
+                        (made == 1 ? " attempt" : " attempts") + " in " + seconds_text(elapsed) + ")",
+                    key);
+      }
+      if (cancellation_requested() || sleep_unless_cancelled(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          std::chrono::duration<double>(wait)))) {
+        throw cancelled(key);
+      }
+      backoff = std::min(backoff * 2, policy.max_backoff);
+    }
+  }
+}
+
+}  // namespace
+
+bool is_url(std::string_view path) {
+  const size_t colon = path.find("://");
+  if (colon == std::string_view::npos || colon == 0) return false;
+  const char first = path[0];
+  if (!((first >= 'a' && first <= 'z') || (first >= 'A' && first <= 'Z'))) return false;
+  return std::all_of(path.begin(), path.begin() + static_cast<std::ptrdiff_t>(colon), is_scheme_char);
+}
+
+void RetryPolicy::validate() const {
+  check_config(attempts >= 1, "RetryPolicy: attempts must be >= 1, got " + std::to_string(attempts));
+  check_config(
+      std::isfinite(initial_backoff) && initial_backoff >= 0,
+      "RetryPolicy: initial_backoff must be a finite number of seconds >= 0, got " + std::to_string(initial_backoff));
+  check_config(std::isfinite(max_backoff) && max_backoff >= initial_backoff,
+               "RetryPolicy: max_backoff must be finite and >= initial_backoff (" + std::to_string(initial_backoff) +
+                   "), got " + std::to_string(max_backoff));
+  check_config(std::isfinite(timeout), "RetryPolicy: timeout must be finite (<= 0: no limit)");
+}
+
+std::string FetchFailure::describe() const {
+  auto with = [this](std::string what) { return message.empty() ? what : what + ": " + message; };
+  switch (kind) {
+    case Kind::kStatus:
+      return "HTTP " + std::to_string(status) + (message.empty() ? "" : " " + message);
+    case Kind::kTimeout:
+      return with("timed out");
+    case Kind::kConnection:
+      return with("connection failed");
+    case Kind::kNotFound:
+      return with("not found");
+    case Kind::kPermission:
+      return with("permission denied");
+    case Kind::kInvalid:
+      return with("invalid URL or request");
+    case Kind::kCancelled:
+      return with("cancelled");
+    case Kind::kOther:
+      break;
+  }
+  return message.empty() ? std::string("failed") : message;
+}
+
+bool is_transient(const FetchFailure& failure) {
+  switch (failure.kind) {
+    case FetchFailure::Kind::kStatus:
+      // 408 Request Timeout, 429 Too Many Requests, and server errors except
+      // those that say the request itself can never work.
+      return failure.status == 408 || failure.status == 429 ||
+             (failure.status >= 500 && failure.status <= 599 && failure.status != 501 && failure.status != 505);
+    case FetchFailure::Kind::kTimeout:
+    case FetchFailure::Kind::kConnection:
+      return true;
+    default:
+      return false;
+  }
+}
+
+FetchError::FetchError(FetchFailure failure) : std::runtime_error(failure.describe()), failure_(std::move(failure)) {}
+
+Bytes RemoteAccess::read(const std::string& url, uint64_t offset, int64_t size, const std::string& key) const {
+  std::vector<uint8_t> data = with_retries(retry, key, [&] { return store->read(url, offset, size); });
+  if (size >= 0 && data.size() != static_cast<uint64_t>(size)) {
+    throw Error(ErrorKind::kRead,
+                "expected " + std::to_string(size) + " bytes at offset " + std::to_string(offset) + ", got " +
+                    std::to_string(data.size()) +
+                    " (the object changed since it was indexed, or the server ignored the byte range)",
+                key);
+  }
+  return Bytes::from_vector(std::move(data));
+}
+
+uint64_t RemoteAccess::size(const std::string& url, const std::string& key) const {
+  return with_retries(retry, key, [&] { return store->size(url); });
+}
+
+}  // namespace conveyor

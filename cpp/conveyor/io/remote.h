@@ -1,0 +1,109 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "conveyor/io/source.h"
+
+namespace conveyor {
+
+/// Whether `path` is a URL ("scheme://...", the scheme a letter followed by
+/// letters, digits, "+", "-" or "."), read through a RemoteStore rather than
+/// the file system: "https://host/a.jpg", "s3://bucket/a.tar".
+bool is_url(std::string_view path);
+
+/// How remote reads retry transient failures. An attempt that fails with a
+/// transient error (is_transient) is retried after a backoff that doubles
+/// from `initial_backoff` up to `max_backoff` seconds, each drawn uniformly
+/// from [half, all] of it (jitter, so that many readers do not retry in step);
+/// the read gives up after `attempts` attempts in all, or when the next wait
+/// would end more than `timeout` seconds after the first attempt started
+/// (<= 0: no time limit). Permanent failures are never retried.
+struct RetryPolicy {
+  int attempts = 5;
+  double initial_backoff = 0.2;
+  double max_backoff = 5.0;
+  double timeout = 60.0;
+
+  /// Throws Error{kConfig} naming the field when a value is out of range:
+  /// attempts >= 1, 0 <= initial_backoff <= max_backoff, all finite.
+  void validate() const;
+};
+
+/// Why one attempt at a remote read failed, as the store saw it; whether it
+/// is worth retrying is decided here (is_transient), not by the store.
+struct FetchFailure {
+  enum class Kind {
+    kStatus,      ///< The server answered with an error status (`status`, e.g. 503, 404).
+    kTimeout,     ///< No answer in time (connect or read timeout).
+    kConnection,  ///< The connection failed or was reset.
+    kNotFound,    ///< The object does not exist (a store's own "not found", no status).
+    kPermission,  ///< Access denied (a store's own, no status).
+    kInvalid,     ///< The URL is malformed or the request invalid.
+    kCancelled,   ///< The read was cancelled (the loader stopped) while in flight.
+    kOther,       ///< Anything else the store reported.
+  };
+  Kind kind = Kind::kOther;
+  int status = 0;       ///< The HTTP status for kStatus, else 0.
+  std::string message;  ///< The store's words (e.g. "Service Unavailable").
+
+  /// "HTTP 503 Service Unavailable", "timed out: ...", "connection failed: ...".
+  std::string describe() const;
+};
+
+/// Transient failures are retried: HTTP 408, 429 and 5xx (but 501 Not
+/// Implemented and 505), timeouts and connection failures. Everything else
+/// (404, 403, 400, other 4xx, a malformed URL, ...) fails at once.
+bool is_transient(const FetchFailure& failure);
+
+/// Thrown by a RemoteStore for a failed attempt.
+class FetchError : public std::runtime_error {
+ public:
+  explicit FetchError(FetchFailure failure);
+  const FetchFailure& failure() const noexcept { return failure_; }
+
+ private:
+  FetchFailure failure_;
+};
+
+/// What remote reads go through: one attempt at a time, no retries (the
+/// callers retry with a RetryPolicy). Implemented outside the core, e.g. by
+/// fsspec in the Python bindings (PythonRemoteStore).
+///
+/// Thread-safety: read() and size() are called from many io threads at once.
+class RemoteStore {
+ public:
+  virtual ~RemoteStore() = default;
+  /// The bytes [offset, offset + size) of `url`, or the whole object when
+  /// `size` < 0. May return fewer bytes at the end of the object. Throws
+  /// FetchError.
+  virtual std::vector<uint8_t> read(const std::string& url, uint64_t offset, int64_t size) const = 0;
+  /// The size of the object at `url` in bytes. Throws FetchError.
+  virtual uint64_t size(const std::string& url) const = 0;
+};
+
+/// A RemoteStore with the RetryPolicy its reads follow: what the sources that
+/// accept URLs (FileSource, TarShardSource) hold.
+///
+/// Thread-safety: immutable; read() and size() may be called from many threads.
+struct RemoteAccess {
+  std::shared_ptr<const RemoteStore> store;
+  RetryPolicy retry;
+
+  /// store->read(url, offset, size) retried under `retry`. Throws Error{kRead}
+  /// naming `key` with the failure ("HTTP 404 Not Found", or "HTTP 503 Service
+  /// Unavailable (a transient error; gave up after 5 attempts in 3.1 s)"), and
+  /// Error{kCancelled} when the calling thread's current Cancellation
+  /// (core/cancellation.h) is cancelled: a backoff then ends at once. With
+  /// `size` >= 0 a shorter answer is an Error{kRead} too ("expected N bytes at
+  /// offset O, got M"): the object shrank, or the server ignored the range.
+  Bytes read(const std::string& url, uint64_t offset, int64_t size, const std::string& key) const;
+  /// store->size(url) retried under `retry`; errors as read().
+  uint64_t size(const std::string& url, const std::string& key) const;
+};
+
+}  // namespace conveyor

@@ -1,0 +1,233 @@
+#include "conveyor/io/remote.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <future>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "conveyor/core/cancellation.h"
+#include "conveyor/core/error.h"
+#include "conveyor/io/source.h"
+#include "conveyor/io/tar_shards.h"
+
+namespace conveyor {
+namespace {
+
+using namespace std::chrono_literals;
+using Kind = FetchFailure::Kind;
+
+std::string as_string(const Bytes& bytes) { return {reinterpret_cast<const char*>(bytes.data()), bytes.size()}; }
+
+// Objects in memory; the first `failures[url]` attempts on a URL fail with
+// `failure`. Records every request (url, offset, size).
+class FakeStore final : public RemoteStore {
+ public:
+  std::map<std::string, std::string> objects;
+  std::map<std::string, int> failures;
+  FetchFailure failure{Kind::kStatus, 503, "Service Unavailable"};
+
+  std::vector<uint8_t> read(const std::string& url, uint64_t offset, int64_t size) const override {
+    const std::string& object = attempt(url, offset, size);
+    const std::string part = object.substr(std::min<size_t>(offset, object.size()),
+                                           size < 0 ? std::string::npos : static_cast<size_t>(size));
+    return {part.begin(), part.end()};
+  }
+  uint64_t size(const std::string& url) const override { return attempt(url, 0, -2).size(); }
+
+  std::vector<std::tuple<std::string, uint64_t, int64_t>> requests() const {
+    std::lock_guard lock(mu_);
+    return requests_;
+  }
+
+ private:
+  const std::string& attempt(const std::string& url, uint64_t offset, int64_t size) const {
+    std::lock_guard lock(mu_);
+    requests_.emplace_back(url, offset, size);
+    auto failing = failures.find(url);
+    if (failing != failures.end() && failing->second != 0) {
+      if (failing->second > 0) --const_cast<int&>(failing->second);
+      throw FetchError(failure);
+    }
+    auto it = objects.find(url);
+    if (it == objects.end()) throw FetchError({Kind::kStatus, 404, "Not Found"});
+    return it->second;
+  }
+  mutable std::mutex mu_;
+  mutable std::vector<std::tuple<std::string, uint64_t, int64_t>> requests_;
+};
+
+RemoteAccess access(std::shared_ptr<FakeStore> store, int attempts = 5) {
+  return RemoteAccess{std::move(store), RetryPolicy{attempts, 0.0, 0.0, 0.0}};
+}
+
+TEST(RemoteTest, IsUrl) {
+  EXPECT_TRUE(is_url("http://host/a.jpg"));
+  EXPECT_TRUE(is_url("s3://bucket/key"));
+  EXPECT_TRUE(is_url("git+https://x/y"));
+  EXPECT_FALSE(is_url("/data/a.jpg"));
+  EXPECT_FALSE(is_url("relative/http://x"));
+  EXPECT_FALSE(is_url("://x"));
+  EXPECT_FALSE(is_url("1http://x"));
+  EXPECT_FALSE(is_url("C:\\data\\a.jpg"));
+}
+
+TEST(RemoteTest, Classification) {
+  for (int status : {408, 429, 500, 502, 503, 504, 599}) {
+    EXPECT_TRUE(is_transient({Kind::kStatus, status, ""})) << status;
+  }
+  for (int status : {400, 401, 403, 404, 410, 416, 501, 505}) {
+    EXPECT_FALSE(is_transient({Kind::kStatus, status, ""})) << status;
+  }
+  EXPECT_TRUE(is_transient({Kind::kTimeout, 0, ""}));
+  EXPECT_TRUE(is_transient({Kind::kConnection, 0, ""}));
+  for (Kind kind : {Kind::kNotFound, Kind::kPermission, Kind::kInvalid, Kind::kOther, Kind::kCancelled}) {
+    EXPECT_FALSE(is_transient({kind, 0, ""}));
+  }
+  EXPECT_EQ(FetchFailure({Kind::kStatus, 404, "Not Found"}).describe(), "HTTP 404 Not Found");
+  EXPECT_EQ(FetchFailure({Kind::kTimeout, 0, "read"}).describe(), "timed out: read");
+  EXPECT_EQ(FetchFailure({Kind::kConnection, 0, ""}).describe(), "connection failed");
+}
+
+TEST(RemoteTest, TransientFailuresAreRetriedThenSucceed) {
+  auto store = std::make_shared<FakeStore>();
+  store->objects["http://h/a"] = "abcdef";
+  store->failures["http://h/a"] = 3;
+  EXPECT_EQ(as_string(access(store).read("http://h/a", 1, 3, "key")), "bcd");
+  EXPECT_EQ(store->requests().size(), 4u);
+}
+
+TEST(RemoteTest, GivesUpAfterTheAttemptsNamingTheKeyAndStatus) {
+  auto store = std::make_shared<FakeStore>();
+  store->objects["http://h/a"] = "abc";
+  store->failures["http://h/a"] = -1;  // Always.
+  try {
+    access(store, 3).read("http://h/a", 0, -1, "http://h/a");
+    FAIL() << "expected a ReadError";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kRead);
+    EXPECT_EQ(e.key(), "http://h/a");
+    EXPECT_EQ(e.cause().rfind("HTTP 503 Service Unavailable (a transient error; gave up after 3 attempts in ", 0), 0u)
+        << e.cause();
+  }
+  EXPECT_EQ(store->requests().size(), 3u);
+}
+
+TEST(RemoteTest, PermanentFailuresFailAtOnce) {
+  auto store = std::make_shared<FakeStore>();
+  try {
+    access(store).read("http://h/missing", 0, -1, "http://h/missing");
+    FAIL() << "expected a ReadError";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kRead);
+    EXPECT_EQ(std::string(e.what()), "http://h/missing: HTTP 404 Not Found");
+  }
+  EXPECT_EQ(store->requests().size(), 1u);
+}
+
+TEST(RemoteTest, ShortRangeIsAReadError) {
+  auto store = std::make_shared<FakeStore>();
+  store->objects["http://h/a"] = "abc";
+  try {
+    access(store).read("http://h/a", 1, 5, "k");
+    FAIL() << "expected a ReadError";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kRead);
+    EXPECT_EQ(e.cause().rfind("expected 5 bytes at offset 1, got 2 (", 0), 0u) << e.cause();
+  }
+}
+
+TEST(RemoteTest, CancellationEndsABackoffAtOnce) {
+  auto store = std::make_shared<FakeStore>();
+  store->objects["http://h/a"] = "abc";
+  store->failures["http://h/a"] = -1;
+  // A budget of a day between attempts: only cancellation can end the read.
+  const RemoteAccess remote{store, RetryPolicy{1000000, 3600.0, 3600.0, 0.0}};
+  Cancellation cancellation;
+  auto read = std::async(std::launch::async, [&] {
+    const ScopedCancellation scope(cancellation);
+    try {
+      remote.read("http://h/a", 0, -1, "http://h/a");
+    } catch (const Error& e) {
+      return e.kind();
+    }
+    return ErrorKind::kInternal;
+  });
+  while (store->requests().empty()) std::this_thread::sleep_for(1ms);
+  cancellation.cancel();
+  ASSERT_EQ(read.wait_for(60s), std::future_status::ready);
+  EXPECT_EQ(read.get(), ErrorKind::kCancelled);
+  EXPECT_EQ(store->requests().size(), 1u);
+}
+
+TEST(RemoteTest, PolicyValidation) {
+  EXPECT_THROW((RetryPolicy{0, 0.1, 1, 1}.validate()), Error);
+  EXPECT_THROW((RetryPolicy{1, -1, 1, 1}.validate()), Error);
+  EXPECT_THROW((RetryPolicy{1, 2, 1, 1}.validate()), Error);
+  EXPECT_NO_THROW((RetryPolicy{}.validate()));
+}
+
+TEST(RemoteTest, FileSourceReadsUrlsThroughTheStoreAndPathsFromDisk) {
+  auto store = std::make_shared<FakeStore>();
+  store->objects["http://h/a.jpg"] = "remote bytes";
+  FileSource source({"http://h/a.jpg", "/no/such/file.jpg"}, {3, 4}, {}, std::make_shared<RemoteAccess>(access(store)));
+  const Record record = source.read(0);
+  EXPECT_EQ(as_string(record.data), "remote bytes");
+  EXPECT_EQ(record.label, 3);
+  EXPECT_EQ(record.key, "http://h/a.jpg");
+  try {
+    source.read(1);
+    FAIL() << "expected a ReadError";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.key(), "/no/such/file.jpg");  // The file system's error, not the store's.
+  }
+  EXPECT_EQ(store->requests().size(), 1u);
+}
+
+// A ustar member: header and content padded to 512 bytes.
+std::string tar_member(const std::string& name, const std::string& bytes) {
+  std::vector<char> h(512, 0);
+  std::memcpy(h.data(), name.data(), name.size());
+  std::snprintf(h.data() + 100, 8, "%07o", 0644);
+  std::snprintf(h.data() + 124, 12, "%011zo", bytes.size());
+  h[156] = '0';
+  std::memcpy(h.data() + 257, "ustar", 6);
+  std::memcpy(h.data() + 263, "00", 2);
+  std::memset(h.data() + 148, ' ', 8);
+  unsigned sum = 0;
+  for (char c : h) sum += static_cast<unsigned char>(c);
+  std::snprintf(h.data() + 148, 8, "%06o", sum);
+  std::string out(h.begin(), h.end());
+  out += bytes;
+  out.resize((out.size() + 511) / 512 * 512, '\0');
+  return out;
+}
+
+TEST(RemoteTest, TarShardsOverAStoreReadEachMemberWithOneRangeRequest) {
+  auto store = std::make_shared<FakeStore>();
+  const std::string shard = tar_member("a.cls", "7") + tar_member("a.jpg", "image a") + tar_member("b.cls", "8") +
+                            tar_member("b.jpg", "image bb") + std::string(1024, '\0');
+  store->objects["http://h/s.tar"] = shard;
+  store->failures["http://h/s.tar"] = 2;  // Indexing retries too.
+  const TarShardSource source({"http://h/s.tar"}, std::make_shared<RemoteAccess>(access(store)));
+  ASSERT_EQ(source.size(), 2);
+  const size_t indexing = store->requests().size();
+  const Record b = source.read(1);
+  EXPECT_EQ(as_string(b.data), "image bb");
+  EXPECT_EQ(b.label, 8);
+  EXPECT_EQ(b.key, "http://h/s.tar:b.jpg");
+  const auto requests = store->requests();
+  ASSERT_EQ(requests.size(), indexing + 1);
+  EXPECT_EQ(requests.back(), std::make_tuple(std::string("http://h/s.tar"), uint64_t{3 * 1024 + 512}, int64_t{8}));
+}
+
+}  // namespace
+}  // namespace conveyor

@@ -1,0 +1,306 @@
+"""Remote storage: sources whose paths are URLs (``https://``, ``s3://``,
+``gs://``, ...) read them through fsspec on the Loader's io threads.
+
+The split (see cpp/conveyor/io/README.md): this module only *performs* one
+attempt at a request with fsspec and reports what happened (the bytes, or a
+failure: an HTTP status, a timeout, a connection failure, ...); the engine
+(``cpp/conveyor/io/remote.h``) decides whether a failure is transient,
+retries it with backoff under a :class:`RetryPolicy`, and names the URL in the
+``ReadError`` when it gives up or the failure is permanent.
+
+fsspec (and, for ``http(s)://``, aiohttp) are optional: ``pip install
+'conveyor[remote]'``. Without them conveyor works as before, and a URL is a
+ConfigError saying what to install.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from conveyor import _conveyor
+from conveyor._checks import INT_MAX, check_int, is_bool, is_real
+from conveyor.errors import ConfigError
+
+__all__ = ["REMOTE_IO_THREADS", "RetryPolicy", "is_url"]
+
+#: The Loader's default ``io_threads`` for a source that reads URLs. A read
+#: waits a round trip on the network, so by Little's law the reads in flight
+#: must cover rate x latency: 64 keep ~500 images/s at 100 ms per request
+#: (the local default, 32, caps it near 300: measured 209 images/s at 100 ms
+#: against 369 with 64, docs/benchmarks.md). More is not better here: every
+#: request also runs Python (fsspec/aiohttp) under the GIL, and 128 threads
+#: contending for it were slower than 64 at 0 and 20 ms on our 2 cores.
+REMOTE_IO_THREADS = 64
+
+# How often a read waiting for its request checks whether its loader stopped
+# (the request is then cancelled): close() never waits for a slow server
+# longer than this, the Loader's own wait slice. Shorter slices wake every
+# waiting io thread more often for the GIL (20 ms cost ~20 % at 128 threads).
+_POLL_SECONDS = 0.05
+
+# Connect and read timeouts of the HTTP client: a server that stops answering
+# becomes a (transient, retried) timeout instead of a read that hangs.
+_HTTP_CONNECT_TIMEOUT_S = 10.0
+_HTTP_READ_TIMEOUT_S = 30.0
+
+# What to install for the usual protocols (fsspec's own message is kept too).
+_BACKENDS = {
+    "http": "aiohttp",
+    "https": "aiohttp",
+    "s3": "s3fs",
+    "s3a": "s3fs",
+    "gs": "gcsfs",
+    "gcs": "gcsfs",
+    "az": "adlfs",
+    "abfs": "adlfs",
+    "abfss": "adlfs",
+    "hf": "huggingface_hub",
+}
+
+
+def is_url(path: str) -> bool:
+    """Whether ``path`` is a URL (``scheme://...``), read through fsspec."""
+    return bool(_conveyor.is_url(os.fsencode(path)))
+
+
+def _protocol(url: str) -> str:
+    return url.split("://", 1)[0].lower()
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How reads of URLs retry transient failures (HTTP 408, 429 and 5xx
+    except 501/505, timeouts, dropped connections); permanent ones (404, 403,
+    other 4xx, a malformed URL) fail at once.
+
+    A failed attempt is retried after a backoff that starts at
+    ``initial_backoff`` seconds and doubles up to ``max_backoff``, each wait
+    drawn at random between half and all of it (jitter); the read gives up
+    after ``attempts`` attempts in all, or when the next wait would end more
+    than ``timeout`` seconds after the first attempt (0: no time limit). The
+    defaults (5 attempts, 0.2 s doubling to 5 s, 60 s) ride out a few seconds
+    of errors, e.g. a store's throttling, and give up after at most 3 s of
+    waiting on one that stays down. A wait ends at once when the Loader stops.
+
+    Raises:
+        ConfigError: ``attempts`` is not an int >= 1, a duration is not a
+            finite number >= 0, or ``max_backoff`` < ``initial_backoff``.
+    """
+
+    attempts: int = 5
+    initial_backoff: float = 0.2
+    max_backoff: float = 5.0
+    timeout: float = 60.0
+
+    def __post_init__(self) -> None:
+        check_int(self.attempts, "RetryPolicy: attempts", minimum=1, maximum=INT_MAX)
+        for name in ("initial_backoff", "max_backoff", "timeout"):
+            value = getattr(self, name)
+            if is_bool(value) or not is_real(value) or not math.isfinite(value) or value < 0:
+                raise ConfigError(
+                    f"RetryPolicy: {name} must be a finite number of seconds >= 0, got {value!r}"
+                )
+        if self.max_backoff < self.initial_backoff:
+            raise ConfigError(
+                f"RetryPolicy: max_backoff ({self.max_backoff}) must be >= "
+                f"initial_backoff ({self.initial_backoff})"
+            )
+
+    def _engine(self) -> _conveyor.RetryPolicy:
+        return _conveyor.RetryPolicy(
+            int(self.attempts), float(self.initial_backoff), float(self.max_backoff), float(self.timeout)
+        )
+
+
+def _status_of(error: BaseException) -> Optional[int]:
+    """The HTTP status an exception carries (aiohttp, requests, botocore), if any."""
+    candidates = [
+        getattr(error, "status", None),
+        getattr(getattr(error, "response", None), "status_code", None),
+    ]
+    response = getattr(error, "response", None)
+    if isinstance(response, Mapping):  # botocore's ClientError.
+        candidates.append(response.get("ResponseMetadata", {}).get("HTTPStatusCode"))
+    for status in candidates:
+        if isinstance(status, int) and not is_bool(status) and 100 <= status <= 599:
+            return status
+    return None
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    """``error`` and the exceptions it was raised from, outermost first."""
+    chain: list[BaseException] = []
+    seen: Optional[BaseException] = error
+    while seen is not None and seen not in chain and len(chain) < 16:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    return chain
+
+
+def _is_timeout(error: BaseException) -> bool:
+    from fsspec.exceptions import FSTimeoutError
+
+    return isinstance(error, (TimeoutError, asyncio.TimeoutError, FSTimeoutError))
+
+
+def _is_connection(error: BaseException) -> bool:
+    kinds: tuple[type[BaseException], ...] = (ConnectionError,)
+    try:
+        import aiohttp
+
+        kinds += (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
+    except ImportError:
+        pass
+    return isinstance(error, kinds)
+
+
+def _failure(error: BaseException, protocol: str) -> tuple[str, int, str]:
+    """What went wrong in one request, as the engine classifies it:
+    ``(kind, status, message)``. fsspec wraps some failures (its HTTP size
+    lookup turns every error into FileNotFoundError), so the whole chain of
+    causes is searched: a status first, then a timeout or dropped connection."""
+    chain = _chain(error)
+    for cause in chain:
+        status = _status_of(cause)
+        if status is not None:
+            reason = getattr(cause, "message", None) or getattr(cause, "reason", None)
+            return ("status", status, reason if isinstance(reason, str) else "")
+    for cause in chain:
+        if _is_timeout(cause):
+            return ("timeout", 0, str(cause) or type(cause).__name__)
+        if _is_connection(cause):
+            return ("connection", 0, f"{type(cause).__name__}: {cause}")
+    message = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    if isinstance(error, FileNotFoundError):
+        # fsspec's HTTP reads raise exactly this for a 404.
+        return ("status", 404, "Not Found") if protocol in ("http", "https") else ("not_found", 0, "")
+    if isinstance(error, PermissionError):
+        return ("permission", 0, message)
+    if isinstance(error, ValueError):
+        return ("invalid", 0, message)
+    return ("other", 0, message)
+
+
+def _filesystem(protocol: str, storage_options: Mapping[str, Any], owner: str) -> Any:
+    """The fsspec filesystem for ``protocol``; ConfigError naming what to install."""
+    package = _BACKENDS.get(protocol)
+    try:
+        import fsspec
+    except ImportError:
+        needs = "fsspec" + (f" and {package}" if package else "")
+        raise ConfigError(
+            f"{owner}: reading {protocol}:// URLs needs {needs} (pip install 'conveyor[remote]'"
+            + (f" {package}" if package and package != "aiohttp" else "")
+            + ")"
+        ) from None
+    try:
+        fsspec.get_filesystem_class(protocol)
+    except ImportError as e:
+        hint = f"pip install {package}" if package else "install fsspec's backend for it"
+        raise ConfigError(
+            f"{owner}: reading {protocol}:// URLs needs {package or 'a backend'} ({hint}): {e}"
+        ) from None
+    except ValueError:
+        raise ConfigError(f"{owner}: fsspec knows no protocol {protocol!r} (in {protocol}://...)") from None
+    options = dict(storage_options)
+    if protocol in ("http", "https") and "client_kwargs" not in options:
+        import aiohttp
+
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=_HTTP_CONNECT_TIMEOUT_S, sock_read=_HTTP_READ_TIMEOUT_S
+        )
+        options["client_kwargs"] = {"timeout": timeout}
+    try:
+        return fsspec.filesystem(protocol, **options)
+    except Exception as e:  # A backend refusing its options (credentials, endpoint).
+        raise ConfigError(
+            f"{owner}: cannot set up fsspec for {protocol}:// URLs: {type(e).__name__}: {e}"
+        ) from e
+
+
+class _FsspecStore:
+    """One attempt at a request through fsspec, for the engine's
+    PythonRemoteStore (called on the io threads, with the GIL only while
+    Python runs). Returns the bytes (or size), or a failure tuple; never raises."""
+
+    def __init__(self, urls: Sequence[str], storage_options: Mapping[str, Any], owner: str) -> None:
+        self._filesystems = {
+            protocol: _filesystem(protocol, storage_options, owner)
+            for protocol in dict.fromkeys(_protocol(url) for url in urls)
+        }
+
+    def read(self, url: str, offset: int, size: int) -> Any:
+        protocol = _protocol(url)
+        fs = self._filesystems[protocol]
+        start, end = (None, None) if size < 0 else (offset, offset + size)
+        try:
+            if size == 0:
+                return b""
+            if getattr(fs, "async_impl", False):
+                return self._wait(
+                    asyncio.run_coroutine_threadsafe(fs._cat_file(url, start=start, end=end), fs.loop)
+                )
+            return fs.cat_file(url, start=start, end=end)
+        except Exception as e:
+            return _failure(e, protocol)
+
+    def size(self, url: str) -> Any:
+        protocol = _protocol(url)
+        fs = self._filesystems[protocol]
+        try:
+            if getattr(fs, "async_impl", False):
+                info = self._wait(asyncio.run_coroutine_threadsafe(fs._info(url), fs.loop))
+                if isinstance(info, tuple):
+                    return info
+            else:
+                info = fs.info(url)
+        except Exception as e:
+            return _failure(e, protocol)
+        size = info.get("size")
+        if not isinstance(size, int) or size < 0:
+            return ("other", 0, f"the store gives no size for {url}")
+        return size
+
+    @staticmethod
+    def _wait(future: concurrent.futures.Future[Any]) -> Any:
+        # Waits in slices, so that a read whose loader stopped cancels its
+        # request instead of delaying close() by a slow server's latency.
+        while True:
+            concurrent.futures.wait([future], timeout=_POLL_SECONDS)
+            if future.done():
+                return future.result()
+            if _conveyor._read_cancelled():
+                future.cancel()
+                return ("cancelled", 0, "the loader stopped")
+
+
+def remote_arguments(
+    paths: Sequence[str],
+    retry: Optional[RetryPolicy],
+    storage_options: Optional[Mapping[str, Any]],
+    owner: str,
+) -> dict[str, Any]:
+    """The engine source's ``remote`` and ``retry`` arguments for ``paths``:
+    none when no path is a URL (local files keep the engine's own reads).
+
+    Raises:
+        ConfigError: a bad ``retry`` or ``storage_options``, or a protocol
+            whose fsspec backend is not installed (naming what to install).
+    """
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise ConfigError(
+            f"{owner}: retry must be a conveyor.sources.RetryPolicy, got {type(retry).__name__}"
+        )
+    if storage_options is not None and not isinstance(storage_options, Mapping):
+        raise ConfigError(f"{owner}: storage_options must be a dict, got {type(storage_options).__name__}")
+    urls = [path for path in paths if is_url(path)]
+    if not urls:
+        return {}
+    store = _FsspecStore(urls, storage_options or {}, owner)
+    return {"remote": _conveyor.PythonRemoteStore(store), "retry": (retry or RetryPolicy())._engine()}

@@ -1,0 +1,299 @@
+"""Remote storage: FileList and TarShards over URLs, against a local HTTP
+server started by each test (conveyor._bench.http_server: byte ranges,
+injected latency, 503s for the first N requests of a path, 404s).
+
+Never asserts on time: a hang (e.g. close() waiting out a backoff) fails
+through a child process's timeout."""
+
+from __future__ import annotations
+
+import os
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fsspec")
+pytest.importorskip("aiohttp")
+
+import conveyor  # noqa: E402
+from conftest import run_python  # noqa: E402
+from conveyor import transforms as T  # noqa: E402
+from conveyor._bench.http_server import FileServer  # noqa: E402
+from conveyor.errors import ConfigError, ReadError  # noqa: E402
+from conveyor.pack import pack_image_folder  # noqa: E402
+from conveyor.sources import FileList, ImageFolder, RetryPolicy, TarShards  # noqa: E402
+
+# Retries without waiting long: the tests count requests, not seconds.
+FAST_RETRY = RetryPolicy(attempts=5, initial_backoff=0.001, max_backoff=0.01)
+CHAIN = [T.RandomResizedCrop(32), T.RandomHorizontalFlip(), T.Normalize((0.5,) * 3, (0.25,) * 3)]
+
+
+@pytest.fixture()
+def server(color_folder: Path):
+    with FileServer(str(color_folder)) as running:
+        yield running
+
+
+def _relative(folder: Path) -> tuple[list[str], list[int], list[str]]:
+    images = ImageFolder(folder)
+    return images.paths, list(images.labels or []), [os.path.relpath(p, folder) for p in images.paths]
+
+
+def _batches(
+    source: conveyor.sources.Source, threads: int, **options: object
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    with conveyor.Loader(
+        source, CHAIN, batch_size=7, shuffle=True, seed=5, threads=threads, **options
+    ) as loader:
+        return [(np.asarray(images), np.asarray(labels)) for images, labels in loader]
+
+
+def _same(a: list[tuple[np.ndarray, np.ndarray]], b: list[tuple[np.ndarray, np.ndarray]]) -> bool:
+    return len(a) == len(b) and all(
+        np.array_equal(x[0], y[0]) and np.array_equal(x[1], y[1]) for x, y in zip(a, b)
+    )
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_file_list_of_urls_gives_the_batches_of_the_local_files(color_folder, threads):
+    paths, labels, relative = _relative(color_folder)
+    local = _batches(FileList(paths, labels), threads)
+    with FileServer(str(color_folder), latency=0.005) as server:
+        remote = FileList([server.url(r) for r in relative], labels)
+        assert remote._remote
+        got = _batches(remote, threads, io_threads=4)
+        # One GET of each whole file, no range, no retry.
+        requests = server.requests()
+    assert _same(got, local)
+    assert sorted(r.path for r in requests) == sorted(relative)
+    assert all(r.method == "GET" and r.range is None and r.status == 200 for r in requests)
+
+
+def test_remote_batches_are_the_same_for_any_thread_count(server, color_folder):
+    _, labels, relative = _relative(color_folder)
+    source = FileList([server.url(r) for r in relative], labels)
+    assert _same(_batches(source, 1, io_threads=1), _batches(source, 4, io_threads=16))
+
+
+def test_injected_503s_are_retried_and_succeed(server, color_folder):
+    paths, labels, relative = _relative(color_folder)
+    flaky = relative[::3]
+    for path in flaky:
+        server.fail(path, 2)
+    source = FileList([server.url(r) for r in relative], labels, retry=FAST_RETRY)
+    assert _same(_batches(source, 2), _batches(FileList(paths, labels), 2))
+    for path in flaky:
+        assert [r.status for r in server.requests(path)] == [503, 503, 200]
+    for path in set(relative) - set(flaky):
+        assert [r.status for r in server.requests(path)] == [200]
+
+
+def test_a_server_that_stays_down_is_a_read_error_after_the_attempts(server, color_folder):
+    _, _, relative = _relative(color_folder)
+    server.fail(relative[0], -1)
+    url = server.url(relative[0])
+    source = FileList([url], retry=RetryPolicy(attempts=3, initial_backoff=0.001, max_backoff=0.001))
+    with pytest.raises(ReadError) as error:
+        list(conveyor.Loader(source, [T.Resize((8, 8))]))
+    assert error.value.key == url
+    assert error.value.cause.startswith(
+        "HTTP 503 Service Unavailable (a transient error; gave up after 3 attempts in "
+    )
+    assert [r.status for r in server.requests(relative[0])] == [503, 503, 503]
+
+
+def test_404_raises_a_read_error_naming_the_url_without_retrying(server, color_folder):
+    _, _, relative = _relative(color_folder)
+    missing = server.url("cat/missing.jpg")
+    source = FileList([server.url(relative[0]), missing, server.url(relative[1])], retry=FAST_RETRY)
+    with pytest.raises(ReadError) as error:
+        list(conveyor.Loader(source, [T.Resize((8, 8))], batch_size=3))
+    assert str(error.value) == f"{missing}: HTTP 404 Not Found"
+    assert error.value.key == missing
+    assert [r.status for r in server.requests("cat/missing.jpg")] == [404]
+
+
+def test_404_is_skipped_and_counted_with_on_error_skip(server, color_folder):
+    _, labels, relative = _relative(color_folder)
+    missing = server.url("dog/missing.jpg")
+    urls = [server.url(r) for r in relative[:5]] + [missing] + [server.url(r) for r in relative[5:8]]
+    source = FileList(urls, labels[:5] + [0] + labels[5:8])
+    with conveyor.Loader(source, [T.Resize((8, 8))], batch_size=4, on_error="skip") as loader:
+        got = [label for _, batch in loader for label in np.asarray(batch).tolist()]
+        assert loader.stats()["skipped"] == 1
+        [skipped] = loader.skipped()
+    assert got == labels[:8]
+    assert skipped == (missing, "HTTP 404 Not Found")
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_tar_shards_over_urls_read_members_by_range(color_folder, tmp_path, threads):
+    written = pack_image_folder(str(color_folder), str(tmp_path / "shard-%06d.tar"), shard_size=20_000)
+    assert len(written) >= 3
+    local = TarShards(written)
+    names = [os.path.basename(p) for p in written]
+    with FileServer(str(tmp_path), latency=0.002) as server:
+        pattern = f"http://127.0.0.1:{server.port}/shard-{{000000..{len(written) - 1:06d}}}.tar"
+        remote = TarShards(pattern, retry=FAST_RETRY)
+        assert remote.shards == [server.url(n) for n in names]
+        assert len(remote) == len(local)
+        for i in range(len(local)):
+            assert remote.key(i) == local.key(i).replace(str(tmp_path) + "/", server.url(""))
+            assert remote.fields(i) == local.fields(i)
+            assert remote.field(i, "json") == local.field(i, "json")
+        server.clear_log()
+        assert _same(_batches(remote, threads, io_threads=8), _batches(local, threads))
+        after_indexing = server.requests()
+    # Each read after indexing is one range request of exactly one member's
+    # bytes: never a whole shard.
+    members = {}
+    for shard, name in zip(written, names):
+        with tarfile.open(shard) as archive:
+            for member in archive.getmembers():
+                members[(name, member.offset_data)] = member.size
+    assert len(after_indexing) == len(local)
+    for request in after_indexing:
+        assert request.method == "GET" and request.status == 206 and request.range is not None
+        first, last = (int(v) for v in request.range.removeprefix("bytes=").split("-"))
+        assert members[(request.path, first)] == last - first + 1 == request.sent
+        assert request.sent < os.path.getsize(tmp_path / request.path)
+
+
+def test_tar_shard_indexing_retries_and_names_a_missing_shard(color_folder, tmp_path):
+    [shard] = pack_image_folder(str(color_folder), str(tmp_path / "only-%06d.tar"))
+    with FileServer(str(tmp_path)) as server:
+        server.fail("only-000000.tar", 2)
+        assert len(TarShards(server.url("only-000000.tar"), retry=FAST_RETRY)) == len(TarShards(shard))
+        missing = server.url("none.tar")
+        with pytest.raises(ReadError) as error:
+            TarShards(missing, retry=FAST_RETRY)
+        assert str(error.value) == f"{missing}: HTTP 404 Not Found"
+
+
+def test_close_is_prompt_during_a_backoff(color_folder):
+    # A server that always answers 503 and a retry budget of hours: only the
+    # loader's cancellation ends the waits. Before it, close() (and Ctrl-C)
+    # waited out the backoff: the child then hangs and the test fails.
+    result = run_python(
+        """
+        import sys, threading, _thread
+        import conveyor
+        from conveyor import transforms as T
+        from conveyor._bench.http_server import FileServer
+        from conveyor.sources import FileList, RetryPolicy
+
+        patient = RetryPolicy(attempts=1_000_000, initial_backoff=3600, max_backoff=3600, timeout=0)
+        with FileServer(sys.argv[1]) as server:
+            server.fail("cat/000.jpg", -1)
+            source = FileList([server.url("cat/000.jpg")] * 8, retry=patient)
+
+            def when_all_failed(then):
+                def watch():
+                    while len(server.requests()) < 8:
+                        threading.Event().wait(0.01)
+                    then()
+                threading.Thread(target=watch, daemon=True).start()
+
+            loader = conveyor.Loader(source, [T.Resize((8, 8))], batch_size=4)
+            iter(loader)  # Starts the reads; each fails and backs off.
+            ready = threading.Event()
+            when_all_failed(ready.set)
+            ready.wait()
+            loader.close()
+            print("closed", len(server.requests()))
+            server.clear_log()
+
+            # Ctrl-C while the consumer waits for a batch stuck in backoff.
+            loader = conveyor.Loader(source, [T.Resize((8, 8))], batch_size=4)
+            when_all_failed(_thread.interrupt_main)
+            try:
+                next(iter(loader))
+            except KeyboardInterrupt:
+                print("interrupted", len(server.requests()))
+            loader.close()
+        """,
+        str(color_folder),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["closed", "8", "interrupted", "8"]
+
+
+def test_missing_backends_are_config_errors_naming_what_to_install(color_folder):
+    with pytest.raises(ConfigError, match=r"^FileList: fsspec knows no protocol 'nosuch'"):
+        FileList(["nosuch://bucket/a.jpg"])
+    try:
+        import s3fs  # noqa: F401
+    except ImportError:
+        with pytest.raises(
+            ConfigError, match=r"^TarShards: reading s3:// URLs needs s3fs \(pip install s3fs\)"
+        ):
+            TarShards("s3://bucket/shard.tar")
+    # Without fsspec and aiohttp, conveyor imports and reads local files as
+    # before; a URL says what to install.
+    result = run_python(
+        """
+        import sys
+        sys.modules["fsspec"] = None
+        sys.modules["aiohttp"] = None
+        import conveyor
+        from conveyor.sources import FileList, ImageFolder
+        local = ImageFolder(sys.argv[1])
+        print(len(list(conveyor.Loader(local, [conveyor.transforms.Resize((8, 8))], batch_size=10))))
+        try:
+            FileList(["https://example.invalid/a.jpg"])
+        except conveyor.ConfigError as e:
+            print(e)
+        """,
+        str(color_folder),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "3",
+        "FileList: reading https:// URLs needs fsspec and aiohttp (pip install 'conveyor[remote]')",
+    ]
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        ({"attempts": 0}, "RetryPolicy: attempts must be"),
+        ({"attempts": 1.5}, "RetryPolicy: attempts must be"),
+        (
+            {"initial_backoff": -1},
+            "RetryPolicy: initial_backoff must be a finite number of seconds >= 0, got -1",
+        ),
+        ({"timeout": float("nan")}, "RetryPolicy: timeout must be a finite number of seconds >= 0, got nan"),
+        (
+            {"initial_backoff": 2, "max_backoff": 1},
+            "RetryPolicy: max_backoff (1) must be >= initial_backoff (2)",
+        ),
+    ],
+)
+def test_retry_policy_is_validated(arguments, message):
+    with pytest.raises(ConfigError) as error:
+        RetryPolicy(**arguments)
+    assert str(error.value).startswith(message)
+
+
+def test_bad_remote_arguments_are_config_errors(server):
+    with pytest.raises(ConfigError, match="FileList: retry must be a conveyor.sources.RetryPolicy, got int"):
+        FileList([server.url("cat/000.jpg")], retry=3)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="TarShards: storage_options must be a dict, got list"):
+        TarShards(server.url("x.tar"), storage_options=[])  # type: ignore[arg-type]
+
+
+def test_remote_sources_default_to_more_reads_in_flight(server, color_folder):
+    paths, _, relative = _relative(color_folder)
+    remote = conveyor.Loader(FileList([server.url(r) for r in relative]), [T.Resize((8, 8))])
+    local = conveyor.Loader(FileList(paths), [T.Resize((8, 8))])
+    chosen = conveyor.Loader(FileList([server.url(r) for r in relative]), [T.Resize((8, 8))], io_threads=3)
+    # Local files: autotune's (0 = auto); URLs: pinned to REMOTE_IO_THREADS unless given.
+    assert (remote._engine.io_threads, local._engine.io_threads, chosen._engine.io_threads) == (
+        conveyor.sources.remote.REMOTE_IO_THREADS,
+        0,
+        3,
+    )
+    for loader in (remote, local, chosen):
+        loader.close()
