@@ -12,6 +12,7 @@ Example::
              T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]
 """
 
+from conveyor.transforms.auto_augment import AutoAugment, RandAugment, TrivialAugmentWide
 from conveyor.transforms.base import DEFAULT_MAX_PIXELS, Transform, compile_pipeline
 from conveyor.transforms.color import (
     ColorJitter,
@@ -41,6 +42,7 @@ from conveyor.transforms.geometry import (
 from conveyor.transforms.torchvision import from_torchvision
 
 __all__ = [
+    "AutoAugment",
     "CenterCrop",
     "ColorJitter",
     "DEFAULT_MAX_PIXELS",
@@ -48,6 +50,7 @@ __all__ = [
     "Grayscale",
     "Normalize",
     "Pad",
+    "RandAugment",
     "RandomAdjustSharpness",
     "RandomAffine",
     "RandomAutocontrast",
@@ -64,6 +67,7 @@ __all__ = [
     "RandomVerticalFlip",
     "Resize",
     "Transform",
+    "TrivialAugmentWide",
     "compile_pipeline",
     "from_torchvision",
 ]
