@@ -124,8 +124,11 @@ ImageStepCheck op_check(std::string name, FillArg fill) {
 
 float linspace_float32(float start, float end, int steps, int index) {
   const float step = (end - start) / static_cast<float>(steps - 1);
-  if (index < steps / 2) return start + step * static_cast<float>(index);
-  return end - step * static_cast<float>(steps - index - 1);
+  // PyTorch's kernel is compiled with contraction: start + step * i is one
+  // fused multiply-add (one rounding). Checked against torch 2.14.1 for
+  // every index of 2..129 steps over the tables' ranges.
+  if (index < steps / 2) return std::fma(step, static_cast<float>(index), start);
+  return std::fma(-step, static_cast<float>(steps - index - 1), end);
 }
 
 std::optional<double> augment_magnitude(AugmentSpace space, AugmentOp op, int num_bins, int bin, int height,

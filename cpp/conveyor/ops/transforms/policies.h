@@ -48,7 +48,8 @@ enum class AugmentSpace { kRandAugment, kTrivialAugmentWide };
 
 /// torch.linspace(start, end, steps)[index] in float32, as PyTorch's CPU
 /// kernel computes it (step = (end - start) / (steps - 1) in float32; the
-/// first half counts up from start, the second down from end). steps >= 2.
+/// first half start + step * i, the second end - step * (steps - 1 - i),
+/// each one fused multiply-add). steps >= 2.
 float linspace_float32(float start, float end, int steps, int index);
 
 /// The magnitude of `op` at `bin` of `num_bins` (>= 2) for a height x width

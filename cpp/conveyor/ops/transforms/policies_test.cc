@@ -33,8 +33,12 @@ TEST(PolicyTablesTest, LinspaceIsTorchsFloat32Kernel) {
   EXPECT_EQ(linspace_float32(0.0f, 0.99f, 31, 30), 0.99f);
   EXPECT_EQ(linspace_float32(0.0f, 0.99f, 31, 1), 0.99f / 30);
   // Second half counts down from the end: 0.99 - 0.033 * 14 in float32.
-  EXPECT_EQ(linspace_float32(0.0f, 0.99f, 31, 16), 0.99f - (0.99f / 30) * 14);
   EXPECT_EQ(static_cast<double>(linspace_float32(0.0f, 0.99f, 31, 16)), 0.527999997138977);
+  // One rounding (a fused multiply-add, as torch's kernel): 16 / 15 * 15
+  // rounds below 16 (two roundings would give 16.0), so TrivialAugmentWide's
+  // TranslateX at bin 15 moves int(15.999999) = 15 pixels in torchvision.
+  EXPECT_EQ(static_cast<double>(linspace_float32(0.0f, 32.0f, 31, 15)), 15.999999046325684);
+  EXPECT_EQ(static_cast<double>(linspace_float32(0.0f, 32.0f, 10, 5)), 17.77777862548828);
 }
 
 TEST(PolicyTablesTest, TrivialAugmentWideMagnitudes) {
