@@ -1,5 +1,6 @@
 #include "conveyor/ops/transforms/policies.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <string>
@@ -20,12 +21,12 @@ constexpr std::array<std::string_view, 15> kOpNames = {
     "Identity", "ShearX",    "ShearY",    "TranslateX", "TranslateY",   "Rotate",   "Brightness", "Color",
     "Contrast", "Sharpness", "Posterize", "Solarize",   "AutoContrast", "Equalize", "Invert"};
 
-// torchvision: (8 - (torch.arange(num_bins) / ((num_bins - 1) / divisor))).round().int(),
+// torchvision: (top - (torch.arange(num_bins) / ((num_bins - 1) / divisor))).round().int(),
 // in float32 (the Python scalar is converted to the tensor's float32), round
 // half to even.
-int posterize_bits(int num_bins, int bin, double divisor) {
+int posterize_bits(int num_bins, int bin, double divisor, float top = 8.0f) {
   const float q = static_cast<float>((num_bins - 1) / divisor);
-  return static_cast<int>(std::nearbyint(8.0f - static_cast<float>(bin) / q));
+  return static_cast<int>(std::nearbyint(top - static_cast<float>(bin) / q));
 }
 
 using P = AugmentOp;
@@ -142,8 +143,10 @@ std::optional<double> augment_magnitude(AugmentSpace space, AugmentOp op, int nu
     case AugmentOp::kShearY:
       return lin(0.0, wide ? 0.99 : 0.3);
     case AugmentOp::kTranslateX:
+      if (space == AugmentSpace::kAugMix) return lin(0.0, width / 3.0);
       return lin(0.0, wide ? 32.0 : 150.0 / 331.0 * width);
     case AugmentOp::kTranslateY:
+      if (space == AugmentSpace::kAugMix) return lin(0.0, height / 3.0);
       return lin(0.0, wide ? 32.0 : 150.0 / 331.0 * height);
     case AugmentOp::kRotate:
       return lin(0.0, wide ? 135.0 : 30.0);
@@ -153,6 +156,7 @@ std::optional<double> augment_magnitude(AugmentSpace space, AugmentOp op, int nu
     case AugmentOp::kSharpness:
       return lin(0.0, wide ? 0.99 : 0.9);
     case AugmentOp::kPosterize:
+      if (space == AugmentSpace::kAugMix) return posterize_bits(num_bins, bin, 4.0, 4.0f);
       return posterize_bits(num_bins, bin, wide ? 6.0 : 4.0);
     case AugmentOp::kSolarize:
       return lin(1.0, 0.0);
@@ -274,6 +278,108 @@ std::vector<AugmentDraw> draw_auto_augment(AutoAugmentPolicy policy, int height,
     draws.push_back(draw);
   }
   return draws;
+}
+
+std::vector<float> sample_dirichlet(double alpha, int n, SampleRng& rng) {
+  // Gamma(a) by Marsaglia and Tsang (a < 1: Gamma(a + 1) * U^(1 / a)), the
+  // normals by Box-Muller; then normalised.
+  const auto normal = [&rng] {
+    const double u = 1.0 - rng.uniform();  // (0, 1]
+    return std::sqrt(-2.0 * std::log(u)) * std::cos(2.0 * std::numbers::pi * rng.uniform());
+  };
+  const auto gamma = [&](double a) {
+    const double boost = a < 1 ? std::pow(1.0 - rng.uniform(), 1.0 / a) : 1.0;
+    const double d = (a < 1 ? a + 1 : a) - 1.0 / 3.0, c = 1.0 / std::sqrt(9.0 * d);
+    for (;;) {
+      const double x = normal(), v0 = 1.0 + c * x;
+      if (v0 <= 0) continue;
+      const double v = v0 * v0 * v0, u = 1.0 - rng.uniform();
+      if (std::log(u) < 0.5 * x * x + d - d * v + d * std::log(v)) return d * v * boost;
+    }
+  };
+  std::vector<double> g(static_cast<size_t>(n));
+  double sum = 0;
+  for (double& x : g) sum += (x = gamma(alpha));
+  std::vector<float> w(g.size());
+  // All draws 0 (alpha tiny, underflow): one-hot on a uniform index, the limit.
+  if (!(sum > 0)) {
+    w[rng.below(static_cast<uint64_t>(n))] = 1.0f;
+    return w;
+  }
+  for (size_t i = 0; i < g.size(); ++i) w[i] = static_cast<float>(g[i] / sum);
+  return w;
+}
+
+AugmentDraw draw_aug_mix_op(const AugMixParams& params, int height, int width, SampleRng& rng) {
+  // torchvision's table order (the choice is uniform either way).
+  static constexpr std::array<AugmentOp, 13> kOps = {
+      AugmentOp::kShearX,   AugmentOp::kShearY,     AugmentOp::kTranslateX, AugmentOp::kTranslateY,
+      AugmentOp::kRotate,   AugmentOp::kPosterize,  AugmentOp::kSolarize,   AugmentOp::kAutoContrast,
+      AugmentOp::kEqualize, AugmentOp::kBrightness, AugmentOp::kColor,      AugmentOp::kContrast,
+      AugmentOp::kSharpness};
+  const auto op = kOps[rng.below(params.all_ops ? 13 : 9)];
+  AugmentDraw draw{op, 0.0};
+  if (augment_magnitude(AugmentSpace::kAugMix, op, 10, 0, height, width)) {
+    const int bin = static_cast<int>(rng.below(static_cast<uint64_t>(params.severity)));
+    draw.magnitude = signed_draw(op, *augment_magnitude(AugmentSpace::kAugMix, op, 10, bin, height, width), rng);
+  }
+  return draw;
+}
+
+void apply_aug_mix(SampleImage& sample, const AugMixParams& params, Interpolation interpolation, const FillArg& fill,
+                   SampleRng& rng) {
+  const int h = sample.image.height, w = sample.image.width;
+  const std::vector<float> m = sample_dirichlet(params.alpha, 2, rng);
+  std::vector<float> weights = sample_dirichlet(params.alpha, params.mixture_width, rng);
+  for (float& x : weights) x *= m[1];
+  const size_t n = sample.image.pixels.size();
+  // mix = m[0] * batch (float32), then mix.add_(weight * aug) per chain.
+  std::vector<float> mix(n);
+  for (size_t i = 0; i < n; ++i) mix[i] = m[0] * static_cast<float>(sample.image.pixels[i]);
+  SampleImage chain{Image{}, {}, nullptr};
+  for (int k = 0; k < params.mixture_width; ++k) {
+    chain.image = sample.image;
+    const int depth = params.chain_depth > 0 ? params.chain_depth : 1 + static_cast<int>(rng.below(3));
+    for (int d = 0; d < depth; ++d) {
+      const AugmentDraw draw = draw_aug_mix_op(params, h, w, rng);
+      apply_augment_op(chain, draw.op, draw.magnitude, interpolation, fill);
+    }
+    const float wk = weights[static_cast<size_t>(k)];
+    const uint8_t* a = chain.image.pixels.data();
+    for (size_t i = 0; i < n; ++i) mix[i] += wk * static_cast<float>(a[i]);
+  }
+  // .to(uint8): truncation (the weights sum to about 1: values stay in [0, 255] but for rounding).
+  for (size_t i = 0; i < n; ++i) sample.image.pixels[i] = static_cast<uint8_t>(std::clamp(mix[i], 0.0f, 255.0f));
+}
+
+std::unique_ptr<const TransformStep> make_aug_mix_step(const TransformParams& params) {
+  TransformArgs args("AugMix", params);
+  AugMixParams p;
+  const auto int_arg = [&args](std::string_view arg, double fallback, double lo, double hi) {
+    const double v = args.number(arg, fallback);
+    args.check(v == std::floor(v) && v >= lo && v <= hi, std::string(arg) + " must be an integer in [" +
+                                                             format_shortest(lo) + ", " + format_shortest(hi) +
+                                                             "], got " + format_shortest(v));
+    return static_cast<int>(v);
+  };
+  p.severity = int_arg("severity", 3, 1, 10);
+  p.mixture_width = int_arg("mixture_width", 3, 1, 100);
+  p.chain_depth = int_arg("chain_depth", -1, -1e6, 100);
+  p.alpha = args.number("alpha", 1.0);
+  args.check(p.alpha > 0 && p.alpha <= 1e6, "alpha must be in (0, 1000000], got " + format_shortest(p.alpha));
+  p.all_ops = args.flag("all_ops", true);
+  const double mode = args.number("interpolation", 1);
+  args.check(mode == 0 || mode == 1, "interpolation must be 0 (nearest) or 1 (bilinear)");
+  FillArg fill = FillArg::read(args);
+  args.finish();
+  ImageStepCheck check = op_check("AugMix", fill);
+  const auto interpolation = static_cast<Interpolation>(static_cast<int>(mode));
+  return make_image_step(
+      std::nullopt,
+      [p, interpolation, fill = std::move(fill)](SampleImage& sample, SampleRng& rng) {
+        apply_aug_mix(sample, p, interpolation, fill, rng);
+      },
+      std::move(check));
 }
 
 std::unique_ptr<const TransformStep> make_trivial_augment_wide_step(const TransformParams& params) {

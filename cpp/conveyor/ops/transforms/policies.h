@@ -43,8 +43,9 @@ enum class AugmentOp {
 inline constexpr int kAugmentChoiceCount = 14;
 
 /// Which `_AUGMENTATION_SPACE` the magnitudes come from: RandAugment's (also
-/// AutoAugment's) or TrivialAugmentWide's (wider ranges).
-enum class AugmentSpace { kRandAugment, kTrivialAugmentWide };
+/// AutoAugment's), TrivialAugmentWide's (wider ranges) or AugMix's
+/// (translations by a third of the size, posterize 4..0 bits).
+enum class AugmentSpace { kRandAugment, kTrivialAugmentWide, kAugMix };
 
 /// torch.linspace(start, end, steps)[index] in float32, as PyTorch's CPU
 /// kernel computes it (step = (end - start) / (steps - 1) in float32; the
@@ -109,6 +110,36 @@ const std::array<std::array<AutoAugmentEntry, 2>, 25>& auto_augment_policy(AutoA
 /// randint(25), then per entry: applied when rand <= probability, and then
 /// (signed ops) negated when rand <= 0.5. Returns the ops to apply, in order.
 std::vector<AugmentDraw> draw_auto_augment(AutoAugmentPolicy policy, int height, int width, SampleRng& rng);
+
+/// AugMix's parameters (torchvision's AugMix arguments).
+struct AugMixParams {
+  int severity = 3;
+  int mixture_width = 3;
+  int chain_depth = -1;  ///< <= 0: each chain's depth uniform in [1, 3].
+  double alpha = 1.0;
+  bool all_ops = true;
+};
+
+/// One Dirichlet(alpha, ..., alpha) draw of `n` weights (Gamma(alpha) draws
+/// normalised), as float32 (torch._sample_dirichlet's distribution, not its
+/// bits). alpha > 0.
+std::vector<float> sample_dirichlet(double alpha, int n, SampleRng& rng);
+
+/// One op of an AugMix chain: uniform among its 13 ops (all_ops) or the 9
+/// without Brightness, Color, Contrast, Sharpness; bin = randint(severity) of
+/// 10; negated when rand <= 0.5 (signed ops).
+AugmentDraw draw_aug_mix_op(const AugMixParams& params, int height, int width, SampleRng& rng);
+
+/// AugMix on `sample`: m = Dirichlet(alpha, alpha), weights =
+/// Dirichlet(alpha x mixture_width) * m[1]; mix = m[0] * image + sum of
+/// weight_i * chain_i(image) in float32 (torch's roundings), truncated to
+/// uint8. Each chain applies `chain_depth` (or 1..3) drawn ops to the image.
+void apply_aug_mix(SampleImage& sample, const AugMixParams& params, Interpolation interpolation, const FillArg& fill,
+                   SampleRng& rng);
+
+/// The "aug_mix" factory: AugMix(severity, mixture_width, chain_depth, alpha,
+/// all_ops, interpolation (default bilinear), fill).
+std::unique_ptr<const TransformStep> make_aug_mix_step(const TransformParams& params);
 
 /// The "trivial_augment_wide" factory: TrivialAugmentWide(num_magnitude_bins,
 /// interpolation, fill) (listed in registry.cc).

@@ -280,6 +280,100 @@ TEST(PolicyStepTest, StepsApplyTheirDraws) {
   }
 }
 
+TEST(PolicyTablesTest, AugMixMagnitudes) {
+  // Bins of 10; translations by up to a third of the size; posterize round(4 - i / 2.25).
+  EXPECT_EQ(magnitude(S::kAugMix, O::kTranslateX, 10, 9, 100, 300), 100.0);
+  EXPECT_EQ(magnitude(S::kAugMix, O::kTranslateY, 10, 9, 90, 300), 30.0);
+  EXPECT_EQ(magnitude(S::kAugMix, O::kRotate, 10, 5), 16.666667938232422);
+  EXPECT_EQ(magnitude(S::kAugMix, O::kShearX, 10, 9), 0.30000001192092896);
+  const std::vector<int> bits = {4, 4, 3, 3, 2, 2, 1, 1, 0, 0};
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(magnitude(S::kAugMix, O::kPosterize, 10, i), bits[i]) << i;
+}
+
+TEST(PolicyDrawTest, DirichletWeightsSumToOneWithMeanOneOverN) {
+  constexpr int kDraws = 20000;
+  for (const double alpha : {1.0, 0.3, 4.0}) {
+    std::array<double, 3> sum{}, sum_sq{};
+    for (int i = 0; i < kDraws; ++i) {
+      SampleRng rng(1, 0, static_cast<uint64_t>(i));
+      const std::vector<float> w = sample_dirichlet(alpha, 3, rng);
+      ASSERT_EQ(w.size(), 3u);
+      EXPECT_NEAR(w[0] + w[1] + w[2], 1.0f, 1e-6f);
+      for (size_t k = 0; k < 3; ++k) {
+        EXPECT_GE(w[k], 0.0f);
+        sum[k] += w[k];
+        sum_sq[k] += static_cast<double>(w[k]) * w[k];
+      }
+    }
+    // Dirichlet(a, a, a): mean 1/3, variance (1/3)(2/3) / (3a + 1).
+    const double variance = (1.0 / 3) * (2.0 / 3) / (3 * alpha + 1);
+    for (size_t k = 0; k < 3; ++k) {
+      EXPECT_NEAR(sum[k] / kDraws, 1.0 / 3, 6 * std::sqrt(variance / kDraws)) << alpha;
+      EXPECT_NEAR(sum_sq[k] / kDraws - (sum[k] / kDraws) * (sum[k] / kDraws), variance, 0.1 * variance) << alpha;
+    }
+  }
+}
+
+TEST(PolicyDrawTest, AugMixOpChoice) {
+  constexpr int kDraws = 26000;
+  for (const bool all_ops : {true, false}) {
+    AugMixParams params;
+    params.all_ops = all_ops;
+    params.severity = 2;
+    std::array<int, 15> ops{};
+    for (int i = 0; i < kDraws; ++i) {
+      SampleRng rng(2, 0, static_cast<uint64_t>(i));
+      const AugmentDraw d = draw_aug_mix_op(params, 90, 300, rng);
+      ++ops[static_cast<size_t>(d.op)];
+      if (d.op == O::kTranslateX) {
+        // Bins 0 and 1 of severity 2: 0 or 100 / 9 pixels.
+        EXPECT_TRUE(d.magnitude == 0.0 ||
+                    std::abs(d.magnitude) == magnitude(S::kAugMix, O::kTranslateX, 10, 1, 90, 300));
+      }
+    }
+    const int n = all_ops ? 13 : 9;
+    EXPECT_EQ(ops[static_cast<size_t>(O::kIdentity)] + ops[static_cast<size_t>(O::kInvert)], 0);
+    for (const O op : {O::kBrightness, O::kColor, O::kContrast, O::kSharpness, O::kShearX, O::kEqualize}) {
+      const bool drawn = all_ops || op == O::kShearX || op == O::kEqualize;
+      if (!drawn) {
+        EXPECT_EQ(ops[static_cast<size_t>(op)], 0) << augment_op_name(op);
+      } else {
+        expect_near_count(ops[static_cast<size_t>(op)], kDraws / static_cast<double>(n), 1.0 / n,
+                          std::string(augment_op_name(op)));
+      }
+    }
+  }
+}
+
+TEST(PolicyStepTest, AugMixMixesTheChainsInFloat32) {
+  Pixels pixels(16 * 12 * 3);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>((i * 53) % 256);
+  const auto step = make_transform_step({"aug_mix", {{"severity", {5}}, {"chain_depth", {2}}}});
+  for (uint64_t s = 0; s < 16; ++s) {
+    SampleImage got{Image{12, 16, 3, pixels}, {}, nullptr};
+    SampleRng rng(9, 0, s), ref(9, 0, s);
+    step->apply_image(got, rng);
+    // By hand: the draws in torchvision's order, torch's float32 roundings.
+    AugMixParams params;
+    params.severity = 5;
+    params.chain_depth = 2;
+    const std::vector<float> m = sample_dirichlet(1.0, 2, ref);
+    const std::vector<float> w = sample_dirichlet(1.0, 3, ref);
+    std::vector<float> mix(pixels.size());
+    for (size_t i = 0; i < pixels.size(); ++i) mix[i] = m[0] * static_cast<float>(pixels[i]);
+    for (int k = 0; k < 3; ++k) {
+      SampleImage chain{Image{12, 16, 3, pixels}, {}, nullptr};
+      for (int d = 0; d < 2; ++d) {
+        const AugmentDraw draw = draw_aug_mix_op(params, 12, 16, ref);
+        apply_augment_op(chain, draw.op, draw.magnitude, Interpolation::kBilinear, FillArg{});
+      }
+      const float weight = w[static_cast<size_t>(k)] * m[1];
+      for (size_t i = 0; i < pixels.size(); ++i) mix[i] += weight * static_cast<float>(chain.image.pixels[i]);
+    }
+    for (size_t i = 0; i < pixels.size(); ++i) ASSERT_EQ(got.image.pixels[i], static_cast<uint8_t>(mix[i])) << i;
+  }
+}
+
 std::string config_error(const TransformSpec& spec) {
   try {
     make_transform_step(spec);
@@ -303,6 +397,10 @@ TEST(PolicyStepTest, BadArgumentsAreConfigErrors) {
             "AutoAugment: policy must be 0 (imagenet), 1 (cifar10) or 2 (svhn), got 3");
   EXPECT_EQ(config_error({"auto_augment", {{"interpolation", {2}}}}),
             "AutoAugment: interpolation must be 0 (nearest) or 1 (bilinear)");
+  EXPECT_EQ(config_error({"aug_mix", {{"severity", {11}}}}), "AugMix: severity must be an integer in [1, 10], got 11");
+  EXPECT_EQ(config_error({"aug_mix", {{"mixture_width", {0}}}}),
+            "AugMix: mixture_width must be an integer in [1, 100], got 0");
+  EXPECT_EQ(config_error({"aug_mix", {{"alpha", {0}}}}), "AugMix: alpha must be in (0, 1000000], got 0");
 }
 
 }  // namespace

@@ -76,7 +76,8 @@ Registry& registry() {
                      {"random_equalize", make_random_equalize_step},
                      {"trivial_augment_wide", make_trivial_augment_wide_step},
                      {"rand_augment", make_rand_augment_step},
-                     {"auto_augment", make_auto_augment_step}},
+                     {"auto_augment", make_auto_augment_step},
+                     {"aug_mix", make_aug_mix_step}},
                     // The functional API's ops, one line each.
                     {// Geometry (flip.cc, pad_crop.cc, resize.cc, warp.cc).
                      {"horizontal_flip", horizontal_flip_function},
