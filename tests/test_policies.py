@@ -53,6 +53,7 @@ CHAINS = {
         T.AutoAugment(),
         NORMALIZE,
     ],
+    "augmix": [T.RandomResizedCrop(32), T.AugMix(severity=5, chain_depth=-1, alpha=0.5), NORMALIZE],
 }
 
 
@@ -168,6 +169,17 @@ BAD = [
         "AutoAugment: policy must be AutoAugmentPolicy.IMAGENET, CIFAR10 or SVHN "
         "(or 'imagenet', 'cifar10', 'svhn'), got 3",
     ),
+]
+
+
+BAD += [
+    (lambda: T.AugMix(severity=0), "AugMix: severity must be an integer in [1, 10], got 0"),
+    (lambda: T.AugMix(severity=11), "AugMix: severity must be an integer in [1, 10], got 11"),
+    (lambda: T.AugMix(mixture_width=0), "AugMix: mixture_width must be an integer in [1, 100], got 0"),
+    (lambda: T.AugMix(chain_depth=101), "AugMix: chain_depth must be an integer in [-1000000, 100], got 101"),
+    (lambda: T.AugMix(alpha=0), "AugMix: alpha must be a number in (0, 1000000], got 0"),
+    (lambda: T.AugMix(alpha=float("nan")), "AugMix: alpha must be a number in (0, 1000000], got nan"),
+    (lambda: T.AugMix(all_ops=2), "AugMix: all_ops must be True or False, got 2"),
 ]
 
 

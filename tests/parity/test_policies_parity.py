@@ -61,6 +61,7 @@ POLICIES = [
     ("TrivialAugmentWide", lambda **kw: v2.TrivialAugmentWide(**kw), 31),
     ("RandAugment", lambda **kw: v2.RandAugment(**kw), 31),
     ("AutoAugment", lambda **kw: v2.AutoAugment(**kw), 10),
+    ("AugMix", lambda **kw: v2.AugMix(**kw), 10),
 ]
 
 
@@ -69,6 +70,7 @@ def test_tables_have_conveyors_ops_in_order():
     assert list(v2.TrivialAugmentWide._AUGMENTATION_SPACE) == OPS[:14]
     assert list(v2.RandAugment._AUGMENTATION_SPACE) == OPS[:14]
     assert set(v2.AutoAugment._AUGMENTATION_SPACE) == set(OPS[1:])
+    assert set(v2.AugMix._AUGMENTATION_SPACE) == set(OPS[1:14])
 
 
 @pytest.mark.parametrize(("name", "make", "bins"), POLICIES, ids=[p[0] for p in POLICIES])
@@ -113,6 +115,26 @@ def test_policy_steps_accept_torchvisions_arguments():
         T.RandAugment(3, 5, 11, fill=[1, 2, 3])._spec(),
         T.AutoAugment("svhn", interpolation="bilinear")._spec(),
     ]
+    augmix = from_torchvision(v2.Compose([v2.AugMix(severity=4, chain_depth=2, alpha=0.5, all_ops=False)]))
+    assert [t._spec() for t in augmix] == [
+        T.AugMix(4, 3, 2, 0.5, False, interpolation="bilinear")._spec(),
+    ]
+
+
+def test_aug_mix_with_one_chain_of_identity_weights_is_the_chain(image):
+    """AugMix with torchvision's Dirichlet draws fixed to (0, 1) and (1, 0, ..):
+    the output is the first chain's ops; the mixing's roundings leave it exact."""
+    policy = v2.AugMix(mixture_width=1, chain_depth=1, severity=1)
+    policy._sample_dirichlet = lambda p: torch.tensor([[0.0, 1.0]]) if p.shape[1] == 2 else torch.ones(1, 1)
+    torch.manual_seed(0)
+    out = policy(to_tensor(image)).permute(1, 2, 0).numpy()
+    # One of its ops at bin 0 (severity 1): ours at the same magnitude gives one of these.
+    size = image.shape[:2]
+    candidates = [
+        ours(image, op, 0.0 if fn(10, *size) is None else float(fn(10, *size)[0]), 1, [0])
+        for op, (fn, _) in policy._AUGMENTATION_SPACE.items()
+    ]
+    assert any(np.array_equal(out, c) for c in candidates)
 
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]

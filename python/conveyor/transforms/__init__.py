@@ -12,7 +12,7 @@ Example::
              T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]
 """
 
-from conveyor.transforms.auto_augment import AutoAugment, RandAugment, TrivialAugmentWide
+from conveyor.transforms.auto_augment import AugMix, AutoAugment, RandAugment, TrivialAugmentWide
 from conveyor.transforms.base import DEFAULT_MAX_PIXELS, Transform, compile_pipeline
 from conveyor.transforms.color import (
     ColorJitter,
@@ -42,6 +42,7 @@ from conveyor.transforms.geometry import (
 from conveyor.transforms.torchvision import from_torchvision
 
 __all__ = [
+    "AugMix",
     "AutoAugment",
     "CenterCrop",
     "ColorJitter",

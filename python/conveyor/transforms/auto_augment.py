@@ -1,5 +1,5 @@
 """Automatic augmentation policies, as ``torchvision.transforms.v2``'s
-(TrivialAugmentWide, RandAugment, AutoAugment): torchvision's op tables,
+(TrivialAugmentWide, RandAugment, AutoAugment, AugMix): torchvision's op tables,
 magnitude bins and draws, each op running the engine's own kernel on the
 decoded image (one step on the image per sample)."""
 
@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from conveyor._checks import is_int
+from conveyor._checks import check_bool, is_int, is_real
 from conveyor.errors import ConfigError
 from conveyor.transforms import _geometry_args as args
 from conveyor.transforms.base import Transform
 
-__all__ = ["AutoAugment", "RandAugment", "TrivialAugmentWide"]
+__all__ = ["AugMix", "AutoAugment", "RandAugment", "TrivialAugmentWide"]
 
 #: torchvision's AutoAugmentPolicy values → the engine's policy number.
 POLICIES = {"imagenet": 0, "cifar10": 1, "svhn": 2}
@@ -150,3 +150,59 @@ class AutoAugment(_Policy, name="auto_augment"):
 
     def __repr__(self) -> str:
         return f"AutoAugment(policy={self.policy!r}, interpolation={self.interpolation!r}, fill={self.fill})"
+
+
+class AugMix(_Policy, name="aug_mix"):
+    """AugMix, as ``torchvision.transforms.v2.AugMix``: ``mixture_width``
+    chains of ``chain_depth`` ops (or 1-3, drawn per chain) from AugMix's
+    table, mixed with the image by Dirichlet(alpha) weights in float32 and
+    truncated to uint8.
+
+    Args:
+        severity: the ops' magnitude bins are drawn from [0, severity) of 10
+            (an int in [1, 10]).
+        mixture_width: the number of chains (an int in [1, 100]).
+        chain_depth: ops per chain (an int <= 100); -1 (or any value <= 0):
+            drawn uniformly from 1..3 per chain.
+        alpha: the Dirichlet / Beta concentration, > 0.
+        all_ops: include Brightness, Color, Contrast and Sharpness.
+        interpolation: InterpolationMode.BILINEAR (default) or NEAREST.
+        fill: as TrivialAugmentWide's.
+    """
+
+    def __init__(
+        self,
+        severity: int = 3,
+        mixture_width: int = 3,
+        chain_depth: int = -1,
+        alpha: float = 1.0,
+        all_ops: bool = True,
+        interpolation: Any = "bilinear",
+        fill: Any = None,
+    ) -> None:
+        name = "AugMix"
+        self.severity = _int_in(name, "severity", severity, 1, 10)
+        self.mixture_width = _int_in(name, "mixture_width", mixture_width, 1, 100)
+        self.chain_depth = _int_in(name, "chain_depth", chain_depth, -1_000_000, 100)
+        if not is_real(alpha) or not 0 < float(alpha) <= 1e6:
+            raise ConfigError(f"{name}: alpha must be a number in (0, 1000000], got {alpha!r}")
+        self.alpha = float(alpha)
+        self.all_ops = check_bool(all_ops, "AugMix: all_ops")
+        super().__init__(name, interpolation, fill)
+
+    def _params(self) -> dict[str, Any]:
+        return {
+            "severity": self.severity,
+            "mixture_width": self.mixture_width,
+            "chain_depth": self.chain_depth,
+            "alpha": self.alpha,
+            "all_ops": self.all_ops,
+            **self._op_params(),
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"AugMix(severity={self.severity}, mixture_width={self.mixture_width}, "
+            f"chain_depth={self.chain_depth}, alpha={self.alpha}, all_ops={self.all_ops}, "
+            f"interpolation={self.interpolation!r}, fill={self.fill})"
+        )

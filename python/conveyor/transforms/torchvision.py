@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from typing import Any, Callable, Optional, Union
 
 from conveyor.errors import ConfigError
-from conveyor.transforms.auto_augment import AutoAugment, RandAugment, TrivialAugmentWide
+from conveyor.transforms.auto_augment import AugMix, AutoAugment, RandAugment, TrivialAugmentWide
 from conveyor.transforms.base import Transform
 from conveyor.transforms.color import (
     ColorJitter,
@@ -191,6 +191,17 @@ CONVERTERS: dict[str, Callable[[Any], Conversion]] = {
         )
     ],
     "AutoAugment": lambda obj: [AutoAugment(obj.policy, interpolation=obj.interpolation, fill=obj.fill)],
+    "AugMix": lambda obj: [
+        AugMix(
+            obj.severity,
+            obj.mixture_width,
+            obj.chain_depth,
+            obj.alpha,
+            obj.all_ops,
+            interpolation=obj.interpolation,
+            fill=obj.fill,
+        )
+    ],
     # inplace only says whether torchvision may overwrite its input.
     "Normalize": lambda obj: [Normalize(obj.mean, obj.std)],
     "ToTensor": lambda obj: _Dtype("float32"),
