@@ -449,6 +449,8 @@ void augment_op_function(const TransformParams& params, SampleImage& sample) {
   args.check(op == std::floor(op) && op >= 0 && op < static_cast<double>(kOpNames.size()),
              "op must be an integer in [0, 14], got " + format_shortest(op));
   const double magnitude = args.number("magnitude", 0);
+  // The tables' magnitudes are small; bounding them keeps the warps' arithmetic finite.
+  args.check(std::abs(magnitude) <= 1e6, "magnitude must be in [-1000000, 1000000], got " + format_shortest(magnitude));
   const OpArgs op_args = read_op_args(args);
   const auto kind = static_cast<AugmentOp>(static_cast<int>(op));
   if (kind == AugmentOp::kPosterize) {
