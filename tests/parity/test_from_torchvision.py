@@ -14,6 +14,7 @@ from conftest import mean_abs_diff
 from conveyor import transforms as T
 from conveyor.sources import ImageFolder
 from conveyor.transforms import from_torchvision
+from conveyor.transforms.torchvision import CONVERTERS
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
@@ -142,6 +143,7 @@ def test_an_unknown_torchvision_transform_names_its_class_and_position(folder):
         "(conveyor.transforms.torchvision.CONVERTERS lists the classes conveyor converts; docs/migrating.md "
         "maps each one)"
     )
+    assert {"AutoAugment", "RandAugment", "TrivialAugmentWide", "CenterCrop"} <= set(CONVERTERS)
     with pytest.raises(conveyor.ConfigError) as info:
         from_torchvision(pipeline)
     assert str(info.value) == expected

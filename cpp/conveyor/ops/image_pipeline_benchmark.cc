@@ -158,6 +158,16 @@ void BM_TrainChainColorJitter(benchmark::State& state) {
 }
 BENCHMARK(BM_TrainChainColorJitter)->ArgName("jitter1_blur2")->Arg(1)->Arg(2);
 
+void BM_TrainChainTrivialAugment(benchmark::State& state) {
+  // torchvision's ImageNet recipe: RandomResizedCrop(224) +
+  // RandomHorizontalFlip + TrivialAugmentWide + Normalize (compare BM_TrainChain/crop_decode:1).
+  const ImagePipeline p({RandomResizedCropSpec{{224, 224}}, HorizontalFlipSpec{0.5},
+                         TransformSpec{"trivial_augment_wide", {}}, kImageNet},
+                        {});
+  run_pipeline(state, p);
+}
+BENCHMARK(BM_TrainChainTrivialAugment);
+
 void BM_TrainChainUint8(benchmark::State& state) {
   // The same geometry, uint8 CHW output (normalize on the GPU).
   const ImagePipeline p({RandomResizedCropSpec{{224, 224}}, HorizontalFlipSpec{0.5}}, {DType::kUInt8});

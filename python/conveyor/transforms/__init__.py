@@ -12,6 +12,7 @@ Example::
              T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]
 """
 
+from conveyor.transforms.auto_augment import AugMix, AutoAugment, RandAugment, TrivialAugmentWide
 from conveyor.transforms.base import DEFAULT_MAX_PIXELS, Transform, compile_pipeline
 from conveyor.transforms.batch import BatchTransform, CutMix, MixUp, RandomChoice
 from conveyor.transforms.color import (
@@ -43,6 +44,8 @@ from conveyor.transforms.geometry import (
 from conveyor.transforms.torchvision import from_torchvision
 
 __all__ = [
+    "AugMix",
+    "AutoAugment",
     "BatchTransform",
     "CenterCrop",
     "ColorJitter",
@@ -54,6 +57,7 @@ __all__ = [
     "MixUp",
     "Normalize",
     "Pad",
+    "RandAugment",
     "RandomAdjustSharpness",
     "RandomAffine",
     "RandomAutocontrast",
@@ -71,6 +75,7 @@ __all__ = [
     "RandomVerticalFlip",
     "Resize",
     "Transform",
+    "TrivialAugmentWide",
     "compile_pipeline",
     "from_torchvision",
 ]

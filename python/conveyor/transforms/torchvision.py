@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from typing import Any, Callable, Optional, Union
 
 from conveyor.errors import ConfigError
+from conveyor.transforms.auto_augment import AugMix, AutoAugment, RandAugment, TrivialAugmentWide
 from conveyor.transforms.base import Transform
 from conveyor.transforms.color import (
     ColorJitter,
@@ -175,6 +176,31 @@ CONVERTERS: dict[str, Callable[[Any], Conversion]] = {
     ],
     "RandomPerspective": lambda obj: [
         RandomPerspective(obj.distortion_scale, p=obj.p, interpolation=obj.interpolation, fill=obj.fill)
+    ],
+    # Policies: torchvision keeps interpolation and fill as given (fill None: zeros).
+    "TrivialAugmentWide": lambda obj: [
+        TrivialAugmentWide(obj.num_magnitude_bins, interpolation=obj.interpolation, fill=obj.fill)
+    ],
+    "RandAugment": lambda obj: [
+        RandAugment(
+            obj.num_ops,
+            obj.magnitude,
+            obj.num_magnitude_bins,
+            interpolation=obj.interpolation,
+            fill=obj.fill,
+        )
+    ],
+    "AutoAugment": lambda obj: [AutoAugment(obj.policy, interpolation=obj.interpolation, fill=obj.fill)],
+    "AugMix": lambda obj: [
+        AugMix(
+            obj.severity,
+            obj.mixture_width,
+            obj.chain_depth,
+            obj.alpha,
+            obj.all_ops,
+            interpolation=obj.interpolation,
+            fill=obj.fill,
+        )
     ],
     # inplace only says whether torchvision may overwrite its input.
     "Normalize": lambda obj: [Normalize(obj.mean, obj.std)],

@@ -16,6 +16,7 @@
 #include "conveyor/ops/transforms/histogram.h"
 #include "conveyor/ops/transforms/normalize.h"
 #include "conveyor/ops/transforms/pad_crop.h"
+#include "conveyor/ops/transforms/policies.h"
 #include "conveyor/ops/transforms/random_resized_crop.h"
 #include "conveyor/ops/transforms/resize.h"
 #include "conveyor/ops/transforms/warp.h"
@@ -73,7 +74,11 @@ Registry& registry() {
                      {"random_solarize", make_random_solarize_step},
                      {"random_adjust_sharpness", make_random_adjust_sharpness_step},
                      {"random_autocontrast", make_random_autocontrast_step},
-                     {"random_equalize", make_random_equalize_step}},
+                     {"random_equalize", make_random_equalize_step},
+                     {"trivial_augment_wide", make_trivial_augment_wide_step},
+                     {"rand_augment", make_rand_augment_step},
+                     {"auto_augment", make_auto_augment_step},
+                     {"aug_mix", make_aug_mix_step}},
                     // The functional API's ops, one line each.
                     {// Geometry (flip.cc, pad_crop.cc, resize.cc, warp.cc).
                      {"horizontal_flip", horizontal_flip_function},
@@ -98,7 +103,8 @@ Registry& registry() {
                      {"solarize", solarize_function},
                      {"adjust_sharpness", adjust_sharpness_function},
                      {"autocontrast", autocontrast_function},
-                     {"equalize", equalize_function}}};
+                     {"equalize", equalize_function},
+                     {"augment_op", augment_op_function}}};
   return r;
 }
 

@@ -154,7 +154,10 @@ TEST(TransformRegistryTest, ImageFunctionsRunByNameWithTheirArguments) {
 TEST(TransformRegistryTest, ErrorsNameTheTransformAndTheArgument) {
   // The message lists every registered name (built-in and this binary's test-only ones).
   const std::string unknown = config_error({CenterCropSpec{{4, 4}}, TransformSpec{"no_such_transform", {}}});
-  EXPECT_EQ(unknown.rfind("transform 1 unknown transform 'no_such_transform' (registered: center_crop, ", 0), 0)
+  EXPECT_EQ(
+      unknown.rfind(
+          "transform 1 unknown transform 'no_such_transform' (registered: aug_mix, auto_augment, center_crop, ", 0),
+      0)
       << unknown;
   EXPECT_NE(unknown.find(", test_invert, "), std::string::npos) << unknown;
   EXPECT_EQ(config_error({TransformSpec{"resize", {{"sise", {4}}}}}), "transform 0 Resize: size is required");

@@ -1,0 +1,195 @@
+"""The augmentation policies (TrivialAugmentWide, RandAugment, AutoAugment):
+arguments, determinism across threads and resume, and their conversion."""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import conveyor
+from conveyor import transforms as T
+from conveyor.errors import ConfigError
+from conveyor.sources import ImageFolder
+
+N = 24
+
+
+def textured(index: int, height: int, width: int) -> np.ndarray:
+    rng = np.random.default_rng(index)
+    y, x = np.mgrid[0:height, 0:width]
+    channels = [
+        90 + 60 * x / width + 40 * np.sin(0.2 * y + c + index) + rng.normal(0, 12, (height, width))
+        for c in range(3)
+    ]
+    return np.clip(np.stack(channels, axis=-1), 0, 255).astype(np.uint8)
+
+
+@pytest.fixture(scope="module")
+def texture_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("policy_textures")
+    for index in range(N):
+        folder = root / ("a" if index < N // 2 else "b")
+        folder.mkdir(exist_ok=True)
+        image = textured(index, 40 + (index * 7) % 30, 44 + (index * 11) % 30)
+        Image.fromarray(image).save(folder / f"{index:03d}.jpg", quality=92)
+    return root
+
+
+NORMALIZE = T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+
+# Each policy between a random crop and Normalize (TrivialAugmentWide as the ImageNet recipe).
+CHAINS = {
+    "trivial": [T.RandomResizedCrop(32), T.RandomHorizontalFlip(), T.TrivialAugmentWide(), NORMALIZE],
+    "rand": [T.RandomResizedCrop(32), T.RandAugment(num_ops=3, magnitude=12, fill=[10, 20, 30]), NORMALIZE],
+    "auto": [
+        T.RandomResizedCrop(32),
+        T.AutoAugment("cifar10", interpolation="bilinear"),
+        T.AutoAugment("svhn"),
+        T.AutoAugment(),
+        NORMALIZE,
+    ],
+    "augmix": [T.RandomResizedCrop(32), T.AugMix(severity=5, chain_depth=-1, alpha=0.5), NORMALIZE],
+}
+
+
+def make_loader(root: Path, chain: str, **kwargs) -> conveyor.Loader:
+    options = dict(batch_size=5, shuffle=True, seed=11)
+    options.update(kwargs)
+    return conveyor.Loader(ImageFolder(root), CHAINS[chain], **options)
+
+
+@pytest.mark.parametrize("chain", sorted(CHAINS))
+def test_same_batches_for_any_thread_count(texture_folder, chain):
+    reference = [(x.clone(), y.clone()) for x, y in make_loader(texture_folder, chain, threads=1, prefetch=1)]
+    assert len(reference) == 5
+    for threads in (2, 4):
+        got = list(make_loader(texture_folder, chain, threads=threads, io_threads=threads * 2, prefetch=3))
+        assert len(got) == len(reference)
+        for (a, la), (b, lb) in zip(reference, got):
+            assert torch.equal(a, b) and torch.equal(la, lb)
+
+
+@pytest.mark.parametrize("chain", sorted(CHAINS))
+def test_resume_mid_epoch_is_exact(texture_folder, chain):
+    uninterrupted = make_loader(texture_folder, chain, threads=2)
+    uninterrupted.set_epoch(2)
+    expected = [x.clone() for x, _ in uninterrupted]
+    loader = make_loader(texture_folder, chain, threads=2)
+    loader.set_epoch(2)
+    it = iter(loader)
+    for _ in range(2):
+        next(it)
+    state = loader.state_dict()
+    del it, loader
+    resumed = make_loader(texture_folder, chain, threads=3)
+    resumed.load_state_dict(state)
+    got = [x for x, _ in resumed]
+    assert len(got) == len(expected) - 2
+    for a, b in zip(expected[2:], got):
+        assert torch.equal(a, b)
+
+
+def test_policies_change_images_and_draw_per_epoch(texture_folder):
+    plain = [T.RandomResizedCrop(32), T.RandomHorizontalFlip(), NORMALIZE]
+    options = dict(batch_size=24, seed=5, shuffle=False)
+    base = [x.clone() for x, _ in conveyor.Loader(ImageFolder(texture_folder), plain, **options)]
+    first = [x.clone() for x, _ in make_loader(texture_folder, "trivial", **options)]
+    # Same crops and flips (the policy draws after them): most images changed, some (Identity) not.
+    changed = [not torch.equal(a, b) for a, b in zip(base[0], first[0])]
+    assert 12 <= sum(changed) < 24
+    loader = make_loader(texture_folder, "trivial", **options)
+    loader.set_epoch(1)
+    assert not torch.equal(first[0], next(iter(loader))[0])
+
+
+class Policy(enum.Enum):
+    """Stands in for torchvision's AutoAugmentPolicy (matched by class name)."""
+
+    IMAGENET = "imagenet"
+    CIFAR10 = "cifar10"
+    SVHN = "svhn"
+
+
+Policy.__name__ = "AutoAugmentPolicy"
+
+
+def test_policy_as_enum_or_string():
+    assert T.AutoAugment(Policy.SVHN).policy == "svhn"
+    assert T.AutoAugment("CIFAR10").policy == "cifar10"
+    params = {"policy": [0.0], "interpolation": [0.0], "fill": [0.0]}
+    assert T.AutoAugment()._spec() == ("auto_augment", params)
+
+
+BAD = [
+    (lambda: T.RandAugment(num_ops=-1), "RandAugment: num_ops must be an integer in [0, 1000], got -1"),
+    (lambda: T.RandAugment(num_ops=1.5), "RandAugment: num_ops must be an integer in [0, 1000], got 1.5"),
+    (lambda: T.RandAugment(magnitude=31), "RandAugment: magnitude must be an integer in [0, 30], got 31"),
+    (lambda: T.RandAugment(magnitude=-1), "RandAugment: magnitude must be an integer in [0, 30], got -1"),
+    (
+        lambda: T.RandAugment(magnitude=5, num_magnitude_bins=5),
+        "RandAugment: magnitude must be an integer in [0, 4], got 5",
+    ),
+    (
+        lambda: T.RandAugment(num_magnitude_bins=1),
+        "RandAugment: num_magnitude_bins must be an integer in [2, 1000000], got 1",
+    ),
+    (
+        lambda: T.TrivialAugmentWide(num_magnitude_bins=0),
+        "TrivialAugmentWide: num_magnitude_bins must be an integer in [2, 1000000], got 0",
+    ),
+    (
+        lambda: T.TrivialAugmentWide(num_magnitude_bins="31"),
+        "TrivialAugmentWide: num_magnitude_bins must be an integer in [2, 1000000], got '31'",
+    ),
+    (
+        lambda: T.TrivialAugmentWide(interpolation="bicubic"),
+        "TrivialAugmentWide: interpolation must be InterpolationMode.NEAREST or InterpolationMode.BILINEAR "
+        "(or 'nearest', 'bilinear'), got 'bicubic'",
+    ),
+    (
+        lambda: T.RandAugment(fill=[1, 2]),
+        "RandAugment: fill must be a number or a sequence of 1 or 3 numbers, got [1, 2]",
+    ),
+    (
+        lambda: T.AutoAugment(fill=300),
+        "AutoAugment: fill values must be in [0, 255] for uint8 images, got 300",
+    ),
+    (
+        lambda: T.AutoAugment("cifar100"),
+        "AutoAugment: policy must be AutoAugmentPolicy.IMAGENET, CIFAR10 or SVHN "
+        "(or 'imagenet', 'cifar10', 'svhn'), got 'cifar100'",
+    ),
+    (
+        lambda: T.AutoAugment(3),
+        "AutoAugment: policy must be AutoAugmentPolicy.IMAGENET, CIFAR10 or SVHN "
+        "(or 'imagenet', 'cifar10', 'svhn'), got 3",
+    ),
+]
+
+
+BAD += [
+    (lambda: T.AugMix(severity=0), "AugMix: severity must be an integer in [1, 10], got 0"),
+    (lambda: T.AugMix(severity=11), "AugMix: severity must be an integer in [1, 10], got 11"),
+    (lambda: T.AugMix(mixture_width=0), "AugMix: mixture_width must be an integer in [1, 100], got 0"),
+    (lambda: T.AugMix(chain_depth=101), "AugMix: chain_depth must be an integer in [-1000000, 100], got 101"),
+    (lambda: T.AugMix(alpha=0), "AugMix: alpha must be a number in (0, 1000000], got 0"),
+    (lambda: T.AugMix(alpha=float("nan")), "AugMix: alpha must be a number in (0, 1000000], got nan"),
+    (lambda: T.AugMix(all_ops=2), "AugMix: all_ops must be True or False, got 2"),
+]
+
+
+@pytest.mark.parametrize(("make", "message"), BAD, ids=[m for _, m in BAD])
+def test_bad_arguments_are_config_errors(make, message):
+    with pytest.raises(ConfigError) as info:
+        make()
+    assert str(info.value) == message
+
+
+def test_fill_of_three_values_on_gray_images_is_refused():
+    with pytest.raises(ConfigError, match="TrivialAugmentWide: "):
+        T.compile_pipeline([T.TrivialAugmentWide(fill=[1, 2, 3])], channels=1)
