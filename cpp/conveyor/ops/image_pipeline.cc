@@ -11,6 +11,7 @@
 
 #include "conveyor/core/checked_size.h"
 #include "conveyor/core/error.h"
+#include "conveyor/ops/float16.h"
 #include "conveyor/ops/image_decoder.h"
 #include "conveyor/ops/raw_decoder.h"
 #include "conveyor/ops/resize.h"
@@ -19,34 +20,6 @@
 namespace conveyor {
 
 namespace {
-
-// IEEE binary16 from binary32, round to nearest even (F. Giesen's
-// float_to_half_fast3_rtne); matches numpy's astype(float16) and torch's .half().
-uint16_t float_to_half(float value) {
-  uint32_t x;
-  std::memcpy(&x, &value, sizeof(x));
-  const uint32_t sign = x & 0x80000000u;
-  x ^= sign;
-  uint16_t h;
-  if (x >= (127u + 16u) << 23) {  // Overflow to infinity, or NaN.
-    h = x > (255u << 23) ? 0x7e00 : 0x7c00;
-  } else if (x < (113u << 23)) {  // Subnormal or zero: let the FPU round.
-    const uint32_t magic_bits = ((127u - 15u) + (23u - 10u) + 1u) << 23;
-    float magic;
-    std::memcpy(&magic, &magic_bits, sizeof(magic));
-    float f;
-    std::memcpy(&f, &x, sizeof(f));
-    f += magic;
-    std::memcpy(&x, &f, sizeof(x));
-    h = static_cast<uint16_t>(x - magic_bits);
-  } else {
-    const uint32_t mantissa_odd = (x >> 13) & 1u;
-    x -= 112u << 23;  // Rebias the exponent from 127 to 15.
-    x += 0xfffu + mantissa_odd;
-    h = static_cast<uint16_t>(x >> 13);
-  }
-  return static_cast<uint16_t>(h | (sign >> 16));
-}
 
 // The single pass after the resize: flip, dtype conversion, normalization and
 // layout, through a per-channel lookup table (256 entries: the input is uint8),
@@ -163,6 +136,7 @@ struct ImagePipeline::Plan {
   std::vector<uint8_t> lut_u8;
   std::vector<uint16_t> lut_f16;
   std::vector<float> lut_f32;
+  std::vector<const TransformStep*> output_steps;  // kOutput steps, in order (after the tables).
 
   // Runs a group's steps symbolically on an image of `height` x `width`:
   // every crop and resize composes into one affine map from output to
@@ -308,8 +282,8 @@ struct ImagePipeline::Plan {
   }
 
   // The output pass: flip, pointwise steps (tables), dtype and layout, written
-  // into the batch slot `out`.
-  void write(const ImageView& image, bool flip, void* out) const {
+  // into the batch slot `out`; then the steps on the written output.
+  void write(const ImageView& image, bool flip, void* out, SampleRng& rng) const {
     switch (output.dtype) {
       case DType::kUInt8:
         write_output<uint8_t>(image, flip, output.layout, lut_u8.data(), out);
@@ -323,6 +297,8 @@ struct ImagePipeline::Plan {
       case DType::kInt64:
         break;
     }
+    OutputSample sample{out, output.dtype, output.layout == Layout::kCHW, output.channels, image.height, image.width};
+    for (const TransformStep* step : output_steps) step->apply_output(sample, rng);
   }
 };
 
@@ -357,6 +333,10 @@ ImagePipeline::ImagePipeline(std::vector<TransformSpec> transforms, ImageOutputS
     try {
       std::unique_ptr<const TransformStep> step = make_transform_step(transforms[i]);
       const StepKind kind = step->kind();
+      if (kind != StepKind::kOutput && !plan->output_steps.empty()) {
+        throw Error(ErrorKind::kConfig, transforms[i].name + " comes after " + transforms[i - 1].name +
+                                            ", which works on the written output: put it after every other transform");
+      }
       check_config(
           kind != StepKind::kGeometric || pointwise.empty(),
           transforms[i].name + " (a resize or crop) comes after Normalize: put Normalize after every resize and crop");
@@ -370,6 +350,9 @@ ImagePipeline::ImagePipeline(std::vector<TransformSpec> transforms, ImageOutputS
       if (kind == StepKind::kPointwise) {
         chain.antialias = antialias_before;
         pointwise.push_back(step.get());
+      } else if (kind == StepKind::kOutput) {
+        chain.antialias = antialias_before;
+        plan->output_steps.push_back(step.get());
       } else if (kind == StepKind::kImage) {
         plan->groups.push_back(Group{step.get(), {}, {}, true});
         chain.antialias = true;
@@ -471,7 +454,7 @@ void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* ou
   image = flipped_vertically(image, s.placement.vflip);
   move_boxes(boxes, s);
   if (last == 0) {
-    plan.write(image, s.placement.flip, out);
+    plan.write(image, s.placement.flip, out, rng);
     return;
   }
   // Later groups work on the materialized image: an image step, then one
@@ -516,7 +499,7 @@ void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* ou
     image = flipped_vertically(image, s.placement.vflip);
     move_boxes(boxes, s);
     if (g == last) {
-      plan.write(image, s.placement.flip, out);
+      plan.write(image, s.placement.flip, out, rng);
       return;
     }
     Image next{0, 0, 0, std::move(sample.spare)};
@@ -531,7 +514,7 @@ void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* ou
                                           std::to_string(img.height) + " image, planned " +
                                           std::to_string(plan.size.width) + "x" + std::to_string(plan.size.height));
   }
-  plan.write(img.view(), false, out);
+  plan.write(img.view(), false, out, rng);
 }
 
 }  // namespace conveyor

@@ -11,6 +11,7 @@
 #include "conveyor/ops/transforms/blur.h"
 #include "conveyor/ops/transforms/center_crop.h"
 #include "conveyor/ops/transforms/color.h"
+#include "conveyor/ops/transforms/erase.h"
 #include "conveyor/ops/transforms/flip.h"
 #include "conveyor/ops/transforms/histogram.h"
 #include "conveyor/ops/transforms/normalize.h"
@@ -72,7 +73,9 @@ Registry& registry() {
                      {"random_solarize", make_random_solarize_step},
                      {"random_adjust_sharpness", make_random_adjust_sharpness_step},
                      {"random_autocontrast", make_random_autocontrast_step},
-                     {"random_equalize", make_random_equalize_step}},
+                     {"random_equalize", make_random_equalize_step},
+                     // After Normalize, on the written output (erase.cc).
+                     {"random_erasing", make_random_erasing_step}},
                     // The functional API's ops, one line each.
                     {// Geometry (flip.cc, pad_crop.cc, resize.cc, warp.cc).
                      {"horizontal_flip", horizontal_flip_function},
@@ -97,7 +100,8 @@ Registry& registry() {
                      {"solarize", solarize_function},
                      {"adjust_sharpness", adjust_sharpness_function},
                      {"autocontrast", autocontrast_function},
-                     {"equalize", equalize_function}}};
+                     {"equalize", equalize_function},
+                     {"erase", erase_function}}};
   return r;
 }
 
