@@ -26,6 +26,7 @@ from conveyor.transforms.color import (
     RandomPosterize,
     RandomSolarize,
 )
+from conveyor.transforms.erase import RandomErasing
 from conveyor.transforms.geometry import (
     CenterCrop,
     Pad,
@@ -53,6 +54,7 @@ __all__ = [
     "RandomAutocontrast",
     "RandomCrop",
     "RandomEqualize",
+    "RandomErasing",
     "RandomGrayscale",
     "RandomHorizontalFlip",
     "RandomInvert",
