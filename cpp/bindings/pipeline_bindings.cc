@@ -234,37 +234,35 @@ void bind_pipeline(nb::module_& m) {
           "__init__",
           [](PythonOwnedLoader* self, std::shared_ptr<Source> source, std::shared_ptr<SampleTransform> transform,
              LoaderOptions options, nb::handle allocator) {
-    if (!allocator.is_none()) options.allocator = python_allocator(allocator);
-    new (self) PythonOwnedLoader(std::move(source), std::move(transform), std::move(options));
+            if (!allocator.is_none()) options.allocator = python_allocator(allocator);
+            new (self) PythonOwnedLoader(std::move(source), std::move(transform), std::move(options));
           },
           nb::arg("source"), nb::arg("transform"), nb::arg("options"), nb::kw_only(), nb::arg("allocator") = nb::none(),
           "allocator: optional (allocate(nbytes) -> address, deallocate(address, nbytes)) for batch memory.")
       .def_prop_ro("num_samples", &Loader::num_samples)
       .def_prop_ro("num_batches", &Loader::num_batches)
-      .def_prop_ro("threads", [](const PythonOwnedLoader& l) {
-    return l.options().threads; })
-      .def_prop_ro("io_threads", [](const PythonOwnedLoader& l) {
-    return l.options().io_threads; })
+      .def_prop_ro("threads", [](const PythonOwnedLoader& l) { return l.options().threads; })
+      .def_prop_ro("io_threads", [](const PythonOwnedLoader& l) { return l.options().io_threads; })
       .def("segment_samples", &Loader::segment_samples, nb::arg("segment_start"))
       .def("start_epoch", &Loader::start_epoch, nb::arg("epoch"), nb::arg("start_position") = 0,
            nb::arg("start_batch") = 0, nb::arg("segment_start") = 0, nb::call_guard<nb::gil_scoped_release>())
       .def(
           "next",
           [](PythonOwnedLoader& loader, double timeout_seconds) -> nb::object {
-    NextResult result;
-    {
-      nb::gil_scoped_release release;
-      result = loader.next(std::chrono::duration<double>(timeout_seconds));
-    }
-    switch (result.status) {
-      case NextResult::Status::kBatch:
-        return nb::cast(result.batch);
-      case NextResult::Status::kEnd:
-        return nb::none();
-      case NextResult::Status::kTimeout:
-        return nb::bool_(false);
-    }
-    return nb::none();
+            NextResult result;
+            {
+              nb::gil_scoped_release release;
+              result = loader.next(std::chrono::duration<double>(timeout_seconds));
+            }
+            switch (result.status) {
+              case NextResult::Status::kBatch:
+                return nb::cast(result.batch);
+              case NextResult::Status::kEnd:
+                return nb::none();
+              case NextResult::Status::kTimeout:
+                return nb::bool_(false);
+            }
+            return nb::none();
           },
           nb::arg("timeout"),
           "The next Batch, None at the end of the epoch, False when `timeout` seconds passed first (negative, "

@@ -146,6 +146,7 @@ struct ImagePipeline::Plan {
   std::vector<uint8_t> lut_u8;
   std::vector<uint16_t> lut_f16;
   std::vector<float> lut_f32;
+  std::vector<const TransformStep*> output_steps;  // kOutput steps, in order (after the tables).
 
   // Runs a group's steps symbolically on an image of `height` x `width`:
   // every crop and resize composes into one affine map from output to
@@ -291,8 +292,8 @@ struct ImagePipeline::Plan {
   }
 
   // The output pass: flip, pointwise steps (tables), dtype and layout, written
-  // into the batch slot `out`.
-  void write(const ImageView& image, bool flip, void* out) const {
+  // into the batch slot `out`; then the steps on the written output.
+  void write(const ImageView& image, bool flip, void* out, SampleRng& rng) const {
     switch (output.dtype) {
       case DType::kUInt8:
         write_output<uint8_t>(image, flip, output.layout, lut_u8.data(), out);
@@ -306,6 +307,8 @@ struct ImagePipeline::Plan {
       case DType::kInt64:
         break;
     }
+    OutputSample sample{out, output.dtype, output.layout == Layout::kCHW, output.channels, image.height, image.width};
+    for (const TransformStep* step : output_steps) step->apply_output(sample, rng);
   }
 };
 
@@ -340,6 +343,10 @@ ImagePipeline::ImagePipeline(std::vector<TransformSpec> transforms, ImageOutputS
     try {
       std::unique_ptr<const TransformStep> step = make_transform_step(transforms[i]);
       const StepKind kind = step->kind();
+      if (kind != StepKind::kOutput && !plan->output_steps.empty()) {
+        throw Error(ErrorKind::kConfig, transforms[i].name + " comes after " + transforms[i - 1].name +
+                                            ", which works on the written output: put it after every other transform");
+      }
       check_config(
           kind != StepKind::kGeometric || pointwise.empty(),
           transforms[i].name + " (a resize or crop) comes after Normalize: put Normalize after every resize and crop");
@@ -353,6 +360,9 @@ ImagePipeline::ImagePipeline(std::vector<TransformSpec> transforms, ImageOutputS
       if (kind == StepKind::kPointwise) {
         chain.antialias = antialias_before;
         pointwise.push_back(step.get());
+      } else if (kind == StepKind::kOutput) {
+        chain.antialias = antialias_before;
+        plan->output_steps.push_back(step.get());
       } else if (kind == StepKind::kImage) {
         plan->groups.push_back(Group{step.get(), {}, {}, true});
         chain.antialias = true;
@@ -471,7 +481,7 @@ void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* fi
   image = flipped_vertically(image, s.placement.vflip);
   move_boxes(boxes, s);
   if (last == 0) {
-    plan.write(image, s.placement.flip, out(image.height, image.width));
+    plan.write(image, s.placement.flip, out(image.height, image.width), rng);
     return;
   }
   // Later groups work on the materialized image: an image step, then one
@@ -516,7 +526,7 @@ void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* fi
     image = flipped_vertically(image, s.placement.vflip);
     move_boxes(boxes, s);
     if (g == last) {
-      plan.write(image, s.placement.flip, out(image.height, image.width));
+      plan.write(image, s.placement.flip, out(image.height, image.width), rng);
       return;
     }
     Image next{0, 0, 0, std::move(sample.spare)};
@@ -531,7 +541,7 @@ void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* fi
                                           std::to_string(img.height) + " image, planned " +
                                           std::to_string(plan.size.width) + "x" + std::to_string(plan.size.height));
   }
-  plan.write(img.view(), false, out(img.height, img.width));
+  plan.write(img.view(), false, out(img.height, img.width), rng);
 }
 
 }  // namespace conveyor

@@ -168,6 +168,15 @@ void BM_TrainChainTrivialAugment(benchmark::State& state) {
 }
 BENCHMARK(BM_TrainChainTrivialAugment);
 
+void BM_TrainChainErasing(benchmark::State& state) {
+  // The train chain with RandomErasing(p) after Normalize, p = state.range(0) / 10
+  // (torchvision's ImageNet recipe uses 0.1; 10: every image).
+  const TransformSpec erasing{"random_erasing", {{"p", {static_cast<double>(state.range(0)) / 10}}}};
+  const ImagePipeline p({RandomResizedCropSpec{{224, 224}}, HorizontalFlipSpec{0.5}, kImageNet, erasing}, {});
+  run_pipeline(state, p);
+}
+BENCHMARK(BM_TrainChainErasing)->ArgName("p_tenths")->Arg(1)->Arg(10);
+
 void BM_TrainChainUint8(benchmark::State& state) {
   // The same geometry, uint8 CHW output (normalize on the GPU).
   const ImagePipeline p({RandomResizedCropSpec{{224, 224}}, HorizontalFlipSpec{0.5}}, {DType::kUInt8});

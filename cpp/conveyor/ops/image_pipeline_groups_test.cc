@@ -42,6 +42,8 @@ class TransposeStep final : public TransformStep {
       for (BoundingBox& b : *sample.boxes) b = {b.y, b.x, b.height, b.width, b.category};
     }
   }
+
+  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
 };
 
 // kImage: adds floor(uniform() * 100) to every value (saturating): one draw.
@@ -55,6 +57,8 @@ class AddRandomStep final : public TransformStep {
     const int amount = static_cast<int>(rng.uniform() * 100);
     for (uint8_t& v : sample.image.pixels) v = static_cast<uint8_t>(std::min(255, v + amount));
   }
+
+  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
 };
 
 // Geometric: pads `pad` pixels on every side with (7, 8, 9).
@@ -71,6 +75,7 @@ class PadSevensStep final : public TransformStep {
   }
   float map_value(int /*channel*/, float value) const override { return value; }
   void apply_image(SampleImage& /*sample*/, SampleRng& /*rng*/) const override {}
+  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
 
  private:
   int pad_;

@@ -28,6 +28,7 @@ from conveyor.transforms.color import (
     RandomPosterize,
     RandomSolarize,
 )
+from conveyor.transforms.erase import RandomErasing
 from conveyor.transforms.function import Lambda
 from conveyor.transforms.geometry import (
     CenterCrop,
@@ -64,6 +65,7 @@ __all__ = [
     "RandomChoice",
     "RandomCrop",
     "RandomEqualize",
+    "RandomErasing",
     "RandomGrayscale",
     "RandomHorizontalFlip",
     "RandomInvert",

@@ -38,6 +38,7 @@ from conveyor.transforms.color import (
     RandomPosterize,
     RandomSolarize,
 )
+from conveyor.transforms.erase import RandomErasing
 from conveyor.transforms.geometry import (
     CenterCrop,
     Pad,
@@ -126,6 +127,15 @@ def _to_dtype(obj: Any) -> Conversion:
     return _Dtype(name, scaled=name == "uint8" or bool(getattr(obj, "scale", True)))
 
 
+def _erasing_value(obj: Any) -> Any:
+    """RandomErasing's value as torchvision keeps it: None for "random" (v1
+    keeps the string), else a list of floats (v1 keeps the number or sequence)."""
+    value = obj.value
+    if value is None or value == "random":
+        return "random"
+    return value
+
+
 #: torchvision class name → converter. One entry per class; torchvision's v1
 #: (``torchvision.transforms``) and v2 (``torchvision.transforms.v2``) classes
 #: of the same name share it. A transform added to conveyor adds its entry here.
@@ -204,6 +214,9 @@ CONVERTERS: dict[str, Callable[[Any], Conversion]] = {
     ],
     # inplace only says whether torchvision may overwrite its input.
     "Normalize": lambda obj: [Normalize(obj.mean, obj.std)],
+    "RandomErasing": lambda obj: [
+        RandomErasing(obj.p, obj.scale, obj.ratio, _erasing_value(obj), obj.inplace)
+    ],
     "ToTensor": lambda obj: _Dtype("float32"),
     "PILToTensor": lambda obj: _Dtype("uint8"),
     "ToImage": lambda obj: _Dtype("uint8"),

@@ -31,6 +31,8 @@ class CenterCropStep final : public TransformStep {
 
   void apply_image(SampleImage& /*sample*/, SampleRng& /*rng*/) const override {}
 
+  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
+
  private:
   Size2D size_;
 };

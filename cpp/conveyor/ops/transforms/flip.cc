@@ -29,6 +29,8 @@ class FlipStep final : public TransformStep {
 
   void apply_image(SampleImage& /*sample*/, SampleRng& /*rng*/) const override {}
 
+  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
+
  private:
   double p_;
   bool vertical_;

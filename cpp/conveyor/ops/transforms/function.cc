@@ -39,6 +39,8 @@ class FunctionStep final : public TransformStep {
     }
   }
 
+  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
+
  private:
   std::string name_;
   ImageCallback function_;

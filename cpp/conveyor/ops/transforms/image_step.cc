@@ -31,6 +31,8 @@ class ImageStep final : public TransformStep {
     apply_(sample, rng);
   }
 
+  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
+
  private:
   std::optional<double> p_;
   ImageStepFunction apply_;

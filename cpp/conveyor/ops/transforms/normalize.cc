@@ -30,6 +30,8 @@ class NormalizeStep final : public TransformStep {
 
   void apply_image(SampleImage& /*sample*/, SampleRng& /*rng*/) const override {}
 
+  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
+
  private:
   std::vector<float> mean_;
   std::vector<float> std_;

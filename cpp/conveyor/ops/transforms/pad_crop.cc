@@ -73,6 +73,8 @@ class PadStep final : public TransformStep {
     pad(sample, padding_, mode_, fill_.bytes());
   }
 
+  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
+
   static void pad(SampleImage& sample, const std::array<int, 4>& padding, PadMode mode, const Fill& fill) {
     const Image& src = sample.image;
     const int64_t h = static_cast<int64_t>(src.height) + padding[1] + padding[3];
@@ -130,6 +132,8 @@ class RandomCropStep final : public TransformStep {
     sample.image = std::move(out);
     crop_boxes(sample.boxes, window.top, window.left, size_.height, size_.width);
   }
+
+  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
 
  private:
   // The crop's top-left corner in the unpadded image (negative: in the padding).

@@ -32,6 +32,8 @@ class RandomResizedCropStep final : public TransformStep {
 
   void apply_image(SampleImage& /*sample*/, SampleRng& /*rng*/) const override {}
 
+  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
+
  private:
   RandomResizedCropSpec spec_;
 };

@@ -11,6 +11,7 @@
 #include "conveyor/ops/transforms/blur.h"
 #include "conveyor/ops/transforms/center_crop.h"
 #include "conveyor/ops/transforms/color.h"
+#include "conveyor/ops/transforms/erase.h"
 #include "conveyor/ops/transforms/flip.h"
 #include "conveyor/ops/transforms/function.h"
 #include "conveyor/ops/transforms/histogram.h"
@@ -78,7 +79,9 @@ Registry& registry() {
                      {"trivial_augment_wide", make_trivial_augment_wide_step},
                      {"rand_augment", make_rand_augment_step},
                      {"auto_augment", make_auto_augment_step},
-                     {"aug_mix", make_aug_mix_step}},
+                     {"aug_mix", make_aug_mix_step},
+                     // After Normalize, on the written output (erase.cc).
+                     {"random_erasing", make_random_erasing_step}},
                     // The functional API's ops, one line each.
                     {// Geometry (flip.cc, pad_crop.cc, resize.cc, warp.cc).
                      {"horizontal_flip", horizontal_flip_function},
@@ -104,7 +107,9 @@ Registry& registry() {
                      {"adjust_sharpness", adjust_sharpness_function},
                      {"autocontrast", autocontrast_function},
                      {"equalize", equalize_function},
-                     {"augment_op", augment_op_function}}};
+                     {"augment_op", augment_op_function},
+
+                     {"erase", erase_function}}};
   return r;
 }
 

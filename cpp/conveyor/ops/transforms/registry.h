@@ -103,6 +103,9 @@ enum class StepKind {
   /// the image it receives, those after it resample its output. Before every
   /// pointwise step.
   kImage,
+  /// Runs on the written output (the batch slot, after Normalize's tables:
+  /// RandomErasing) with per-sample parameters. After every other kind.
+  kOutput,
 };
 
 /// What a step of kind kImage works on: one sample's image as the chain has
@@ -122,12 +125,25 @@ struct SampleImage {
   std::vector<BoundingBox>* boxes = nullptr;
 };
 
+/// What a step of kind kOutput works on: one sample's output as written into
+/// the batch slot (the values after Normalize, in the output dtype and
+/// layout). Borrowed from the pipeline for the call; only the calling thread
+/// sees it.
+struct OutputSample {
+  void* data = nullptr;  ///< The slot: channels x height x width values (CHW) or height x width x channels (HWC).
+  DType dtype = DType::kFloat32;  ///< uint8, float16 (IEEE binary16 bits) or float32.
+  bool chw = true;                ///< The layout: CHW when true, else HWC.
+  int channels = 3;
+  int height = 0;
+  int width = 0;
+};
+
 /// One planned transform. Every hook is pure virtual, so a step that forgets
 /// one does not compile; the pipeline calls every hook of every step (no
 /// type switch that could miss a case).
 ///
-/// Thread-safety: immutable after construction; place() and map_value() may
-/// run concurrently.
+/// Thread-safety: immutable after construction; place(), map_value(),
+/// apply_image() and apply_output() may run concurrently.
 class TransformStep {
  public:
   virtual ~TransformStep() = default;
@@ -157,6 +173,11 @@ class TransformStep {
   /// leave it unchanged and draw nothing. Throws Error{kDecode} (bad image
   /// data, e.g. from a user function) or Error{kTooLarge}.
   virtual void apply_image(SampleImage& sample, SampleRng& rng) const = 0;
+
+  /// Per sample (kOutput steps): draws this step's parameters from `rng` and
+  /// rewrites values of the written `sample`. Other kinds leave it unchanged
+  /// and draw nothing.
+  virtual void apply_output(OutputSample& sample, SampleRng& rng) const = 0;
 };
 
 /// Parses a transform's parameters with errors naming the transform and the

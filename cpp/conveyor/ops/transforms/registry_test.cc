@@ -27,6 +27,8 @@ class InvertStep final : public TransformStep {
   float map_value(int /*channel*/, float value) const override { return 1.0f - value; }
 
   void apply_image(SampleImage& /*sample*/, SampleRng& /*rng*/) const override {}
+
+  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
 };
 
 // Geometric: the top-left `size` x `size` square.
@@ -39,6 +41,8 @@ class TopLeftStep final : public TransformStep {
   float map_value(int /*channel*/, float value) const override { return value; }
 
   void apply_image(SampleImage& /*sample*/, SampleRng& /*rng*/) const override {}
+
+  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
 
  private:
   int size_;

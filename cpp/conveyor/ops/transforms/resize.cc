@@ -56,6 +56,8 @@ class ResizeStep final : public TransformStep {
 
   void apply_image(SampleImage& /*sample*/, SampleRng& /*rng*/) const override {}
 
+  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
+
  private:
   int shorter_;
   Size2D size_;

@@ -173,6 +173,9 @@ class WarpStep : public WarpingStep {
     const std::optional<Warp> warp = draw(sample.image.height, sample.image.width, rng);
     if (warp) apply_warp(*warp, interpolation_, fill_, sample);
   }
+
+  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
+
   std::array<int, 2> apply_drawn(const Warp& warp, SampleImage& sample, const WarpWindow* window) const override {
     return apply_warp(warp, interpolation_, fill_, sample, window);
   }

@@ -24,6 +24,7 @@ from conveyor.transforms.functional._color import (
     solarize,
     to_grayscale,
 )
+from conveyor.transforms.functional._erase import erase
 from conveyor.transforms.functional._geometry import (
     affine,
     center_crop,
@@ -47,6 +48,7 @@ __all__ = [
     "adjust_sharpness",
     "autocontrast",
     "equalize",
+    "erase",
     "gaussian_blur",
     "invert",
     "posterize",
