@@ -60,7 +60,11 @@ def input_stall(obs: Observations) -> list[Finding]:
                 + _conveyor_advice(loader)
             )
         else:
-            fix = "conveyor.Loader(..., threads=None, io_threads=64)  # all usable CPUs, more reads in flight"
+            fix = (
+                'conveyor.Loader(..., threads="auto", io_threads="auto", prefetch="auto")  # the defaults: '
+                "autotune grows them to the demand\n# if they are already auto, loader.stats() shows why "
+                "(autotune_reason, usable_cores): the CPUs are the limit"
+            )
         findings.append(
             Finding(
                 "input-stall",
