@@ -71,6 +71,21 @@ def test_file_list_of_urls_gives_the_batches_of_the_local_files(color_folder, th
     assert all(r.method == "GET" and r.range is None and r.status == 200 for r in requests)
 
 
+def test_from_csv_keeps_urls_as_urls(server, color_folder, tmp_path):
+    # Relative paths are joined onto the CSV's folder; URLs were joined too
+    # ("/folder/http://..."), so every remote row failed as a missing file.
+    paths, labels, relative = _relative(color_folder)
+    local_copy = tmp_path / "local.bin"
+    local_copy.write_bytes(Path(paths[0]).read_bytes())
+    rows = ["local.bin"] + [server.url(r) for r in relative[1:]]
+    csv_path = tmp_path / "list.csv"
+    csv_path.write_text("path,label\n" + "".join(f"{p},{lab}\n" for p, lab in zip(rows, labels)))
+    files = FileList.from_csv(csv_path)
+    assert files.paths == [str(local_copy)] + rows[1:]
+    assert files._remote
+    assert _same(_batches(files, 2, io_threads=4), _batches(FileList(paths, labels), 2))
+
+
 def test_remote_batches_are_the_same_for_any_thread_count(server, color_folder):
     _, labels, relative = _relative(color_folder)
     source = FileList([server.url(r) for r in relative], labels)

@@ -22,7 +22,7 @@ from conveyor.sources.base import (
     Source,
     fs_paths,
 )
-from conveyor.sources.remote import RetryPolicy, remote_arguments
+from conveyor.sources.remote import RetryPolicy, is_url, remote_arguments
 
 
 def _check_boxes(
@@ -165,7 +165,8 @@ class FileList(Source):
         Args:
             path: the CSV file. A UTF-8 byte order mark is ignored.
             path_column: the column of image paths; relative paths are
-                relative to the CSV file's folder.
+                relative to the CSV file's folder, URLs (``scheme://...``)
+                are kept as they are.
             label_column: the column of labels, or None for no labels. When
                 it is the default "label" and the file has no such column,
                 every label is -1.
@@ -232,7 +233,8 @@ class FileList(Source):
             file = row[path_index].strip()
             if not file:
                 raise ConfigError(f"{shown}:{line}: empty path")
-            paths.append(os.path.join(folder, file))
+            # A URL stays a URL: joined onto the folder it would be a local path.
+            paths.append(file if is_url(file) else os.path.join(folder, file))
             if label_index is not None:
                 label = row[label_index].strip()
                 if not label:
