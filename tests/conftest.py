@@ -149,3 +149,38 @@ def color_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
             index += 1
         assert c < 3
     return root
+
+
+def png_bytes(image: np.ndarray) -> bytes:
+    """``image`` (H×W×C or H×W uint8) encoded as PNG."""
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def textured(index: int, height: int, width: int) -> np.ndarray:
+    """Photo-like RGB content, a function of ``index``: gradients, waves and
+    noise (so that blurs, warps and histogram ops all change pixels)."""
+    rng = np.random.default_rng(index)
+    y, x = np.mgrid[0:height, 0:width]
+    channels = [
+        90 + 60 * x / width + 40 * np.sin(0.2 * y + c + index) + rng.normal(0, 12, (height, width))
+        for c in range(3)
+    ]
+    return np.clip(np.stack(channels, axis=-1), 0, 255).astype(np.uint8)
+
+
+#: Samples in ``texture_folder``.
+TEXTURES = 24
+
+
+@pytest.fixture(scope="session")
+def texture_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An ImageFolder of 2 classes × 12 ``textured`` JPEGs, 40..69 × 44..73 px."""
+    root = tmp_path_factory.mktemp("textures")
+    for index in range(TEXTURES):
+        folder = root / ("a" if index < TEXTURES // 2 else "b")
+        folder.mkdir(exist_ok=True)
+        image = textured(index, 40 + (index * 7) % 30, 44 + (index * 11) % 30)
+        Image.fromarray(image).save(folder / f"{index:03d}.jpg", quality=92)
+    return root

@@ -5,51 +5,17 @@ uninterrupted one."""
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 import conveyor
+from conftest import png_bytes, textured
 from conveyor import transforms as T
 from conveyor.sources import ImageFolder
 from conveyor.transforms import functional as F
-
-N = 24
-
-
-def textured(index: int, height: int, width: int) -> np.ndarray:
-    """Photo-like content: gradients, waves and noise (so blur, sharpness and
-    histogram ops all have work to do)."""
-    rng = np.random.default_rng(index)
-    y, x = np.mgrid[0:height, 0:width]
-    channels = [
-        90 + 60 * x / width + 40 * np.sin(0.2 * y + c + index) + rng.normal(0, 12, (height, width))
-        for c in range(3)
-    ]
-    return np.clip(np.stack(channels, axis=-1), 0, 255).astype(np.uint8)
-
-
-def png_bytes(image: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(image).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-@pytest.fixture(scope="module")
-def texture_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An ImageFolder of 2 classes x 12 textured JPEGs of varying sizes."""
-    root = tmp_path_factory.mktemp("textures")
-    for index in range(N):
-        folder = root / ("a" if index < N // 2 else "b")
-        folder.mkdir(exist_ok=True)
-        image = textured(index, 40 + (index * 7) % 30, 44 + (index * 11) % 30)
-        Image.fromarray(image).save(folder / f"{index:03d}.jpg", quality=92)
-    return root
-
 
 # Every colour transform, randomly applied, between a random crop and Normalize.
 AUGMENTED = [

@@ -3,44 +3,19 @@ for any thread count, resumed exactly; the functional erase; argument errors."""
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 import conveyor
+from conftest import png_bytes, textured
 from conveyor import transforms as T
 from conveyor.errors import ConfigError
 from conveyor.sources import ImageFolder
 from conveyor.transforms import compile_pipeline
 from conveyor.transforms import functional as F
-
-N = 24
-
-
-def png_bytes(image: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(image).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-def textured(index: int, height: int, width: int) -> np.ndarray:
-    rng = np.random.default_rng(index)
-    return rng.integers(20, 236, (height, width, 3), dtype=np.uint8)
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("erase")
-    for index in range(N):
-        sub = root / ("a" if index < N // 2 else "b")
-        sub.mkdir(exist_ok=True)
-        Image.fromarray(textured(index, 40 + index % 9, 44 + index % 7)).save(sub / f"{index:03d}.png")
-    return root
-
 
 CHAIN = [
     T.RandomResizedCrop(24),
@@ -58,9 +33,9 @@ def make_loader(root: Path, **kwargs) -> conveyor.Loader:
 
 
 @pytest.mark.parametrize("threads", [2, 4])
-def test_same_batches_for_any_thread_count(folder, threads):
-    reference = [x.clone() for x, _ in make_loader(folder, threads=1, prefetch=1)]
-    got = [x for x, _ in make_loader(folder, threads=threads, prefetch=3)]
+def test_same_batches_for_any_thread_count(texture_folder, threads):
+    reference = [x.clone() for x, _ in make_loader(texture_folder, threads=1, prefetch=1)]
+    got = [x for x, _ in make_loader(texture_folder, threads=threads, prefetch=3)]
     assert len(got) == len(reference) == 5
     for a, b in zip(reference, got):
         assert torch.equal(a, b)
@@ -68,18 +43,18 @@ def test_same_batches_for_any_thread_count(folder, threads):
     assert any(bool((x[:, 0] == -1.0).any()) for x in reference)
 
 
-def test_resume_mid_epoch_is_exact(folder):
-    uninterrupted = make_loader(folder, threads=2)
+def test_resume_mid_epoch_is_exact(texture_folder):
+    uninterrupted = make_loader(texture_folder, threads=2)
     uninterrupted.set_epoch(1)
     expected = [x.clone() for x, _ in uninterrupted]
-    loader = make_loader(folder, threads=2)
+    loader = make_loader(texture_folder, threads=2)
     loader.set_epoch(1)
     it = iter(loader)
     next(it)
     next(it)
     state = loader.state_dict()
     del it, loader
-    resumed = make_loader(folder, threads=4)
+    resumed = make_loader(texture_folder, threads=4)
     resumed.load_state_dict(state)
     got = [x for x, _ in resumed]
     assert len(got) == len(expected) - 2

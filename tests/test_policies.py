@@ -6,39 +6,13 @@ from __future__ import annotations
 import enum
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 import conveyor
 from conveyor import transforms as T
 from conveyor.errors import ConfigError
 from conveyor.sources import ImageFolder
-
-N = 24
-
-
-def textured(index: int, height: int, width: int) -> np.ndarray:
-    rng = np.random.default_rng(index)
-    y, x = np.mgrid[0:height, 0:width]
-    channels = [
-        90 + 60 * x / width + 40 * np.sin(0.2 * y + c + index) + rng.normal(0, 12, (height, width))
-        for c in range(3)
-    ]
-    return np.clip(np.stack(channels, axis=-1), 0, 255).astype(np.uint8)
-
-
-@pytest.fixture(scope="module")
-def texture_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("policy_textures")
-    for index in range(N):
-        folder = root / ("a" if index < N // 2 else "b")
-        folder.mkdir(exist_ok=True)
-        image = textured(index, 40 + (index * 7) % 30, 44 + (index * 11) % 30)
-        Image.fromarray(image).save(folder / f"{index:03d}.jpg", quality=92)
-    return root
-
 
 NORMALIZE = T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
 

@@ -86,6 +86,11 @@ struct Group {
   std::vector<const TransformStep*> steps;  // Geometric and mirror steps, in order.
   Fill fill{};                              // What the padding shows.
   bool antialias = true;                    // False if a resizing step of the group asked for no antialiasing.
+  // `image` when it is a warp: the one capability the pipeline asks a step
+  // for. A warp that were not a WarpingStep would still be exact (its
+  // apply_image() warps the whole image); this only lets the crops and
+  // resizes after it compute their window alone.
+  const WarpingStep* warping = nullptr;
 };
 
 bool whole(double v) { return std::abs(v - std::round(v)) < 1e-6; }
@@ -364,7 +369,7 @@ ImagePipeline::ImagePipeline(std::vector<TransformSpec> transforms, ImageOutputS
         chain.antialias = antialias_before;
         plan->output_steps.push_back(step.get());
       } else if (kind == StepKind::kImage) {
-        plan->groups.push_back(Group{step.get(), {}, {}, true});
+        plan->groups.push_back(Group{step.get(), {}, {}, true, dynamic_cast<const WarpingStep*>(step.get())});
         chain.antialias = true;
         chain.fill.reset();
       } else {
@@ -491,7 +496,7 @@ void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* fi
   for (size_t g = 1; g <= last; ++g) {
     const Group& group = plan.groups[g];
     // A warp followed by crops/resizes computes only the window they read.
-    const auto* warping = group.steps.empty() ? nullptr : dynamic_cast<const WarpingStep*>(group.image);
+    const WarpingStep* warping = group.steps.empty() ? nullptr : group.warping;
     std::optional<Warp> warp;
     if (warping != nullptr) {
       warp = warping->draw(sample.image.height, sample.image.width, rng);

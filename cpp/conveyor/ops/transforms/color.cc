@@ -327,6 +327,16 @@ int output_channels_arg(TransformArgs& args) {
   return static_cast<int>(n);
 }
 
+// The brightness / contrast / saturation functions differ only in their names and kernel.
+void factor_function(std::string_view op, std::string_view arg, void (*adjust)(Image&, double),
+                     const TransformParams& params, SampleImage& sample) {
+  TransformArgs args(std::string(op), params);
+  const double factor = non_negative_factor(args, arg);
+  args.finish();
+  check_color_channels(op, sample.image);
+  adjust(sample.image, factor);
+}
+
 }  // namespace
 
 std::unique_ptr<const TransformStep> make_color_jitter_step(const TransformParams& params) {
@@ -394,27 +404,15 @@ std::unique_ptr<const TransformStep> make_random_solarize_step(const TransformPa
 }
 
 void adjust_brightness_function(const TransformParams& params, SampleImage& sample) {
-  TransformArgs args("adjust_brightness", params);
-  const double factor = non_negative_factor(args, "brightness_factor");
-  args.finish();
-  check_color_channels("adjust_brightness", sample.image);
-  adjust_brightness(sample.image, factor);
+  factor_function("adjust_brightness", "brightness_factor", adjust_brightness, params, sample);
 }
 
 void adjust_contrast_function(const TransformParams& params, SampleImage& sample) {
-  TransformArgs args("adjust_contrast", params);
-  const double factor = non_negative_factor(args, "contrast_factor");
-  args.finish();
-  check_color_channels("adjust_contrast", sample.image);
-  adjust_contrast(sample.image, factor);
+  factor_function("adjust_contrast", "contrast_factor", adjust_contrast, params, sample);
 }
 
 void adjust_saturation_function(const TransformParams& params, SampleImage& sample) {
-  TransformArgs args("adjust_saturation", params);
-  const double factor = non_negative_factor(args, "saturation_factor");
-  args.finish();
-  check_color_channels("adjust_saturation", sample.image);
-  adjust_saturation(sample.image, factor);
+  factor_function("adjust_saturation", "saturation_factor", adjust_saturation, params, sample);
 }
 
 void adjust_hue_function(const TransformParams& params, SampleImage& sample) {

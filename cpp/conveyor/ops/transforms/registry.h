@@ -140,7 +140,10 @@ struct OutputSample {
 
 /// One planned transform. Every hook is pure virtual, so a step that forgets
 /// one does not compile; the pipeline calls every hook of every step (no
-/// type switch that could miss a case).
+/// type switch that could miss a case). One optional capability is asked
+/// for by type: a kImage step that is a WarpingStep (warp.h) lets the
+/// crops and resizes after it compute only their window; any other step's
+/// apply_image() gives the same pixels, computed whole.
 ///
 /// Thread-safety: immutable after construction; place(), map_value(),
 /// apply_image() and apply_output() may run concurrently.
