@@ -258,3 +258,29 @@ def test_a_torch_tensor_result_is_taken_as_hwc(color_folder):
     out, _ = load(color_folder, [T.Resize((8, 8)), T.Lambda(lambda a: torch.from_numpy(a) // 2)])
     for (a, _), (b, _) in zip(plain, out):
         np.testing.assert_array_equal(a // 2, b)
+
+
+def test_a_python_thread_that_ran_a_lambda_chain_ends_cleanly(tmp_path):
+    # A Python thread has its own thread state: the engine must not keep (and
+    # later restore) one for it, since Python deletes that state when the
+    # thread ends.
+    code = (
+        CHILD_SETUP
+        + """
+import io, threading
+from conveyor.transforms.base import compile_pipeline
+buffer = io.BytesIO()
+Image.fromarray(np.full((20, 20, 3), 9, np.uint8)).save(buffer, format="PNG")
+pipeline = compile_pipeline(chain(lambda image: image + 1), dtype="uint8", layout="HWC")
+results = []
+for _ in range(3):
+    thread = threading.Thread(target=lambda: results.append(pipeline.apply(buffer.getvalue())))
+    thread.start()
+    thread.join()
+results.append(pipeline.apply(buffer.getvalue()))  # And on the main thread.
+print(len(results), sorted({int(r[0, 0, 0]) for r in results}))
+"""
+    )
+    child = run_python(code, make_images(tmp_path))
+    assert child.returncode == 0, child.stderr
+    assert child.stdout == "4 [10]\n"

@@ -36,14 +36,21 @@ std::shared_ptr<nb::object> held(nb::object object) {
 // thread state, every PyGILState_Ensure creates one and the matching
 // PyGILState_Release deletes it again (several µs per call); this keeps one
 // per engine thread from its first call until the thread ends. Its
-// destructor runs at thread exit, when the pool joins its threads: those
-// that join them release the GIL first (Loader.close, ~PythonOwnedLoader),
-// so taking it here cannot deadlock. During finalization it leaks the state
-// instead (taking the GIL then would end the thread).
+// destructor runs at thread exit, when the pool joins its threads, and takes
+// the GIL: no joiner may hold the GIL or wait for it. close() and
+// ~PythonOwnedLoader release the GIL before they join; a shrink (autotune,
+// set_parallelism) joins under the loader's lock, which no thread waits for
+// holding the GIL (every binding that takes it releases the GIL first).
+// During finalization it leaks the state instead (taking the GIL then would
+// end the thread). A thread that already has a state when the function
+// first runs on it (a Python thread calling ImagePipeline.apply) keeps none:
+// Python deletes that state when the thread ends, before this destructor.
 class ThreadStateKeeper {
  public:
   void attach() {
-    if (attached_) return;
+    if (decided_) return;
+    decided_ = true;
+    if (PyGILState_GetThisThreadState() != nullptr) return;  // Python owns this thread's state.
     state_ = PyGILState_Ensure();  // Creates the thread state, takes the GIL.
     thread_state_ = PyEval_SaveThread();
     attached_ = true;
@@ -64,6 +71,7 @@ class ThreadStateKeeper {
 #endif
   }
 
+  bool decided_ = false;
   bool attached_ = false;
   PyGILState_STATE state_{};
   PyThreadState* thread_state_ = nullptr;

@@ -116,7 +116,7 @@ void ThreadPool::join_exited() {
   kept.reserve(threads_.size());
   for (auto& thread : threads_) {
     if (std::find(exited.begin(), exited.end(), thread.get_id()) != exited.end()) {
-      thread.join();  // It has left run(): returns at once.
+      thread.join();  // It has left run(); only its thread-exit destructors may still run.
     } else {
       kept.push_back(std::move(thread));
     }
