@@ -84,8 +84,9 @@ def test_elastic_resume_is_the_same_for_any_threads(color_folder):
 
 def test_resume_at_the_same_world_size_is_bit_identical_and_chains(color_folder):
     whole, _ = run_ranks(color_folder, 3, None)
-    # (Passes of 2 batches: a pass that hands out one batch and is dropped is a
-    # peek, which leaves the loader where it was; docs/api.md.)
+    first, states = run_ranks(color_folder, 3, 1)  # One batch: a peek still counts for the state.
+    second, states = run_ranks(color_folder, 3, 1, state=states[0])
+    assert [a + b for a, b in zip(first, second)] == [w[:4] for w in whole]
     first, states = run_ranks(color_folder, 3, 2)
     second, states = run_ranks(color_folder, 3, 2, state=states[0])
     third, _ = run_ranks(color_folder, 3, None, state=states[0])

@@ -142,7 +142,9 @@ class Loader:
     over an epoch, from its start. A pass counts as its epoch (the next
     ``iter()`` runs the next epoch) once it has handed out a second batch or
     has ended; so a peek, ``next(iter(loader))``, does not use up an epoch:
-    the next ``iter()`` runs the same epoch again, from its first batch. One
+    the next ``iter()`` runs the same epoch again, from its first batch.
+    ``state_dict()`` counts every batch handed out, a peek's too: taken after
+    one training step, it resumes after that step. One
     pass runs at a time: a new ``iter()`` ends the pass under way, and that
     pass's iterator then raises ConfigError (saying so) instead of ending
     early in silence. Make a second Loader for two passes at once.
@@ -285,7 +287,7 @@ class Loader:
         self._start_position = 0  # Where it starts on this rank (set by load_state_dict).
         self._start_batch = 0
         self._start_segment = 0  # Global positions an earlier world size consumed (elastic resume).
-        self._running_epoch: Optional[int] = None  # Set while an epoch is under way.
+        self._running_epoch: Optional[int] = None  # The last pass's epoch, until it ends: state_dict() reports it.
         self._running_start = 0  # The position it started at.
         self._running_segment = 0
         self._position = 0  # End position of the last batch handed to the user.
@@ -340,25 +342,21 @@ class Loader:
     def _deliver(self, batches: Iterator[_Marked], iteration: int, epoch: int) -> Iterator[Batch]:
         # The resume position advances as the user receives a batch, not when
         # the engine delivers it (the CUDA path holds one batch back).
+        # A batch handed out always counts for state_dict() (a checkpoint taken
+        # after one training step resumes after it); only the epoch counter
+        # waits for a second batch, so that a peek does not use up an epoch.
         handed = 0
-        try:
-            for images, second, (position, done) in batches:
-                if iteration != self._iteration:
-                    break  # A batch the CUDA path held back: the pass has ended.
-                self._position, self._batches_done = position, done
-                handed += 1
-                if handed == 2:
-                    self._count_pass(iteration, epoch)
-                yield images, second
-                # Hold no batch while waiting for the next: memory_budget counts
-                # only the one the user holds.
-                del images, second
-        except GeneratorExit:
-            if handed <= 1 and iteration == self._iteration:
-                # A peek left behind: the loader's state is again the start
-                # of the pass, which the next iter() runs.
-                self._running_epoch = None
-            raise
+        for images, second, (position, done) in batches:
+            if iteration != self._iteration:
+                break  # A batch the CUDA path held back: the pass has ended.
+            self._position, self._batches_done = position, done
+            handed += 1
+            if handed == 2:
+                self._count_pass(iteration, epoch)
+            yield images, second
+            # Hold no batch while waiting for the next: memory_budget counts
+            # only the one the user holds.
+            del images, second
         if iteration != self._iteration:
             # Ending in silence would pass for the end of the epoch.
             raise ConfigError(
