@@ -300,7 +300,7 @@ def test_a_checkpoint_after_one_step_resumes_after_it(color_folder):
     chain = [T.Resize((16, 16))]
     epoch0 = cloned(load(color_folder, chain))
     loader = load(color_folder, chain)
-    for images, labels in loader:
+    for images, _labels in loader:
         assert torch.equal(images, epoch0[0][0])  # One training step ...
         break
     state = loader.state_dict()

@@ -51,7 +51,7 @@ class ThreadStateKeeper {
     if (decided_) return;
     decided_ = true;
     if (PyGILState_GetThisThreadState() != nullptr) return;  // Python owns this thread's state.
-    state_ = PyGILState_Ensure();  // Creates the thread state, takes the GIL.
+    state_ = PyGILState_Ensure();                            // Creates the thread state, takes the GIL.
     thread_state_ = PyEval_SaveThread();
     attached_ = true;
   }

@@ -287,7 +287,7 @@ class Loader:
         self._start_position = 0  # Where it starts on this rank (set by load_state_dict).
         self._start_batch = 0
         self._start_segment = 0  # Global positions an earlier world size consumed (elastic resume).
-        self._running_epoch: Optional[int] = None  # The last pass's epoch, until it ends: state_dict() reports it.
+        self._running_epoch: Optional[int] = None  # The last pass's epoch until it ends (state_dict).
         self._running_start = 0  # The position it started at.
         self._running_segment = 0
         self._position = 0  # End position of the last batch handed to the user.
