@@ -14,9 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("fsspec")
-pytest.importorskip("aiohttp")
-
 import conveyor  # noqa: E402
 from conftest import run_python  # noqa: E402
 from conveyor import transforms as T  # noqa: E402
@@ -56,12 +53,21 @@ def _same(a: list[tuple[np.ndarray, np.ndarray]], b: list[tuple[np.ndarray, np.n
     )
 
 
+def _fsspec_http():
+    # storage_options with fsspec's own options send http(s) through fsspec.
+    pytest.importorskip("fsspec")
+    pytest.importorskip("aiohttp")
+    return {"client_kwargs": {}}
+
+
+@pytest.mark.parametrize("client", ["http.client", "fsspec"])
 @pytest.mark.parametrize("threads", [1, 4])
-def test_file_list_of_urls_gives_the_batches_of_the_local_files(color_folder, threads):
+def test_file_list_of_urls_gives_the_batches_of_the_local_files(color_folder, threads, client):
     paths, labels, relative = _relative(color_folder)
     local = _batches(FileList(paths, labels), threads)
+    options = {"headers": {"Authorization": "Bearer t0ken"}} if client == "http.client" else _fsspec_http()
     with FileServer(str(color_folder), latency=0.005) as server:
-        remote = FileList([server.url(r) for r in relative], labels)
+        remote = FileList([server.url(r) for r in relative], labels, storage_options=options)
         assert remote._remote
         got = _batches(remote, threads, io_threads=4)
         # One GET of each whole file, no range, no retry.
@@ -69,6 +75,20 @@ def test_file_list_of_urls_gives_the_batches_of_the_local_files(color_folder, th
     assert _same(got, local)
     assert sorted(r.path for r in requests) == sorted(relative)
     assert all(r.method == "GET" and r.range is None and r.status == 200 for r in requests)
+    sent = "Bearer t0ken" if client == "http.client" else None
+    assert all(r.authorization == sent for r in requests)
+
+
+def test_redirects_are_followed(server, color_folder):
+    paths, labels, relative = _relative(color_folder)
+    server.redirect("moved/" + relative[0], "/" + relative[0])  # A path ...
+    server.redirect("moved/" + relative[1], server.url(relative[1]))  # ... and a whole URL.
+    urls = [server.url("moved/" + r) for r in relative[:2]] + [server.url(r) for r in relative[2:]]
+    assert _same(_batches(FileList(urls, labels), 2), _batches(FileList(paths, labels), 2))
+    assert [r.status for r in server.requests("moved/" + relative[0])] == [302]
+    server.redirect("loop", "/loop")
+    with pytest.raises(ReadError, match=r"/loop: more than 5 redirects"):
+        _batches(FileList([server.url("loop")], [0]), 1)
 
 
 def test_from_csv_keeps_urls_as_urls(server, color_folder, tmp_path):
@@ -235,7 +255,36 @@ def test_close_is_prompt_during_a_backoff(color_folder):
     assert result.stdout.split() == ["closed", "8", "interrupted", "8"]
 
 
-def test_missing_backends_are_config_errors_naming_what_to_install(color_folder):
+def test_close_is_prompt_while_a_server_has_not_answered(color_folder):
+    # A server that takes an hour to answer, and no read timeout to end the
+    # wait: only the loader's cancellation does (http.client's wait for the
+    # reply polls it). Otherwise close() hangs and the child's timeout fails
+    # the test.
+    result = run_python(
+        """
+        import sys, time
+        import conveyor
+        from conveyor import transforms as T
+        from conveyor._bench.http_server import FileServer
+        from conveyor.sources import FileList, remote
+
+        remote._HTTP_READ_TIMEOUT_S = 24 * 3600.0
+        with FileServer(sys.argv[1], latency=3600) as server:
+            source = FileList([server.url("cat/000.jpg")] * 8)
+            loader = conveyor.Loader(source, [T.Resize((8, 8))], batch_size=4, io_threads=8)
+            iter(loader)  # Starts the reads, which wait for the server.
+            time.sleep(0.5)
+            loader.close()
+            print("closed")
+        """,
+        str(color_folder),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "closed\n"
+
+
+def test_missing_backends_are_config_errors_naming_what_to_install(server, color_folder):
+    pytest.importorskip("fsspec")
     with pytest.raises(ConfigError, match=r"^FileList: fsspec knows no protocol 'nosuch'"):
         FileList(["nosuch://bucket/a.jpg"])
     try:
@@ -245,8 +294,9 @@ def test_missing_backends_are_config_errors_naming_what_to_install(color_folder)
             ConfigError, match=r"^TarShards: reading s3:// URLs needs s3fs \(pip install s3fs\)"
         ):
             TarShards("s3://bucket/shard.tar")
-    # Without fsspec and aiohttp, conveyor imports and reads local files as
-    # before; a URL says what to install.
+    # Without fsspec and aiohttp, conveyor imports and reads local files and
+    # http(s) URLs; another protocol says what to install.
+    _, _, relative = _relative(color_folder)
     result = run_python(
         """
         import sys
@@ -255,18 +305,22 @@ def test_missing_backends_are_config_errors_naming_what_to_install(color_folder)
         import conveyor
         from conveyor.sources import FileList, ImageFolder
         local = ImageFolder(sys.argv[1])
-        print(len(list(conveyor.Loader(local, [conveyor.transforms.Resize((8, 8))], batch_size=10))))
+        urls = FileList(sys.argv[2:])
+        for source in (local, urls):
+            print(len(list(conveyor.Loader(source, [conveyor.transforms.Resize((8, 8))], batch_size=10))))
         try:
-            FileList(["https://example.invalid/a.jpg"])
+            FileList(["s3://bucket/a.jpg"])
         except conveyor.ConfigError as e:
             print(e)
         """,
         str(color_folder),
+        *[server.url(r) for r in relative[:12]],
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         "3",
-        "FileList: reading https:// URLs needs fsspec and aiohttp (pip install 'conveyor[remote]')",
+        "2",
+        "FileList: reading s3:// URLs needs fsspec and s3fs (pip install 'conveyor[remote]' s3fs)",
     ]
 
 

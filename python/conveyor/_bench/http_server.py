@@ -1,7 +1,8 @@
 """A local HTTP file server for the remote-storage tests and ``conveyor bench
 remote``: serves a folder over HTTP/1.1 (keep-alive) on 127.0.0.1 with byte
 ranges (``Range: bytes=a-b``), a fixed latency added to every request, the
-first N requests of chosen paths answered 503, and 404 for missing files.
+first N requests of chosen paths answered 503, chosen paths redirected (302),
+and 404 for missing files.
 Every request is logged (method, path, range, status, bytes sent).
 
 In a thread: ``with FileServer(root, latency=0.02) as server: server.url("a.jpg")``.
@@ -37,6 +38,7 @@ class Request:
     range: Optional[str]  # The Range header, if any.
     status: int
     sent: int  # Body bytes sent.
+    authorization: Optional[str] = None  # The Authorization header, if any.
 
 
 class _Server(ThreadingHTTPServer):
@@ -64,6 +66,17 @@ class _Handler(BaseHTTPRequestHandler):
         self, status: int, headers: dict[str, str], body: bytes, send_body: bool, path: str, length: int = -1
     ) -> None:
         # `length`: what GET would send, for a HEAD (which sends no body).
+        # Logged first: a client that has its reply finds the request logged.
+        self.server.owner._record(
+            Request(
+                self.command,
+                path,
+                self.headers.get("Range"),
+                status,
+                len(body) if send_body else 0,
+                self.headers.get("Authorization"),
+            )
+        )
         self.send_response(status)
         for name, value in headers.items():
             self.send_header(name, value)
@@ -71,9 +84,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if send_body:
             self.wfile.write(body)
-        self.server.owner._record(
-            Request(self.command, path, self.headers.get("Range"), status, len(body) if send_body else 0)
-        )
 
     def _serve(self, body: bool) -> None:
         owner = self.server.owner
@@ -82,6 +92,10 @@ class _Handler(BaseHTTPRequestHandler):
         path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path).lstrip("/")
         if owner._take_failure(path):
             self._reply(503, {}, b"", body, path)
+            return
+        moved = owner._redirects.get(path)
+        if moved is not None:
+            self._reply(302, {"Location": moved}, b"", body, path)
             return
         file = os.path.join(owner.root, path)
         if ".." in path.split("/") or not os.path.isfile(file):
@@ -129,6 +143,7 @@ class FileServer:
         self.latency = latency
         self._lock = threading.Lock()
         self._failures: dict[str, int] = {}
+        self._redirects: dict[str, str] = {}
         self._log: list[Request] = []
         self._server = _Server(("127.0.0.1", port), _Handler)
         self._server.owner = self
@@ -148,6 +163,11 @@ class FileServer:
         """Answer the next ``count`` requests of ``path`` with 503 (-1: all of them)."""
         with self._lock:
             self._failures[path] = count
+
+    def redirect(self, path: str, location: str) -> None:
+        """Answer requests of ``path`` with 302 to ``location`` (a URL or a path)."""
+        with self._lock:
+            self._redirects[path] = location
 
     def requests(self, path: Optional[str] = None) -> list[Request]:
         """The requests answered so far (of ``path`` only, when given)."""

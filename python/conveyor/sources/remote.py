@@ -1,24 +1,41 @@
 """Remote storage: sources whose paths are URLs (``https://``, ``s3://``,
-``gs://``, ...) read them through fsspec on the Loader's io threads.
+``gs://``, ...) read them on the Loader's io threads: ``http(s)://`` with the
+standard library's ``http.client`` (one keep-alive connection per io thread
+and server), every other protocol through fsspec.
 
 The split (see cpp/conveyor/io/README.md): this module only *performs* one
-attempt at a request with fsspec and reports what happened (the bytes, or a
-failure: an HTTP status, a timeout, a connection failure, ...); the engine
+attempt at a request and reports what happened (the bytes, or a failure: an
+HTTP status, a timeout, a connection failure, ...); the engine
 (``cpp/conveyor/io/remote.h``) decides whether a failure is transient,
 retries it with backoff under a :class:`RetryPolicy`, and names the URL in the
 ``ReadError`` when it gives up or the failure is permanent.
 
-fsspec (and, for ``http(s)://``, aiohttp) are optional: ``pip install
-'conveyor[remote]'``. Without them conveyor works as before, and a URL is a
-ConfigError saying what to install.
+Why not fsspec for HTTP too: a request through fsspec's HTTP filesystem
+(aiohttp, on fsspec's event-loop thread) cost 2.3-3.0 ms of CPU, most of it
+Python under the GIL, so at a few hundred images/s the GIL, not the network,
+set the pace (docs/benchmarks.md, "Remote storage"). ``http.client`` does the
+same request in a fraction of that, with the GIL released while it waits.
+fsspec still reads ``http(s)://`` when ``storage_options`` has keys other
+than ``headers`` (they are fsspec's options).
+
+fsspec and its backends are optional: ``pip install 'conveyor[remote]'``.
+Without them conveyor reads local files and ``http(s)://`` URLs, and another
+protocol is a ConfigError saying what to install.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import http.client
 import math
 import os
+import select
+import socket
+import ssl
+import threading
+import time
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -34,7 +51,7 @@ __all__ = ["REMOTE_IO_THREADS", "RetryPolicy", "is_url"]
 #: must cover rate x latency: 64 keep ~500 images/s at 100 ms per request
 #: (the local default, 32, caps it near 300: measured 209 images/s at 100 ms
 #: against 369 with 64, docs/benchmarks.md). More is not better here: every
-#: request also runs Python (fsspec/aiohttp) under the GIL, and 128 threads
+#: request also runs Python under the GIL, and with fsspec 128 threads
 #: contending for it were slower than 64 at 0 and 20 ms on our 2 cores.
 REMOTE_IO_THREADS = 64
 
@@ -280,6 +297,159 @@ class _FsspecStore:
                 return ("cancelled", 0, "the loader stopped")
 
 
+# Redirects an HTTP read follows (as fsspec's client does) before failing.
+_MAX_REDIRECTS = 5
+_REDIRECTS = (301, 302, 303, 307, 308)
+
+
+class _HttpStore:
+    """One attempt at an ``http(s)://`` request with ``http.client``, for the
+    engine's PythonRemoteStore (called on the io threads; the GIL is released
+    while a socket waits). Each io thread keeps one keep-alive connection per
+    server. Returns the bytes (or size), or a failure tuple; never raises."""
+
+    def __init__(self, headers: Mapping[str, str]) -> None:
+        self._headers = dict(headers)
+        self._local = threading.local()
+        self._tls = ssl.create_default_context()
+
+    def read(self, url: str, offset: int, size: int) -> Any:
+        if size == 0:
+            return b""
+        headers = {} if size < 0 else {"Range": f"bytes={offset}-{offset + size - 1}"}
+        reply = self._request("GET", url, headers)
+        if isinstance(reply[0], str):
+            return reply  # A failure.
+        status, _, body = reply
+        if status == 200 and size >= 0:
+            body = body[offset : offset + size]  # A server that ignores Range sends it all.
+        if size >= 0 and len(body) != size:
+            return ("other", 0, f"asked for bytes {offset}-{offset + size - 1}, got {len(body)} byte(s)")
+        return body
+
+    def size(self, url: str) -> Any:
+        reply = self._request("HEAD", url, {})
+        if isinstance(reply[0], str):
+            return reply  # A failure.
+        _, length, _ = reply
+        if length is None or not length.isdigit():
+            return ("other", 0, f"the server gives no Content-Length for {url}")
+        return int(length)
+
+    def _request(self, method: str, url: str, headers: Mapping[str, str]) -> Any:
+        """``(status, Content-Length, body)`` of a 2xx reply after redirects,
+        or a failure tuple (its first item a str, the kind)."""
+        for _ in range(_MAX_REDIRECTS + 1):
+            parts = urllib.parse.urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                return ("invalid", 0, f"not an http(s) URL: {url}")
+            target = parts.path or "/"
+            if parts.query:
+                target += "?" + parts.query
+            reply = self._attempt(parts, method, target, {**self._headers, **headers})
+            if isinstance(reply[0], str):
+                return reply  # A failure.
+            status, reason, length, location, body = reply
+            if status in _REDIRECTS and location:
+                url = urllib.parse.urljoin(url, location)
+                continue
+            if 200 <= status < 300:
+                return status, length, body
+            return ("status", status, reason)
+        return ("other", 0, f"more than {_MAX_REDIRECTS} redirects")
+
+    def _attempt(
+        self, parts: urllib.parse.SplitResult, method: str, target: str, headers: Mapping[str, str]
+    ) -> Any:
+        key = (parts.scheme, parts.netloc)
+        connections = self._local.__dict__.setdefault("connections", {})
+        for fresh in (False, True):
+            connection = None if fresh else connections.get(key)
+            reused = connection is not None
+            if connection is None:
+                connection = self._connect(parts)
+                connections[key] = connection
+            try:
+                connection.request(method, target, headers=headers)
+                if not self._wait_for_reply(connection):
+                    connection.close()
+                    return ("cancelled", 0, "the loader stopped")
+                response = connection.getresponse()
+                body = response.read()
+                if response.will_close:
+                    connection.close()
+                return (
+                    response.status,
+                    response.reason,
+                    response.getheader("Content-Length"),
+                    response.getheader("Location"),
+                    body,
+                )
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
+                connection.close()
+                if reused:
+                    continue  # The server closed an idle keep-alive connection: once more, anew.
+                return ("connection", 0, f"{type(e).__name__}: {e}")
+            except (socket.timeout, TimeoutError) as e:
+                connection.close()
+                return ("timeout", 0, str(e) or type(e).__name__)
+            except ssl.SSLCertVerificationError as e:
+                connection.close()
+                return ("other", 0, f"{type(e).__name__}: {e}")
+            except (OSError, http.client.HTTPException) as e:
+                connection.close()
+                return ("connection", 0, f"{type(e).__name__}: {e}")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _connect(self, parts: urllib.parse.SplitResult) -> http.client.HTTPConnection:
+        if parts.scheme == "https":
+            return http.client.HTTPSConnection(
+                parts.hostname or "", parts.port, timeout=_HTTP_CONNECT_TIMEOUT_S, context=self._tls
+            )
+        return http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=_HTTP_CONNECT_TIMEOUT_S)
+
+    @staticmethod
+    def _wait_for_reply(connection: http.client.HTTPConnection) -> bool:
+        """Waits for the reply's first bytes in slices, so that a read whose
+        loader stopped gives up instead of delaying close() by a slow server's
+        latency; False then. A reply that does not start within the read
+        timeout raises socket.timeout."""
+        sock = connection.sock
+        assert sock is not None
+        sock.settimeout(_HTTP_READ_TIMEOUT_S)  # For the body, once it flows.
+        deadline = time.monotonic() + _HTTP_READ_TIMEOUT_S
+        while not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
+            readable, _, _ = select.select([sock], [], [], _POLL_SECONDS)
+            if readable:
+                return True
+            if _conveyor._read_cancelled():
+                return False
+            if time.monotonic() > deadline:
+                raise socket.timeout(f"no reply within {_HTTP_READ_TIMEOUT_S:g} s")
+        return True
+
+
+class _Stores:
+    """Routes each URL to its store: ``http(s)://`` to :class:`_HttpStore`
+    (unless ``storage_options`` has fsspec options), the rest to
+    :class:`_FsspecStore`."""
+
+    def __init__(self, urls: Sequence[str], storage_options: Mapping[str, Any], owner: str) -> None:
+        http = set(storage_options) <= {"headers"}
+        self._http = _HttpStore(storage_options.get("headers") or {}) if http else None
+        others = [url for url in urls if not (http and _protocol(url) in ("http", "https"))]
+        self._fsspec = _FsspecStore(others, storage_options, owner) if others else None
+
+    def _store(self, url: str) -> Any:
+        return self._http if self._http is not None and _protocol(url) in ("http", "https") else self._fsspec
+
+    def read(self, url: str, offset: int, size: int) -> Any:
+        return self._store(url).read(url, offset, size)
+
+    def size(self, url: str) -> Any:
+        return self._store(url).size(url)
+
+
 def remote_arguments(
     paths: Sequence[str],
     retry: Optional[RetryPolicy],
@@ -302,5 +472,11 @@ def remote_arguments(
     urls = [path for path in paths if is_url(path)]
     if not urls:
         return {}
-    store = _FsspecStore(urls, storage_options or {}, owner)
+    options = storage_options or {}
+    headers = options.get("headers", {})
+    if not isinstance(headers, Mapping) or not all(isinstance(v, str) for v in [*headers, *headers.values()]):
+        raise ConfigError(
+            f"{owner}: storage_options['headers'] must be a dict of str to str, got {headers!r}"
+        )
+    store = _Stores(urls, options, owner)
     return {"remote": _conveyor.PythonRemoteStore(store), "retry": (retry or RetryPolicy())._engine()}
