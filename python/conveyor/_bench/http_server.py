@@ -51,6 +51,10 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # Keep-alive: clients reuse connections.
+    # The headers and the body go out in two writes: with Nagle's algorithm
+    # the body waited for the client's delayed ACK of the headers, adding
+    # ~40 ms to every request (a "0 ms" server answered in ~45 ms).
+    disable_nagle_algorithm = True
     server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:  # Quiet.
