@@ -2,9 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <mutex>
 #include <opencv2/core.hpp>
 #include <opencv2/imgproc.hpp>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace conveyor {
 
@@ -13,8 +17,9 @@ namespace {
 // Largest shrink the tent filter handles directly; beyond it an integer box
 // reduction comes first.
 constexpr double kMaxTentScale = 8.0;
-// OpenCV's remap (behind warpAffine) needs both images under SHRT_MAX pixels
-// a side; a box wider than this is box-reduced first as well.
+// A box wider than this is box-reduced first as well, which bounds the
+// prefilter's window (OpenCV's warpAffine, used before bilinear_sample, needed
+// sides under SHRT_MAX).
 constexpr int kMaxWarpSide = 32000;
 
 cv::Mat as_mat(const ImageView& v) {
@@ -37,6 +42,127 @@ cv::Mat tent_kernel(double s) {
   return kernel;
 }
 
+// Per-thread buffers of bilinear_sample: no allocation per call once warm.
+struct SampleScratch {
+  std::vector<int> offsets;       // Per output column: first source sample, in values (x * channels).
+  std::vector<uint16_t> weights;  // Per output column: weight of the second sample, of kWeightOne.
+  std::vector<int16_t> row;       // One vertically interpolated row (values x 128).
+};
+
+// Fixed point: the vertical weight in 1/128 (so a row value times 128 fits a
+// signed 16-bit lane: SSE2's multiply-add is signed), the horizontal one in
+// 1/kWeightOne; positions are exact to 1/128 pixel vertically and 1/4096
+// horizontally (warpAffine: 1/32).
+constexpr int kRowBits = 7;
+constexpr int kColumnBits = 12;
+constexpr uint32_t kWeightOne = 1u << kColumnBits;
+
+constexpr int kShift = kRowBits + kColumnBits;
+constexpr int32_t kHalf = 1 << (kShift - 1);
+
+// out[i] = a[i] * (128 - w) + b[i] * w: one row's vertical interpolation
+// (vectorized by the compiler).
+void blend_rows(const uint8_t* __restrict a, const uint8_t* __restrict b, uint32_t w, size_t n,
+                int16_t* __restrict out) {
+  const auto wa = static_cast<int16_t>((1u << kRowBits) - w), wb = static_cast<int16_t>(w);
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<int16_t>(a[i] * wa + b[i] * wb);
+}
+
+// Output pixel x blends the row's pixels at offsets[x] and the next one.
+template <int C>
+void blend_columns(const int16_t* __restrict row, const int* __restrict offsets, const uint16_t* __restrict weights,
+                   int width, int channels, uint8_t* __restrict out) {
+  const int c_count = C > 0 ? C : channels;
+  int x = 0;
+#if defined(__SSE2__)
+  if constexpr (C == 3) {
+    // One pixel per step: its two neighbours are 6 contiguous lanes, paired
+    // (r0 r1 g0 g1 b0 b1) for one multiply-add with (wa wb); the 4-byte store
+    // spills into the next pixel, which overwrites it (the last is scalar).
+    // Reads 2 lanes past the second neighbour: the row has that margin.
+    const __m128i half = _mm_set1_epi32(kHalf);
+    for (; x + 1 < width; ++x) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + offsets[x]));
+      const __m128i pairs = _mm_unpacklo_epi16(v, _mm_srli_si128(v, 6));
+      const uint32_t wb = weights[x], wa = kWeightOne - wb;
+      const __m128i w = _mm_set1_epi32(static_cast<int>(wa | (wb << 16)));
+      __m128i sum = _mm_srli_epi32(_mm_add_epi32(_mm_madd_epi16(pairs, w), half), kShift);
+      sum = _mm_packs_epi32(sum, sum);
+      const int32_t bytes = _mm_cvtsi128_si32(_mm_packus_epi16(sum, sum));
+      std::memcpy(out + 3 * x, &bytes, 4);
+    }
+  }
+#endif
+  for (; x < width; ++x) {
+    const int16_t* p = row + offsets[x];
+    const int32_t wb = weights[x], wa = static_cast<int32_t>(kWeightOne) - wb;
+    for (int c = 0; c < c_count; ++c) {
+      out[x * c_count + c] = static_cast<uint8_t>((p[c] * wa + p[c + c_count] * wb + kHalf) >> kShift);
+    }
+  }
+}
+
+// Bilinear sampling of `src` (edges replicated) at output pixel (x, y) <-
+// source position (ox + (x + 0.5) * sx - 0.5, oy + (y + 0.5) * sy - 0.5):
+// per output row, the two source rows are blended over the columns the row
+// reads (16-bit), then each output pixel blends its two columns. Twice as
+// fast as cv::resize's INTER_LINEAR on 8UC3, and ~4x warpAffine, which also
+// quantizes positions to 1/32 pixel.
+void bilinear_sample(const ImageView& src, double ox, double oy, double sx, double sy, uint8_t* dst, int dst_height,
+                     int dst_width, ptrdiff_t dst_stride) {
+  thread_local SampleScratch scratch;
+  const int channels = src.channels;
+  // Columns: the first of the two samples (clamped) and the second's weight.
+  // A position clamped at an edge reads the edge pixel twice.
+  scratch.offsets.resize(static_cast<size_t>(dst_width));
+  scratch.weights.resize(static_cast<size_t>(dst_width));
+  int lo = src.width - 1, hi = 0;
+  for (int x = 0; x < dst_width; ++x) {
+    const double fx = ox + (x + 0.5) * sx - 0.5;
+    int x0 = static_cast<int>(std::floor(fx));
+    auto w = static_cast<uint32_t>(std::lround((fx - x0) * kWeightOne));
+    if (w == kWeightOne) ++x0, w = 0;
+    if (x0 < 0) {
+      x0 = 0, w = 0;
+    } else if (x0 >= src.width - 1) {
+      x0 = src.width - 1, w = 0;
+    }
+    lo = std::min(lo, x0);
+    hi = std::max(hi, w != 0 ? x0 + 1 : x0);
+    scratch.offsets[x] = x0;
+    scratch.weights[x] = static_cast<uint16_t>(w);
+  }
+  // The row holds columns lo..hi, then zeros: a sample with weight 0 at hi
+  // reads the next pixel, and the SSE2 path 2 lanes beyond it.
+  const int span = hi - lo + 1;
+  for (int x = 0; x < dst_width; ++x) scratch.offsets[x] = (scratch.offsets[x] - lo) * channels;
+  const size_t values = static_cast<size_t>(span) * channels;
+  scratch.row.resize(values + static_cast<size_t>(channels) + 2);
+  std::fill(scratch.row.begin() + static_cast<ptrdiff_t>(values), scratch.row.end(), int16_t{0});
+  for (int y = 0; y < dst_height; ++y) {
+    const double fy = oy + (y + 0.5) * sy - 0.5;
+    int y0 = static_cast<int>(std::floor(fy));
+    auto w = static_cast<uint32_t>(std::lround((fy - y0) * (1u << kRowBits)));
+    if (w == (1u << kRowBits)) ++y0, w = 0;
+    if (y0 < 0) {
+      y0 = 0, w = 0;
+    } else if (y0 >= src.height - 1) {
+      y0 = src.height - 1, w = 0;
+    }
+    const uint8_t* a = src.row(y0) + static_cast<ptrdiff_t>(lo) * channels;
+    const uint8_t* b = w != 0 ? src.row(y0 + 1) + static_cast<ptrdiff_t>(lo) * channels : a;
+    blend_rows(a, b, w, values, scratch.row.data());
+    uint8_t* out = dst + static_cast<ptrdiff_t>(y) * dst_stride;
+    if (channels == 3) {
+      blend_columns<3>(scratch.row.data(), scratch.offsets.data(), scratch.weights.data(), dst_width, 3, out);
+    } else if (channels == 1) {
+      blend_columns<1>(scratch.row.data(), scratch.offsets.data(), scratch.weights.data(), dst_width, 1, out);
+    } else {
+      blend_columns<0>(scratch.row.data(), scratch.offsets.data(), scratch.weights.data(), dst_width, channels, out);
+    }
+  }
+}
+
 }  // namespace
 
 void use_single_threaded_opencv() {
@@ -48,8 +174,8 @@ void resize_image(const ImageView& src, const BoxF& box, uint8_t* dst, int dst_h
                   ptrdiff_t dst_stride, bool antialias, std::vector<uint8_t>& scratch) {
   use_single_threaded_opencv();
   const double sx = (box.x1 - box.x0) / dst_width, sy = (box.y1 - box.y0) / dst_height;
-  // Cells to average per axis first: strong antialiased shrinks, and boxes
-  // too large for warpAffine.
+  // Cells to average per axis first: strong antialiased shrinks, and very
+  // wide boxes.
   const auto cells = [&](double scale, double extent) {
     int k = antialias && scale > kMaxTentScale ? static_cast<int>(scale / 4) : 1;
     return std::max(k, static_cast<int>(std::ceil((extent + 8) / kMaxWarpSide)));
@@ -110,30 +236,20 @@ void resize_image(const ImageView& src, const BoxF& box, uint8_t* dst, int dst_h
     oy -= y0;
   }
   // Output pixel centre x + 0.5 maps to source centre ox + (x + 0.5) * sx (minus
-  // 0.5 for pixel-index coordinates), as in PIL and torchvision.
-  cv::Mat out(dst_height, dst_width, CV_8UC(src.channels), dst, static_cast<size_t>(dst_stride));
+  // 0.5 for pixel-index coordinates), as in PIL and torchvision. A box of
+  // whole pixels samples only that rectangle (edges replicated), as a crop
+  // followed by a resize does; a fractional box sees its real neighbours.
   const auto whole = [](double v) { return std::abs(v - std::round(v)) < 1e-9; };
+  cv::Rect rect(0, 0, in.cols, in.rows);
   if (whole(ox) && whole(oy) && whole(box.x1 - box.x0) && whole(box.y1 - box.y0)) {
-    // A box of whole pixels: cv::resize's INTER_LINEAR uses that same mapping
-    // and is about twice as fast as warpAffine (separable, no per-pixel maps).
-    const cv::Rect rect(static_cast<int>(std::lround(ox)), static_cast<int>(std::lround(oy)),
-                        static_cast<int>(std::lround(box.x1 - box.x0)), static_cast<int>(std::lround(box.y1 - box.y0)));
-    if ((rect & cv::Rect(0, 0, in.cols, in.rows)) == rect) {
-      cv::resize(in(rect), out, out.size(), 0, 0, cv::INTER_LINEAR);
-      return;
-    }
+    const cv::Rect exact(static_cast<int>(std::lround(ox)), static_cast<int>(std::lround(oy)),
+                         static_cast<int>(std::lround(box.x1 - box.x0)),
+                         static_cast<int>(std::lround(box.y1 - box.y0)));
+    if ((exact & rect) == exact) rect = exact;
   }
-  // Only the box and the pixels bilinear sampling reaches beside it: the
-  // rest of a large source must not reach warpAffine (size limit, cost).
-  const int wx0 = std::clamp(static_cast<int>(std::floor(ox)) - 2, 0, in.cols - 1);
-  const int wy0 = std::clamp(static_cast<int>(std::floor(oy)) - 2, 0, in.rows - 1);
-  const int wx1 = std::clamp(static_cast<int>(std::ceil(ox + (box.x1 - box.x0))) + 2, wx0 + 1, in.cols);
-  const int wy1 = std::clamp(static_cast<int>(std::ceil(oy + (box.y1 - box.y0))) + 2, wy0 + 1, in.rows);
-  in = in(cv::Rect(wx0, wy0, wx1 - wx0, wy1 - wy0));
-  ox -= wx0;
-  oy -= wy0;
-  const cv::Matx23d to_source(sx, 0, ox + 0.5 * sx - 0.5, 0, sy, oy + 0.5 * sy - 0.5);
-  cv::warpAffine(in, out, to_source, out.size(), cv::INTER_LINEAR | cv::WARP_INVERSE_MAP, cv::BORDER_REPLICATE);
+  const ImageView sampled{in.ptr(rect.y, rect.x), rect.height, rect.width, src.channels,
+                          static_cast<ptrdiff_t>(in.step)};
+  bilinear_sample(sampled, ox - rect.x, oy - rect.y, sx, sy, dst, dst_height, dst_width, dst_stride);
 }
 
 }  // namespace conveyor
