@@ -6,6 +6,8 @@
 #include <mutex>
 #include <opencv2/core.hpp>
 #include <opencv2/imgproc.hpp>
+
+#include "conveyor/ops/image_decoder.h"
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -47,6 +49,7 @@ struct SampleScratch {
   std::vector<int> offsets;       // Per output column: first source sample, in values (x * channels).
   std::vector<uint16_t> weights;  // Per output column: weight of the second sample, of kWeightOne.
   std::vector<int16_t> row;       // One vertically interpolated row (values x 128).
+  std::vector<uint32_t> pairs;    // Per output column: (wa | wb << 16) four times (the SSE2 path's operand).
 };
 
 // Fixed point: the vertical weight in 1/128 (so a row value times 128 fits a
@@ -71,7 +74,8 @@ void blend_rows(const uint8_t* __restrict a, const uint8_t* __restrict b, uint32
 // Output pixel x blends the row's pixels at offsets[x] and the next one.
 template <int C>
 void blend_columns(const int16_t* __restrict row, const int* __restrict offsets, const uint16_t* __restrict weights,
-                   int width, int channels, uint8_t* __restrict out) {
+                   [[maybe_unused]] const uint32_t* __restrict pairs, int width, int channels,
+                   uint8_t* __restrict out) {
   const int c_count = C > 0 ? C : channels;
   int x = 0;
 #if defined(__SSE2__)
@@ -83,10 +87,9 @@ void blend_columns(const int16_t* __restrict row, const int* __restrict offsets,
     const __m128i half = _mm_set1_epi32(kHalf);
     for (; x + 1 < width; ++x) {
       const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + offsets[x]));
-      const __m128i pairs = _mm_unpacklo_epi16(v, _mm_srli_si128(v, 6));
-      const uint32_t wb = weights[x], wa = kWeightOne - wb;
-      const __m128i w = _mm_set1_epi32(static_cast<int>(wa | (wb << 16)));
-      __m128i sum = _mm_srli_epi32(_mm_add_epi32(_mm_madd_epi16(pairs, w), half), kShift);
+      const __m128i lanes = _mm_unpacklo_epi16(v, _mm_srli_si128(v, 6));
+      const __m128i w = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pairs + 4 * x));
+      __m128i sum = _mm_srli_epi32(_mm_add_epi32(_mm_madd_epi16(lanes, w), half), kShift);
       sum = _mm_packs_epi32(sum, sum);
       const int32_t bytes = _mm_cvtsi128_si32(_mm_packus_epi16(sum, sum));
       std::memcpy(out + 3 * x, &bytes, 4);
@@ -136,6 +139,11 @@ void bilinear_sample(const ImageView& src, double ox, double oy, double sx, doub
   // reads the next pixel, and the SSE2 path 2 lanes beyond it.
   const int span = hi - lo + 1;
   for (int x = 0; x < dst_width; ++x) scratch.offsets[x] = (scratch.offsets[x] - lo) * channels;
+  scratch.pairs.resize(static_cast<size_t>(dst_width) * 4);
+  for (int x = 0; x < dst_width; ++x) {
+    const uint32_t wb = scratch.weights[x];
+    std::fill_n(scratch.pairs.begin() + 4 * x, 4, (kWeightOne - wb) | (wb << 16));
+  }
   const size_t values = static_cast<size_t>(span) * channels;
   scratch.row.resize(values + static_cast<size_t>(channels) + 2);
   std::fill(scratch.row.begin() + static_cast<ptrdiff_t>(values), scratch.row.end(), int16_t{0});
@@ -154,11 +162,14 @@ void bilinear_sample(const ImageView& src, double ox, double oy, double sx, doub
     blend_rows(a, b, w, values, scratch.row.data());
     uint8_t* out = dst + static_cast<ptrdiff_t>(y) * dst_stride;
     if (channels == 3) {
-      blend_columns<3>(scratch.row.data(), scratch.offsets.data(), scratch.weights.data(), dst_width, 3, out);
+      blend_columns<3>(scratch.row.data(), scratch.offsets.data(), scratch.weights.data(), scratch.pairs.data(),
+                       dst_width, 3, out);
     } else if (channels == 1) {
-      blend_columns<1>(scratch.row.data(), scratch.offsets.data(), scratch.weights.data(), dst_width, 1, out);
+      blend_columns<1>(scratch.row.data(), scratch.offsets.data(), scratch.weights.data(), scratch.pairs.data(),
+                       dst_width, 1, out);
     } else {
-      blend_columns<0>(scratch.row.data(), scratch.offsets.data(), scratch.weights.data(), dst_width, channels, out);
+      blend_columns<0>(scratch.row.data(), scratch.offsets.data(), scratch.weights.data(), scratch.pairs.data(),
+                       dst_width, channels, out);
     }
   }
 }
@@ -219,8 +230,8 @@ void resize_image(const ImageView& src, const BoxF& box, uint8_t* dst, int dst_h
     const int y0 = std::clamp(static_cast<int>(std::floor(box.y0)) - ry - 1, 0, src.height - 1);
     const int y1 = std::clamp(static_cast<int>(std::ceil(box.y1)) + ry + 1, y0 + 1, src.height);
     const cv::Mat window = in(cv::Rect(x0, y0, x1 - x0, y1 - y0));
-    scratch.resize(static_cast<size_t>(x1 - x0) * (y1 - y0) * src.channels);
-    cv::Mat smooth(y1 - y0, x1 - x0, CV_8UC(src.channels), scratch.data());
+    cv::Mat smooth(y1 - y0, x1 - x0, CV_8UC(src.channels),
+                   detail::grow_to(scratch, static_cast<size_t>(x1 - x0) * (y1 - y0) * src.channels));
     if (sx <= 2.0 && sy <= 2.0) {
       // Three taps {a, 1, a} at most: that is a 3-tap Gaussian with
       // exp(-1 / (2 sigma^2)) = a, and OpenCV's fixed-point GaussianBlur is
