@@ -50,6 +50,7 @@ struct SampleScratch {
   std::vector<uint16_t> weights;  // Per output column: weight of the second sample, of kWeightOne.
   std::vector<int16_t> row;       // One vertically interpolated row (values x 128).
   std::vector<uint32_t> pairs;    // Per output column: (wa | wb << 16) four times (the SSE2 path's operand).
+  std::vector<int16_t> wide;      // The vertical pass's row with one more column each side (horizontal tent).
 };
 
 // Fixed point: the vertical weight in 1/128 (so a row value times 128 fits a
@@ -105,14 +106,47 @@ void blend_columns(const int16_t* __restrict row, const int* __restrict offsets,
   }
 }
 
-// Bilinear sampling of `src` (edges replicated) at output pixel (x, y) <-
-// source position (ox + (x + 0.5) * sx - 0.5, oy + (y + 0.5) * sy - 0.5):
-// per output row, the two source rows are blended over the columns the row
-// reads (16-bit), then each output pixel blends its two columns. Twice as
-// fast as cv::resize's INTER_LINEAR on 8UC3, and ~4x warpAffine, which also
-// quantizes positions to 1/32 pixel.
-void bilinear_sample(const ImageView& src, double ox, double oy, double sx, double sy, uint8_t* dst, int dst_height,
-                     int dst_width, ptrdiff_t dst_stride) {
+// 16-bit vertical taps: out[i] = sum_k rows[k][i] * w[k] (w sums to 128;
+// vectorized by the compiler).
+void blend_rows4(const uint8_t* const* rows, const int16_t* w, size_t n, int16_t* __restrict out) {
+  const uint8_t* __restrict r0 = rows[0];
+  const uint8_t* __restrict r1 = rows[1];
+  const uint8_t* __restrict r2 = rows[2];
+  const uint8_t* __restrict r3 = rows[3];
+  const int16_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<int16_t>(r0[i] * w0 + r1[i] * w1 + r2[i] * w2 + r3[i] * w3);
+}
+
+// The horizontal tent {a, 1, a} / (1 + 2a) on a 16-bit row (values x 128):
+// out[j] = m + side * (l - m) + side * (r - m) for the pixel m = in[j + c] and
+// its neighbours l, r; side = a / (1 + 2a) < 1/3 in 1/65536, each product
+// taken as a 16-bit high half (SSE2's pmulhw once vectorized; the floor costs
+// at most 2/128 of a level).
+void tent_row(const int16_t* __restrict in, int c, int16_t side, size_t n, int16_t* __restrict out) {
+  const int16_t* __restrict left = in;
+  const int16_t* __restrict mid = in + c;
+  const int16_t* __restrict right = in + 2 * c;
+  for (size_t i = 0; i < n; ++i) {
+    const int16_t m = mid[i];
+    const auto l = static_cast<int16_t>(left[i] - m), r = static_cast<int16_t>(right[i] - m);
+    out[i] = static_cast<int16_t>(m + static_cast<int16_t>((l * side) >> 16) + static_cast<int16_t>((r * side) >> 16));
+  }
+}
+
+// Resamples `src` (edges replicated) to dst: output pixel (x, y) <- source
+// position (ox + (x + 0.5) * sx - 0.5, oy + (y + 0.5) * sy - 0.5), bilinear,
+// after PIL's tent {a, 1, a} / (1 + 2a) on each axis with a > 0 (tx, ty: the
+// antialiasing of a shrink by s <= 2, a = 1 - 1/s; 0 for none). Both are
+// linear and separable, so each output row is: the vertical tent and
+// interpolation as one 4-tap (or 2-tap) filter of the source rows over the
+// columns the row reads (16-bit, values x 128), the horizontal tent on that
+// row, then each output pixel blends its two columns. No rounding to 8 bits in
+// between, and no smoothing of source rows or columns no sample reads:
+// cheaper than OpenCV's GaussianBlur followed by cv::resize (INTER_LINEAR,
+// whole-pixel boxes) or cv::warpAffine (fractional boxes; which also quantized
+// positions to 1/32 pixel).
+void bilinear_sample(const ImageView& src, double ox, double oy, double sx, double sy, double tx, double ty,
+                     uint8_t* dst, int dst_height, int dst_width, ptrdiff_t dst_stride) {
   thread_local SampleScratch scratch;
   const int channels = src.channels;
   // Columns: the first of the two samples (clamped) and the second's weight.
@@ -147,19 +181,57 @@ void bilinear_sample(const ImageView& src, double ox, double oy, double sx, doub
   const size_t values = static_cast<size_t>(span) * channels;
   scratch.row.resize(values + static_cast<size_t>(channels) + 2);
   std::fill(scratch.row.begin() + static_cast<ptrdiff_t>(values), scratch.row.end(), int16_t{0});
+  // With a horizontal tent, the vertical pass also covers one column on each
+  // side (lo - 1 and hi + 1, replicated at the image's edges) into `wide`.
+  const bool tent_x = tx > 0;
+  const int wlo = std::max(lo - 1, 0), whi = std::min(hi + 1, src.width - 1);
+  const size_t wide_at = static_cast<size_t>(wlo - (lo - 1)) * channels;  // Where column wlo goes.
+  const size_t wide_values = static_cast<size_t>(whi - wlo + 1) * channels;
+  int16_t side = 0;
+  if (tent_x) {
+    scratch.wide.resize(values + 2 * static_cast<size_t>(channels));
+    side = static_cast<int16_t>(std::lround(tx / (1 + 2 * tx) * 65536));
+  }
+  const uint8_t* rows[4];
+  int16_t taps[4];
   for (int y = 0; y < dst_height; ++y) {
-    const double fy = oy + (y + 0.5) * sy - 0.5;
-    int y0 = static_cast<int>(std::floor(fy));
-    auto w = static_cast<uint32_t>(std::lround((fy - y0) * (1u << kRowBits)));
-    if (w == (1u << kRowBits)) ++y0, w = 0;
-    if (y0 < 0) {
-      y0 = 0, w = 0;
-    } else if (y0 >= src.height - 1) {
-      y0 = src.height - 1, w = 0;
+    const double fy = std::clamp(oy + (y + 0.5) * sy - 0.5, 0.0, src.height - 1.0);
+    const int y0 = std::min(static_cast<int>(fy), src.height - 1);
+    const double f = fy - y0;
+    const int col0 = tent_x ? wlo : lo;
+    const auto row_at = [&](int r) {
+      return src.row(std::clamp(r, 0, src.height - 1)) + static_cast<ptrdiff_t>(col0) * channels;
+    };
+    int16_t* vertical = tent_x ? scratch.wide.data() + wide_at : scratch.row.data();
+    const size_t n = tent_x ? wide_values : values;
+    if (ty > 0) {
+      // The tent at rows y0 - 1 .. y0 + 2, then the interpolation between
+      // y0 and y0 + 1: four taps summing to 128 (rounded; the largest takes
+      // the remainder).
+      const double k = 1 / (1 + 2 * ty);
+      const double w[4] = {(1 - f) * ty * k, ((1 - f) + f * ty) * k, ((1 - f) * ty + f) * k, f * ty * k};
+      int sum = 0, largest = 0;
+      for (int i = 0; i < 4; ++i) {
+        taps[i] = static_cast<int16_t>(std::lround(w[i] * (1 << kRowBits)));
+        sum += taps[i];
+        if (w[i] > w[largest]) largest = i;
+        rows[i] = row_at(y0 - 1 + i);
+      }
+      taps[largest] = static_cast<int16_t>(taps[largest] + (1 << kRowBits) - sum);
+      blend_rows4(rows, taps, n, vertical);
+    } else {
+      auto w = static_cast<uint32_t>(std::lround(f * (1u << kRowBits)));
+      int r0 = y0;
+      if (w == (1u << kRowBits)) ++r0, w = 0;
+      blend_rows(row_at(r0), row_at(w != 0 ? r0 + 1 : r0), w, n, vertical);
     }
-    const uint8_t* a = src.row(y0) + static_cast<ptrdiff_t>(lo) * channels;
-    const uint8_t* b = w != 0 ? src.row(y0 + 1) + static_cast<ptrdiff_t>(lo) * channels : a;
-    blend_rows(a, b, w, values, scratch.row.data());
+    if (tent_x) {
+      int16_t* wide = scratch.wide.data();
+      const size_t c = static_cast<size_t>(channels);
+      if (lo == 0) std::copy_n(wide + c, c, wide);                                // Column -1 = column 0.
+      if (hi == src.width - 1) std::copy_n(wide + values, c, wide + values + c);  // Column W = column W - 1.
+      tent_row(wide, channels, side, values, scratch.row.data());
+    }
     uint8_t* out = dst + static_cast<ptrdiff_t>(y) * dst_stride;
     if (channels == 3) {
       blend_columns<3>(scratch.row.data(), scratch.offsets.data(), scratch.weights.data(), scratch.pairs.data(),
@@ -220,7 +292,12 @@ void resize_image(const ImageView& src, const BoxF& box, uint8_t* dst, int dst_h
   }
   cv::Mat in = as_mat(src);
   double ox = box.x0, oy = box.y0;  // Box origin in `in`.
-  if (antialias && (sx > 1.0 || sy > 1.0)) {
+  double tx = 0, ty = 0;            // The tent's side weights, when bilinear_sample applies it.
+  if (antialias && (sx > 1.0 || sy > 1.0) && sx <= 2.0 && sy <= 2.0) {
+    // Three taps {a, 1, a} at most: bilinear_sample applies them on the way.
+    tx = sx > 1.0 ? 1.0 - 1.0 / sx : 0.0;
+    ty = sy > 1.0 ? 1.0 - 1.0 / sy : 0.0;
+  } else if (antialias && (sx > 1.0 || sy > 1.0)) {
     // Smooth only the source rows and columns the samples read (box plus the
     // kernel radius and one interpolation pixel); neighbours outside that
     // window but inside `src` are used, beyond `src` edges are replicated.
@@ -232,16 +309,7 @@ void resize_image(const ImageView& src, const BoxF& box, uint8_t* dst, int dst_h
     const cv::Mat window = in(cv::Rect(x0, y0, x1 - x0, y1 - y0));
     cv::Mat smooth(y1 - y0, x1 - x0, CV_8UC(src.channels),
                    detail::grow_to(scratch, static_cast<size_t>(x1 - x0) * (y1 - y0) * src.channels));
-    if (sx <= 2.0 && sy <= 2.0) {
-      // Three taps {a, 1, a} at most: that is a 3-tap Gaussian with
-      // exp(-1 / (2 sigma^2)) = a, and OpenCV's fixed-point GaussianBlur is
-      // ~25% faster than the float sepFilter2D.
-      auto sigma = [](double s) { return s > 1.0 ? std::sqrt(-1.0 / (2.0 * std::log(1.0 - 1.0 / s))) : 0.0; };
-      const cv::Size ksize(sx > 1.0 ? 3 : 1, sy > 1.0 ? 3 : 1);
-      cv::GaussianBlur(window, smooth, ksize, sigma(sx), sigma(sy) > 0 ? sigma(sy) : 1e-3, cv::BORDER_REPLICATE);
-    } else {
-      cv::sepFilter2D(window, smooth, -1, tent_kernel(sx), tent_kernel(sy), cv::Point(-1, -1), 0, cv::BORDER_REPLICATE);
-    }
+    cv::sepFilter2D(window, smooth, -1, tent_kernel(sx), tent_kernel(sy), cv::Point(-1, -1), 0, cv::BORDER_REPLICATE);
     in = smooth;
     ox -= x0;
     oy -= y0;
@@ -260,7 +328,7 @@ void resize_image(const ImageView& src, const BoxF& box, uint8_t* dst, int dst_h
   }
   const ImageView sampled{in.ptr(rect.y, rect.x), rect.height, rect.width, src.channels,
                           static_cast<ptrdiff_t>(in.step)};
-  bilinear_sample(sampled, ox - rect.x, oy - rect.y, sx, sy, dst, dst_height, dst_width, dst_stride);
+  bilinear_sample(sampled, ox - rect.x, oy - rect.y, sx, sy, tx, ty, dst, dst_height, dst_width, dst_stride);
 }
 
 }  // namespace conveyor
