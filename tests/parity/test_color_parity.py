@@ -139,8 +139,12 @@ def test_a_chain_of_colour_transforms_matches_torchvision_v2(photo):
     )
     ours = np.asarray(compile_pipeline(ours_chain, dtype="uint8", layout="HWC").apply(png_bytes(photo)))
     theirs = theirs_chain(to_tensor(photo)).permute(1, 2, 0).numpy()
-    # The resize differs slightly (issue 3's tolerance); the colour ops add nothing measurable.
-    assert mean_abs_diff(ours, theirs) <= 1.0
+    # The resize differs slightly (issue 3's tolerance: 0.49 for Resize(200) +
+    # CenterCrop(160) alone here); equalize and posterize turn some of its
+    # +-1 differences into larger steps (0.93 with warpAffine's sampling,
+    # 1.04 with the exact bilinear sampling of issue 14, which is closer to v2
+    # on the resize alone: 0.490 vs 0.495).
+    assert mean_abs_diff(ours, theirs) <= 1.1
 
 
 def test_colour_steps_after_the_resize_are_exact_on_the_resized_image(photo):

@@ -42,6 +42,14 @@ struct Scratch {
   std::vector<uint8_t> padded;
 };
 
+/// Makes `buffer` hold at least `bytes` and returns its data. It never shrinks:
+/// a per-thread buffer reused for images of varying sizes is zero-filled only
+/// when it grows past its largest size so far, not on every sample.
+inline uint8_t* grow_to(std::vector<uint8_t>& buffer, size_t bytes) {
+  if (buffer.size() < bytes) buffer.resize(bytes);
+  return buffer.data();
+}
+
 /// A decoded region and where it lies in the (displayed) image: view pixel
 /// (row r, column c) covers image pixels [x + c * scale, x + (c + 1) * scale)
 /// horizontally, likewise vertically; scale > 1 after a DCT-scaled decode.

@@ -267,11 +267,10 @@ struct ImagePipeline::Plan {
       } else {
         // Bounded by the output size (checked by the constructor) or by
         // max_pixels (an intermediate image).
-        std::vector<uint8_t>& dst = scratch.resized;
-        dst.resize(static_cast<size_t>(s.rect_w) * s.rect_h * channels);
-        resize_image(source, in_decoded, dst.data(), s.rect_h, s.rect_w, static_cast<ptrdiff_t>(s.rect_w) * channels,
+        uint8_t* dst = detail::grow_to(scratch.resized, static_cast<size_t>(s.rect_w) * s.rect_h * channels);
+        resize_image(source, in_decoded, dst, s.rect_h, s.rect_w, static_cast<ptrdiff_t>(s.rect_w) * channels,
                      group.antialias, scratch.prefiltered);
-        image = {dst.data(), s.rect_h, s.rect_w, channels, static_cast<ptrdiff_t>(s.rect_w) * channels};
+        image = {dst, s.rect_h, s.rect_w, channels, static_cast<ptrdiff_t>(s.rect_w) * channels};
       }
     }
     if (!s.covered || s.rect_w != out_w || s.rect_h != out_h) {

@@ -23,6 +23,7 @@
 
 #include "conveyor/ops/image_decode.h"
 #include "conveyor/ops/image_pipeline.h"
+#include "conveyor/ops/resize.h"
 #include "conveyor/ops/transforms/blur.h"
 #include "conveyor/ops/transforms/color.h"
 #include "conveyor/ops/transforms/histogram.h"
@@ -190,6 +191,34 @@ void BM_EvalChain(benchmark::State& state) {
   run_pipeline(state, p);
 }
 BENCHMARK(BM_EvalChain);
+
+// --- the resize alone: a side-by-side source box to 224 x 224 RGB ----------
+// state.range(0): the box's side in tenths of the output side (13: a 291-pixel
+// box, tent prefilter + bilinear; 8: an upscale), state.range(1): 1 for a
+// fractional box origin (the eval chain's), 0 for whole pixels (a crop).
+void BM_Resize224(benchmark::State& state) {
+  const int side = static_cast<int>(224 * state.range(0) / 10) + 8;
+  std::mt19937 gen(7);
+  std::vector<uint8_t> pixels(static_cast<size_t>(side) * side * 3);
+  for (auto& v : pixels) v = static_cast<uint8_t>(gen());
+  const ImageView src{pixels.data(), side, side, 3, static_cast<ptrdiff_t>(side) * 3};
+  const bool fractional = state.range(1) != 0;
+  const double extent = fractional ? 224.0 * static_cast<double>(state.range(0)) / 10 : side - 8;
+  const double o = fractional ? 2.37 : 2;
+  const BoxF box{o, o, o + extent, o + extent};
+  std::vector<uint8_t> out(224 * 224 * 3), scratch;
+  for (auto _ : state) {
+    resize_image(src, box, out.data(), 224, 224, 224 * 3, true, scratch);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_Resize224)
+    ->ArgNames({"box_tenths", "fractional"})
+    ->Args({8, 0})
+    ->Args({13, 0})
+    ->Args({13, 1})
+    ->Args({19, 1});
 
 // --- colour kernels: per-image cost on a 224 x 224 RGB image ---------------
 // The image is the first input resized to 224 x 224; each iteration restores

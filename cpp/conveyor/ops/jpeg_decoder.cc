@@ -143,7 +143,7 @@ class JpegDecoder final : public ImageDecoder {
     JDIMENSION crop_width = std::min(x1 + 2, cinfo_.output_width) - x_offset;
     if (crop_width < cinfo_.output_width) jpeg_crop_scanline(&cinfo_, &x_offset, &crop_width);
     const size_t row_bytes = size_t{cinfo_.output_width} * static_cast<size_t>(cinfo_.output_components);
-    buffer.resize(row_bytes * (y1 - y0));
+    grow_to(buffer, row_bytes * (y1 - y0));
     if (y0 > 0) jpeg_skip_scanlines(&cinfo_, y0);
     JSAMPROW rows[16];
     while (cinfo_.output_scanline < y1) {

@@ -2,9 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <mutex>
 #include <opencv2/core.hpp>
 #include <opencv2/imgproc.hpp>
+
+#include "conveyor/ops/image_decoder.h"
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace conveyor {
 
@@ -13,8 +19,9 @@ namespace {
 // Largest shrink the tent filter handles directly; beyond it an integer box
 // reduction comes first.
 constexpr double kMaxTentScale = 8.0;
-// OpenCV's remap (behind warpAffine) needs both images under SHRT_MAX pixels
-// a side; a box wider than this is box-reduced first as well.
+// A box wider than this is box-reduced first as well, which bounds the
+// prefilter's window (OpenCV's warpAffine, used before bilinear_sample, needed
+// sides under SHRT_MAX).
 constexpr int kMaxWarpSide = 32000;
 
 cv::Mat as_mat(const ImageView& v) {
@@ -37,6 +44,208 @@ cv::Mat tent_kernel(double s) {
   return kernel;
 }
 
+// Per-thread buffers of bilinear_sample: no allocation per call once warm.
+struct SampleScratch {
+  std::vector<int> offsets;       // Per output column: first source sample, in values (x * channels).
+  std::vector<uint16_t> weights;  // Per output column: weight of the second sample, of kWeightOne.
+  std::vector<int16_t> row;       // One vertically interpolated row (values x 128).
+  std::vector<uint32_t> pairs;    // Per output column: (wa | wb << 16) four times (the SSE2 path's operand).
+  std::vector<int16_t> wide;      // The vertical pass's row with one more column each side (horizontal tent).
+};
+
+// Fixed point: the vertical weight in 1/128 (so a row value times 128 fits a
+// signed 16-bit lane: SSE2's multiply-add is signed), the horizontal one in
+// 1/kWeightOne; positions are exact to 1/128 pixel vertically and 1/4096
+// horizontally (warpAffine: 1/32).
+constexpr int kRowBits = 7;
+constexpr int kColumnBits = 12;
+constexpr uint32_t kWeightOne = 1u << kColumnBits;
+
+constexpr int kShift = kRowBits + kColumnBits;
+constexpr int32_t kHalf = 1 << (kShift - 1);
+
+// out[i] = a[i] * (128 - w) + b[i] * w: one row's vertical interpolation
+// (vectorized by the compiler).
+void blend_rows(const uint8_t* __restrict a, const uint8_t* __restrict b, uint32_t w, size_t n,
+                int16_t* __restrict out) {
+  const auto wa = static_cast<int16_t>((1u << kRowBits) - w), wb = static_cast<int16_t>(w);
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<int16_t>(a[i] * wa + b[i] * wb);
+}
+
+// Output pixel x blends the row's pixels at offsets[x] and the next one.
+template <int C>
+void blend_columns(const int16_t* __restrict row, const int* __restrict offsets, const uint16_t* __restrict weights,
+                   [[maybe_unused]] const uint32_t* __restrict pairs, int width, int channels,
+                   uint8_t* __restrict out) {
+  const int c_count = C > 0 ? C : channels;
+  int x = 0;
+#if defined(__SSE2__)
+  if constexpr (C == 3) {
+    // One pixel per step: its two neighbours are 6 contiguous lanes, paired
+    // (r0 r1 g0 g1 b0 b1) for one multiply-add with (wa wb); the 4-byte store
+    // spills into the next pixel, which overwrites it (the last is scalar).
+    // Reads 2 lanes past the second neighbour: the row has that margin.
+    const __m128i half = _mm_set1_epi32(kHalf);
+    for (; x + 1 < width; ++x) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + offsets[x]));
+      const __m128i lanes = _mm_unpacklo_epi16(v, _mm_srli_si128(v, 6));
+      const __m128i w = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pairs + 4 * x));
+      __m128i sum = _mm_srli_epi32(_mm_add_epi32(_mm_madd_epi16(lanes, w), half), kShift);
+      sum = _mm_packs_epi32(sum, sum);
+      const int32_t bytes = _mm_cvtsi128_si32(_mm_packus_epi16(sum, sum));
+      std::memcpy(out + 3 * x, &bytes, 4);
+    }
+  }
+#endif
+  for (; x < width; ++x) {
+    const int16_t* p = row + offsets[x];
+    const int32_t wb = weights[x], wa = static_cast<int32_t>(kWeightOne) - wb;
+    for (int c = 0; c < c_count; ++c) {
+      out[x * c_count + c] = static_cast<uint8_t>((p[c] * wa + p[c + c_count] * wb + kHalf) >> kShift);
+    }
+  }
+}
+
+// 16-bit vertical taps: out[i] = sum_k rows[k][i] * w[k] (w sums to 128;
+// vectorized by the compiler).
+void blend_rows4(const uint8_t* const* rows, const int16_t* w, size_t n, int16_t* __restrict out) {
+  const uint8_t* __restrict r0 = rows[0];
+  const uint8_t* __restrict r1 = rows[1];
+  const uint8_t* __restrict r2 = rows[2];
+  const uint8_t* __restrict r3 = rows[3];
+  const int16_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<int16_t>(r0[i] * w0 + r1[i] * w1 + r2[i] * w2 + r3[i] * w3);
+}
+
+// The horizontal tent {a, 1, a} / (1 + 2a) on a 16-bit row (values x 128):
+// out[j] = m + side * (l - m) + side * (r - m) for the pixel m = in[j + c] and
+// its neighbours l, r; side = a / (1 + 2a) < 1/3 in 1/65536, each product
+// taken as a 16-bit high half (SSE2's pmulhw once vectorized; the floor costs
+// at most 2/128 of a level).
+void tent_row(const int16_t* __restrict in, int c, int16_t side, size_t n, int16_t* __restrict out) {
+  const int16_t* __restrict left = in;
+  const int16_t* __restrict mid = in + c;
+  const int16_t* __restrict right = in + 2 * c;
+  for (size_t i = 0; i < n; ++i) {
+    const int16_t m = mid[i];
+    const auto l = static_cast<int16_t>(left[i] - m), r = static_cast<int16_t>(right[i] - m);
+    out[i] = static_cast<int16_t>(m + static_cast<int16_t>((l * side) >> 16) + static_cast<int16_t>((r * side) >> 16));
+  }
+}
+
+// Resamples `src` (edges replicated) to dst: output pixel (x, y) <- source
+// position (ox + (x + 0.5) * sx - 0.5, oy + (y + 0.5) * sy - 0.5), bilinear,
+// after PIL's tent {a, 1, a} / (1 + 2a) on each axis with a > 0 (tx, ty: the
+// antialiasing of a shrink by s <= 2, a = 1 - 1/s; 0 for none). Both are
+// linear and separable, so each output row is: the vertical tent and
+// interpolation as one 4-tap (or 2-tap) filter of the source rows over the
+// columns the row reads (16-bit, values x 128), the horizontal tent on that
+// row, then each output pixel blends its two columns. No rounding to 8 bits in
+// between, and no smoothing of source rows or columns no sample reads:
+// cheaper than OpenCV's GaussianBlur followed by cv::resize (INTER_LINEAR,
+// whole-pixel boxes) or cv::warpAffine (fractional boxes; which also quantized
+// positions to 1/32 pixel).
+void bilinear_sample(const ImageView& src, double ox, double oy, double sx, double sy, double tx, double ty,
+                     uint8_t* dst, int dst_height, int dst_width, ptrdiff_t dst_stride) {
+  thread_local SampleScratch scratch;
+  const int channels = src.channels;
+  // Columns: the first of the two samples (clamped) and the second's weight.
+  // A position clamped at an edge reads the edge pixel twice.
+  scratch.offsets.resize(static_cast<size_t>(dst_width));
+  scratch.weights.resize(static_cast<size_t>(dst_width));
+  int lo = src.width - 1, hi = 0;
+  for (int x = 0; x < dst_width; ++x) {
+    const double fx = ox + (x + 0.5) * sx - 0.5;
+    int x0 = static_cast<int>(std::floor(fx));
+    auto w = static_cast<uint32_t>(std::lround((fx - x0) * kWeightOne));
+    if (w == kWeightOne) ++x0, w = 0;
+    if (x0 < 0) {
+      x0 = 0, w = 0;
+    } else if (x0 >= src.width - 1) {
+      x0 = src.width - 1, w = 0;
+    }
+    lo = std::min(lo, x0);
+    hi = std::max(hi, w != 0 ? x0 + 1 : x0);
+    scratch.offsets[x] = x0;
+    scratch.weights[x] = static_cast<uint16_t>(w);
+  }
+  // The row holds columns lo..hi, then zeros: a sample with weight 0 at hi
+  // reads the next pixel, and the SSE2 path 2 lanes beyond it.
+  const int span = hi - lo + 1;
+  for (int x = 0; x < dst_width; ++x) scratch.offsets[x] = (scratch.offsets[x] - lo) * channels;
+  scratch.pairs.resize(static_cast<size_t>(dst_width) * 4);
+  for (int x = 0; x < dst_width; ++x) {
+    const uint32_t wb = scratch.weights[x];
+    std::fill_n(scratch.pairs.begin() + 4 * x, 4, (kWeightOne - wb) | (wb << 16));
+  }
+  const size_t values = static_cast<size_t>(span) * channels;
+  scratch.row.resize(values + static_cast<size_t>(channels) + 2);
+  std::fill(scratch.row.begin() + static_cast<ptrdiff_t>(values), scratch.row.end(), int16_t{0});
+  // With a horizontal tent, the vertical pass also covers one column on each
+  // side (lo - 1 and hi + 1, replicated at the image's edges) into `wide`.
+  const bool tent_x = tx > 0;
+  const int wlo = std::max(lo - 1, 0), whi = std::min(hi + 1, src.width - 1);
+  const size_t wide_at = static_cast<size_t>(wlo - (lo - 1)) * channels;  // Where column wlo goes.
+  const size_t wide_values = static_cast<size_t>(whi - wlo + 1) * channels;
+  int16_t side = 0;
+  if (tent_x) {
+    scratch.wide.resize(values + 2 * static_cast<size_t>(channels));
+    side = static_cast<int16_t>(std::lround(tx / (1 + 2 * tx) * 65536));
+  }
+  const uint8_t* rows[4];
+  int16_t taps[4];
+  for (int y = 0; y < dst_height; ++y) {
+    const double fy = std::clamp(oy + (y + 0.5) * sy - 0.5, 0.0, src.height - 1.0);
+    const int y0 = std::min(static_cast<int>(fy), src.height - 1);
+    const double f = fy - y0;
+    const int col0 = tent_x ? wlo : lo;
+    const auto row_at = [&](int r) {
+      return src.row(std::clamp(r, 0, src.height - 1)) + static_cast<ptrdiff_t>(col0) * channels;
+    };
+    int16_t* vertical = tent_x ? scratch.wide.data() + wide_at : scratch.row.data();
+    const size_t n = tent_x ? wide_values : values;
+    if (ty > 0) {
+      // The tent at rows y0 - 1 .. y0 + 2, then the interpolation between
+      // y0 and y0 + 1: four taps summing to 128 (rounded; the largest takes
+      // the remainder).
+      const double k = 1 / (1 + 2 * ty);
+      const double w[4] = {(1 - f) * ty * k, ((1 - f) + f * ty) * k, ((1 - f) * ty + f) * k, f * ty * k};
+      int sum = 0, largest = 0;
+      for (int i = 0; i < 4; ++i) {
+        taps[i] = static_cast<int16_t>(std::lround(w[i] * (1 << kRowBits)));
+        sum += taps[i];
+        if (w[i] > w[largest]) largest = i;
+        rows[i] = row_at(y0 - 1 + i);
+      }
+      taps[largest] = static_cast<int16_t>(taps[largest] + (1 << kRowBits) - sum);
+      blend_rows4(rows, taps, n, vertical);
+    } else {
+      auto w = static_cast<uint32_t>(std::lround(f * (1u << kRowBits)));
+      int r0 = y0;
+      if (w == (1u << kRowBits)) ++r0, w = 0;
+      blend_rows(row_at(r0), row_at(w != 0 ? r0 + 1 : r0), w, n, vertical);
+    }
+    if (tent_x) {
+      int16_t* wide = scratch.wide.data();
+      const size_t c = static_cast<size_t>(channels);
+      if (lo == 0) std::copy_n(wide + c, c, wide);                                // Column -1 = column 0.
+      if (hi == src.width - 1) std::copy_n(wide + values, c, wide + values + c);  // Column W = column W - 1.
+      tent_row(wide, channels, side, values, scratch.row.data());
+    }
+    uint8_t* out = dst + static_cast<ptrdiff_t>(y) * dst_stride;
+    if (channels == 3) {
+      blend_columns<3>(scratch.row.data(), scratch.offsets.data(), scratch.weights.data(), scratch.pairs.data(),
+                       dst_width, 3, out);
+    } else if (channels == 1) {
+      blend_columns<1>(scratch.row.data(), scratch.offsets.data(), scratch.weights.data(), scratch.pairs.data(),
+                       dst_width, 1, out);
+    } else {
+      blend_columns<0>(scratch.row.data(), scratch.offsets.data(), scratch.weights.data(), scratch.pairs.data(),
+                       dst_width, channels, out);
+    }
+  }
+}
+
 }  // namespace
 
 void use_single_threaded_opencv() {
@@ -48,8 +257,8 @@ void resize_image(const ImageView& src, const BoxF& box, uint8_t* dst, int dst_h
                   ptrdiff_t dst_stride, bool antialias, std::vector<uint8_t>& scratch) {
   use_single_threaded_opencv();
   const double sx = (box.x1 - box.x0) / dst_width, sy = (box.y1 - box.y0) / dst_height;
-  // Cells to average per axis first: strong antialiased shrinks, and boxes
-  // too large for warpAffine.
+  // Cells to average per axis first: strong antialiased shrinks, and very
+  // wide boxes.
   const auto cells = [&](double scale, double extent) {
     int k = antialias && scale > kMaxTentScale ? static_cast<int>(scale / 4) : 1;
     return std::max(k, static_cast<int>(std::ceil((extent + 8) / kMaxWarpSide)));
@@ -83,7 +292,12 @@ void resize_image(const ImageView& src, const BoxF& box, uint8_t* dst, int dst_h
   }
   cv::Mat in = as_mat(src);
   double ox = box.x0, oy = box.y0;  // Box origin in `in`.
-  if (antialias && (sx > 1.0 || sy > 1.0)) {
+  double tx = 0, ty = 0;            // The tent's side weights, when bilinear_sample applies it.
+  if (antialias && (sx > 1.0 || sy > 1.0) && sx <= 2.0 && sy <= 2.0) {
+    // Three taps {a, 1, a} at most: bilinear_sample applies them on the way.
+    tx = sx > 1.0 ? 1.0 - 1.0 / sx : 0.0;
+    ty = sy > 1.0 ? 1.0 - 1.0 / sy : 0.0;
+  } else if (antialias && (sx > 1.0 || sy > 1.0)) {
     // Smooth only the source rows and columns the samples read (box plus the
     // kernel radius and one interpolation pixel); neighbours outside that
     // window but inside `src` are used, beyond `src` edges are replicated.
@@ -93,47 +307,28 @@ void resize_image(const ImageView& src, const BoxF& box, uint8_t* dst, int dst_h
     const int y0 = std::clamp(static_cast<int>(std::floor(box.y0)) - ry - 1, 0, src.height - 1);
     const int y1 = std::clamp(static_cast<int>(std::ceil(box.y1)) + ry + 1, y0 + 1, src.height);
     const cv::Mat window = in(cv::Rect(x0, y0, x1 - x0, y1 - y0));
-    scratch.resize(static_cast<size_t>(x1 - x0) * (y1 - y0) * src.channels);
-    cv::Mat smooth(y1 - y0, x1 - x0, CV_8UC(src.channels), scratch.data());
-    if (sx <= 2.0 && sy <= 2.0) {
-      // Three taps {a, 1, a} at most: that is a 3-tap Gaussian with
-      // exp(-1 / (2 sigma^2)) = a, and OpenCV's fixed-point GaussianBlur is
-      // ~25% faster than the float sepFilter2D.
-      auto sigma = [](double s) { return s > 1.0 ? std::sqrt(-1.0 / (2.0 * std::log(1.0 - 1.0 / s))) : 0.0; };
-      const cv::Size ksize(sx > 1.0 ? 3 : 1, sy > 1.0 ? 3 : 1);
-      cv::GaussianBlur(window, smooth, ksize, sigma(sx), sigma(sy) > 0 ? sigma(sy) : 1e-3, cv::BORDER_REPLICATE);
-    } else {
-      cv::sepFilter2D(window, smooth, -1, tent_kernel(sx), tent_kernel(sy), cv::Point(-1, -1), 0, cv::BORDER_REPLICATE);
-    }
+    cv::Mat smooth(y1 - y0, x1 - x0, CV_8UC(src.channels),
+                   detail::grow_to(scratch, static_cast<size_t>(x1 - x0) * (y1 - y0) * src.channels));
+    cv::sepFilter2D(window, smooth, -1, tent_kernel(sx), tent_kernel(sy), cv::Point(-1, -1), 0, cv::BORDER_REPLICATE);
     in = smooth;
     ox -= x0;
     oy -= y0;
   }
   // Output pixel centre x + 0.5 maps to source centre ox + (x + 0.5) * sx (minus
-  // 0.5 for pixel-index coordinates), as in PIL and torchvision.
-  cv::Mat out(dst_height, dst_width, CV_8UC(src.channels), dst, static_cast<size_t>(dst_stride));
+  // 0.5 for pixel-index coordinates), as in PIL and torchvision. A box of
+  // whole pixels samples only that rectangle (edges replicated), as a crop
+  // followed by a resize does; a fractional box sees its real neighbours.
   const auto whole = [](double v) { return std::abs(v - std::round(v)) < 1e-9; };
+  cv::Rect rect(0, 0, in.cols, in.rows);
   if (whole(ox) && whole(oy) && whole(box.x1 - box.x0) && whole(box.y1 - box.y0)) {
-    // A box of whole pixels: cv::resize's INTER_LINEAR uses that same mapping
-    // and is about twice as fast as warpAffine (separable, no per-pixel maps).
-    const cv::Rect rect(static_cast<int>(std::lround(ox)), static_cast<int>(std::lround(oy)),
-                        static_cast<int>(std::lround(box.x1 - box.x0)), static_cast<int>(std::lround(box.y1 - box.y0)));
-    if ((rect & cv::Rect(0, 0, in.cols, in.rows)) == rect) {
-      cv::resize(in(rect), out, out.size(), 0, 0, cv::INTER_LINEAR);
-      return;
-    }
+    const cv::Rect exact(static_cast<int>(std::lround(ox)), static_cast<int>(std::lround(oy)),
+                         static_cast<int>(std::lround(box.x1 - box.x0)),
+                         static_cast<int>(std::lround(box.y1 - box.y0)));
+    if ((exact & rect) == exact) rect = exact;
   }
-  // Only the box and the pixels bilinear sampling reaches beside it: the
-  // rest of a large source must not reach warpAffine (size limit, cost).
-  const int wx0 = std::clamp(static_cast<int>(std::floor(ox)) - 2, 0, in.cols - 1);
-  const int wy0 = std::clamp(static_cast<int>(std::floor(oy)) - 2, 0, in.rows - 1);
-  const int wx1 = std::clamp(static_cast<int>(std::ceil(ox + (box.x1 - box.x0))) + 2, wx0 + 1, in.cols);
-  const int wy1 = std::clamp(static_cast<int>(std::ceil(oy + (box.y1 - box.y0))) + 2, wy0 + 1, in.rows);
-  in = in(cv::Rect(wx0, wy0, wx1 - wx0, wy1 - wy0));
-  ox -= wx0;
-  oy -= wy0;
-  const cv::Matx23d to_source(sx, 0, ox + 0.5 * sx - 0.5, 0, sy, oy + 0.5 * sy - 0.5);
-  cv::warpAffine(in, out, to_source, out.size(), cv::INTER_LINEAR | cv::WARP_INVERSE_MAP, cv::BORDER_REPLICATE);
+  const ImageView sampled{in.ptr(rect.y, rect.x), rect.height, rect.width, src.channels,
+                          static_cast<ptrdiff_t>(in.step)};
+  bilinear_sample(sampled, ox - rect.x, oy - rect.y, sx, sy, tx, ty, dst, dst_height, dst_width, dst_stride);
 }
 
 }  // namespace conveyor
