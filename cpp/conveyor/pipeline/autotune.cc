@@ -90,7 +90,10 @@ AutotuneController::AutotuneController(int64_t batch_size, AutotuneOptions optio
 AutotuneSettings AutotuneController::initial_settings(const AutotuneLimits& limits) const {
   const int64_t budget_batches = limits.batch_bytes > 0 ? limits.memory_budget_bytes / limits.batch_bytes : 1;
   AutotuneSettings s;
-  s.cpu_threads = 1;
+  // An epoch starts with the consumer waiting for its first batch: every
+  // usable core decodes it (the first measured demand then shrinks the pool
+  // to what the consumer needs).
+  s.cpu_threads = std::max(1, limits.usable_cores);
   // Reads cost a blocked thread, not a core: a few in flight find the read
   // latency quickly; the first measured demand then sets the real number.
   s.io_threads = std::min(16, options_.max_io_threads);

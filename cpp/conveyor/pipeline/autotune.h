@@ -106,8 +106,9 @@ class AutotuneController {
   /// Throws Error{kConfig} naming the option when `options` or `batch_size` is invalid.
   AutotuneController(int64_t batch_size, AutotuneOptions options = {});
 
-  /// Settings to start with before any measurement: one cpu thread, 16
-  /// reads in flight, two batches of prefetch (all within `limits`).
+  /// Settings to start with before any measurement: a cpu thread per usable
+  /// core (the consumer always waits for an epoch's first batch), 16 reads
+  /// in flight, two batches of prefetch (all within `limits`).
   AutotuneSettings initial_settings(const AutotuneLimits& limits) const;
 
   /// Feeds one window and returns the settings for the next one. Throws

@@ -581,7 +581,11 @@ void Loader::issue_locked(EpochRun& run) {
 void Loader::issue_unguarded_locked(EpochRun& run) {
   while (std::optional<SlotTicket> task = run.assign_next_slot(pool_)) {
     try {
-      io_pool_->submit([this, run = run.shared_from_this(), task = *task] { read_task(run, task); });
+      if (reads_inline()) {
+        cpu_pool_->submit([this, run = run.shared_from_this(), task = *task] { sample_task(run, task); });
+      } else {
+        io_pool_->submit([this, run = run.shared_from_this(), task = *task] { read_task(run, task); });
+      }
     } catch (...) {
       run.end_task(*task);  // It never started: stop() must not wait for it.
       throw;
@@ -607,14 +611,44 @@ std::string key_of(const Source& source, int64_t sample) noexcept {
 
 }  // namespace
 
+bool Loader::reads_inline() const noexcept {
+  const int64_t reads = samples_read_.load(std::memory_order_relaxed);
+  const int64_t processed = samples_processed_.load(std::memory_order_relaxed);
+  // Until both are measured (an epoch's start), inline: local files are the
+  // common case, and each cpu thread reads at most one sample before the
+  // first one is processed; a slow read then sends the rest to the io pool
+  // (the tasks queued meanwhile pass their reads on when they start).
+  if (reads == 0 || processed == 0) return true;
+  const int64_t latency = read_ns_.load(std::memory_order_relaxed) / reads;
+  return latency <= kInlineReadNs ||
+         latency * kInlineReadShare <= process_ns_.load(std::memory_order_relaxed) / processed;
+}
+
+void Loader::sample_task(const std::shared_ptr<EpochRun>& run, SlotTicket task) {
+  if (!reads_inline()) {
+    // Reads turned out slow since this task was queued: a cpu thread must
+    // not wait for one.
+    io_pool_->submit([this, run, task] { read_task(run, task); });
+    return;
+  }
+  if (std::optional<Record> record = read_sample(run, task)) process_task(run, task, std::move(*record));
+}
+
 void Loader::read_task(const std::shared_ptr<EpochRun>& run, SlotTicket task) {
+  if (std::optional<Record> record = read_sample(run, task)) {
+    cpu_pool_->submit(
+        [this, run, task, record = std::move(*record)]() mutable { process_task(run, task, std::move(record)); });
+  }
+}
+
+std::optional<Record> Loader::read_sample(const std::shared_ptr<EpochRun>& run, SlotTicket task) {
   int64_t sample;
   {
     std::lock_guard lock(mu_);
     std::optional<int64_t> assigned = run->sample_for(task);
     if (!assigned) {
       finish_task(*run, task, -1, {}, nullptr);
-      return;
+      return std::nullopt;
     }
     sample = *assigned;
   }
@@ -635,10 +669,9 @@ void Loader::read_task(const std::shared_ptr<EpochRun>& run, SlotTicket task) {
   if (error) {
     std::lock_guard lock(mu_);
     finish_task(*run, task, -1, {}, &*error);
-    return;
+    return std::nullopt;
   }
-  cpu_pool_->submit(
-      [this, run, task, record = std::move(record)]() mutable { process_task(run, task, std::move(record)); });
+  return record;
 }
 
 void Loader::process_task(const std::shared_ptr<EpochRun>& run, SlotTicket task, Record record) {

@@ -204,7 +204,20 @@ class Loader {
  private:
   void issue_locked(detail::EpochRun& run);
   void issue_unguarded_locked(detail::EpochRun& run);
+  // Where a sample's read runs: on the cpu thread that then decodes it
+  // (sample_task) when reads are quick, else on the io pool (read_task),
+  // which hands the record to the cpu pool. Reads are quick when their mean
+  // latency this epoch is at most kInlineReadNs, or at most 1/kInlineReadShare
+  // of the mean decode + transform time: then waiting for the read costs a
+  // cpu thread less than handing the sample between two threads does.
+  static constexpr int64_t kInlineReadNs = 50'000;
+  static constexpr int64_t kInlineReadShare = 8;
+  bool reads_inline() const noexcept;
+  void sample_task(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task);
   void read_task(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task);
+  // Reads the sample of `task`; nothing when the task has ended (its slot was
+  // reassigned, the run cancelled, or the read failed: then recorded).
+  std::optional<Record> read_sample(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task);
   void process_task(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task, Record record);
   void finish_task(detail::EpochRun& run, detail::SlotTicket task, int64_t label, std::vector<BoundingBox> boxes,
                    const detail::SampleError* error);

@@ -124,8 +124,9 @@ TEST(LoaderAutotuneTest, AutoIsTheDefault) {
   Loader loader(std::make_shared<SleepySource>(10, 0, 0), std::make_shared<RandomBytesTransform>(), o);
   const LoaderStats s = loader.stats();
   EXPECT_TRUE(s.threads_auto && s.io_threads_auto && s.prefetch_auto);
-  // The controller's starting point: one cpu thread, 16 reads, 2 batches.
-  EXPECT_EQ(s.threads, 1);
+  // The controller's starting point: every usable core (the epoch's first
+  // batch is always awaited), 16 reads, 2 batches.
+  EXPECT_EQ(s.threads, usable_cpu_count());
   EXPECT_EQ(s.io_threads, 16);
   EXPECT_EQ(s.prefetch, 2);
   EXPECT_EQ(s.usable_cores, usable_cpu_count());
