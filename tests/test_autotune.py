@@ -76,7 +76,8 @@ def test_auto_is_the_default_and_gives_the_batches_of_fixed_threads(color_folder
     ):
         stats = auto.stats()
         assert (stats["threads_auto"], stats["io_threads_auto"], stats["prefetch_auto"]) == (True, True, True)
-        assert (stats["threads"], stats["io_threads"], stats["prefetch"]) == (1, 16, 2)  # The starting point.
+        # The starting point: every usable core (the first batch is always awaited), 16 reads, 2 batches.
+        assert (stats["threads"], stats["io_threads"], stats["prefetch"]) == (stats["usable_cores"], 16, 2)
         for _ in range(2):
             assert_same(epoch_arrays(auto), epoch_arrays(fixed))
         pinned = fixed.stats()

@@ -405,6 +405,7 @@ Loader::Loader(std::shared_ptr<const Source> source, std::shared_ptr<const Sampl
       // Checked: at most INT64_MAX.
       sample_bytes_(transform_->fixed_shape() ? static_cast<int64_t>(spec_.num_bytes()) : 0),
       samples_per_epoch_(samples_per_rank_of_an_order_that_fits(*source_, options_)),
+      local_reads_(source_->local_reads()),
       // The one product every slot offset derives from: checked here, so
       // `slot * sample_bytes_` below cannot overflow.
       pool_(static_cast<size_t>(
@@ -614,10 +615,13 @@ std::string key_of(const Source& source, int64_t sample) noexcept {
 bool Loader::reads_inline() const noexcept {
   const int64_t reads = samples_read_.load(std::memory_order_relaxed);
   const int64_t processed = samples_processed_.load(std::memory_order_relaxed);
-  // Until both are measured (an epoch's start), inline: local files are the
-  // common case, and each cpu thread reads at most one sample before the
-  // first one is processed; a slow read then sends the rest to the io pool
-  // (the tasks queued meanwhile pass their reads on when they start).
+  // A read that may wait on a network (timeouts, retries, backoff) must not
+  // hold a cpu thread: other reads could not start meanwhile.
+  if (!local_reads_) return false;
+  // Until both are measured (an epoch's start), inline: each cpu thread reads
+  // at most one sample before the first one is processed; a slow read then
+  // sends the rest to the io pool (the tasks queued meanwhile pass their
+  // reads on when they start).
   if (reads == 0 || processed == 0) return true;
   const int64_t latency = read_ns_.load(std::memory_order_relaxed) / reads;
   return latency <= kInlineReadNs ||

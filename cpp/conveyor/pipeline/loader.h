@@ -205,7 +205,8 @@ class Loader {
   void issue_locked(detail::EpochRun& run);
   void issue_unguarded_locked(detail::EpochRun& run);
   // Where a sample's read runs: on the cpu thread that then decodes it
-  // (sample_task) when reads are quick, else on the io pool (read_task),
+  // (sample_task) when the source's reads are local (Source::local_reads) and
+  // quick, else on the io pool (read_task),
   // which hands the record to the cpu pool. Reads are quick when their mean
   // latency this epoch is at most kInlineReadNs, or at most 1/kInlineReadShare
   // of the mean decode + transform time: then waiting for the read costs a
@@ -250,6 +251,7 @@ class Loader {
   const SampleSpec spec_;
   const int64_t sample_bytes_;  // spec_.num_bytes(); 0 for variable-shape samples.
   const int64_t samples_per_epoch_;
+  const bool local_reads_;  // source_->local_reads(), asked once.
 
   // The lock and the condition variable live on the heap so that a Loader
   // destroyed in a child of fork() can leak them (see ~Loader).

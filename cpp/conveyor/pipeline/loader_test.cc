@@ -186,8 +186,9 @@ struct ThreadLog {
 
 class LoggedSource : public MemorySource {
  public:
-  LoggedSource(int64_t n, ThreadLog* log, std::chrono::microseconds delay)
-      : MemorySource(n), log_(log), delay_(delay) {}
+  LoggedSource(int64_t n, ThreadLog* log, std::chrono::microseconds delay, bool local = true)
+      : MemorySource(n), log_(log), delay_(delay), local_(local) {}
+  bool local_reads() const override { return local_; }
   Record read(int64_t index) const override {
     if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
     std::lock_guard lock(log_->mu);
@@ -198,6 +199,7 @@ class LoggedSource : public MemorySource {
  private:
   ThreadLog* log_;
   std::chrono::microseconds delay_;
+  bool local_;
 };
 
 class LoggedTransform : public IndexTransform {
@@ -230,6 +232,16 @@ TEST(LoaderTest, QuickReadsRunOnTheCpuThreadThatDecodesTheSample) {
   ASSERT_EQ(epoch.samples().size(), 96u);
   ASSERT_EQ(log.read_by.size(), 96u);
   for (const auto& [sample, reader] : log.read_by) EXPECT_EQ(reader, log.processed_by.at(sample)) << sample;
+}
+
+TEST(LoaderTest, ReadsThatMayWaitOnANetworkStayOnTheIoPool) {
+  // Quick as they are, reads of a source that is not local (URLs, Python
+  // code) may block on retries: never on a cpu thread.
+  ThreadLog log;
+  Loader loader(std::make_shared<LoggedSource>(96, &log, 0us, false), std::make_shared<LoggedTransform>(&log, 1000us),
+                options(8, 2, 16, 2));
+  ASSERT_EQ(run_epoch(loader, 0).samples().size(), 96u);
+  for (const auto& [sample, reader] : log.read_by) EXPECT_NE(reader, log.processed_by.at(sample)) << sample;
 }
 
 TEST(LoaderTest, OneCpuThreadProcessesSamplesInTheEpochsOrder) {
