@@ -397,6 +397,13 @@ AutotuneOptions with_pins(AutotuneOptions options, const AutotuneSettings& pinne
 
 }  // namespace
 
+int64_t LoaderAutotune::prefetch_budget_bytes() const {
+  // Two batches are the consumer's: a `for` loop's batch and, while next()
+  // hands out the following one (and starts another), the previous one still
+  // bound to the loop variable.
+  return std::max<int64_t>(0, memory_budget_bytes_ - 2 * batch_bytes_);
+}
+
 LoaderAutotune::LoaderAutotune(int64_t batch_size, int64_t batch_bytes, int64_t memory_budget_bytes,
                                AutotuneSettings pinned, AutotuneOptions options, std::function<int()> usable_cores)
     : batch_bytes_(std::max<int64_t>(1, batch_bytes)),
@@ -409,8 +416,7 @@ LoaderAutotune::LoaderAutotune(int64_t batch_size, int64_t batch_bytes, int64_t 
   AutotuneLimits limits;
   limits.usable_cores = usable_cores_;
   limits.batch_bytes = batch_bytes_;
-  // One batch is the consumer's (held while the next is prepared).
-  limits.memory_budget_bytes = std::max<int64_t>(0, memory_budget_bytes_ - batch_bytes_);
+  limits.memory_budget_bytes = prefetch_budget_bytes();
   const AutotuneSettings initial = controller_.initial_settings(limits);
   chosen_.cpu_threads = tune_[0] ? initial.cpu_threads : pinned.cpu_threads;
   chosen_.io_threads = tune_[1] ? initial.io_threads : pinned.io_threads;
@@ -449,7 +455,7 @@ std::optional<AutotuneSettings> LoaderAutotune::observe(int64_t now_ns, const Au
   w.current = current;
   w.limits.usable_cores = usable_cores_;
   w.limits.batch_bytes = batch_bytes_;
-  w.limits.memory_budget_bytes = std::max<int64_t>(0, memory_budget_bytes_ - batch_bytes_);
+  w.limits.memory_budget_bytes = prefetch_budget_bytes();
   window_start_ = c;
   window_start_ns_ = now_ns;
   const AutotuneDecision d = controller_.update(w);

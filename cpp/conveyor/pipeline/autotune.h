@@ -216,8 +216,8 @@ struct AutotuneStatus {
 class LoaderAutotune {
  public:
   /// `pinned`: 0 for a setting autotune chooses, else the user's value (kept).
-  /// `batch_bytes` >= 1, `memory_budget_bytes` >= 0 (below two batches,
-  /// prefetch stays 1: the Loader refuses such an explicit budget).
+  /// `batch_bytes` >= 1, `memory_budget_bytes` >= 0, of which two batches
+  /// are the consumer's (below three batches, prefetch stays 1).
   /// `usable_cores` defaults to usable_cpu_count(). Throws Error{kConfig} for
   /// invalid `options`.
   LoaderAutotune(int64_t batch_size, int64_t batch_bytes, int64_t memory_budget_bytes, AutotuneSettings pinned,
@@ -252,6 +252,8 @@ class LoaderAutotune {
 
  private:
   void trace(const std::string& line);
+  // The part of the budget prefetched batches may use.
+  int64_t prefetch_budget_bytes() const;
 
   const int64_t batch_bytes_;
   const int64_t memory_budget_bytes_;

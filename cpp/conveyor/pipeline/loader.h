@@ -46,8 +46,8 @@ struct LoaderOptions {
       kAuto;  ///< cpu pool size (decode, transforms); kAuto: autotune, at most the usable CPUs (core/cpu_count.h).
   int io_threads = kAuto;  ///< io pool size = reads in flight; kAuto: autotune.
   int prefetch = kAuto;    ///< Batches allowed in flight or ready ahead of the consumer; kAuto: autotune.
-  /// Bytes the batch buffers may hold (prefetch + the batch the consumer
-  /// holds), bounding an autotuned prefetch; 0 = default_memory_budget_bytes()
+  /// Bytes the batch buffers may hold (prefetch + the two batches a `for`
+  /// loop holds while the next is handed out), bounding an autotuned prefetch; 0 = default_memory_budget_bytes()
   /// (a quarter of the available memory). An explicit budget must hold two
   /// batches, and a pinned prefetch + 1 of them.
   int64_t memory_budget = 0;
