@@ -845,7 +845,9 @@ void Loader::start_batch_mixes_locked(EpochRun& run) {
     b.mixing = true;
     ++run.outstanding;  // stop() waits for the mix like for a sample.
     try {
-      cpu_pool_->submit([this, run = run.shared_from_this(), index = b.index] { mix_task(run, index); });
+      // Ahead of the queued samples of later batches (with reads inline the
+      // queue holds every issued slot): the mix completes an earlier batch.
+      cpu_pool_->submit_first([this, run = run.shared_from_this(), index = b.index] { mix_task(run, index); });
     } catch (const std::exception& e) {
       --run.outstanding;
       b.mixing = false;
