@@ -613,11 +613,11 @@ std::string key_of(const Source& source, int64_t sample) noexcept {
 }  // namespace
 
 bool Loader::reads_inline() const noexcept {
-  const int64_t reads = samples_read_.load(std::memory_order_relaxed);
-  const int64_t processed = samples_processed_.load(std::memory_order_relaxed);
   // A read that may wait on a network (timeouts, retries, backoff) must not
   // hold a cpu thread: other reads could not start meanwhile.
   if (!local_reads_) return false;
+  const int64_t reads = samples_read_.load(std::memory_order_relaxed);
+  const int64_t processed = samples_processed_.load(std::memory_order_relaxed);
   // Until both are measured (an epoch's start), inline: each cpu thread reads
   // at most one sample before the first one is processed; a slow read then
   // sends the rest to the io pool (the tasks queued meanwhile pass their

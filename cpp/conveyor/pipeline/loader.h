@@ -120,7 +120,8 @@ struct SlotTicket;
 }  // namespace detail
 
 /// The pipeline executor. For each sample of an epoch it reads the record on
-/// the io pool, then decodes and transforms it on the cpu pool straight into
+/// the io pool (or, for quick local reads, on the cpu thread that decodes it:
+/// Source::local_reads()), then decodes and transforms it on the cpu pool straight into
 /// the sample's slot of a pooled batch buffer (or, for a transform without a
 /// fixed shape, into a pooled buffer of the sample's own: Batch::samples()); batches are delivered strictly
 /// in order, at most `prefetch` ahead of the consumer. The epoch's order and
