@@ -401,7 +401,9 @@ int64_t LoaderAutotune::prefetch_budget_bytes() const {
   // Two batches are the consumer's: a `for` loop's batch and, while next()
   // hands out the following one (and starts another), the previous one still
   // bound to the loop variable.
-  return std::max<int64_t>(0, memory_budget_bytes_ - 2 * batch_bytes_);
+  // Subtracted one at a time: 2 x batch_bytes_ may not fit in int64_t.
+  const int64_t rest = memory_budget_bytes_ - batch_bytes_;  // Both >= 0: cannot overflow.
+  return rest <= batch_bytes_ ? 0 : rest - batch_bytes_;
 }
 
 LoaderAutotune::LoaderAutotune(int64_t batch_size, int64_t batch_bytes, int64_t memory_budget_bytes,

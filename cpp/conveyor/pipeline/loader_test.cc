@@ -223,10 +223,11 @@ class LoggedTransform : public IndexTransform {
 };
 
 TEST(LoaderTest, QuickReadsRunOnTheCpuThreadThatDecodesTheSample) {
-  // Reads from memory against 1 ms of processing: handing each record from
+  // Reads from memory against 2 ms of processing (a margin for sanitizers'
+  // slow first reads: inline needs reads <= 1/8 of it): handing each record from
   // an io thread to a cpu thread would cost more than the read.
   ThreadLog log;
-  Loader loader(std::make_shared<LoggedSource>(96, &log, 0us), std::make_shared<LoggedTransform>(&log, 1000us),
+  Loader loader(std::make_shared<LoggedSource>(96, &log, 0us), std::make_shared<LoggedTransform>(&log, 2000us),
                 options(8, 2, 16, 2));
   const Epoch epoch = run_epoch(loader, 0);
   ASSERT_EQ(epoch.samples().size(), 96u);
@@ -250,7 +251,9 @@ TEST(LoaderTest, OneCpuThreadProcessesSamplesInTheEpochsOrder) {
   ThreadLog log;
   LoaderOptions o = options(16, 1, 16, 3);
   o.shuffle = false;
-  Loader loader(std::make_shared<LoggedSource>(160, &log, 0us), std::make_shared<LoggedTransform>(&log, 200us), o);
+  // 3 ms per sample: reads stay inline even when the first ones are slow
+  // (a sanitizer's first calls), as they are quicker than 1/8 of that.
+  Loader loader(std::make_shared<LoggedSource>(160, &log, 0us), std::make_shared<LoggedTransform>(&log, 3000us), o);
   ASSERT_EQ(run_epoch(loader, 0).samples().size(), 160u);
   std::vector<int64_t> ascending(160);
   std::iota(ascending.begin(), ascending.end(), int64_t{0});
