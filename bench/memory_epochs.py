@@ -146,12 +146,14 @@ def run_conveyor(args: argparse.Namespace) -> None:
     )
     for epoch in range(args.epochs):
         report("start", epoch)
-        started, images = time.perf_counter(), 0
+        started, images, prefetch = time.perf_counter(), 0, 0
         for batch, labels in loader:
             batch.mean().item()  # Read the batch, as a training step would.
             images += len(labels)
+            prefetch = max(prefetch, loader.stats()["prefetch"])  # Autotune may change it.
         buffers = loader.stats()["buffers_allocated"]
-        report("end", epoch, seconds=time.perf_counter() - started, images=images, buffers=buffers)
+        seconds = time.perf_counter() - started
+        report("end", epoch, seconds=seconds, images=images, buffers=buffers, prefetch=prefetch)
 
 
 class PilFolder:
@@ -241,17 +243,19 @@ def make_folder(root: Path, count: int) -> None:
 def table(results: list[dict[str, Any]]) -> str:
     """The results as a Markdown table, one row per loader and epoch."""
     lines = [
-        "| loader | epoch | peak PSS (MB) | peak RSS sum (MB) | processes | batch buffers | images/s |",
-        "|---|---|---|---|---|---|---|",
+        "| loader | epoch | peak PSS (MB) | peak RSS sum (MB) | processes | batch buffers | prefetch (max) "
+        "| images/s |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for result in results:
         for epoch, row in sorted(result["epochs"].items()):
             rate = f"{row['images'] / row['seconds']:.0f}" if row["seconds"] > 0 else "-"
             name = "start-up" if epoch < 0 else str(epoch)
-            buffers = row.get("buffers", "-")
+            buffers, prefetch = row.get("buffers", "-"), row.get("prefetch", "-")
             lines.append(
                 f"| {result['kind']} | {name} | {row.get('peak_pss_mb', 0):.0f} | "
-                f"{row.get('peak_rss_mb', 0):.0f} | {row.get('processes', 0)} | {buffers} | {rate} |"
+                f"{row.get('peak_rss_mb', 0):.0f} | {row.get('processes', 0)} | {buffers} | {prefetch} "
+                f"| {rate} |"
             )
     return "\n".join(lines)
 

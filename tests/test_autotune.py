@@ -76,7 +76,8 @@ def test_auto_is_the_default_and_gives_the_batches_of_fixed_threads(color_folder
     ):
         stats = auto.stats()
         assert (stats["threads_auto"], stats["io_threads_auto"], stats["prefetch_auto"]) == (True, True, True)
-        assert (stats["threads"], stats["io_threads"], stats["prefetch"]) == (1, 16, 2)  # The starting point.
+        # The starting point: every usable core (the first batch is always awaited), 16 reads, 2 batches.
+        assert (stats["threads"], stats["io_threads"], stats["prefetch"]) == (stats["usable_cores"], 16, 2)
         for _ in range(2):
             assert_same(epoch_arrays(auto), epoch_arrays(fixed))
         pinned = fixed.stats()
@@ -162,7 +163,7 @@ def test_cpu_threads_never_exceed_the_usable_cores(tmp_path):
 
 def test_the_memory_budget_bounds_prefetch_and_buffers():
     # Batches of 8 x 8x8x3 float32 = 6144 bytes; a budget of 4 of them: at
-    # most 3 prepared while the loop holds one. Slow reads make autotune want more.
+    # most 2 prepared while the loop holds two. Slow reads make autotune want more.
     budget = 4 * 8 * 8 * 8 * 3 * 4
     loader = conveyor.Loader(
         PythonSource(SleepyDataset(800, read_seconds=0.002)),
@@ -173,9 +174,28 @@ def test_the_memory_budget_bounds_prefetch_and_buffers():
     for images, labels in loader:
         del images, labels
         stats = loader.stats()
-        assert stats["prefetch"] <= 3
+        assert stats["prefetch"] <= 2
         assert stats["buffers_allocated"] <= 4
     assert stats["memory_budget"] == budget
+    loader.close()
+
+
+def test_a_plain_for_loop_stays_within_the_memory_budget():
+    # Batches of 8 x 8x8x3 float32; a budget of 3 of them. A `for` loop holds
+    # its batch and, while the next is handed out, the previous one: so only
+    # one may be prepared ahead (it was 2, and the loop reached 4 buffers).
+    batch_bytes = 8 * 8 * 8 * 3 * 4
+    loader = conveyor.Loader(
+        PythonSource(SleepyDataset(200, read_seconds=0.001)),
+        [T.Resize((8, 8))],
+        batch_size=8,
+        memory_budget=3 * batch_bytes,
+    )
+    for images, _labels in loader:
+        stats = loader.stats()
+        assert stats["prefetch"] == 1
+        assert stats["buffers_allocated"] <= 3
+        assert images.shape == (8, 3, 8, 8)
     loader.close()
 
 

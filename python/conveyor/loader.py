@@ -91,7 +91,8 @@ class Loader:
         prefetch: batches prepared ahead of the consumer; "auto" (default):
             autotune, within ``memory_budget``.
         memory_budget: bytes the batch buffers may hold (prefetched batches
-            plus the one your loop holds); None = a quarter of the memory
+            plus the two a ``for`` loop holds while the next is handed out:
+            its batch and the previous one); None = a quarter of the memory
             available when the loader is made. An explicit budget must hold
             two batches (and a pinned ``prefetch`` + 1).
         device: None or "cpu" for CPU tensors; "cuda", "cuda:1", "mps" or a

@@ -1,5 +1,9 @@
 #include "conveyor/core/buffer_pool.h"
 
+#if __has_include(<sys/mman.h>)
+#include <sys/mman.h>
+#endif
+
 #include <limits>
 #include <mutex>
 #include <new>
@@ -33,10 +37,32 @@ struct BufferPoolState {
 };
 }  // namespace detail
 
+namespace {
+
+// Buffers of at least this size are aligned to a huge page and, where the
+// system has transparent huge pages on request (Linux "madvise" mode), ask
+// for them: a fresh 38 MB batch buffer then costs ~20 page faults when it is
+// first written instead of ~9 400, which was a third of an epoch's first
+// batch on a 2-core machine.
+constexpr size_t kHugePageBytes = size_t{2} << 20;
+constexpr size_t kHugePageMinBytes = 2 * kHugePageBytes;
+
+std::align_val_t alignment_for(size_t bytes) {
+  return std::align_val_t{bytes >= kHugePageMinBytes ? kHugePageBytes : size_t{64}};
+}
+
+}  // namespace
+
 BufferAllocator BufferAllocator::aligned() {
-  constexpr std::align_val_t kAlignment{64};
-  return {[](size_t bytes) { return ::operator new(bytes, kAlignment); },
-          [](void* data, size_t) { ::operator delete(data, kAlignment); }};
+  return {[](size_t bytes) {
+            void* data = ::operator new(bytes, alignment_for(bytes));
+#if defined(MADV_HUGEPAGE)
+            // Advice only: where it is refused, the buffer works as it is.
+            if (bytes >= kHugePageMinBytes) (void)madvise(data, bytes, MADV_HUGEPAGE);
+#endif
+            return data;
+          },
+          [](void* data, size_t bytes) { ::operator delete(data, alignment_for(bytes)); }};
 }
 
 PooledBuffer::PooledBuffer(std::shared_ptr<detail::BufferPoolState> state, void* data, size_t size) noexcept

@@ -147,6 +147,15 @@ void ThreadPool::submit(std::function<void()> task) {
   cv_.notify_one();
 }
 
+void ThreadPool::submit_first(std::function<void()> task) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    tasks_.push_front(std::move(task));
+  }
+  cv_.notify_one();
+}
+
 int ThreadPool::size() const {
   std::lock_guard lock(mu_);
   return target_;

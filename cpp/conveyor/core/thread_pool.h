@@ -46,6 +46,10 @@ class ThreadPool {
   /// Queues `task` to run on one of the threads.
   void submit(std::function<void()> task);
 
+  /// Queues `task` ahead of every queued task: the next free thread runs it
+  /// (e.g. the work that completes an earlier batch, ahead of later samples).
+  void submit_first(std::function<void()> task);
+
   /// Sets the number of threads to `num_threads` (>= 1, else Error{kConfig}).
   /// Growing starts the new threads before it returns; when the OS refuses
   /// one, the pool keeps the threads it has (no task is lost) and throws the

@@ -5,9 +5,11 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <mutex>
 #include <string>
 #include <system_error>
 #include <thread>
+#include <vector>
 
 #if defined(__linux__)
 #include <pthread.h>
@@ -56,6 +58,35 @@ TEST(ThreadPoolTest, DestructorDiscardsQueuedTasksAndJoins) {
   pool.reset();  // Waits for the running task only.
   releaser.join();
   EXPECT_EQ(started.load(), 1);
+}
+
+TEST(ThreadPoolTest, SubmitFirstRunsAheadOfQueuedTasks) {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<bool> started{false};
+  std::mutex mu;
+  std::vector<int> order;
+  {
+    ThreadPool pool(1, "test");
+    pool.submit([&] {
+      started = true;
+      released.wait();
+    });
+    while (!started.load()) std::this_thread::yield();
+    for (int i : {1, 2}) {
+      pool.submit([&, i] {
+        std::lock_guard lock(mu);
+        order.push_back(i);
+      });
+    }
+    pool.submit_first([&] {
+      std::lock_guard lock(mu);
+      order.push_back(0);
+    });
+    release.set_value();
+    while (pool.queued() != 0) std::this_thread::yield();
+  }  // The destructor waits for the last task.
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));
 }
 
 TEST(ThreadPoolTest, RejectsZeroThreads) {

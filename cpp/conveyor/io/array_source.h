@@ -43,6 +43,7 @@ class ArraySource final : public Source {
                                                 int64_t sample_bytes, std::vector<int64_t> labels);
 
   int64_t size() const override { return count_; }
+  bool local_reads() const override { return true; }  ///< Memory or a local file.
   Record read(int64_t index) const override;
   std::string key(int64_t index) const override;
 

@@ -32,6 +32,7 @@ class IdxSource final : public Source {
   ~IdxSource() override;
 
   int64_t size() const override;
+  bool local_reads() const override { return true; }  ///< Local files (pread).
   Record read(int64_t index) const override;
   /// "<images_path>[<index>]".
   std::string key(int64_t index) const override;

@@ -96,6 +96,10 @@ MixSource::MixSource(std::vector<std::shared_ptr<const Source>> parts, std::vect
   }
 }
 
+bool MixSource::local_reads() const {
+  return std::all_of(parts_.begin(), parts_.end(), [](const auto& part) { return part->local_reads(); });
+}
+
 int MixSource::part_of(int64_t index) const {
   const auto it = std::upper_bound(offsets_.begin(), offsets_.end(), index);
   return static_cast<int>(it - offsets_.begin()) - 1;

@@ -55,6 +55,7 @@ class MixSource final : public Source {
   int64_t epoch_size() const override { return epoch_size_; }
   std::vector<int64_t> epoch_order(uint64_t seed, uint64_t epoch, bool shuffle) const override;
   int parts() const override { return static_cast<int>(parts_.size()); }
+  bool local_reads() const override;  ///< Every part's reads are local.
   int part_of(int64_t index) const override;
 
   /// Samples drawn from each part in every epoch (they sum to epoch_size()).

@@ -133,6 +133,14 @@ TEST(RemoteTest, PermanentFailuresFailAtOnce) {
   EXPECT_EQ(store->requests().size(), 1u);
 }
 
+TEST(RemoteTest, SourcesWithUrlsDoNotReadLocally) {
+  // The loader runs only local reads on its cpu threads (Source::local_reads).
+  auto remote = std::make_shared<RemoteAccess>(access(std::make_shared<FakeStore>()));
+  EXPECT_FALSE(FileSource({"/data/a.jpg", "http://h/a.jpg"}, {}, {}, remote).local_reads());
+  EXPECT_TRUE(FileSource({"/data/a.jpg", "/data/b.jpg"}, {}, {}, remote).local_reads());
+  EXPECT_TRUE(FileSource({"http://h/a.jpg"}).local_reads());  // Without remote access a URL is a file path.
+}
+
 TEST(RemoteTest, ShortRangeIsAReadError) {
   auto store = std::make_shared<FakeStore>();
   store->objects["http://h/a"] = "abc";
@@ -219,6 +227,7 @@ TEST(RemoteTest, TarShardsOverAStoreReadEachMemberWithOneRangeRequest) {
   store->failures["http://h/s.tar"] = 2;  // Indexing retries too.
   const TarShardSource source({"http://h/s.tar"}, std::make_shared<RemoteAccess>(access(store)));
   ASSERT_EQ(source.size(), 2);
+  EXPECT_FALSE(source.local_reads());
   const size_t indexing = store->requests().size();
   const Record b = source.read(1);
   EXPECT_EQ(as_string(b.data), "image bb");

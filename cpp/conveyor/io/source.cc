@@ -1,5 +1,6 @@
 #include "conveyor/io/source.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "conveyor/core/error.h"
@@ -37,6 +38,7 @@ FileSource::FileSource(std::vector<std::string> paths, std::vector<int64_t> labe
   if (remote_ != nullptr) {
     check_config(remote_->store != nullptr, "FileSource: remote access without a store");
     remote_->retry.validate();
+    local_ = std::none_of(paths_.begin(), paths_.end(), [](const std::string& path) { return is_url(path); });
   }
 }
 

@@ -81,6 +81,11 @@ class Source {
   /// A source made of parts (a mixture): how many; the loader counts the
   /// samples it processes per part (LoaderStats::samples_per_part).
   virtual int parts() const { return 1; }
+  /// True when read() only touches local storage or memory: it never waits on
+  /// a network (timeouts, retries, backoff). The loader may then run reads on
+  /// the cpu thread that decodes the sample, even before it has measured
+  /// them (pipeline/loader.h); other sources' reads always go to the io pool.
+  virtual bool local_reads() const { return false; }
   /// The part sample `index` belongs to, in [0, parts()).
   virtual int part_of(int64_t index) const {
     (void)index;
@@ -108,12 +113,15 @@ class FileSource final : public Source {
   int64_t size() const override { return static_cast<int64_t>(paths_.size()); }
   Record read(int64_t index) const override;
   std::string key(int64_t index) const override;
+  /// True unless a path is a URL read through `remote`.
+  bool local_reads() const override { return local_; }
 
  private:
   std::vector<std::string> paths_;
   std::vector<int64_t> labels_;
   std::vector<std::vector<BoundingBox>> boxes_;
   std::shared_ptr<const RemoteAccess> remote_;
+  bool local_ = true;
 };
 
 }  // namespace conveyor

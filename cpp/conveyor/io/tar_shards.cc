@@ -456,6 +456,10 @@ void TarShardSource::Index::add_shard_from(const std::string& path, const File& 
   flush();
 }
 
+bool TarShardSource::local_reads() const {
+  return std::none_of(index_->shards.begin(), index_->shards.end(), [](const Index::Shard& s) { return s.remote; });
+}
+
 TarShardSource::TarShardSource(std::vector<std::string> shards, std::shared_ptr<const RemoteAccess> remote) {
   check_config(!shards.empty(), "TarShards: no shards given");
   if (remote != nullptr) {

@@ -59,6 +59,8 @@ class TarShardSource final : public Source {
   Record read(int64_t index) const override;
   std::string key(int64_t index) const override;
   std::vector<int64_t> shard_starts() const override;
+  /// True unless a shard is a URL read through `remote`.
+  bool local_reads() const override;
 
   /// Field names of sample `index` in member order, e.g. {"cls", "jpg", "json"}.
   std::vector<std::string> fields(int64_t index) const;

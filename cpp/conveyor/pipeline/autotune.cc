@@ -90,7 +90,10 @@ AutotuneController::AutotuneController(int64_t batch_size, AutotuneOptions optio
 AutotuneSettings AutotuneController::initial_settings(const AutotuneLimits& limits) const {
   const int64_t budget_batches = limits.batch_bytes > 0 ? limits.memory_budget_bytes / limits.batch_bytes : 1;
   AutotuneSettings s;
-  s.cpu_threads = 1;
+  // An epoch starts with the consumer waiting for its first batch: every
+  // usable core decodes it (the first measured demand then shrinks the pool
+  // to what the consumer needs).
+  s.cpu_threads = std::max(1, limits.usable_cores);
   // Reads cost a blocked thread, not a core: a few in flight find the read
   // latency quickly; the first measured demand then sets the real number.
   s.io_threads = std::min(16, options_.max_io_threads);
@@ -394,6 +397,15 @@ AutotuneOptions with_pins(AutotuneOptions options, const AutotuneSettings& pinne
 
 }  // namespace
 
+int64_t LoaderAutotune::prefetch_budget_bytes() const {
+  // Two batches are the consumer's: a `for` loop's batch and, while next()
+  // hands out the following one (and starts another), the previous one still
+  // bound to the loop variable.
+  // Subtracted one at a time: 2 x batch_bytes_ may not fit in int64_t.
+  const int64_t rest = memory_budget_bytes_ - batch_bytes_;  // Both >= 0: cannot overflow.
+  return rest <= batch_bytes_ ? 0 : rest - batch_bytes_;
+}
+
 LoaderAutotune::LoaderAutotune(int64_t batch_size, int64_t batch_bytes, int64_t memory_budget_bytes,
                                AutotuneSettings pinned, AutotuneOptions options, std::function<int()> usable_cores)
     : batch_bytes_(std::max<int64_t>(1, batch_bytes)),
@@ -406,8 +418,7 @@ LoaderAutotune::LoaderAutotune(int64_t batch_size, int64_t batch_bytes, int64_t 
   AutotuneLimits limits;
   limits.usable_cores = usable_cores_;
   limits.batch_bytes = batch_bytes_;
-  // One batch is the consumer's (held while the next is prepared).
-  limits.memory_budget_bytes = std::max<int64_t>(0, memory_budget_bytes_ - batch_bytes_);
+  limits.memory_budget_bytes = prefetch_budget_bytes();
   const AutotuneSettings initial = controller_.initial_settings(limits);
   chosen_.cpu_threads = tune_[0] ? initial.cpu_threads : pinned.cpu_threads;
   chosen_.io_threads = tune_[1] ? initial.io_threads : pinned.io_threads;
@@ -446,7 +457,7 @@ std::optional<AutotuneSettings> LoaderAutotune::observe(int64_t now_ns, const Au
   w.current = current;
   w.limits.usable_cores = usable_cores_;
   w.limits.batch_bytes = batch_bytes_;
-  w.limits.memory_budget_bytes = std::max<int64_t>(0, memory_budget_bytes_ - batch_bytes_);
+  w.limits.memory_budget_bytes = prefetch_budget_bytes();
   window_start_ = c;
   window_start_ns_ = now_ns;
   const AutotuneDecision d = controller_.update(w);

@@ -106,8 +106,9 @@ class AutotuneController {
   /// Throws Error{kConfig} naming the option when `options` or `batch_size` is invalid.
   AutotuneController(int64_t batch_size, AutotuneOptions options = {});
 
-  /// Settings to start with before any measurement: one cpu thread, 16
-  /// reads in flight, two batches of prefetch (all within `limits`).
+  /// Settings to start with before any measurement: a cpu thread per usable
+  /// core (the consumer always waits for an epoch's first batch), 16 reads
+  /// in flight, two batches of prefetch (all within `limits`).
   AutotuneSettings initial_settings(const AutotuneLimits& limits) const;
 
   /// Feeds one window and returns the settings for the next one. Throws
@@ -215,8 +216,8 @@ struct AutotuneStatus {
 class LoaderAutotune {
  public:
   /// `pinned`: 0 for a setting autotune chooses, else the user's value (kept).
-  /// `batch_bytes` >= 1, `memory_budget_bytes` >= 0 (below two batches,
-  /// prefetch stays 1: the Loader refuses such an explicit budget).
+  /// `batch_bytes` >= 1, `memory_budget_bytes` >= 0, of which two batches
+  /// are the consumer's (below three batches, prefetch stays 1).
   /// `usable_cores` defaults to usable_cpu_count(). Throws Error{kConfig} for
   /// invalid `options`.
   LoaderAutotune(int64_t batch_size, int64_t batch_bytes, int64_t memory_budget_bytes, AutotuneSettings pinned,
@@ -251,6 +252,8 @@ class LoaderAutotune {
 
  private:
   void trace(const std::string& line);
+  // The part of the budget prefetched batches may use.
+  int64_t prefetch_budget_bytes() const;
 
   const int64_t batch_bytes_;
   const int64_t memory_budget_bytes_;

@@ -438,8 +438,8 @@ TEST(AutotuneController, WindowsStartShortAndDouble) {
 
 TEST(AutotuneController, InitialSettingsRespectTheBudget) {
   AutotuneController c(8);
-  EXPECT_EQ(c.initial_settings({4, 1 << 30, 1024}), (AutotuneSettings{1, 16, 2}));
-  EXPECT_EQ(c.initial_settings({4, 100, 1024}), (AutotuneSettings{1, 16, 1}));  // Less than a batch: still 1.
+  EXPECT_EQ(c.initial_settings({4, 1 << 30, 1024}), (AutotuneSettings{4, 16, 2}));  // Every core: the first batch.
+  EXPECT_EQ(c.initial_settings({4, 100, 1024}), (AutotuneSettings{4, 16, 1}));      // Less than a batch: still 1.
 }
 
 TEST(AutotuneController, LittlesLawTargetsWithTheReason) {

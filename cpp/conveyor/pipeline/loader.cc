@@ -405,6 +405,7 @@ Loader::Loader(std::shared_ptr<const Source> source, std::shared_ptr<const Sampl
       // Checked: at most INT64_MAX.
       sample_bytes_(transform_->fixed_shape() ? static_cast<int64_t>(spec_.num_bytes()) : 0),
       samples_per_epoch_(samples_per_rank_of_an_order_that_fits(*source_, options_)),
+      local_reads_(source_->local_reads()),
       // The one product every slot offset derives from: checked here, so
       // `slot * sample_bytes_` below cannot overflow.
       pool_(static_cast<size_t>(
@@ -581,7 +582,11 @@ void Loader::issue_locked(EpochRun& run) {
 void Loader::issue_unguarded_locked(EpochRun& run) {
   while (std::optional<SlotTicket> task = run.assign_next_slot(pool_)) {
     try {
-      io_pool_->submit([this, run = run.shared_from_this(), task = *task] { read_task(run, task); });
+      if (reads_inline()) {
+        cpu_pool_->submit([this, run = run.shared_from_this(), task = *task] { sample_task(run, task); });
+      } else {
+        io_pool_->submit([this, run = run.shared_from_this(), task = *task] { read_task(run, task); });
+      }
     } catch (...) {
       run.end_task(*task);  // It never started: stop() must not wait for it.
       throw;
@@ -607,14 +612,47 @@ std::string key_of(const Source& source, int64_t sample) noexcept {
 
 }  // namespace
 
+bool Loader::reads_inline() const noexcept {
+  // A read that may wait on a network (timeouts, retries, backoff) must not
+  // hold a cpu thread: other reads could not start meanwhile.
+  if (!local_reads_) return false;
+  const int64_t reads = samples_read_.load(std::memory_order_relaxed);
+  const int64_t processed = samples_processed_.load(std::memory_order_relaxed);
+  // Until both are measured (an epoch's start), inline: each cpu thread reads
+  // at most one sample before the first one is processed; a slow read then
+  // sends the rest to the io pool (the tasks queued meanwhile pass their
+  // reads on when they start).
+  if (reads == 0 || processed == 0) return true;
+  const int64_t latency = read_ns_.load(std::memory_order_relaxed) / reads;
+  return latency <= kInlineReadNs ||
+         latency * kInlineReadShare <= process_ns_.load(std::memory_order_relaxed) / processed;
+}
+
+void Loader::sample_task(const std::shared_ptr<EpochRun>& run, SlotTicket task) {
+  if (!reads_inline()) {
+    // Reads turned out slow since this task was queued: a cpu thread must
+    // not wait for one.
+    io_pool_->submit([this, run, task] { read_task(run, task); });
+    return;
+  }
+  if (std::optional<Record> record = read_sample(run, task)) process_task(run, task, std::move(*record));
+}
+
 void Loader::read_task(const std::shared_ptr<EpochRun>& run, SlotTicket task) {
+  if (std::optional<Record> record = read_sample(run, task)) {
+    cpu_pool_->submit(
+        [this, run, task, record = std::move(*record)]() mutable { process_task(run, task, std::move(record)); });
+  }
+}
+
+std::optional<Record> Loader::read_sample(const std::shared_ptr<EpochRun>& run, SlotTicket task) {
   int64_t sample;
   {
     std::lock_guard lock(mu_);
     std::optional<int64_t> assigned = run->sample_for(task);
     if (!assigned) {
       finish_task(*run, task, -1, {}, nullptr);
-      return;
+      return std::nullopt;
     }
     sample = *assigned;
   }
@@ -635,10 +673,9 @@ void Loader::read_task(const std::shared_ptr<EpochRun>& run, SlotTicket task) {
   if (error) {
     std::lock_guard lock(mu_);
     finish_task(*run, task, -1, {}, &*error);
-    return;
+    return std::nullopt;
   }
-  cpu_pool_->submit(
-      [this, run, task, record = std::move(record)]() mutable { process_task(run, task, std::move(record)); });
+  return record;
 }
 
 void Loader::process_task(const std::shared_ptr<EpochRun>& run, SlotTicket task, Record record) {
@@ -808,7 +845,9 @@ void Loader::start_batch_mixes_locked(EpochRun& run) {
     b.mixing = true;
     ++run.outstanding;  // stop() waits for the mix like for a sample.
     try {
-      cpu_pool_->submit([this, run = run.shared_from_this(), index = b.index] { mix_task(run, index); });
+      // Ahead of the queued samples of later batches (with reads inline the
+      // queue holds every issued slot): the mix completes an earlier batch.
+      cpu_pool_->submit_first([this, run = run.shared_from_this(), index = b.index] { mix_task(run, index); });
     } catch (const std::exception& e) {
       --run.outstanding;
       b.mixing = false;

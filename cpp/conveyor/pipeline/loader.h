@@ -46,8 +46,8 @@ struct LoaderOptions {
       kAuto;  ///< cpu pool size (decode, transforms); kAuto: autotune, at most the usable CPUs (core/cpu_count.h).
   int io_threads = kAuto;  ///< io pool size = reads in flight; kAuto: autotune.
   int prefetch = kAuto;    ///< Batches allowed in flight or ready ahead of the consumer; kAuto: autotune.
-  /// Bytes the batch buffers may hold (prefetch + the batch the consumer
-  /// holds), bounding an autotuned prefetch; 0 = default_memory_budget_bytes()
+  /// Bytes the batch buffers may hold (prefetch + the two batches a `for`
+  /// loop holds while the next is handed out), bounding an autotuned prefetch; 0 = default_memory_budget_bytes()
   /// (a quarter of the available memory). An explicit budget must hold two
   /// batches, and a pinned prefetch + 1 of them.
   int64_t memory_budget = 0;
@@ -120,7 +120,8 @@ struct SlotTicket;
 }  // namespace detail
 
 /// The pipeline executor. For each sample of an epoch it reads the record on
-/// the io pool, then decodes and transforms it on the cpu pool straight into
+/// the io pool (or, for quick local reads, on the cpu thread that decodes it:
+/// Source::local_reads()), then decodes and transforms it on the cpu pool straight into
 /// the sample's slot of a pooled batch buffer (or, for a transform without a
 /// fixed shape, into a pooled buffer of the sample's own: Batch::samples()); batches are delivered strictly
 /// in order, at most `prefetch` ahead of the consumer. The epoch's order and
@@ -204,7 +205,21 @@ class Loader {
  private:
   void issue_locked(detail::EpochRun& run);
   void issue_unguarded_locked(detail::EpochRun& run);
+  // Where a sample's read runs: on the cpu thread that then decodes it
+  // (sample_task) when the source's reads are local (Source::local_reads) and
+  // quick, else on the io pool (read_task),
+  // which hands the record to the cpu pool. Reads are quick when their mean
+  // latency this epoch is at most kInlineReadNs, or at most 1/kInlineReadShare
+  // of the mean decode + transform time: then waiting for the read costs a
+  // cpu thread less than handing the sample between two threads does.
+  static constexpr int64_t kInlineReadNs = 50'000;
+  static constexpr int64_t kInlineReadShare = 8;
+  bool reads_inline() const noexcept;
+  void sample_task(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task);
   void read_task(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task);
+  // Reads the sample of `task`; nothing when the task has ended (its slot was
+  // reassigned, the run cancelled, or the read failed: then recorded).
+  std::optional<Record> read_sample(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task);
   void process_task(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task, Record record);
   void finish_task(detail::EpochRun& run, detail::SlotTicket task, int64_t label, std::vector<BoundingBox> boxes,
                    const detail::SampleError* error);
@@ -237,6 +252,7 @@ class Loader {
   const SampleSpec spec_;
   const int64_t sample_bytes_;  // spec_.num_bytes(); 0 for variable-shape samples.
   const int64_t samples_per_epoch_;
+  const bool local_reads_;  // source_->local_reads(), asked once.
 
   // The lock and the condition variable live on the heap so that a Loader
   // destroyed in a child of fork() can leak them (see ~Loader).

@@ -124,8 +124,9 @@ TEST(LoaderAutotuneTest, AutoIsTheDefault) {
   Loader loader(std::make_shared<SleepySource>(10, 0, 0), std::make_shared<RandomBytesTransform>(), o);
   const LoaderStats s = loader.stats();
   EXPECT_TRUE(s.threads_auto && s.io_threads_auto && s.prefetch_auto);
-  // The controller's starting point: one cpu thread, 16 reads, 2 batches.
-  EXPECT_EQ(s.threads, 1);
+  // The controller's starting point: every usable core (the epoch's first
+  // batch is always awaited), 16 reads, 2 batches.
+  EXPECT_EQ(s.threads, usable_cpu_count());
   EXPECT_EQ(s.io_threads, 16);
   EXPECT_EQ(s.prefetch, 2);
   EXPECT_EQ(s.usable_cores, usable_cpu_count());
@@ -278,15 +279,27 @@ TEST(LoaderAutotuneTest, ASlowConsumerSettlesOnFewerCpuThreadsThanCores) {
   EXPECT_NE(reason.find("idle: cpu threads " + std::to_string(cores) + " -> "), std::string::npos) << reason;
 }
 
+TEST(LoaderAutotuneTest, TheBudgetKeepsTwoBatchesForTheConsumer) {
+  // A `for` loop holds its batch and, while the next is handed out, the
+  // previous one: a budget of 3 batches leaves room to prepare 1 (was 2).
+  LoaderOptions o = options(kAuto, kAuto, kAuto);
+  o.memory_budget = 3 * 8 * kSampleBytes;
+  Loader loader(std::make_shared<SleepySource>(10, 0, 0), std::make_shared<RandomBytesTransform>(), o);
+  EXPECT_EQ(loader.stats().prefetch, 1);
+  o.memory_budget = 4 * 8 * kSampleBytes;
+  Loader larger(std::make_shared<SleepySource>(10, 0, 0), std::make_shared<RandomBytesTransform>(), o);
+  EXPECT_EQ(larger.stats().prefetch, 2);
+}
+
 TEST(LoaderAutotuneTest, TheMemoryBudgetBoundsPrefetchAndBuffers) {
-  // Batches of 8 x 32 bytes; a budget of 4 batches: at most 3 prepared
-  // while the consumer holds one. Slow reads make autotune want more.
+  // Batches of 8 x 32 bytes; a budget of 4 batches: at most 2 prepared
+  // while the consumer holds two. Slow reads make autotune want more.
   LoaderOptions o = options(kAuto, kAuto, kAuto);
   o.memory_budget = 4 * 8 * kSampleBytes;
   Loader loader(std::make_shared<SleepySource>(800, 1000, 1000), std::make_shared<RandomBytesTransform>(), o);
   run_epoch(loader, 0, [&] {
     const LoaderStats s = loader.stats();
-    EXPECT_LE(s.prefetch, 3);
+    EXPECT_LE(s.prefetch, 2);
     EXPECT_LE(s.buffers_allocated, 4);
   });
   EXPECT_EQ(loader.stats().memory_budget, 4 * 8 * kSampleBytes);

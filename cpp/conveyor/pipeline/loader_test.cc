@@ -9,7 +9,10 @@
 #include <cstring>
 #include <future>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <new>
+#include <numeric>
 #include <random>
 #include <set>
 #include <thread>
@@ -172,6 +175,101 @@ TEST(LoaderTest, BackpressureNeverAllocatesMoreThanPrefetchPlusHeld) {
   for (int i = 0; i < 50; ++i) ASSERT_EQ(loader.next().status, NextResult::Status::kBatch);
   std::this_thread::sleep_for(20ms);
   EXPECT_LE(loader.stats().buffers_allocated, 5 + 3);
+}
+
+// Records which thread read and which thread processed each sample.
+struct ThreadLog {
+  std::mutex mu;
+  std::map<int64_t, std::thread::id> read_by, processed_by;
+  std::vector<int64_t> processed;  // Sample indices in the order they were processed.
+};
+
+class LoggedSource : public MemorySource {
+ public:
+  LoggedSource(int64_t n, ThreadLog* log, std::chrono::microseconds delay, bool local = true)
+      : MemorySource(n), log_(log), delay_(delay), local_(local) {}
+  bool local_reads() const override { return local_; }
+  Record read(int64_t index) const override {
+    if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
+    std::lock_guard lock(log_->mu);
+    log_->read_by[index] = std::this_thread::get_id();
+    return MemorySource::read(index);
+  }
+
+ private:
+  ThreadLog* log_;
+  std::chrono::microseconds delay_;
+  bool local_;
+};
+
+class LoggedTransform : public IndexTransform {
+ public:
+  LoggedTransform(ThreadLog* log, std::chrono::microseconds delay) : log_(log), delay_(delay) {}
+  void apply(std::span<const uint8_t> input, SampleRng& rng, void* out) const override {
+    if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
+    int64_t index;
+    std::memcpy(&index, input.data(), 8);
+    {
+      std::lock_guard lock(log_->mu);
+      log_->processed_by[index] = std::this_thread::get_id();
+      log_->processed.push_back(index);
+    }
+    IndexTransform::apply(input, rng, out);
+  }
+
+ private:
+  ThreadLog* log_;
+  std::chrono::microseconds delay_;
+};
+
+TEST(LoaderTest, QuickReadsRunOnTheCpuThreadThatDecodesTheSample) {
+  // Reads from memory against 2 ms of processing (a margin for sanitizers'
+  // slow first reads: inline needs reads <= 1/8 of it): handing each record from
+  // an io thread to a cpu thread would cost more than the read.
+  ThreadLog log;
+  Loader loader(std::make_shared<LoggedSource>(96, &log, 0us), std::make_shared<LoggedTransform>(&log, 2000us),
+                options(8, 2, 16, 2));
+  const Epoch epoch = run_epoch(loader, 0);
+  ASSERT_EQ(epoch.samples().size(), 96u);
+  ASSERT_EQ(log.read_by.size(), 96u);
+  for (const auto& [sample, reader] : log.read_by) EXPECT_EQ(reader, log.processed_by.at(sample)) << sample;
+}
+
+TEST(LoaderTest, ReadsThatMayWaitOnANetworkStayOnTheIoPool) {
+  // Quick as they are, reads of a source that is not local (URLs, Python
+  // code) may block on retries: never on a cpu thread.
+  ThreadLog log;
+  Loader loader(std::make_shared<LoggedSource>(96, &log, 0us, false), std::make_shared<LoggedTransform>(&log, 1000us),
+                options(8, 2, 16, 2));
+  ASSERT_EQ(run_epoch(loader, 0).samples().size(), 96u);
+  for (const auto& [sample, reader] : log.read_by) EXPECT_NE(reader, log.processed_by.at(sample)) << sample;
+}
+
+TEST(LoaderTest, OneCpuThreadProcessesSamplesInTheEpochsOrder) {
+  // The first batch's samples come before the second's: reads done inline
+  // keep the issue order, where io threads racing would shuffle it.
+  ThreadLog log;
+  LoaderOptions o = options(16, 1, 16, 3);
+  o.shuffle = false;
+  // 3 ms per sample: reads stay inline even when the first ones are slow
+  // (a sanitizer's first calls), as they are quicker than 1/8 of that.
+  Loader loader(std::make_shared<LoggedSource>(160, &log, 0us), std::make_shared<LoggedTransform>(&log, 3000us), o);
+  ASSERT_EQ(run_epoch(loader, 0).samples().size(), 160u);
+  std::vector<int64_t> ascending(160);
+  std::iota(ascending.begin(), ascending.end(), int64_t{0});
+  EXPECT_EQ(log.processed, ascending);
+}
+
+TEST(LoaderTest, SlowReadsGoToTheIoPool) {
+  // 3 ms reads, quick processing: only the reads started before anything was
+  // measured (at most one per cpu thread) run on a cpu thread.
+  ThreadLog log;
+  Loader loader(std::make_shared<LoggedSource>(64, &log, 3000us), std::make_shared<LoggedTransform>(&log, 0us),
+                options(8, 2, 16, 2));
+  ASSERT_EQ(run_epoch(loader, 0).samples().size(), 64u);
+  int inline_reads = 0;
+  for (const auto& [sample, reader] : log.read_by) inline_reads += reader == log.processed_by.at(sample) ? 1 : 0;
+  EXPECT_LE(inline_reads, 2);
 }
 
 TEST(LoaderTest, ErrorSurfacesWithTheSampleKeyAndEndsTheEpoch) {
