@@ -26,6 +26,7 @@
 #include "conveyor/ops/transforms/blur.h"
 #include "conveyor/ops/transforms/color.h"
 #include "conveyor/ops/transforms/histogram.h"
+#include "conveyor/ops/transforms/policies.h"
 
 namespace conveyor {
 namespace {
@@ -244,6 +245,13 @@ const bool kColorBenchmarks = [] {
       {"adjust_sharpness", [](SampleImage& s) { adjust_sharpness(s, 2.0); }},
       {"autocontrast", [](SampleImage& s) { autocontrast(s.image); }},
       {"equalize", [](SampleImage& s) { equalize(s.image); }},
+      // TrivialAugmentWide's geometric ops (nearest, as its default), mid-range magnitudes.
+      {"shear_x_0.5_nearest",
+       [](SampleImage& s) { apply_augment_op(s, AugmentOp::kShearX, 0.5, Interpolation::kNearest, FillArg{}); }},
+      {"translate_x_16_nearest",
+       [](SampleImage& s) { apply_augment_op(s, AugmentOp::kTranslateX, 16, Interpolation::kNearest, FillArg{}); }},
+      {"rotate_30_nearest",
+       [](SampleImage& s) { apply_augment_op(s, AugmentOp::kRotate, 30, Interpolation::kNearest, FillArg{}); }},
       {"color_jitter_0.4_0.4_0.4_0.1",
        [](SampleImage& s) {
          ColorJitterParams params;
