@@ -138,11 +138,30 @@ void hue_planes(float* __restrict r_plane, float* __restrict g_plane, float* __r
   }
 }
 
+// One row of RGB values as three float32 planes, and back (truncated).
+CONVEYOR_VECTOR_CLONES void to_planes(const uint8_t* __restrict row, int w, float* __restrict r, float* __restrict g,
+                                      float* __restrict b) {
+  for (int x = 0; x < w; ++x) {
+    r[x] = row[3 * x];
+    g[x] = row[3 * x + 1];
+    b[x] = row[3 * x + 2];
+  }
+}
+
+CONVEYOR_VECTOR_CLONES void from_planes(const float* __restrict r, const float* __restrict g, const float* __restrict b,
+                                        int w, uint8_t* __restrict row) {
+  for (int x = 0; x < w; ++x) {
+    row[3 * x] = static_cast<uint8_t>(static_cast<int32_t>(r[x]));
+    row[3 * x + 1] = static_cast<uint8_t>(static_cast<int32_t>(g[x]));
+    row[3 * x + 2] = static_cast<uint8_t>(static_cast<int32_t>(b[x]));
+  }
+}
+
 // adjust_hue on each row of a 3-channel image, as three float32 planes of
-// the values (0..255) that hue_planes rewrites with the results in [0, 255]
-// (truncated on the way back). Planes rather than interleaved pixels so that
-// the per-pixel arithmetic vectorises; thread-local, so no allocation once
-// warm. (Not cloned for AVX2: GCC 12 vectorises hue_planes for SSE2 only.)
+// the values (0..255) that hue_planes rewrites with the results in [0, 255].
+// Planes rather than interleaved pixels so that the per-pixel arithmetic
+// vectorises; thread-local, so no allocation once warm. (hue_planes is not
+// cloned for AVX2: GCC 12 vectorises its loop for SSE2 only.)
 void hue_rows(Image& image, float hue) {
   const float inv255 = static_cast<float>(1.0 / 255);
   const float to_u8 = static_cast<float>(255 + 1.0 - 1e-3);
@@ -154,17 +173,9 @@ void hue_rows(Image& image, float hue) {
   float* b = g + w;
   for (int y = 0; y < image.height; ++y) {
     uint8_t* row = image.pixels.data() + static_cast<size_t>(y) * w * 3;
-    for (int x = 0; x < w; ++x) {
-      r[x] = row[3 * x];
-      g[x] = row[3 * x + 1];
-      b[x] = row[3 * x + 2];
-    }
+    to_planes(row, w, r, g, b);
     hue_planes(r, g, b, w, hue, inv255, to_u8);
-    for (int x = 0; x < w; ++x) {
-      row[3 * x] = static_cast<uint8_t>(static_cast<int32_t>(r[x]));
-      row[3 * x + 1] = static_cast<uint8_t>(static_cast<int32_t>(g[x]));
-      row[3 * x + 2] = static_cast<uint8_t>(static_cast<int32_t>(b[x]));
-    }
+    from_planes(r, g, b, w, row);
   }
 }
 
