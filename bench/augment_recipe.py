@@ -14,6 +14,12 @@ as ``PIL.Image.open(...).convert("RGB")`` + ``transforms``, conveyor as one
 ``torch.set_num_threads(1)``.
 
     PYTHONPATH=$PWD/python .venv-tv/bin/python bench/augment_recipe.py [--images DIR]
+    PYTHONPATH=$PWD/python .venv-tv/bin/python bench/augment_recipe.py --ops
+
+``--ops`` instead times torchvision v2's functional ops on a 224x224 uint8
+tensor (the first photo resized), µs per call, best of 5 runs of 0.3 s: the
+torchvision side of BM_Color224 in cpp/conveyor/ops/image_pipeline_benchmark.cc
+(same ops and parameters).
 
 Needs torch and torchvision (the parity venv ``.venv-tv``). The photos are
 bench/pil_chain.py's (``python bench/pil_chain.py`` writes them to
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import math
 import os
 import time
 from typing import Callable
@@ -82,6 +89,55 @@ def measure(fn: Callable[[bytes, int], object], blobs: list[bytes], seconds: flo
     return n / (time.process_time() - start)
 
 
+def time_ops(blob: bytes) -> None:
+    from torchvision.transforms.v2 import functional as F
+
+    image = F.resize(
+        decode_jpeg(torch.frombuffer(bytearray(blob), dtype=torch.uint8)), [224, 224], antialias=True
+    )
+    nearest = F.InterpolationMode.NEAREST
+
+    def jitter(x: torch.Tensor) -> torch.Tensor:
+        x = F.adjust_brightness(x, 1.2)
+        x = F.adjust_contrast(x, 0.8)
+        return F.adjust_hue(F.adjust_saturation(x, 1.3), 0.05)
+
+    ops: dict[str, Callable[[torch.Tensor], object]] = {
+        "adjust_brightness": lambda x: F.adjust_brightness(x, 1.3),
+        "adjust_contrast": lambda x: F.adjust_contrast(x, 1.3),
+        "adjust_saturation": lambda x: F.adjust_saturation(x, 1.3),
+        "adjust_hue": lambda x: F.adjust_hue(x, 0.1),
+        "rgb_to_grayscale_3": lambda x: F.rgb_to_grayscale(x, 3),
+        "invert": F.invert,
+        "posterize": lambda x: F.posterize(x, 4),
+        "solarize": lambda x: F.solarize(x, 128),
+        "gaussian_blur_k23": lambda x: F.gaussian_blur(x, [23, 23], [1.5, 1.5]),
+        "gaussian_blur_k5": lambda x: F.gaussian_blur(x, [5, 5], [1.0, 1.0]),
+        "adjust_sharpness": lambda x: F.adjust_sharpness(x, 2.0),
+        "autocontrast": F.autocontrast,
+        "equalize": F.equalize,
+        # TrivialAugmentWide's ShearX: about the top-left corner.
+        "shear_x_0.5_nearest": lambda x: F.affine(
+            x, 0.0, [0, 0], 1.0, [math.degrees(math.atan(0.5)), 0.0], interpolation=nearest, center=[0, 0]
+        ),
+        "translate_x_16_nearest": lambda x: F.affine(
+            x, angle=0.0, translate=[16, 0], scale=1.0, shear=[0.0, 0.0], interpolation=nearest
+        ),
+        "rotate_30_nearest": lambda x: F.rotate(x, 30.0, interpolation=nearest),
+        "color_jitter_0.4_0.4_0.4_0.1": jitter,
+    }
+    print("torchvision v2 functional, 224x224 uint8, 1 thread, µs per call, best of 5, load", load_average())
+    for name, op in ops.items():
+        best = math.inf
+        for _ in range(5):
+            n, start = 0, time.process_time()
+            while time.process_time() - start < 0.3:
+                op(image.clone())
+                n += 1
+            best = min(best, (time.process_time() - start) / n)
+        print(f"{name:32s} {best * 1e6:8.0f}")
+
+
 def load_average() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -91,11 +147,15 @@ def main() -> None:
     parser.add_argument("--images", default="bench-results/images")
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--ops", action="store_true", help="time torchvision's functional ops instead")
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
     files = sorted(f for f in os.listdir(args.images) if f.lower().endswith((".jpg", ".jpeg")))
     blobs = [open(os.path.join(args.images, f), "rb").read() for f in files]
+    if args.ops:
+        time_ops(blobs[0])
+        return
     print(f"{len(blobs)} JPEGs from {args.images}; images/s per core (CPU time), best of {args.runs}")
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {load_average()}")
     makers = {"conveyor": conveyor_chain, "torchvision v2": v2_chain, "torchvision v1": v1_chain}
