@@ -161,13 +161,15 @@ BENCHMARK(BM_TrainChainColorJitter)->ArgName("jitter1_blur2")->Arg(1)->Arg(2);
 
 void BM_TrainChainTrivialAugment(benchmark::State& state) {
   // torchvision's ImageNet recipe: RandomResizedCrop(224) +
-  // RandomHorizontalFlip + TrivialAugmentWide + Normalize (compare BM_TrainChain/crop_decode:1).
-  const ImagePipeline p({RandomResizedCropSpec{{224, 224}}, HorizontalFlipSpec{0.5},
-                         TransformSpec{"trivial_augment_wide", {}}, kImageNet},
-                        {});
+  // RandomHorizontalFlip + TrivialAugmentWide + Normalize, then (erasing:1)
+  // RandomErasing(0.1) (compare BM_TrainChain/crop_decode:1).
+  std::vector<TransformSpec> chain{RandomResizedCropSpec{{224, 224}}, HorizontalFlipSpec{0.5},
+                                   TransformSpec{"trivial_augment_wide", {}}, kImageNet};
+  if (state.range(0) != 0) chain.push_back(TransformSpec{"random_erasing", {{"p", {0.1}}}});
+  const ImagePipeline p(chain, {});
   run_pipeline(state, p);
 }
-BENCHMARK(BM_TrainChainTrivialAugment);
+BENCHMARK(BM_TrainChainTrivialAugment)->ArgName("erasing")->Arg(0)->Arg(1);
 
 void BM_TrainChainErasing(benchmark::State& state) {
   // The train chain with RandomErasing(p) after Normalize, p = state.range(0) / 10
