@@ -108,6 +108,15 @@ void materialize(const ImageView& view, bool flip, Image& dst) {
     uint8_t* d = dst.pixels.data() + y * row_bytes;
     if (!flip) {
       std::memcpy(d, s, row_bytes);
+    } else if (c == 3) {
+      // Byte moves of a known count: a memcpy call per pixel costs more than the copy.
+      for (int x = 0; x < w; ++x) {
+        uint8_t* p = d + static_cast<size_t>(w - 1 - x) * 3;
+        const uint8_t* q = s + static_cast<size_t>(x) * 3;
+        p[0] = q[0];
+        p[1] = q[1];
+        p[2] = q[2];
+      }
     } else {
       for (int x = 0; x < w; ++x)
         std::memcpy(d + static_cast<size_t>(w - 1 - x) * c, s + static_cast<size_t>(x) * c, c);

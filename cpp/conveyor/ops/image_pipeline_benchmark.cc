@@ -27,6 +27,7 @@
 #include "conveyor/ops/transforms/blur.h"
 #include "conveyor/ops/transforms/color.h"
 #include "conveyor/ops/transforms/histogram.h"
+#include "conveyor/ops/transforms/policies.h"
 
 namespace conveyor {
 namespace {
@@ -161,13 +162,15 @@ BENCHMARK(BM_TrainChainColorJitter)->ArgName("jitter1_blur2")->Arg(1)->Arg(2);
 
 void BM_TrainChainTrivialAugment(benchmark::State& state) {
   // torchvision's ImageNet recipe: RandomResizedCrop(224) +
-  // RandomHorizontalFlip + TrivialAugmentWide + Normalize (compare BM_TrainChain/crop_decode:1).
-  const ImagePipeline p({RandomResizedCropSpec{{224, 224}}, HorizontalFlipSpec{0.5},
-                         TransformSpec{"trivial_augment_wide", {}}, kImageNet},
-                        {});
+  // RandomHorizontalFlip + TrivialAugmentWide + Normalize, then (erasing:1)
+  // RandomErasing(0.1) (compare BM_TrainChain/crop_decode:1).
+  std::vector<TransformSpec> chain{RandomResizedCropSpec{{224, 224}}, HorizontalFlipSpec{0.5},
+                                   TransformSpec{"trivial_augment_wide", {}}, kImageNet};
+  if (state.range(0) != 0) chain.push_back(TransformSpec{"random_erasing", {{"p", {0.1}}}});
+  const ImagePipeline p(chain, {});
   run_pipeline(state, p);
 }
-BENCHMARK(BM_TrainChainTrivialAugment);
+BENCHMARK(BM_TrainChainTrivialAugment)->ArgName("erasing")->Arg(0)->Arg(1);
 
 void BM_TrainChainErasing(benchmark::State& state) {
   // The train chain with RandomErasing(p) after Normalize, p = state.range(0) / 10
@@ -273,6 +276,13 @@ const bool kColorBenchmarks = [] {
       {"adjust_sharpness", [](SampleImage& s) { adjust_sharpness(s, 2.0); }},
       {"autocontrast", [](SampleImage& s) { autocontrast(s.image); }},
       {"equalize", [](SampleImage& s) { equalize(s.image); }},
+      // TrivialAugmentWide's geometric ops (nearest, as its default), mid-range magnitudes.
+      {"shear_x_0.5_nearest",
+       [](SampleImage& s) { apply_augment_op(s, AugmentOp::kShearX, 0.5, Interpolation::kNearest, FillArg{}); }},
+      {"translate_x_16_nearest",
+       [](SampleImage& s) { apply_augment_op(s, AugmentOp::kTranslateX, 16, Interpolation::kNearest, FillArg{}); }},
+      {"rotate_30_nearest",
+       [](SampleImage& s) { apply_augment_op(s, AugmentOp::kRotate, 30, Interpolation::kNearest, FillArg{}); }},
       {"color_jitter_0.4_0.4_0.4_0.1",
        [](SampleImage& s) {
          ColorJitterParams params;

@@ -14,6 +14,7 @@
 #include "conveyor/ops/resize.h"
 #include "conveyor/ops/transforms/image_step.h"
 #include "conveyor/ops/transforms/torch_arithmetic.h"
+#include "conveyor/ops/transforms/vector_clones.h"
 
 namespace conveyor {
 
@@ -57,6 +58,24 @@ std::array<double, 2> sigma_pair(TransformArgs& args, const std::vector<double>&
   return {s.front(), s.back()};
 }
 
+// adjust_sharpness's interior rows (see there) from `in` to `out`, rows of
+// `stride` bytes, `c` channels.
+CONVEYOR_VECTOR_CLONES void sharpen_rows(const uint8_t* in, uint8_t* out, int h, ptrdiff_t stride, int c, float alpha) {
+  for (int y = 1; y < h - 1; ++y) {
+    const uint8_t* above = in + (y - 1) * stride;
+    const uint8_t* row = in + y * stride;
+    const uint8_t* below = in + (y + 1) * stride;
+    uint8_t* dst = out + y * stride;
+    for (ptrdiff_t i = c; i < stride - c; ++i) {
+      const int s = above[i - c] + above[i] + above[i + c] + row[i - c] + 5 * row[i] + row[i + c] + below[i - c] +
+                    below[i] + below[i + c];
+      const int smooth = (2 * s + 13) / 26;
+      const float v = fused_multiply_add(static_cast<float>(smooth - row[i]), alpha, static_cast<float>(row[i]));
+      dst[i] = static_cast<uint8_t>(std::min(std::max(0.0f, v), 255.0f));  // NaN (0 * inf) -> 0
+    }
+  }
+}
+
 }  // namespace
 
 void gaussian_blur(SampleImage& sample, std::array<int, 2> kernel_size, std::array<double, 2> sigma) {
@@ -90,21 +109,7 @@ void adjust_sharpness(SampleImage& sample, double factor) {
   const float alpha = static_cast<float>(1.0 - factor);
   sample.spare = image.pixels;  // same size: no allocation once warm; keeps the border.
   const ptrdiff_t stride = static_cast<ptrdiff_t>(w) * c;
-  const uint8_t* in = image.pixels.data();
-  uint8_t* out = sample.spare.data();
-  for (int y = 1; y < h - 1; ++y) {
-    const uint8_t* above = in + (y - 1) * stride;
-    const uint8_t* row = in + y * stride;
-    const uint8_t* below = in + (y + 1) * stride;
-    uint8_t* dst = out + y * stride;
-    for (ptrdiff_t i = c; i < stride - c; ++i) {
-      const int s = above[i - c] + above[i] + above[i + c] + row[i - c] + 5 * row[i] + row[i + c] + below[i - c] +
-                    below[i] + below[i + c];
-      const int smooth = (2 * s + 13) / 26;
-      const float v = fused_multiply_add(static_cast<float>(smooth - row[i]), alpha, static_cast<float>(row[i]));
-      dst[i] = static_cast<uint8_t>(std::min(std::max(0.0f, v), 255.0f));  // NaN (0 * inf) -> 0
-    }
-  }
+  sharpen_rows(image.pixels.data(), sample.spare.data(), h, stride, c, alpha);
   std::swap(image.pixels, sample.spare);
 }
 

@@ -12,6 +12,7 @@
 #include "conveyor/core/number_format.h"
 #include "conveyor/ops/transforms/image_step.h"
 #include "conveyor/ops/transforms/torch_arithmetic.h"
+#include "conveyor/ops/transforms/vector_clones.h"
 
 namespace conveyor {
 
@@ -28,11 +29,17 @@ inline float clamp_255(float v) { return std::min(std::max(0.0f, v), 255.0f); }
 // which truncates.
 inline uint8_t clamp_to_u8(float v) { return static_cast<uint8_t>(clamp_255(v)); }
 
-// v2's rgb_to_grayscale on uint8, in float32: r.mul(0.2989).add_(g, alpha=0.587).add_(b, alpha=0.114).
-inline float gray_of(const uint8_t* px) {
-  float l = static_cast<float>(px[0]) * 0.2989f;
-  l = fused_multiply_add(static_cast<float>(px[1]), 0.587f, l);
-  return fused_multiply_add(static_cast<float>(px[2]), 0.114f, l);
+// floor of v2's rgb_to_grayscale on uint8, which computes in float32
+// r.mul(0.2989).add_(g, alpha=0.587).add_(b, alpha=0.114) (each add_ a fused
+// multiply-add), in integers: the float32 weights in 24-bit fixed point give
+// the same floor for every (r, g, b) but three, where the float32 sum rounds
+// down to just below the integer the exact sum passes (checked exhaustively
+// by color_test's GrayscaleMatchesTheFloat32FormulaForEveryColour). At most
+// 255 * 2^24, so uint32 arithmetic, which vectorises.
+inline uint32_t gray_floor(uint32_t r, uint32_t g, uint32_t b) {
+  const uint32_t v = (r * 5014710u + g * 9848226u + b * 1912603u) >> 24;
+  const uint32_t rgb = r << 16 | g << 8 | b;
+  return v - static_cast<uint32_t>((rgb == 0xFA09E4u) | (rgb == 0xFA0D92u) | (rgb == 0xFA2FC7u));
 }
 
 void apply_lut(Image& image, const Lut& lut) {
@@ -52,7 +59,7 @@ std::string text(double v) { return format_shortest(v); }
 
 }  // namespace
 
-void adjust_brightness(Image& image, double factor) {
+CONVEYOR_VECTOR_CLONES void adjust_brightness(Image& image, double factor) {
   // Arithmetic rather than a table: the same float32 values, and the loop
   // vectorises (factor >= 0, so only the upper clamp can act). Above 256
   // every non-zero value saturates; the cap keeps 0 * factor at 0.
@@ -69,49 +76,6 @@ namespace {
 // float32 x >= 0 (and < 2^31) without its fraction: fmod(x, 1) is x - whole(x)
 // exactly, floor(x) is whole(x). An int conversion, so that loops vectorise.
 inline float whole(float x) { return static_cast<float>(static_cast<int32_t>(x)); }
-
-// Runs `kernel(r, g, b, n)` on each row of a 3-channel image as three float32
-// planes of the values (0..255), which it rewrites with the results in
-// [0, 255] (truncated on the way back). Planes rather than interleaved
-// pixels so that the per-pixel arithmetic vectorises; thread-local, so no
-// allocation once warm.
-template <typename Kernel>
-void transform_rgb_rows(Image& image, Kernel kernel) {
-  thread_local std::vector<float> planes;
-  const int w = image.width;
-  planes.resize(static_cast<size_t>(w) * 3);
-  float* r = planes.data();
-  float* g = r + w;
-  float* b = g + w;
-  for (int y = 0; y < image.height; ++y) {
-    uint8_t* row = image.pixels.data() + static_cast<size_t>(y) * w * 3;
-    for (int x = 0; x < w; ++x) {
-      r[x] = row[3 * x];
-      g[x] = row[3 * x + 1];
-      b[x] = row[3 * x + 2];
-    }
-    kernel(r, g, b, w);
-    for (int x = 0; x < w; ++x) {
-      row[3 * x] = static_cast<uint8_t>(static_cast<int32_t>(r[x]));
-      row[3 * x + 1] = static_cast<uint8_t>(static_cast<int32_t>(g[x]));
-      row[3 * x + 2] = static_cast<uint8_t>(static_cast<int32_t>(b[x]));
-    }
-  }
-}
-
-// gray_of on float values.
-inline float gray_of(float r, float g, float b) {
-  return fused_multiply_add(b, 0.114f, fused_multiply_add(g, 0.587f, r * 0.2989f));
-}
-
-void saturation_planes(float* __restrict r, float* __restrict g, float* __restrict b, int n, float ratio, float alpha) {
-  for (int i = 0; i < n; ++i) {
-    const float gray = whole(gray_of(r[i], g[i], b[i]));  // floor: the value is >= 0
-    r[i] = clamp_255(fused_multiply_add(gray, alpha, r[i] * ratio));
-    g[i] = clamp_255(fused_multiply_add(gray, alpha, g[i] * ratio));
-    b[i] = clamp_255(fused_multiply_add(gray, alpha, b[i] * ratio));
-  }
-}
 
 // adjust_hue on `n` pixels given as three float32 planes (values 0..255),
 // rewritten in place: to_dtype_image (x * float32(1 / 255)), torchvision's
@@ -174,18 +138,93 @@ void hue_planes(float* __restrict r_plane, float* __restrict g_plane, float* __r
   }
 }
 
+// One row of RGB values as three float32 planes, and back (truncated).
+CONVEYOR_VECTOR_CLONES void to_planes(const uint8_t* __restrict row, int w, float* __restrict r, float* __restrict g,
+                                      float* __restrict b) {
+  for (int x = 0; x < w; ++x) {
+    r[x] = row[3 * x];
+    g[x] = row[3 * x + 1];
+    b[x] = row[3 * x + 2];
+  }
+}
+
+CONVEYOR_VECTOR_CLONES void from_planes(const float* __restrict r, const float* __restrict g, const float* __restrict b,
+                                        int w, uint8_t* __restrict row) {
+  for (int x = 0; x < w; ++x) {
+    row[3 * x] = static_cast<uint8_t>(static_cast<int32_t>(r[x]));
+    row[3 * x + 1] = static_cast<uint8_t>(static_cast<int32_t>(g[x]));
+    row[3 * x + 2] = static_cast<uint8_t>(static_cast<int32_t>(b[x]));
+  }
+}
+
+// adjust_hue on each row of a 3-channel image, as three float32 planes of
+// the values (0..255) that hue_planes rewrites with the results in [0, 255].
+// Planes rather than interleaved pixels so that the per-pixel arithmetic
+// vectorises; thread-local, so no allocation once warm. (hue_planes is not
+// cloned for AVX2: GCC 12 vectorises its loop for SSE2 only.)
+void hue_rows(Image& image, float hue) {
+  const float inv255 = static_cast<float>(1.0 / 255);
+  const float to_u8 = static_cast<float>(255 + 1.0 - 1e-3);
+  thread_local std::vector<float> planes;
+  const int w = image.width;
+  planes.resize(static_cast<size_t>(w) * 3);
+  float* r = planes.data();
+  float* g = r + w;
+  float* b = g + w;
+  for (int y = 0; y < image.height; ++y) {
+    uint8_t* row = image.pixels.data() + static_cast<size_t>(y) * w * 3;
+    to_planes(row, w, r, g, b);
+    hue_planes(r, g, b, w, hue, inv255, to_u8);
+    from_planes(r, g, b, w, row);
+  }
+}
+
+// The sum of the floored grays of `n` RGB pixels (exact: integers).
+CONVEYOR_VECTOR_CLONES uint64_t gray_sum(const uint8_t* px, size_t n) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += gray_floor(px[3 * i], px[3 * i + 1], px[3 * i + 2]);
+  return sum;
+}
+
+// The floored grays of `n` RGB pixels.
+CONVEYOR_VECTOR_CLONES void grays(const uint8_t* __restrict px, size_t n, uint8_t* __restrict out) {
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<uint8_t>(gray_floor(px[3 * i], px[3 * i + 1], px[3 * i + 2]));
+}
+
+// The floored grays of `n` RGB pixels, in place, as 1 or 3 (equal) channels:
+// front to back, pixel i is written at or before where it is read.
+CONVEYOR_VECTOR_CLONES void grays_in_place(uint8_t* px, size_t n, int channels) {
+  if (channels == 3) {
+    for (size_t i = 0; i < n; ++i) {
+      const auto l = static_cast<uint8_t>(gray_floor(px[3 * i], px[3 * i + 1], px[3 * i + 2]));
+      px[3 * i] = px[3 * i + 1] = px[3 * i + 2] = l;
+    }
+  } else {
+    for (size_t i = 0; i < n; ++i) px[i] = static_cast<uint8_t>(gray_floor(px[3 * i], px[3 * i + 1], px[3 * i + 2]));
+  }
+}
+
+// table[gray * 256 + v] = blend(v, gray): every result of a blend with a
+// per-pixel gray.
+CONVEYOR_VECTOR_CLONES void blend_table(const Blend& blend, uint8_t* table) {
+  for (int gray = 0; gray < 256; ++gray) {
+    uint8_t* row = table + gray * 256;
+    for (int v = 0; v < 256; ++v) row[v] = blend(static_cast<float>(v), static_cast<float>(gray));
+  }
+}
+
 }  // namespace
 
 void adjust_contrast(Image& image, double factor) {
   // The mean of the grayscale image (floored per pixel on 3 channels, as
   // torchvision does for integer images); the pixel values are integers, so
   // the sum is exact in int64.
-  int64_t sum = 0;
+  uint64_t sum = 0;
   const size_t n = static_cast<size_t>(image.height) * image.width;
   if (n == 0) return;
   const uint8_t* px = image.pixels.data();
   if (image.channels == 3) {
-    for (size_t i = 0; i < n; ++i, px += 3) sum += static_cast<int64_t>(gray_of(px));
+    sum = gray_sum(px, n);
   } else {
     for (size_t i = 0; i < n; ++i) sum += px[i];
   }
@@ -198,34 +237,48 @@ void adjust_contrast(Image& image, double factor) {
 
 void adjust_saturation(Image& image, double factor) {
   if (image.channels != 3) return;  // torchvision: "Match PIL behaviour".
+  // Each value's result depends only on (gray, value): on images with more
+  // values than the 256 x 256 table has entries, the table is computed once
+  // (a loop that vectorises) and each value looked up; smaller images compute
+  // each value. The same function either way.
   const Blend blend(factor);
-  transform_rgb_rows(image, [&blend](float* r, float* g, float* b, int n) {
-    saturation_planes(r, g, b, n, blend.ratio, blend.alpha);
-  });
+  const size_t n = static_cast<size_t>(image.height) * image.width;
+  uint8_t* px = image.pixels.data();
+  if (n * 3 < 256 * 256) {
+    for (size_t i = 0; i < n; ++i, px += 3) {
+      const auto gray = static_cast<float>(gray_floor(px[0], px[1], px[2]));
+      for (int k = 0; k < 3; ++k) px[k] = blend(static_cast<float>(px[k]), gray);
+    }
+    return;
+  }
+  thread_local std::vector<uint8_t> table;
+  table.resize(256 * 256);
+  blend_table(blend, table.data());
+  // The grays of a row first (a loop that vectorises), then the look-ups.
+  thread_local std::vector<uint8_t> row_grays;
+  const auto w = static_cast<size_t>(image.width);
+  row_grays.resize(w);
+  for (int y = 0; y < image.height; ++y) {
+    grays(px, w, row_grays.data());
+    for (size_t i = 0; i < w; ++i, px += 3) {
+      const uint8_t* row = table.data() + row_grays[i] * 256;
+      px[0] = row[px[0]];
+      px[1] = row[px[1]];
+      px[2] = row[px[2]];
+    }
+  }
 }
 
 void adjust_hue(Image& image, double hue_factor) {
   if (image.channels != 3) return;  // torchvision: "Match PIL behaviour".
-  const float hue = static_cast<float>(hue_factor);
-  const float inv255 = static_cast<float>(1.0 / 255);
-  const float to_u8 = static_cast<float>(255 + 1.0 - 1e-3);
-  transform_rgb_rows(image, [=](float* r, float* g, float* b, int n) { hue_planes(r, g, b, n, hue, inv255, to_u8); });
+  hue_rows(image, static_cast<float>(hue_factor));
 }
 
 void rgb_to_grayscale(SampleImage& sample, int num_output_channels) {
   Image& image = sample.image;
   const size_t n = static_cast<size_t>(image.height) * image.width;
   if (image.channels == 3) {
-    // Front to back in place: pixel i is written at or before where it is read.
-    uint8_t* px = image.pixels.data();
-    for (size_t i = 0; i < n; ++i) {
-      const uint8_t l = static_cast<uint8_t>(gray_of(px + 3 * i));
-      if (num_output_channels == 3) {
-        px[3 * i] = px[3 * i + 1] = px[3 * i + 2] = l;
-      } else {
-        px[i] = l;
-      }
-    }
+    grays_in_place(image.pixels.data(), n, num_output_channels);
     if (num_output_channels == 1) {
       image.pixels.resize(n);
       image.channels = 1;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -77,6 +78,64 @@ TEST(ColorKernelTest, GrayscaleUsesV2WeightsAndTruncates) {
   SampleImage rgb{make_image(1, 1, 3, {100, 50, 200}), {}, nullptr};
   rgb_to_grayscale(rgb, 3);
   EXPECT_EQ(rgb.image.pixels, (Pixels{82, 82, 82}));
+}
+
+// Every (r, g, b) once: a 4096 x 4096 image.
+Image every_colour() {
+  Image image{4096, 4096, 3, Pixels(size_t{3} << 24)};
+  for (uint32_t i = 0; i < (1u << 24); ++i) {
+    image.pixels[3 * i] = static_cast<uint8_t>(i >> 16);
+    image.pixels[3 * i + 1] = static_cast<uint8_t>(i >> 8);
+    image.pixels[3 * i + 2] = static_cast<uint8_t>(i);
+  }
+  return image;
+}
+
+// torchvision's float32 gray, written step by step: r * 0.2989, then two
+// fused multiply-adds (float products are exact in double).
+float torch_gray(uint8_t r, uint8_t g, uint8_t b) {
+  float l = static_cast<float>(r) * 0.2989f;
+  l = static_cast<float>(static_cast<double>(g) * static_cast<double>(0.587f) + static_cast<double>(l));
+  return static_cast<float>(static_cast<double>(b) * static_cast<double>(0.114f) + static_cast<double>(l));
+}
+
+TEST(ColorKernelTest, GrayscaleMatchesTheFloat32FormulaForEveryColour) {
+  // The kernels compute the floored gray in integers; this pins it to the
+  // float32 formula on all 2^24 colours (including the three where float32
+  // rounds below the exact sum's integer, e.g. (250, 9, 228) -> 105).
+  SampleImage sample{every_colour(), {}, nullptr};
+  const Pixels rgb = sample.image.pixels;
+  rgb_to_grayscale(sample, 1);
+  ASSERT_EQ(sample.image.pixels.size(), size_t{1} << 24);
+  size_t mismatches = 0;
+  for (size_t i = 0; i < (size_t{1} << 24); ++i) {
+    mismatches +=
+        sample.image.pixels[i] != static_cast<uint8_t>(torch_gray(rgb[3 * i], rgb[3 * i + 1], rgb[3 * i + 2]));
+  }
+  EXPECT_EQ(mismatches, 0u);
+  EXPECT_EQ(sample.image.pixels[(250 << 16) | (9 << 8) | 228], 105);
+}
+
+TEST(ColorKernelTest, SaturationMatchesTheFloat32FormulaForEveryColour) {
+  // A large image takes the (gray, value) table; each value must still be
+  // torchvision's _blend(image, gray, factor): image * f + gray * (1 - f)
+  // (a fused multiply-add), clamped, truncated.
+  for (const double factor : {0.0, 0.37, 1.3, 2.0}) {
+    Image image = every_colour();
+    const Pixels rgb = image.pixels;
+    adjust_saturation(image, factor);
+    const float ratio = static_cast<float>(factor), alpha = static_cast<float>(1.0 - factor);
+    size_t mismatches = 0;
+    for (size_t i = 0; i < rgb.size(); i += 3) {
+      const float gray = std::floor(torch_gray(rgb[i], rgb[i + 1], rgb[i + 2]));
+      for (size_t k = 0; k < 3; ++k) {
+        const float x = static_cast<float>(rgb[i + k]) * ratio;
+        const auto v = static_cast<float>(static_cast<double>(gray) * static_cast<double>(alpha) + x);
+        mismatches += image.pixels[i + k] != static_cast<uint8_t>(std::min(std::max(v, 0.0f), 255.0f));
+      }
+    }
+    EXPECT_EQ(mismatches, 0u) << "factor " << factor;
+  }
 }
 
 TEST(ColorKernelTest, InvertPosterizeSolarize) {

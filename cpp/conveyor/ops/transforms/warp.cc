@@ -2,12 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
+#include <cstdint>
 #include <numbers>
 #include <opencv2/core.hpp>
 #include <opencv2/imgproc.hpp>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "conveyor/core/checked_size.h"
 #include "conveyor/core/error.h"
@@ -100,38 +101,87 @@ void warp_boxes(const Warp& warp, std::vector<BoundingBox>* boxes) {
 // point, which moves whole rows at the ties that rotations by 90 degrees of
 // non-square images (and other centre offsets of a half) produce.
 // Computes the out_w x out_h window of the output at `origin`.
-void warp_nearest(const Image& src, const Warp& warp, std::array<int, 2> origin, int out_w, int out_h,
-                  const uint8_t* fill, uint8_t* dst) {
+// Round half to even of a float32, as std::nearbyint in the default rounding
+// mode, but branch-free so that the loops calling it vectorise (nearbyint is
+// a libm call without SSE4.1): below 2^23, adding and removing 2^23 rounds
+// |x| to an integer; from 2^23 on, every float32 is one.
+inline float round_half_even(float x) {
+  constexpr float kTwo23 = 8388608.0f;
+  const float a = std::fabs(x);
+  const float r = a < kTwo23 ? (a + kTwo23) - kTwo23 : a;
+  return std::copysign(r, x);
+}
+
+// Copies the pixels of one output row: output pixel i is source pixel
+// (xs[i], ys[i]), or the fill where xs[i] < 0. C is the channel count (0:
+// `c` at run time), so that the usual 1 and 3 are plain byte moves.
+template <int C>
+void gather_row(const uint8_t* src, int w, int c, const int32_t* xs, const int32_t* ys, int n, const uint8_t* fill,
+                uint8_t* dst) {
+  const int channels = C > 0 ? C : c;
+  for (int i = 0; i < n; ++i, dst += channels) {
+    const uint8_t* s =
+        xs[i] >= 0 ? src + (static_cast<size_t>(ys[i]) * static_cast<size_t>(w) + static_cast<size_t>(xs[i])) * channels
+                   : fill;
+    for (int k = 0; k < channels; ++k) dst[k] = s[k];
+  }
+}
+
+template <bool kProjective>
+void warp_nearest_rows(const Image& src, const Warp& warp, std::array<int, 2> origin, int out_w, int out_h,
+                       const uint8_t* fill, uint8_t* dst) {
   const int w = src.width, h = src.height, c = src.channels, ow = warp.out_width, oh = warp.out_height;
   const std::array<float, 8>& g = warp.grid;
   const float half_w = 0.5f * static_cast<float>(w), half_h = 0.5f * static_cast<float>(h);
   // The grid's normalization: by the input's size (affine), the output's (perspective).
-  const float norm_w = warp.projective ? 0.5f * static_cast<float>(ow) : half_w;
-  const float norm_h = warp.projective ? 0.5f * static_cast<float>(oh) : half_h;
+  const float norm_w = kProjective ? 0.5f * static_cast<float>(ow) : half_w;
+  const float norm_h = kProjective ? 0.5f * static_cast<float>(oh) : half_h;
   const float r00 = g[0] / norm_w, r10 = g[1] / norm_w, r20 = g[2] / norm_w;
   const float r01 = g[3] / norm_h, r11 = g[4] / norm_h, r21 = g[5] / norm_h;
+  const float fw = static_cast<float>(w), fh = static_cast<float>(h);
+  // The source pixel of each output pixel of a row (thread-local: no
+  // allocation once warm), computed branch-free so that the loop vectorises.
+  thread_local std::vector<int32_t> index;
+  index.resize(2 * static_cast<size_t>(out_w));
+  int32_t* xs = index.data();
+  int32_t* ys = xs + out_w;
   for (int wy = 0; wy < out_h; ++wy) {
-    uint8_t* d = dst + static_cast<size_t>(wy) * out_w * c;
     const int y = wy + origin[1];
-    const float by = warp.projective ? static_cast<float>(y) + 0.5f : static_cast<float>(y) - (oh - 1) * 0.5f;
-    for (int wx = 0; wx < out_w; ++wx, d += c) {
+    const float by = kProjective ? static_cast<float>(y) + 0.5f : static_cast<float>(y) - (oh - 1) * 0.5f;
+    for (int wx = 0; wx < out_w; ++wx) {
       const int x = wx + origin[0];
-      const float bx = warp.projective ? static_cast<float>(x) + 0.5f : static_cast<float>(x) - (ow - 1) * 0.5f;
+      const float bx = kProjective ? static_cast<float>(x) + 0.5f : static_cast<float>(x) - (ow - 1) * 0.5f;
       float gx = bx * r00 + by * r10 + r20;
       float gy = bx * r01 + by * r11 + r21;
-      if (warp.projective) {
+      if constexpr (kProjective) {
         const float den = bx * g[6] + by * g[7] + 1.0f;
         gx = gx / den - 1.0f;
         gy = gy / den - 1.0f;
       }
-      const float fx = std::nearbyint((gx + 1.0f) * half_w - 0.5f);
-      const float fy = std::nearbyint((gy + 1.0f) * half_h - 0.5f);
-      if (fx >= 0 && fx < static_cast<float>(w) && fy >= 0 && fy < static_cast<float>(h)) {
-        std::memcpy(d, src.pixels.data() + (static_cast<size_t>(fy) * w + static_cast<size_t>(fx)) * c, c);
-      } else {
-        std::memcpy(d, fill, c);
-      }
+      const float fx = round_half_even((gx + 1.0f) * half_w - 0.5f);
+      const float fy = round_half_even((gy + 1.0f) * half_h - 0.5f);
+      const bool inside = (fx >= 0) & (fx < fw) & (fy >= 0) & (fy < fh);
+      // Selected before the conversions, which are then of values in range.
+      xs[wx] = inside ? static_cast<int32_t>(fx) : -1;
+      ys[wx] = static_cast<int32_t>(inside ? fy : 0.0f);
     }
+    uint8_t* d = dst + static_cast<size_t>(wy) * out_w * c;
+    if (c == 3) {
+      gather_row<3>(src.pixels.data(), w, c, xs, ys, out_w, fill, d);
+    } else if (c == 1) {
+      gather_row<1>(src.pixels.data(), w, c, xs, ys, out_w, fill, d);
+    } else {
+      gather_row<0>(src.pixels.data(), w, c, xs, ys, out_w, fill, d);
+    }
+  }
+}
+
+void warp_nearest(const Image& src, const Warp& warp, std::array<int, 2> origin, int out_w, int out_h,
+                  const uint8_t* fill, uint8_t* dst) {
+  if (warp.projective) {
+    warp_nearest_rows<true>(src, warp, origin, out_w, out_h, fill, dst);
+  } else {
+    warp_nearest_rows<false>(src, warp, origin, out_w, out_h, fill, dst);
   }
 }
 
