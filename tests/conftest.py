@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -184,3 +185,27 @@ def texture_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
         image = textured(index, 40 + (index * 7) % 30, 44 + (index * 11) % 30)
         Image.fromarray(image).save(folder / f"{index:03d}.jpg", quality=92)
     return root
+
+
+def assert_resumes_exactly(make_loader: Callable[..., Any], epoch: int = 0, taken: int = 2) -> None:
+    """A loader from ``make_loader(threads=...)``, checkpointed after ``taken``
+    batches of ``epoch`` with 2 threads and resumed with 3, gives exactly the
+    rest of the uninterrupted epoch (images compared bit for bit)."""
+    import torch
+
+    uninterrupted = make_loader(threads=2)
+    uninterrupted.set_epoch(epoch)
+    expected = [x.clone() for x, _ in uninterrupted]
+    loader = make_loader(threads=2)
+    loader.set_epoch(epoch)
+    it = iter(loader)
+    for _ in range(taken):
+        next(it)
+    state = loader.state_dict()
+    del it, loader
+    resumed = make_loader(threads=3)
+    resumed.load_state_dict(state)
+    got = [x for x, _ in resumed]
+    assert 0 < len(got) == len(expected) - taken
+    for a, b in zip(expected[taken:], got):
+        assert torch.equal(a, b)

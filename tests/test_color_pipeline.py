@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import conveyor
-from conftest import png_bytes, textured
+from conftest import assert_resumes_exactly, png_bytes, textured
 from conveyor import transforms as T
 from conveyor.sources import ImageFolder
 from conveyor.transforms import functional as F
@@ -50,22 +50,7 @@ def test_same_batches_for_any_thread_count(texture_folder, threads):
 
 
 def test_resume_mid_epoch_is_exact(texture_folder):
-    uninterrupted = make_loader(texture_folder, threads=2)
-    uninterrupted.set_epoch(2)
-    expected = [x.clone() for x, _ in uninterrupted]
-    loader = make_loader(texture_folder, threads=2)
-    loader.set_epoch(2)
-    it = iter(loader)
-    for _ in range(2):
-        next(it)
-    state = loader.state_dict()
-    del it, loader
-    resumed = make_loader(texture_folder, threads=3)
-    resumed.load_state_dict(state)
-    got = [x for x, _ in resumed]
-    assert len(got) == len(expected) - 2
-    for a, b in zip(expected[2:], got):
-        assert torch.equal(a, b)
+    assert_resumes_exactly(lambda **kw: make_loader(texture_folder, **kw), epoch=2)
 
 
 def test_epochs_and_samples_draw_different_parameters(texture_folder):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import conveyor
-from conftest import png_bytes, textured
+from conftest import assert_resumes_exactly, png_bytes, textured
 from conveyor import transforms as T
 from conveyor.errors import ConfigError
 from conveyor.sources import ImageFolder
@@ -44,22 +44,7 @@ def test_same_batches_for_any_thread_count(texture_folder, threads):
 
 
 def test_resume_mid_epoch_is_exact(texture_folder):
-    uninterrupted = make_loader(texture_folder, threads=2)
-    uninterrupted.set_epoch(1)
-    expected = [x.clone() for x, _ in uninterrupted]
-    loader = make_loader(texture_folder, threads=2)
-    loader.set_epoch(1)
-    it = iter(loader)
-    next(it)
-    next(it)
-    state = loader.state_dict()
-    del it, loader
-    resumed = make_loader(texture_folder, threads=4)
-    resumed.load_state_dict(state)
-    got = [x for x, _ in resumed]
-    assert len(got) == len(expected) - 2
-    for a, b in zip(expected[2:], got):
-        assert torch.equal(a, b)
+    assert_resumes_exactly(lambda **kw: make_loader(texture_folder, **kw), epoch=1)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "uint8"])

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import conveyor
+from conftest import assert_resumes_exactly
 from conveyor import transforms as T
 from conveyor.errors import ConfigError
 from conveyor.sources import ImageFolder
@@ -50,22 +51,7 @@ def test_same_batches_for_any_thread_count(texture_folder, chain):
 
 @pytest.mark.parametrize("chain", sorted(CHAINS))
 def test_resume_mid_epoch_is_exact(texture_folder, chain):
-    uninterrupted = make_loader(texture_folder, chain, threads=2)
-    uninterrupted.set_epoch(2)
-    expected = [x.clone() for x, _ in uninterrupted]
-    loader = make_loader(texture_folder, chain, threads=2)
-    loader.set_epoch(2)
-    it = iter(loader)
-    for _ in range(2):
-        next(it)
-    state = loader.state_dict()
-    del it, loader
-    resumed = make_loader(texture_folder, chain, threads=3)
-    resumed.load_state_dict(state)
-    got = [x for x, _ in resumed]
-    assert len(got) == len(expected) - 2
-    for a, b in zip(expected[2:], got):
-        assert torch.equal(a, b)
+    assert_resumes_exactly(lambda **kw: make_loader(texture_folder, chain, **kw), epoch=2)
 
 
 def test_policies_change_images_and_draw_per_epoch(texture_folder):
