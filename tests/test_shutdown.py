@@ -83,12 +83,16 @@ def make_loader(paths: list[Path], **options: object) -> conveyor.Loader:
 
 def settled(threads: int, fds: int, patience: float = 10.0) -> tuple[int, int]:
     """The (threads, fds) counts, re-read for up to ``patience`` seconds while
-    they differ from the expected ones: pthread_join returns when the thread
-    has finished, but the kernel may list its task in /proc/self/task for a
-    moment longer. A real leak stays; this only absorbs that window."""
+    the engine's threads differ from ``threads`` or the descriptors exceed
+    ``fds``: pthread_join returns when the thread has finished, but the kernel
+    may list its task in /proc/self/task for a moment longer (and a new thread
+    names itself when it first runs). A real leak stays; this only absorbs
+    that window. Fewer descriptors are not a leak: objects of earlier tests
+    (an HTTP client's sockets, an event loop) may be collected, and their
+    descriptors closed, at any time."""
     deadline = time.monotonic() + patience
     counts = engine_threads(), open_fds()
-    while counts != (threads, fds) and time.monotonic() < deadline:
+    while (counts[0] != threads or counts[1] > fds) and time.monotonic() < deadline:
         time.sleep(0.001)
         counts = engine_threads(), open_fds()
     return counts
@@ -125,8 +129,9 @@ def test_create_use_abandon_cycles_leak_nothing(tiny_folder: list[Path]) -> None
         how = ("break", "del", "close")[cycle % 3]
         one_cycle(tiny_folder, how)
         now_threads, now_fds = settled(threads, fds)
-        if (now_threads, now_fds) != (threads, fds) and len(leaks) < 5:
+        if (now_threads != threads or now_fds > fds) and len(leaks) < 5:
             leaks.append(f"cycle {cycle} ({how}): {now_threads} threads, {now_fds} fds")
+        fds = min(fds, now_fds)  # Something else closed descriptors: the baseline from now on.
         rss.append(rss_bytes())
     assert not leaks, f"baseline {threads} threads, {fds} fds; " + "; ".join(leaks)
     if UNDER_ASAN:
