@@ -149,7 +149,7 @@ void bind_ops(nb::module_& m) {
         return to_numpy(std::move(storage), {image.height, image.width, image.channels}, DType::kUInt8);
       },
       nb::arg("data"), nb::arg("max_pixels") = kDefaultMaxPixels, nb::arg("channels") = 3,
-      "Decodes a whole JPEG/PNG/WebP/TIFF image to a uint8 HWC array (EXIF orientation applied).");
+      "Decodes a whole JPEG/PNG/WebP/TIFF/BMP/PNM/GIF image to a uint8 HWC array (EXIF orientation applied).");
   m.def(
       "read_image_info",
       [](const nb::bytes& data, int64_t max_pixels) {

@@ -83,7 +83,21 @@ def image_seeds() -> dict[str, bytes]:
     seeds["webp-lossless"] = _save(base, "WEBP", lossless=True)
     seeds["webp-alpha"] = _save(base.convert("RGBA"), "WEBP", quality=70)
     seeds["gif"] = _save(base.convert("P"), "GIF")
+    seeds["gif-animated-transparent"] = _save(
+        base.convert("P"), "GIF", save_all=True, append_images=[_pattern(8, 9, seed=6).convert("P")], transparency=2
+    )
     seeds["bmp"] = _save(base, "BMP")
+    seeds["bmp-palette"] = _save(base.convert("P", palette=Image.Palette.ADAPTIVE, colors=16), "BMP")
+    seeds["bmp-1bit"] = _save(base.convert("1"), "BMP")
+    # RLE8, 4x2: a run, a literal, end of line, a delta, end of bitmap (PIL cannot write RLE).
+    rle = bytes([3, 1, 0, 3, 2, 3, 4, 0, 0, 0, 0, 2, 1, 0, 2, 5, 0, 1])
+    info = struct.pack("<IiiHHIIiiII", 40, 4, 2, 1, 8, 1, len(rle), 0, 0, 4, 0) + bytes(range(16))
+    seeds["bmp-rle8"] = b"BM" + struct.pack("<IHHI", 14 + len(info) + len(rle), 0, 0, 14 + len(info)) + info + rle
+    seeds["ppm"] = _save(base, "PPM")
+    seeds["pgm"] = _save(base.convert("L"), "PPM")
+    seeds["pbm"] = _save(base.convert("1"), "PPM")
+    seeds["ppm-16bit"] = b"P6\n3 2\n1000\n" + np.arange(18, dtype=">u2").tobytes()
+    seeds["pgm-plain"] = b"P2\n# comment\n3 2\n15\n0 1 2\n13 14 15\n"
     seeds["tiff"] = _save(base, "TIFF")
     for compression in ("tiff_lzw", "tiff_adobe_deflate", "packbits", "jpeg"):
         seeds[f"tiff-{compression}"] = _save(base, "TIFF", compression=compression)

@@ -8,8 +8,8 @@ relative paths are relative to the list's folder).
 
 Each sample becomes three members sharing a key (its position, zero-padded):
 ``<key>.<ext>`` (the image file's bytes, unchanged; ext is one of the formats
-the decoders read, IMG_EXTENSIONS: jpg, jpeg, png, webp, tif or tiff; other
-formats are refused), ``<key>.cls`` (the class index in ASCII; left out for unlabelled
+the decoders read, IMG_EXTENSIONS: jpg, jpeg, png, webp, tif, tiff, bmp, ppm
+or pgm; other formats are refused), ``<key>.cls`` (the class index in ASCII; left out for unlabelled
 images) and ``<key>.json`` (the class name when known and the file's path
 relative to the source's folder). Samples are written in the source's order
 (an ImageFolder's is sorted by class), or with ``--shuffle`` in a random

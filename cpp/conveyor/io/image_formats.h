@@ -9,8 +9,11 @@ namespace conveyor {
 /// file extensions without the dot, in order of preference. The one list
 /// behind ImageFolder's extensions (Python's IMG_EXTENSIONS), the image member
 /// of a tar sample and what `conveyor pack` packs, so that no listed file is
-/// one the decoder refuses. A new decoder adds its extensions here.
-inline constexpr std::array<std::string_view, 6> kImageExtensions = {"jpg", "jpeg", "png", "webp", "tif", "tiff"};
+/// one the decoder refuses. The set is torchvision's IMG_EXTENSIONS, so that
+/// ImageFolder lists the same files; GIF (not in it) is decoded wherever its
+/// bytes arrive.
+inline constexpr std::array<std::string_view, 9> kImageExtensions = {"jpg",  "jpeg", "png", "webp", "tif",
+                                                                     "tiff", "bmp",  "ppm", "pgm"};
 
 /// True when `extension` (lower-case, without the dot) is in kImageExtensions.
 constexpr bool is_image_extension(std::string_view extension) noexcept {

@@ -15,7 +15,7 @@ struct RemoteAccess;  // remote.h
 /// prefix (the path up to the first "." of the file name) form one sample, and
 /// each member is a field named by the rest of the file name, lower-cased
 /// ("jpg", "cls", "seg.png", ...). The image field is the first present of
-/// kImageExtensions (image_formats.h: `jpg`, `jpeg`, `png`, `webp`, `tif`, `tiff`), else the
+/// kImageExtensions (image_formats.h: `jpg`, `jpeg`, `png`, `webp`, `tif`, `tiff`, `bmp`, `ppm`, `pgm`), else the
 /// first field whose last extension is one of them ("left.png"); `cls` holds the label as ASCII digits; other
 /// fields (e.g. `json`) are kept and readable with field().
 ///

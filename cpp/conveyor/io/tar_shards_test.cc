@@ -260,7 +260,8 @@ TEST_F(TarShardsTest, BadSamplesAreErrors) {
   noimage.save(path("noimage.tar"));
   expect_error({path("noimage.tar")}, ErrorKind::kRead,
                path("noimage.tar") +
-                   ":a: sample has no image member (jpg, jpeg, png, webp, tif or tiff); its members: a.cls, a.json");
+                   ":a: sample has no image member (jpg, jpeg, png, webp, tif, tiff, bmp, ppm or pgm); its members: "
+                   "a.cls, a.json");
 }
 
 TEST_F(TarShardsTest, MissingEmptyAndSampleFreeShards) {

@@ -7,9 +7,12 @@
 
 #include "conveyor/core/checked_size.h"
 #include "conveyor/core/error.h"
+#include "conveyor/ops/bmp_decoder.h"
+#include "conveyor/ops/gif_decoder.h"
 #include "conveyor/ops/image_decoder.h"
 #include "conveyor/ops/jpeg_decoder.h"
 #include "conveyor/ops/png_decoder.h"
+#include "conveyor/ops/pnm_decoder.h"
 #include "conveyor/ops/tiff_decoder.h"
 #include "conveyor/ops/webp_decoder.h"
 
@@ -23,11 +26,8 @@ bool starts_with(std::span<const uint8_t> data, std::string_view magic, size_t o
 
 // A name for formats we recognise but do not decode, for the error message.
 std::string unsupported_name(std::span<const uint8_t> data) {
-  if (starts_with(data, "GIF87a") || starts_with(data, "GIF89a")) return "GIF";
-  if (starts_with(data, "BM")) return "BMP";
-  if (data.size() >= 3 && data[0] == 'P' && data[1] >= '1' && data[1] <= '6' && std::isspace(data[2]) != 0)
-    return "PNM";
   if (starts_with(data, "RIFF")) return "RIFF (not WebP)";
+  if (data.size() >= 2 && data[0] == 'P' && (data[1] == '7' || data[1] == 'f' || data[1] == 'F')) return "PAM/PFM";
   return {};
 }
 
@@ -43,6 +43,12 @@ ImageFormat detect_image_format(std::span<const uint8_t> data) noexcept {
       starts_with(data, "MM\0+"sv)) {
     return ImageFormat::kTiff;
   }
+  if (starts_with(data, "BM")) return ImageFormat::kBmp;
+  if (starts_with(data, "GIF87a") || starts_with(data, "GIF89a")) return ImageFormat::kGif;
+  // P1..P6 and the whitespace that ends the magic number.
+  if (data.size() >= 3 && data[0] == 'P' && data[1] >= '1' && data[1] <= '6' && std::isspace(data[2]) != 0) {
+    return ImageFormat::kPnm;
+  }
   return ImageFormat::kUnknown;
 }
 
@@ -56,6 +62,12 @@ std::string_view image_format_name(ImageFormat format) noexcept {
       return "webp";
     case ImageFormat::kTiff:
       return "tiff";
+    case ImageFormat::kBmp:
+      return "bmp";
+    case ImageFormat::kPnm:
+      return "pnm";
+    case ImageFormat::kGif:
+      return "gif";
     case ImageFormat::kUnknown:
       break;
   }
@@ -97,14 +109,21 @@ std::unique_ptr<ImageDecoder> open_image_decoder(std::span<const uint8_t> data, 
       return open_webp(data, max_pixels);
     case ImageFormat::kTiff:
       return open_tiff(data, max_pixels);
+    case ImageFormat::kBmp:
+      return open_bmp(data, max_pixels);
+    case ImageFormat::kPnm:
+      return open_pnm(data, max_pixels);
+    case ImageFormat::kGif:
+      return open_gif(data, max_pixels);
     case ImageFormat::kUnknown:
       break;
   }
   if (data.empty()) throw Error(ErrorKind::kDecode, "empty input (0 bytes)");
   const std::string name = unsupported_name(data);
   if (!name.empty())
-    throw Error(ErrorKind::kDecode, "unsupported image format " + name + " (JPEG, PNG, WebP and TIFF are)");
-  throw Error(ErrorKind::kDecode, "not a JPEG, PNG, WebP or TIFF image (unrecognised first bytes)");
+    throw Error(ErrorKind::kDecode,
+                "unsupported image format " + name + " (JPEG, PNG, WebP, TIFF, BMP, PNM and GIF are)");
+  throw Error(ErrorKind::kDecode, "not a JPEG, PNG, WebP, TIFF, BMP, PNM or GIF image (unrecognised first bytes)");
 }
 
 void check_pixel_limit(int64_t height, int64_t width, int64_t max_pixels, const char* format) {

@@ -12,12 +12,12 @@ namespace conveyor {
 inline constexpr int64_t kDefaultMaxPixels = 178956970;
 
 /// Image container formats conveyor decodes (kUnknown: anything else).
-enum class ImageFormat { kUnknown, kJpeg, kPng, kWebp, kTiff };
+enum class ImageFormat { kUnknown, kJpeg, kPng, kWebp, kTiff, kBmp, kPnm, kGif };
 
 /// Detects the format from the first bytes (magic numbers), never from a name.
 ImageFormat detect_image_format(std::span<const uint8_t> data) noexcept;
 
-/// "jpeg", "png", "webp", "tiff" or "unknown".
+/// "jpeg", "png", "webp", "tiff", "bmp", "pnm", "gif" or "unknown".
 std::string_view image_format_name(ImageFormat format) noexcept;
 
 /// What an image header says, in displayed orientation (EXIF applied).

@@ -65,8 +65,36 @@ TEST(ImageDecodeTest, DetectsFormatFromMagicBytes) {
   EXPECT_EQ(detect_image_format(as_span(mm_text)), ImageFormat::kUnknown);
   EXPECT_EQ(image_format_name(ImageFormat::kTiff), "tiff");
   const std::vector<uint8_t> gif = {'G', 'I', 'F', '8', '9', 'a', 1, 0, 1, 0};
-  EXPECT_EQ(detect_image_format(as_span(gif)), ImageFormat::kUnknown);
+  EXPECT_EQ(detect_image_format(as_span(gif)), ImageFormat::kGif);
   EXPECT_EQ(detect_image_format({}), ImageFormat::kUnknown);
+}
+
+// BMP, PNM and GIF pixels are checked against PIL in tests/test_decode_bmp_pnm_gif.py;
+// here the C++ entry points on files small enough to write out.
+TEST(ImageDecodeTest, BmpPnmAndGifDecode) {
+  // 2x1 PPM, maxval 15: samples scale as PIL's round(v / 15 * 255).
+  const std::vector<uint8_t> ppm = {'P', '6', ' ', '2', ' ', '1', ' ', '1', '5', '\n', 0, 1, 15, 7, 8, 14};
+  EXPECT_EQ(detect_image_format(as_span(ppm)), ImageFormat::kPnm);
+  Image image = decode_image(as_span(ppm), 3);
+  EXPECT_EQ(image.width, 2);
+  EXPECT_EQ(image.pixels, (std::vector<uint8_t>{0, 17, 255, 119, 136, 238}));
+  // 2x2 24-bit BMP, bottom-up, rows padded to 4 bytes; stored BGR.
+  std::vector<uint8_t> bmp = {'B', 'M', 70, 0, 0, 0, 0, 0, 0, 0, 54, 0, 0, 0,  40,
+                              0,   0,   0,  2, 0, 0, 0, 2, 0, 0, 0,  1, 0, 24, 0};
+  bmp.resize(54, 0);
+  const std::vector<uint8_t> rows = {1, 2, 3, 4, 5, 6, 0, 0, 7, 8, 9, 10, 11, 12, 0, 0};
+  bmp.insert(bmp.end(), rows.begin(), rows.end());
+  EXPECT_EQ(detect_image_format(as_span(bmp)), ImageFormat::kBmp);
+  image = decode_image(as_span(bmp), 3);
+  EXPECT_EQ(image.pixels, (std::vector<uint8_t>{9, 8, 7, 12, 11, 10, 3, 2, 1, 6, 5, 4}));
+  bmp.pop_back();
+  expect_error(bmp, ErrorKind::kDecode, "BMP: truncated data (15 of 16 bytes)");
+  // A 1x1 GIF89a: global table of two colours, LZW code size 2, index 1.
+  const std::vector<uint8_t> gif = {'G', 'I', 'F', '8', '9', 'a', 1, 0, 1, 0, 0x80, 0, 0, 10,   20,   30, 40, 50,
+                                    60,  ',', 0,   0,   0,   0,   1, 0, 1, 0, 0,    2, 2, 0x4C, 0x01, 0,  ';'};
+  image = decode_image(as_span(gif), 3);
+  EXPECT_EQ(image.pixels, (std::vector<uint8_t>{40, 50, 60}));
+  EXPECT_EQ(image_format_name(read_image_info(as_span(gif)).format), "gif");
 }
 
 class JpegParityTest : public ::testing::TestWithParam<std::tuple<int, bool>> {};
@@ -202,12 +230,14 @@ TEST(ImageDecodeTest, BadInputsAreDecodeErrors) {
   const auto webp = encode_webp_lossless(img);
   expect_error({}, ErrorKind::kDecode, "empty");
   const std::string text = "this is not an image, just some text\n";
-  expect_error(std::vector<uint8_t>(text.begin(), text.end()), ErrorKind::kDecode, "not a JPEG, PNG, WebP or TIFF");
-  expect_error({'G', 'I', 'F', '8', '9', 'a', 1, 0, 1, 0, 0, 0, 0}, ErrorKind::kDecode, "GIF");
-  // Formats of torchvision's IMG_EXTENSIONS without a decoder yet are named.
-  expect_error({'B', 'M', 60, 0, 0, 0, 0, 0, 0, 0, 54, 0, 0, 0}, ErrorKind::kDecode, "unsupported image format BMP");
-  expect_error({'P', '6', '\n', '1', ' ', '1', '\n', '2', '5', '5', '\n', 0, 0, 0}, ErrorKind::kDecode,
-               "unsupported image format PNM");
+  expect_error(std::vector<uint8_t>(text.begin(), text.end()), ErrorKind::kDecode,
+               "not a JPEG, PNG, WebP, TIFF, BMP, PNM or GIF image");
+  expect_error({'G', 'I', 'F', '8', '9', 'a', 1, 0, 1, 0, 0, 0, 0}, ErrorKind::kDecode, "GIF: truncated data");
+  expect_error({'G', 'I', 'F', '8', '9', 'a', 1, 0, 1, 0, 0, 0, 0, ';'}, ErrorKind::kDecode, "GIF: no image");
+  expect_error({'B', 'M', 60, 0, 0, 0, 0, 0, 0, 0, 54, 0, 0, 0}, ErrorKind::kDecode, "BMP: truncated file header");
+  expect_error({'P', '6', '\n', '1', ' ', '1', '\n', '2', '5', '5', '\n', 0, 0}, ErrorKind::kDecode,
+               "PNM: truncated data (2 of 3 bytes)");
+  expect_error({'P', '7', '\n'}, ErrorKind::kDecode, "unsupported image format PAM/PFM");
   std::mt19937 gen(42);
   std::vector<uint8_t> noise(4096);
   for (auto& b : noise) b = static_cast<uint8_t>(gen());

@@ -14,17 +14,12 @@ from conveyor.errors import DecodeError
 
 PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
-#: File extensions of the image formats the decoders read (JPEG, PNG, WebP, TIFF):
-#: what ImageFolder takes, the image member of a tar sample and what
-#: ``conveyor pack`` packs. One list, defined in C++ (io/image_formats.h).
+#: File extensions of the image formats the decoders read (JPEG, PNG, WebP, TIFF,
+#: BMP, PPM, PGM; torchvision's IMG_EXTENSIONS): what ImageFolder takes, the image
+#: member of a tar sample and what ``conveyor pack`` packs. One list, defined in
+#: C++ (io/image_formats.h). GIF, not in torchvision's list, is decoded wherever
+#: its bytes arrive (a FileList, a member named ``.jpg``).
 IMG_EXTENSIONS: tuple[str, ...] = tuple("." + extension for extension in _conveyor.IMAGE_EXTENSIONS)
-
-#: torchvision's ImageFolder extensions that the decoders do not read yet.
-UNSUPPORTED_IMG_EXTENSIONS: tuple[str, ...] = tuple(
-    e
-    for e in (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
-    if e not in IMG_EXTENSIONS
-)
 
 
 def fs_paths(paths: Sequence[str]) -> list[bytes]:

@@ -17,7 +17,6 @@ from conveyor._checks import check_int, is_real
 from conveyor.errors import ConfigError, _printable_path
 from conveyor.sources.base import (
     IMG_EXTENSIONS,
-    UNSUPPORTED_IMG_EXTENSIONS,
     PathLike,
     Source,
     fs_paths,
@@ -288,17 +287,13 @@ class ImageFolder(FileList):
     without any image is an error: its index would silently match no sample.
     With ``allow_empty=True`` such classes keep their index and have no samples.
 
-    IMG_EXTENSIONS are the formats the decoders read (JPEG, PNG, WebP, TIFF).
-    With the default ``extensions``, a file with one of torchvision's other
-    image extensions (.bmp, .ppm, .pgm) is a ConfigError naming it,
-    rather than a file silently left out; pass ``extensions`` to take only the
-    listed formats and ignore the others.
+    IMG_EXTENSIONS are torchvision's (JPEG, PNG, WebP, TIFF, BMP, PPM, PGM),
+    all of which the decoders read; pass ``extensions`` to take only some.
 
     Raises:
         ConfigError: root does not exist, has no class folders, or no images;
-            a class folder has no image and ``allow_empty`` is False; files in
-            formats the decoders do not read (see above); or ``extensions``
-            lists one.
+            a class folder has no image and ``allow_empty`` is False; or
+            ``extensions`` lists one the decoders do not read.
     """
 
     def __init__(
@@ -316,15 +311,12 @@ class ImageFolder(FileList):
                 f"ImageFolder: extensions {', '.join(refused)} are not formats the decoders read "
                 f"(only {', '.join(IMG_EXTENSIONS)})"
             )
-        # Formats torchvision would take but the decoders refuse: an error, not a silent skip.
-        unsupported = UNSUPPORTED_IMG_EXTENSIONS if extensions is None else ()
         self.classes = sorted(entry.name for entry in os.scandir(self.root) if entry.is_dir())
         if not self.classes:
             raise ConfigError(f"ImageFolder: no class folders found in {_printable_path(self.root)}")
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
         paths: list[str] = []
         labels: list[int] = []
-        refused_files: list[str] = []
         for name in self.classes:
             class_dir = os.path.join(self.root, name)
             for folder, _, files in sorted(os.walk(class_dir, followlinks=True)):
@@ -333,16 +325,7 @@ class ImageFolder(FileList):
                     if lower.endswith(allowed):
                         paths.append(os.path.join(folder, file))
                         labels.append(self.class_to_idx[name])
-                    elif unsupported and lower.endswith(unsupported):
-                        refused_files.append(os.path.join(folder, file))
         root = _printable_path(self.root)
-        if refused_files:
-            first, formats = _printable_path(refused_files[0]), ", ".join(UNSUPPORTED_IMG_EXTENSIONS)
-            raise ConfigError(
-                f"ImageFolder: {len(refused_files)} file(s) in {root} are in image formats the decoders "
-                f"do not read yet ({formats}), e.g. {first}; convert them to {', '.join(IMG_EXTENSIONS)}, "
-                "or pass extensions= to take only those formats and ignore the others"
-            )
         if not paths:
             raise ConfigError(f"ImageFolder: found no images in {root} (extensions: {', '.join(allowed)})")
         empty = sorted(set(self.classes) - {self.classes[label] for label in labels})

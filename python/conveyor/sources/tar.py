@@ -53,7 +53,7 @@ class TarShards(Source):
     ``conveyor pack`` or webdataset's ShardWriter): members sharing a prefix
     (the path up to the first "." of the file name) form one sample; its image
     is the member named by IMG_EXTENSIONS (``jpg``, ``jpeg``, ``png``,
-    ``webp``, ``tif``, ``tiff``), its label the integer in ``cls`` (-1
+    ``webp``, ``tif``, ``tiff``, ``bmp``, ``ppm``, ``pgm``), its label the integer in ``cls`` (-1
     without one); other members (``json``, ...) are readable with
     ``field()``.
 
