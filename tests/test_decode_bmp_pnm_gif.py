@@ -100,6 +100,11 @@ WORDS = RNG.integers(0, 65536, (7, 9), dtype=np.uint16)
 DWORDS = RNG.integers(0, 2**32, (7, 9), dtype=np.uint32)
 
 
+def without_offset(data: bytes) -> bytes:
+    """The BMP with its pixel-data offset field set to 0."""
+    return data[:10] + b"\0\0\0\0" + data[14:]
+
+
 def nibbles(row: np.ndarray) -> bytes:
     padded = np.append(row, 0) if len(row) % 2 else row
     return bytes((padded[0::2] << 4) | padded[1::2])
@@ -144,6 +149,9 @@ BMP_CASES = {
     ),
     "OS/2 24-bit": bmp(24, [r.tobytes() for r in RGB], width=23, header_size=12),
     "OS/2 8-bit palette": bmp(8, [r.tobytes() for r in INDICES], width=9, header_size=12, palette=PALETTE),
+    "pixel offset 0 (data after the header)": without_offset(
+        bmp(8, [r.tobytes() for r in INDICES], width=9, palette=PALETTE[:16])
+    ),
     "RLE8": rle_bmp(
         8,
         9,

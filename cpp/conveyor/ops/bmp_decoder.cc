@@ -63,6 +63,8 @@ class BmpDecoder final : public ImageDecoder {
     width_ = static_cast<int>(width);
     height_ = static_cast<int>(height);
     check_format();
+    // No pixel offset: the data follows the header (and the masks), as PIL reads it.
+    if (offset_ == 0) offset_ = 14 + header_size + (compression_ == kBitfields && header_size == 40 ? 12 : 0);
     if (bits_ <= 8) read_palette(14 + header_size, palette_entry, header_size);
     if (compression_ == kRaw || compression_ == kBitfields) {
       stride_ = ((static_cast<size_t>(width_) * bits_ + 31) >> 3) & ~size_t{3};
