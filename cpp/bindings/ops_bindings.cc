@@ -75,7 +75,7 @@ void bind_ops(nb::module_& m) {
           apply_image_function({name, params}, sample);
         }
         const Image& out = sample.image;
-        auto storage = std::make_unique<uint8_t[]>(out.pixels.size());
+        auto storage = std::make_unique_for_overwrite<uint8_t[]>(out.pixels.size());
         std::memcpy(storage.get(), out.pixels.data(), out.pixels.size());
         return to_numpy(std::move(storage), {out.height, out.width, out.channels}, DType::kUInt8);
       },
@@ -126,7 +126,7 @@ void bind_ops(nb::module_& m) {
                   as_span(data), rng,
                   [&](const SampleSpec& s) -> void* {
                     spec = s;
-                    storage = std::make_unique<uint8_t[]>(s.num_bytes());
+                    storage = std::make_unique_for_overwrite<uint8_t[]>(s.num_bytes());
                     return storage.get();
                   },
                   nullptr);
@@ -144,7 +144,7 @@ void bind_ops(nb::module_& m) {
           nb::gil_scoped_release release;
           image = decode_image(as_span(data), channels, max_pixels);
         }
-        auto storage = std::make_unique<uint8_t[]>(image.pixels.size());
+        auto storage = std::make_unique_for_overwrite<uint8_t[]>(image.pixels.size());
         std::memcpy(storage.get(), image.pixels.data(), image.pixels.size());
         return to_numpy(std::move(storage), {image.height, image.width, image.channels}, DType::kUInt8);
       },
@@ -212,7 +212,7 @@ void bind_ops(nb::module_& m) {
       [](double a, double b, int64_t count, uint64_t seed, uint64_t epoch, uint64_t stream) {
         check_config(a > 0 && b > 0 && std::isfinite(a) && std::isfinite(b), "a and b must be finite and > 0");
         check_config(count >= 0, "count must be >= 0");
-        auto storage = std::make_unique<uint8_t[]>(static_cast<size_t>(count) * sizeof(double));
+        auto storage = std::make_unique_for_overwrite<uint8_t[]>(static_cast<size_t>(count) * sizeof(double));
         {
           nb::gil_scoped_release release;
           SampleRng rng(seed, epoch, stream);
