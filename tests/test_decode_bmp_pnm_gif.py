@@ -324,6 +324,12 @@ GIF_CASES = {
         encode(SMALL, "GIF", transparency=5), (11, 9), 4, 2
     ),
     "frame sticking out of the screen": reframe(encode(SMALL, "GIF"), (6, 4), 3, 1),
+    # 1x1, a table of two colours, LZW code size 8 and index 200 (PIL: black).
+    "index past the colour table": b"GIF89a\x01\x00\x01\x00\x80\x00\x00"
+    + bytes([10, 20, 30, 40, 50, 60])
+    + b",\x00\x00\x00\x00\x01\x00\x01\x00\x00"
+    + bytes([8, 4, 0x00, 0x91, 0x05, 0x04, 0])
+    + b";",
 }
 
 
