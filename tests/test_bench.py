@@ -188,6 +188,11 @@ def test_quick_remote_run(tmp_path, data, capsys):
         + [(case, f"conveyor io_threads={bench.LOCAL_IO_THREADS}") for case in cases[1:]]
     )
     _check_conveyor_side(full, "remote", stock, "images")
+    # The server's CPU over the epoch, for the runs that have a server (read from /proc).
+    for run in ours + stock:
+        has_server = run["case"] != "local files" and os.path.exists("/proc/self/stat")
+        assert ("server_cpu_ms_per_image" in run["result"]) == has_server
+        assert run["result"].get("server_cpu_ms_per_image", 0) >= 0
     assert set(full["remote_ratios"]) == {"100ms_over_0ms", "20ms_over_local"}
     assert all(value > 0 for value in full["remote_ratios"].values())
 

@@ -8,6 +8,7 @@ through a child process's timeout."""
 from __future__ import annotations
 
 import os
+import socket
 import tarfile
 from pathlib import Path
 
@@ -366,3 +367,27 @@ def test_remote_sources_default_to_more_reads_in_flight(server, color_folder):
     )
     for loader in (remote, local, chosen):
         loader.close()
+
+
+def test_the_file_server_sends_large_replies_keeps_connections_and_closes_when_asked(tmp_path):
+    # The server is one thread and non-blocking sockets: a reply larger than
+    # the socket's buffer goes out over several writes.
+    import http.client
+
+    data = os.urandom(6_000_000)
+    (tmp_path / "big.bin").write_bytes(data)
+    with FileServer(str(tmp_path), latency=0.001) as server:
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        connection.request("GET", "/big.bin")
+        reply = connection.getresponse()
+        assert (reply.status, reply.read() == data, reply.will_close) == (200, True, False)
+        connection.request("GET", "/big.bin", headers={"Range": "bytes=-3", "Connection": "close"})
+        reply = connection.getresponse()
+        assert (reply.status, reply.read(), reply.will_close) == (206, data[-3:], True)
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as raw:
+            raw.sendall(b"NOT HTTP\r\n\r\n")
+            answer = b""
+            while chunk := raw.recv(65536):  # Until the server closes the connection.
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+        assert [(r.status, r.sent) for r in server.requests()] == [(200, len(data)), (206, 3), (400, 0)]

@@ -90,6 +90,7 @@ METRICS: dict[str, tuple[Metric, ...]] = {
         Metric("first_batch_s", "first batch s"),
         Metric("wait_s", "input stall s"),
         Metric("cpu_ms_per_image", "CPU ms/image (no server)"),
+        Metric("server_cpu_ms_per_image", "server CPU ms/image"),
         Metric("peak_rss_mb", "peak RSS MB (tree)"),
     ),
     "mnist": (

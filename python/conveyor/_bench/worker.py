@@ -157,11 +157,27 @@ def _epoch(make_loader: Callable[[], Iterable[Any]]) -> dict[str, Any]:
     }
 
 
+def _process_cpu_seconds(pid: int) -> Optional[float]:
+    """User + system CPU time of the running process ``pid`` (all its threads),
+    from /proc/<pid>/stat; None where there is no /proc (not Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _start_server(root: str, latency_ms: float) -> tuple[subprocess.Popen[str], int]:
     """The HTTP file server in its own process (so that serving does not share
-    the measured process's GIL); returns it and its port."""
+    the measured process's GIL); returns it and its port. Started as a script,
+    not with ``-m``: importing the ``conveyor`` package imports torch, whose
+    ~170,000 objects made each of the server's garbage collections long (~20 %
+    of its CPU at 20 ms latency, docs/benchmarks.md "Remote storage")."""
+    from conveyor._bench import http_server
+
     server = subprocess.Popen(
-        [sys.executable, "-m", "conveyor._bench.http_server", root, "--latency-ms", str(latency_ms)],
+        [sys.executable, http_server.__file__, root, "--latency-ms", str(latency_ms)],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -215,7 +231,15 @@ def remote(spec: Spec) -> dict[str, Any]:
             f"http://127.0.0.1:{port}/" + urllib.parse.quote(os.path.relpath(path, spec["data"]))
             for path, _ in samples
         ]
-        return _epoch(lambda: _remote_loader(spec, urls, labels))
+        server_cpu_start = _process_cpu_seconds(server.pid)
+        result = _epoch(lambda: _remote_loader(spec, urls, labels))
+        server_cpu_end = _process_cpu_seconds(server.pid)
+        if server_cpu_start is not None and server_cpu_end is not None:
+            # The server shares the cores: its CPU is part of what a read costs here.
+            result["server_cpu_ms_per_image"] = (
+                1000 * (server_cpu_end - server_cpu_start) / max(1, result["images"])
+            )
+        return result
     finally:
         server.kill()
         server.wait()
