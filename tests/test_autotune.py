@@ -9,7 +9,9 @@ on the controller's decisions (stats()), within generous batch limits."""
 from __future__ import annotations
 
 import io
+import json
 import logging
+import math
 import os
 import re
 import time
@@ -225,3 +227,53 @@ def test_the_environment_variable_traces_decisions_to_stderr(tmp_path):
     lines = [line for line in child.stderr.splitlines() if line.startswith("conveyor autotune t=")]
     assert lines, child.stderr
     assert "io threads 16 -> " in child.stderr
+
+
+def test_a_consumer_that_burns_a_core_keeps_it(tmp_path):
+    # The training step keeps a core busy (a busy loop of 25 ms of its own CPU
+    # time per batch); the loader's work is light. On 2 usable cores (the
+    # child pins itself to two CPUs), the cores the rest of the process uses
+    # are not given to cpu threads: threads <= usable - others, rounded with
+    # the controller's 0.25 hysteresis. Asserted through stats() only: how
+    # much CPU the busy loop gets depends on the machine's load, so the bound
+    # follows the measured estimate.
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 usable CPUs")
+    for i in range(320):
+        (tmp_path / "c").mkdir(exist_ok=True)
+        (tmp_path / "c" / f"{i:03d}.png").write_bytes(png(i))
+    code = """
+        import json, os, sys, time
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
+        import conveyor
+        from conveyor import transforms as T
+        loader = conveyor.Loader(conveyor.sources.ImageFolder(sys.argv[1]), [T.Resize((8, 8))], batch_size=8,
+                                 dtype="uint8", seed=1)
+        first = None
+        for images, labels in loader:
+            if first is None:
+                first = loader.stats()  # The pipeline's fill is not a stall of the steady state.
+                first_cpu = time.process_time()
+            start = time.thread_time()
+            while time.thread_time() - start < 0.025:
+                pass
+        last = loader.stats()
+        print(json.dumps({"first": first, "last": last, "cpu": time.process_time() - first_cpu}))
+    """
+    child = run_python(code, str(tmp_path))
+    assert child.returncode == 0, child.stderr
+    result = json.loads(child.stdout.splitlines()[-1])
+    first, last = result["first"], result["last"]
+    assert last["usable_cores"] == 2
+    # The estimate is the process's CPU time minus the loader's, per second
+    # (smoothed over ~0.3 s, so compared loosely with the whole run's mean).
+    wall = last["wall_seconds"] - first["wall_seconds"]
+    loader_cpu = sum(last[k] - first[k] for k in ("read_cpu_seconds", "process_cpu_seconds"))
+    measured = (result["cpu"] - loader_cpu) / wall
+    others = last["other_cores"]
+    assert measured > 0.1, result  # The busy loop shows.
+    assert abs(others - measured) < 0.35, (others, measured, result)
+    assert last["threads"] <= max(1, math.floor(2 - others + 0.75)), last
+    if others >= 0.75:  # The busy loop got most of a core: one is left to the loader.
+        assert last["threads"] == 1, last
+    assert last["wait_seconds"] - first["wait_seconds"] <= 0.05 * wall, result

@@ -26,6 +26,8 @@ STATS_KEYS = {
     "skipped",
     "read_seconds",
     "process_seconds",
+    "read_cpu_seconds",
+    "process_cpu_seconds",
     "wait_seconds",
     "wall_seconds",
     "batches_ready",
@@ -47,6 +49,7 @@ STATS_KEYS = {
     "read_latency_seconds",
     "process_time_seconds",
     "usable_cores",
+    "other_cores",
     "memory_budget",
 }
 

@@ -206,6 +206,8 @@ void bind_pipeline(nb::module_& m) {
       .def_ro("skipped", &LoaderStats::skipped)
       .def_ro("read_seconds", &LoaderStats::read_seconds)
       .def_ro("process_seconds", &LoaderStats::process_seconds)
+      .def_ro("read_cpu_seconds", &LoaderStats::read_cpu_seconds)
+      .def_ro("process_cpu_seconds", &LoaderStats::process_cpu_seconds)
       .def_ro("wait_seconds", &LoaderStats::wait_seconds)
       .def_ro("wall_seconds", &LoaderStats::wall_seconds)
       .def_ro("batches_ready", &LoaderStats::batches_ready)
@@ -227,6 +229,7 @@ void bind_pipeline(nb::module_& m) {
       .def_ro("read_latency_seconds", &LoaderStats::read_latency_seconds)
       .def_ro("process_time_seconds", &LoaderStats::process_time_seconds)
       .def_ro("usable_cores", &LoaderStats::usable_cores)
+      .def_ro("other_cores", &LoaderStats::other_cores)
       .def_ro("memory_budget", &LoaderStats::memory_budget);
 
   nb::class_<PythonOwnedLoader>(m, "Loader")

@@ -14,6 +14,7 @@
 #endif
 
 #include "conveyor/core/cpu_count.h"
+#include "conveyor/core/cpu_time.h"
 #include "conveyor/core/error.h"
 #include "conveyor/core/number_format.h"
 
@@ -24,6 +25,14 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // Settings never exceed this, whatever the measurements say (a guard against
 // an absurd budget or demand, not a tuning knob).
 constexpr int kMaxSetting = 1 << 20;
+// The cores kept for the rest of the process are its smoothed CPU use,
+// rounded to the nearest integer, but changed only when the estimate moves
+// this far past the rounding boundary (kept 1 while others stay in
+// [0.25, 1.75]): noise around x.5 does not flip the cpu limit.
+constexpr double kCoresHysteresis = 0.25;
+// Windows with consumer steps (after the epoch's first batch) before the
+// estimate of the other cores is trusted.
+constexpr int kOtherCoresWindows = 3;
 
 std::string ms(double seconds) { return format_general(seconds * 1e3, 3) + " ms"; }
 std::string rate(double per_second) {
@@ -115,6 +124,10 @@ AutotuneEstimates AutotuneController::estimates() const {
   e.read_seconds = read_.value();
   e.process_seconds = process_.value();
   e.stall = stall_.value();
+  if (others_windows_ >= kOtherCoresWindows) {
+    e.other_cores = std::max(0.0, others_.value());
+    e.cores_left_to_others = cores_taken_;
+  }
   return e;
 }
 
@@ -136,6 +149,8 @@ void AutotuneController::validate(const AutotuneWindow& w) const {
   non_negative(w.process_seconds, "process_seconds");
   non_negative(w.process_p90_seconds, "process_p90_seconds");
   non_negative(static_cast<double>(w.batches_ready), "batches_ready");
+  non_negative(w.process_cpu_seconds, "process_cpu_seconds");
+  non_negative(w.loader_cpu_seconds, "loader_cpu_seconds");
   auto at_least_one = [](int64_t v, const char* name) {
     check_config(v >= 1, std::string("autotune window: ") + name + " must be >= 1, got " + std::to_string(v));
   };
@@ -175,6 +190,14 @@ AutotuneDecision AutotuneController::update(const AutotuneWindow& w) {
   // The window in which the epoch's first batch arrives still shows the fill.
   const bool feedback_allowed = !warming_up_;
   if (w.batches_taken > 0) warming_up_ = false;
+  // The rest of the process: its CPU time per second of window. Not while the
+  // epoch's first batch is awaited (the consumer is idle then, not by
+  // choice). A window may come out slightly negative (a task's CPU time
+  // counts when it ends, the process's as it runs): it averages out.
+  if (feedback_allowed) {
+    others_.add(w.process_cpu_seconds - w.loader_cpu_seconds, w.seconds, decay, kInf);
+    if (w.consumer_steps > 0 && others_windows_ < kOtherCoresWindows) ++others_windows_;
+  }
   if (stall <= o.stall_target / 4 && w.batches_ready >= 1) {
     calm_seconds_ += w.seconds;
   } else {
@@ -193,7 +216,17 @@ AutotuneDecision AutotuneController::update(const AutotuneWindow& w) {
   int value[3] = {cur.cpu_threads, cur.io_threads, cur.prefetch};
   const int64_t budget_batches = w.limits.memory_budget_bytes / w.limits.batch_bytes;
   int limit[3];
-  limit[kCpu] = w.limits.usable_cores;
+  // The cores the rest of the process uses are not the loader's: the cpu
+  // threads get at most usable - others (rounded, with hysteresis), at least 1.
+  if (others_windows_ >= kOtherCoresWindows) {
+    const double others = std::clamp(others_.value(), 0.0, static_cast<double>(w.limits.usable_cores));
+    if (std::abs(others - cores_taken_) > 0.5 + kCoresHysteresis) cores_taken_ = static_cast<int>(std::lround(others));
+  }
+  limit[kCpu] = std::clamp(w.limits.usable_cores - cores_taken_, 1, w.limits.usable_cores);
+  const std::string cpu_limit_why =
+      "usable cores " + std::to_string(w.limits.usable_cores) +
+      (cores_taken_ > 0 ? " - " + format_fixed(std::max(0.0, others_.value()), 2) + " used by the rest of the process"
+                        : std::string());
   limit[kPrefetch] = static_cast<int>(std::clamp<int64_t>(budget_batches, 1, kMaxSetting));
   // Reads need a slot of a batch buffer: more io threads than slots would idle.
   const double prefetch_cap = o.tune_prefetch ? limit[kPrefetch] : cur.prefetch;
@@ -262,7 +295,7 @@ AutotuneDecision AutotuneController::update(const AutotuneWindow& w) {
     if (!tunable[i] || value[i] <= limit[i]) continue;
     std::string why;
     if (i == kCpu) {
-      why = "usable cores " + std::to_string(limit[i]);
+      why = cpu_limit_why;
     } else if (i == kPrefetch) {
       why = "memory budget " + format_general(w.limits.memory_budget_bytes / 1048576.0, 3) + " MiB / " +
             format_general(w.limits.batch_bytes / 1048576.0, 3) + " MiB per batch";
@@ -337,9 +370,10 @@ AutotuneDecision AutotuneController::update(const AutotuneWindow& w) {
       const int b = order[0];
       const std::string knob = knob_name(b);
       note = !tunable[b]            ? why + ": " + knob + " pinned at " + std::to_string(value[b])
-             : value[b] >= limit[b] ? why + ": " + knob + " at the limit " + std::to_string(limit[b])
-             : order.size() == 1    ? why + ": " + knob + " at " + format_general(o.max_gain) + " x its model target"
-                                    : why + ": every setting at " + format_general(o.max_gain) + " x its model target";
+             : value[b] >= limit[b] ? why + ": " + knob + " at the limit " + std::to_string(limit[b]) +
+                                          (b == kCpu && cores_taken_ > 0 ? " (" + cpu_limit_why + ")" : std::string())
+             : order.size() == 1 ? why + ": " + knob + " at " + format_general(o.max_gain) + " x its model target"
+                                 : why + ": every setting at " + format_general(o.max_gain) + " x its model target";
     } else {
       Knob& k = knobs_[chosen];
       k.gain *= 1.25;
@@ -413,7 +447,8 @@ LoaderAutotune::LoaderAutotune(int64_t batch_size, int64_t batch_bytes, int64_t 
       tune_{pinned.cpu_threads == 0, pinned.io_threads == 0, pinned.prefetch == 0},
       usable_cores_fn_(usable_cores ? std::move(usable_cores) : std::function<int()>(usable_cpu_count)),
       log_to_stderr_(env_flag("CONVEYOR_AUTOTUNE_LOG")),
-      controller_(batch_size, with_pins(options, pinned)) {
+      controller_(batch_size, with_pins(options, pinned)),
+      measure_cpu_(thread_cpu_ns() >= 0 && process_cpu_ns() >= 0) {
   usable_cores_ = std::max(1, usable_cores_fn_());
   AutotuneLimits limits;
   limits.usable_cores = usable_cores_;
@@ -430,6 +465,7 @@ void LoaderAutotune::begin_epoch(int64_t now_ns) {
   epoch_started_ns_ = now_ns;
   window_start_ns_ = now_ns;
   window_start_ = {};
+  window_start_process_cpu_ns_ = measure_cpu_ ? process_cpu_ns() : 0;
   window_end_ns_ = now_ns + static_cast<int64_t>(controller_.next_window_seconds() * 1e9);
 }
 
@@ -454,6 +490,15 @@ std::optional<AutotuneSettings> LoaderAutotune::observe(int64_t now_ns, const Au
   w.samples_processed = c.processed - s.processed;
   w.process_seconds = static_cast<double>(c.process_ns - s.process_ns) * 1e-9;
   w.batches_ready = c.batches_ready;
+  if (measure_cpu_) {
+    const int64_t process_cpu = process_cpu_ns();
+    w.process_cpu_seconds =
+        static_cast<double>(std::max<int64_t>(0, process_cpu - window_start_process_cpu_ns_)) * 1e-9;
+    w.loader_cpu_seconds = static_cast<double>(std::max<int64_t>(
+                               0, (c.read_cpu_ns - s.read_cpu_ns) + (c.process_cpu_ns - s.process_cpu_ns))) *
+                           1e-9;
+    window_start_process_cpu_ns_ = process_cpu;
+  }
   w.current = current;
   w.limits.usable_cores = usable_cores_;
   w.limits.batch_bytes = batch_bytes_;
@@ -471,7 +516,8 @@ std::optional<AutotuneSettings> LoaderAutotune::observe(int64_t now_ns, const Au
         "s: threads " + std::to_string(d.settings.cpu_threads) + ", io_threads " +
         std::to_string(d.settings.io_threads) + ", prefetch " + std::to_string(d.settings.prefetch) + " (" + d.reason +
         "; demand " + rate(e.demand_per_second) + ", read " + ms(e.read_seconds) + ", process " +
-        ms(e.process_seconds) + ", stall " + format_fixed(e.stall * 100, 1) + "%)");
+        ms(e.process_seconds) + ", stall " + format_fixed(e.stall * 100, 1) + "%, other cores " +
+        format_fixed(e.other_cores, 2) + ")");
   return d.settings;
 }
 

@@ -50,6 +50,13 @@ struct AutotuneWindow {
 
   int64_t batches_ready = 0;  ///< Complete batches waiting for the consumer at the window's end.
 
+  // CPU time (seconds of CPU, summed over threads) in this window: the whole
+  // process's, and the loader's own (its threads' CPU time in reads and in
+  // decode + transforms). The difference is what the rest of the process
+  // (the model, the training loop) uses; both 0 = not measured (no limit).
+  double process_cpu_seconds = 0;  ///< The whole process (CLOCK_PROCESS_CPUTIME_ID).
+  double loader_cpu_seconds = 0;   ///< The loader's reads + processing (CLOCK_THREAD_CPUTIME_ID around each task).
+
   AutotuneSettings current;  ///< The settings in force during the window.
   AutotuneLimits limits;     ///< The limits for the next window.
 };
@@ -88,6 +95,12 @@ struct AutotuneEstimates {
   double read_seconds = 0;       ///< Mean read latency per sample; 0 = not known yet.
   double process_seconds = 0;    ///< Mean decode + transform time per sample on one thread.
   double stall = 0;              ///< Smoothed fraction of time the consumer waits.
+  /// Cores the rest of the process uses (its CPU time minus the loader's, per
+  /// second, smoothed); 0 until known (a few windows with consumer steps).
+  double other_cores = 0;
+  /// Cores kept from the cpu threads for the rest of the process: other_cores
+  /// rounded, with hysteresis (docs/design/autotune.md); 0 until known.
+  int cores_left_to_others = 0;
 };
 
 /// Chooses cpu threads, reads in flight and prefetch so that the consumer
@@ -97,6 +110,8 @@ struct AutotuneEstimates {
 /// Little's law gives the feed-forward targets (demand x service time x
 /// headroom); the observed stall corrects them; hysteresis, a dwell time and
 /// an exponential back-off on regretted shrinks keep it from oscillating.
+/// The cores the rest of the process uses (measured CPU time) are not given
+/// to cpu threads: at most usable cores - others, rounded with hysteresis.
 ///
 /// A pure decision object: no threads, no clock (time is the sum of the
 /// window durations it is fed), no I/O; the same windows give the same
@@ -166,6 +181,9 @@ class AutotuneController {
   Mean process_;
   Mean stall_;
   Mean spread_;
+  Mean others_;             // CPU seconds of the rest of the process per second.
+  int others_windows_ = 0;  // Windows with consumer steps fed to others_.
+  int cores_taken_ = 0;     // others_ rounded with hysteresis: cores kept from the cpu threads.
   Knob knobs_[3];
   std::string last_reason_;
 };
@@ -181,7 +199,9 @@ struct AutotuneCounters {
   int64_t read_ns = 0;
   int64_t processed = 0;  ///< Samples decoded + transformed.
   int64_t process_ns = 0;
-  int64_t batches_ready = 0;  ///< Complete batches waiting now (not cumulative).
+  int64_t read_cpu_ns = 0;     ///< CPU time of the threads running reads, summed over the reads.
+  int64_t process_cpu_ns = 0;  ///< CPU time of the threads running decode + transforms, summed over the samples.
+  int64_t batches_ready = 0;   ///< Complete batches waiting now (not cumulative).
 };
 
 /// What autotune reports through Loader::stats().
@@ -207,6 +227,11 @@ struct AutotuneStatus {
 /// budget minus one batch (the one the consumer holds while the loader
 /// prepares the next), so the buffers of the batches in flight, ready and
 /// being consumed stay within the budget.
+///
+/// The rest of the process: each window's CPU time of the whole process
+/// (process_cpu_ns(), read by observe() and begin_epoch()) minus the loader's
+/// (the counters' read_cpu_ns + process_cpu_ns) goes to the controller, which
+/// keeps those cores from the cpu threads.
 ///
 /// Tracing: every change is kept (the last 256, for take_trace()) and, when
 /// the environment variable CONVEYOR_AUTOTUNE_LOG is set to a value other
@@ -267,6 +292,8 @@ class LoaderAutotune {
   int64_t epoch_started_ns_ = 0;
   int64_t window_start_ns_ = 0;
   int64_t window_end_ns_ = 0;
+  const bool measure_cpu_;  // Both CPU-time clocks exist on this platform.
+  int64_t window_start_process_cpu_ns_ = 0;
   AutotuneCounters window_start_;
   int64_t changes_ = 0;
   std::string reason_;

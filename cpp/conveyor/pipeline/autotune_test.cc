@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <deque>
 #include <limits>
@@ -584,6 +585,119 @@ TEST(AutotuneController, StallAtEveryLimitSaysSo) {
   EXPECT_EQ(d.reason, "stall 50.0% > 1%: cpu threads at the limit 2");
 }
 
+// --- the rest of the process ---------------------------------------------------------
+
+// A window of a consumer taking 400 samples/s (batch 10) that need
+// `process` seconds of cpu each, while the rest of the process uses
+// `others` cores (the loader's own CPU time is its processing).
+AutotuneWindow busy_window(AutotuneSettings current, double process, double others) {
+  AutotuneWindow w = window(0.1, current, {2, 1 << 30, 1024});
+  w.consumer_steps = 4;
+  w.consumer_step_seconds = 0.1;
+  w.batches_taken = 4;
+  w.samples_processed = 40;
+  w.process_seconds = 40 * process;
+  w.batches_ready = 1;
+  w.loader_cpu_seconds = 40 * process;
+  w.process_cpu_seconds = w.loader_cpu_seconds + others * w.seconds;
+  return w;
+}
+
+TEST(AutotuneController, CoresUsedByTheRestOfTheProcessAreNotTheLoaders) {
+  // 400/s x 3 ms = 1.2 busy threads: Little's law wants 2 of the 2 cores,
+  // but the model uses one of them.
+  AutotuneController c(10);
+  AutotuneSettings current{2, 1, 2};
+  std::vector<AutotuneDecision> decisions;
+  for (int i = 0; i < 4; ++i) {
+    const AutotuneDecision d = c.update(busy_window(current, 0.003, 1.0));
+    decisions.push_back(d);
+    current = d.settings;
+  }
+  // The first window ends the epoch's warm-up; three more with consumer steps
+  // make the estimate known: until then, a thread per core.
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(decisions[static_cast<size_t>(i)].settings.cpu_threads, 2) << i;
+  EXPECT_EQ(decisions[3].settings.cpu_threads, 1);
+  EXPECT_NE(decisions[3].reason.find("usable cores 2 - 1.00 used by the rest of the process: cpu threads 2 -> 1"),
+            std::string::npos)
+      << decisions[3].reason;
+  EXPECT_NEAR(c.estimates().other_cores, 1.0, 1e-9);
+  EXPECT_EQ(c.estimates().cores_left_to_others, 1);
+
+  // The consumer waits: the cpu threads are short, but the limit holds, and
+  // the decision says why nothing grows.
+  AutotuneWindow w = busy_window(current, 0.003, 1.0);
+  w.wait_seconds = 0.05;
+  const AutotuneDecision d = c.update(w);
+  EXPECT_EQ(d.settings.cpu_threads, 1);
+  EXPECT_EQ(d.reason,
+            "stall 50.0% > 1%: cpu threads at the limit 1 (usable cores 2 - 1.00 used by the rest of the process)");
+}
+
+TEST(AutotuneController, NoiseInTheOtherCoresDoesNotFlipTheLimit) {
+  // The rest of the process swings slowly (period 4 s, so the smoothed
+  // estimate follows it): 0.85..1.15 cores keep one core for it, 0.3..0.7
+  // none. Plain rounding would flip the second between 0 and 1 every 2 s.
+  for (const double centre : {1.0, 0.5}) {
+    const double amplitude = centre == 1.0 ? 0.15 : 0.2;
+    AutotuneController c(10);
+    AutotuneSettings current{2, 1, 2};
+    int changes = 0;
+    int kept = -1;
+    for (int i = 0; i < 1000; ++i) {  // 100 s.
+      const double others = centre + amplitude * std::sin(2 * 3.14159265358979 * i * 0.1 / 4);
+      const AutotuneDecision d = c.update(busy_window(current, 0.00225, others));  // 0.9 busy threads.
+      if (d.settings.cpu_threads != current.cpu_threads) ++changes;
+      current = d.settings;
+      if (i >= 10) {
+        if (kept < 0) kept = c.estimates().cores_left_to_others;
+        EXPECT_EQ(c.estimates().cores_left_to_others, kept) << "centre " << centre << " window " << i;
+      }
+    }
+    SCOPED_TRACE("centre " + std::to_string(centre));
+    EXPECT_EQ(kept, centre == 1.0 ? 1 : 0);
+    EXPECT_EQ(changes, centre == 1.0 ? 1 : 0);  // 2 -> 1 once, or never.
+    EXPECT_EQ(current.cpu_threads, centre == 1.0 ? 1 : 2);
+  }
+}
+
+TEST(AutotuneController, TheLimitFollowsARealChangeOfTheOtherCores) {
+  AutotuneController c(10);
+  AutotuneSettings current{2, 1, 2};
+  auto run = [&](double others, int windows) {
+    for (int i = 0; i < windows; ++i) current = c.update(busy_window(current, 0.003, others)).settings;
+  };
+  run(1.0, 20);
+  EXPECT_EQ(current.cpu_threads, 1);
+  run(0.1, 20);  // The model stopped (e.g. evaluation on another device): the core is free again.
+  EXPECT_EQ(c.estimates().cores_left_to_others, 0);
+  EXPECT_EQ(current.cpu_threads, 2);  // Little's law grows it back at once.
+  run(3.0, 20);                       // More than the usable cores: the loader still gets one.
+  EXPECT_EQ(current.cpu_threads, 1);
+}
+
+TEST(AutotuneController, WithoutOtherCpuNothingChanges) {
+  // The rest of the process idle (a consumer that sleeps, or waits on a GPU)
+  // or CPU time not measured: the same decisions as before the rule.
+  AutotuneController measured(10), unmeasured(10);
+  AutotuneSettings a{1, 1, 2}, b{1, 1, 2};
+  for (int i = 0; i < 200; ++i) {
+    AutotuneWindow w = busy_window(a, 0.003 + 0.002 * (i / 50), 0.0);
+    w.wait_seconds = i % 7 == 0 ? 0.02 : 0.0;
+    AutotuneWindow v = w;
+    v.current = b;
+    v.process_cpu_seconds = 0;
+    v.loader_cpu_seconds = 0;
+    const AutotuneDecision da = measured.update(w), db = unmeasured.update(v);
+    ASSERT_EQ(da.settings, db.settings) << i;
+    ASSERT_EQ(da.reason, db.reason) << i;
+    a = da.settings;
+    b = db.settings;
+  }
+  EXPECT_EQ(measured.estimates().other_cores, 0);
+  EXPECT_EQ(measured.estimates().cores_left_to_others, 0);
+}
+
 TEST(AutotuneController, InsatiableConsumerGetsEveryCoreAndOnlyTheReadsTheyUse) {
   AutotuneController c(10);
   AutotuneWindow w = window(0.1, {1, 1, 2}, {4, 1 << 30, 1024});
@@ -650,6 +764,9 @@ TEST(AutotuneController, InvalidWindowsNameTheField) {
   AutotuneWindow w = window(0.1, {1, 1, 1}, limits);
   w.read_seconds = -1;
   EXPECT_EQ(message(w), "autotune window: read_seconds must be >= 0, got -1");
+  w.read_seconds = 0;
+  w.process_cpu_seconds = -0.5;
+  EXPECT_EQ(message(w), "autotune window: process_cpu_seconds must be >= 0, got -0.5");
   EXPECT_EQ(message(window(0.1, {0, 1, 1}, limits)), "autotune window: cpu_threads must be >= 1, got 0");
   EXPECT_EQ(message(window(0.1, {1, 1, 1}, {0, 1, 1})), "autotune window: usable_cores must be >= 1, got 0");
   EXPECT_DOUBLE_EQ(c.elapsed_seconds(), 0);  // Rejected windows do not count.

@@ -17,6 +17,7 @@
 
 #include "conveyor/core/cancellation.h"
 #include "conveyor/core/checked_size.h"
+#include "conveyor/core/cpu_time.h"
 #include "conveyor/core/error.h"
 #include "conveyor/core/fork_guard.h"
 #include "conveyor/core/number_format.h"
@@ -540,6 +541,8 @@ void Loader::start_epoch(int64_t epoch, int64_t start_position, int64_t start_ba
   for (auto& count : part_samples_) count = 0;
   read_ns_ = 0;
   process_ns_ = 0;
+  read_cpu_ns_ = 0;
+  process_cpu_ns_ = 0;
   wait_ns_ = 0;
   batches_delivered_ = 0;
   epoch_started_ = std::chrono::steady_clock::now();
@@ -657,6 +660,7 @@ std::optional<Record> Loader::read_sample(const std::shared_ptr<EpochRun>& run, 
     sample = *assigned;
   }
   const int64_t started = now_ns();
+  const int64_t cpu_started = thread_cpu_ns();
   Record record;
   std::optional<SampleError> error;
   try {
@@ -668,6 +672,7 @@ std::optional<Record> Loader::read_sample(const std::shared_ptr<EpochRun>& run, 
   } catch (const std::exception& e) {
     error = SampleError{ErrorKind::kInternal, e.what(), key_of(*source_, sample)};
   }
+  read_cpu_ns_ += thread_cpu_ns() - cpu_started;
   read_ns_ += now_ns() - started;
   ++samples_read_;
   if (error) {
@@ -697,6 +702,7 @@ void Loader::process_task(const std::shared_ptr<EpochRun>& run, SlotTicket task,
   }
   // The slot stays busy until finish_task, so nothing else writes `out` meanwhile.
   const int64_t started = now_ns();
+  const int64_t cpu_started = thread_cpu_ns();
   std::optional<SampleError> error;
   std::vector<BoundingBox> boxes;
   SampleOutput output;  // Variable-shape samples only.
@@ -716,6 +722,7 @@ void Loader::process_task(const std::shared_ptr<EpochRun>& run, SlotTicket task,
   } catch (const std::exception& e) {
     error = SampleError{ErrorKind::kInternal, e.what(), record.key};
   }
+  process_cpu_ns_ += thread_cpu_ns() - cpu_started;
   process_ns_ += now_ns() - started;
   ++samples_processed_;
   if (!error) ++part_samples_[static_cast<size_t>(source_->part_of(sample))];
@@ -944,6 +951,8 @@ LoaderStats Loader::stats() const {
   for (const auto& count : part_samples_) stats.samples_per_part.push_back(count);
   stats.read_seconds = static_cast<double>(read_ns_) * 1e-9;
   stats.process_seconds = static_cast<double>(process_ns_) * 1e-9;
+  stats.read_cpu_seconds = static_cast<double>(read_cpu_ns_) * 1e-9;
+  stats.process_cpu_seconds = static_cast<double>(process_cpu_ns_) * 1e-9;
   stats.wait_seconds = static_cast<double>(wait_ns_) * 1e-9;
   stats.batches_delivered = batches_delivered_;
   stats.buffers_allocated = static_cast<int64_t>(pool_.allocated() + sample_pool_.allocated());
@@ -965,6 +974,7 @@ LoaderStats Loader::stats() const {
   stats.read_latency_seconds = autotune.estimates.read_seconds;
   stats.process_time_seconds = autotune.estimates.process_seconds;
   stats.usable_cores = autotune.usable_cores;
+  stats.other_cores = autotune.estimates.other_cores;
   stats.memory_budget = memory_budget_;
   if (run_ != nullptr) {
     stats.epoch = run_->epoch;
@@ -985,6 +995,8 @@ AutotuneCounters Loader::autotune_counters_locked(int64_t waiting_since_ns) cons
   c.read_ns = read_ns_;
   c.processed = samples_processed_;
   c.process_ns = process_ns_;
+  c.read_cpu_ns = read_cpu_ns_;
+  c.process_cpu_ns = process_cpu_ns_;
   if (run_ != nullptr) {
     for (const auto& batch : run_->batches) c.batches_ready += run_->complete(batch) ? 1 : 0;
   }

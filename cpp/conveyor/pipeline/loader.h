@@ -76,11 +76,13 @@ struct LoaderStats {
   int64_t samples_processed = 0;
   int64_t batches_delivered = 0;
   int64_t skipped = 0;
-  double read_seconds = 0;     ///< Summed over io threads.
-  double process_seconds = 0;  ///< Decode + transforms, summed over cpu threads.
-  double wait_seconds = 0;     ///< Time the consumer spent blocked in next(): input stall.
-  double wall_seconds = 0;     ///< Since the epoch started.
-  int64_t batches_ready = 0;   ///< Complete batches waiting for the consumer (queue depth).
+  double read_seconds = 0;         ///< Summed over io threads.
+  double process_seconds = 0;      ///< Decode + transforms, summed over cpu threads.
+  double read_cpu_seconds = 0;     ///< CPU time the reads used (their threads' CPU clocks; 0 where there is none).
+  double process_cpu_seconds = 0;  ///< CPU time decode + transforms used, summed over cpu threads.
+  double wait_seconds = 0;         ///< Time the consumer spent blocked in next(): input stall.
+  double wall_seconds = 0;         ///< Since the epoch started.
+  int64_t batches_ready = 0;       ///< Complete batches waiting for the consumer (queue depth).
   int64_t batches_in_flight = 0;
   int64_t buffers_allocated = 0;  ///< Pool high-water mark.
   int64_t buffers_leased = 0;
@@ -103,7 +105,10 @@ struct LoaderStats {
   double read_latency_seconds = 0;  ///< Smoothed read time per sample (autotune's estimate).
   double process_time_seconds = 0;  ///< Smoothed decode + transform time per sample on one thread.
   int usable_cores = 0;             ///< The limit of cpu threads (affinity, cgroup quota).
-  int64_t memory_budget = 0;        ///< The limit of the batch buffers, bytes.
+  /// Cores the rest of the process (the model, the training loop) uses, as
+  /// autotune estimates it (0 until known); autotune keeps them from the cpu threads.
+  double other_cores = 0;
+  int64_t memory_budget = 0;  ///< The limit of the batch buffers, bytes.
 };
 
 /// Result of Loader::next().
@@ -266,6 +271,8 @@ class Loader {
   std::atomic<int64_t> samples_processed_{0};
   std::atomic<int64_t> read_ns_{0};
   std::atomic<int64_t> process_ns_{0};
+  std::atomic<int64_t> read_cpu_ns_{0};                  // Thread CPU time of reads (autotune: the loader's own CPU).
+  std::atomic<int64_t> process_cpu_ns_{0};               // Thread CPU time of decode + transforms.
   int64_t wait_ns_ = 0;                                  // Guarded by mu_.
   int64_t batches_delivered_ = 0;                        // Guarded by mu_.
   int64_t consumer_steps_ = 0;                           // Guarded by mu_ (autotune's demand).

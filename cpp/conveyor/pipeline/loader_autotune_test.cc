@@ -9,12 +9,15 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "conveyor/core/cpu_count.h"
+#include "conveyor/core/cpu_time.h"
 #include "conveyor/core/error.h"
 #include "conveyor/pipeline/loader.h"
 
@@ -256,6 +259,72 @@ TEST(LoaderAutotuneTest, CpuThreadsNeverExceedTheUsableCores) {
   });
   EXPECT_EQ(loader.stats().usable_cores, cores);
   EXPECT_GE(most, 1);
+}
+
+// Spins until the process has used `ns` more CPU time (any thread's).
+void burn_process_cpu(int64_t ns) {
+  const int64_t start = process_cpu_ns();
+  volatile uint64_t sink = 0;
+  while (process_cpu_ns() - start < ns) {
+    for (int i = 0; i < 1000; ++i) sink = sink + static_cast<uint64_t>(i);
+  }
+}
+
+TEST(LoaderAutotuneTest, TheLoadersThreadsCpuTimeIsCounted) {
+  if (thread_cpu_ns() < 0) GTEST_SKIP() << "no thread CPU clock on this platform";
+  // Each sample's transform spins for 200 us of its thread's CPU time.
+  class SpinningTransform : public RandomBytesTransform {
+   public:
+    void apply(std::span<const uint8_t> input, SampleRng& rng, void* out) const override {
+      const int64_t start = thread_cpu_ns();
+      volatile uint64_t sink = 0;
+      while (thread_cpu_ns() - start < 200'000) sink = sink + 1;
+      RandomBytesTransform::apply(input, rng, out);
+    }
+  };
+  Loader loader(std::make_shared<SleepySource>(200, 0, 0), std::make_shared<SpinningTransform>(),
+                options(kAuto, kAuto, kAuto));
+  run_epoch(loader, 0);
+  const LoaderStats s = loader.stats();
+  EXPECT_EQ(s.samples_processed, 200);
+  EXPECT_GE(s.process_cpu_seconds, 200 * 200e-6);
+  EXPECT_LE(s.process_cpu_seconds, s.process_seconds + 1e-3);  // CPU time <= wall time of the same calls.
+  EXPECT_GE(s.read_cpu_seconds, 0);
+  EXPECT_LE(s.read_cpu_seconds, s.read_seconds + 1e-3);
+}
+
+TEST(LoaderAutotuneTest, CoresTheRestOfTheProcessUsesAreLeftToIt) {
+  if (thread_cpu_ns() < 0 || process_cpu_ns() < 0) GTEST_SKIP() << "no CPU-time clocks on this platform";
+  // Two usable cores (injected); windows on a made-up clock; in each, this
+  // thread (the "model") uses 0.9 x the window of CPU and the loader's
+  // counters a little. No idle shrink can happen (no batch is ever ready). The limit must keep one core for the model.
+  LoaderAutotune autotune(8, 1024, int64_t{1} << 30, AutotuneSettings{0, 0, 0}, fast_autotune(), [] { return 2; });
+  ASSERT_EQ(autotune.initial_settings().cpu_threads, 2);
+  AutotuneSettings current = autotune.initial_settings();
+  AutotuneCounters counters;
+  int64_t now = 1'000'000'000;
+  autotune.begin_epoch(now);
+  for (int i = 0; i < 40; ++i) {
+    const int64_t end = autotune.window_end_ns();
+    burn_process_cpu((end - now) * 9 / 10);
+    now = end;
+    counters.consumer_steps += 2;
+    counters.consumer_step_ns += 2 * 500'000;
+    counters.batches_taken += 2;
+    counters.processed += 16;
+    counters.process_ns += 16 * 2'000;
+    counters.process_cpu_ns += 16 * 2'000;  // The loader's 32 us of CPU; the rest is the "model"'s.
+    if (std::optional<AutotuneSettings> settings = autotune.observe(now, counters, current)) current = *settings;
+  }
+  const AutotuneStatus status = autotune.status();
+  EXPECT_GE(status.estimates.other_cores, 0.75);
+  EXPECT_EQ(status.estimates.cores_left_to_others, 1);
+  EXPECT_EQ(current.cpu_threads, 1);
+  bool explained = false;
+  for (const std::string& line : autotune.take_trace()) {
+    explained = explained || line.find("used by the rest of the process: cpu threads 2 -> 1") != std::string::npos;
+  }
+  EXPECT_TRUE(explained);
 }
 
 TEST(LoaderAutotuneTest, ASlowConsumerSettlesOnFewerCpuThreadsThanCores) {

@@ -1,0 +1,17 @@
+#pragma once
+
+#include <cstdint>
+
+namespace conveyor {
+
+/// CPU time the calling thread has used, in nanoseconds (POSIX
+/// CLOCK_THREAD_CPUTIME_ID); -1 where the platform has no such clock.
+/// Thread-safety: may be called from any thread (it measures that thread).
+int64_t thread_cpu_ns() noexcept;
+
+/// CPU time the whole process has used (all its threads, user + system), in
+/// nanoseconds (POSIX CLOCK_PROCESS_CPUTIME_ID); -1 where there is no such
+/// clock. Thread-safety: may be called from any thread.
+int64_t process_cpu_ns() noexcept;
+
+}  // namespace conveyor
