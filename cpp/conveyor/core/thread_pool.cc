@@ -5,6 +5,8 @@
 #endif
 
 #include <algorithm>
+#include <iterator>
+#include <limits>
 #include <system_error>
 #include <utility>
 
@@ -125,7 +127,7 @@ void ThreadPool::join_exited() {
 }
 
 void ThreadPool::stop_and_join() noexcept {
-  std::deque<std::function<void()>> discarded;
+  std::deque<Queued> discarded;
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
@@ -142,7 +144,7 @@ void ThreadPool::submit(std::function<void()> task) {
   {
     std::lock_guard lock(mu_);
     if (stopping_) return;
-    tasks_.push_back(std::move(task));
+    tasks_.push_back({std::numeric_limits<int64_t>::max(), std::move(task)});
   }
   cv_.notify_one();
 }
@@ -151,7 +153,19 @@ void ThreadPool::submit_first(std::function<void()> task) {
   {
     std::lock_guard lock(mu_);
     if (stopping_) return;
-    tasks_.push_front(std::move(task));
+    tasks_.push_front({std::numeric_limits<int64_t>::min(), std::move(task)});
+  }
+  cv_.notify_one();
+}
+
+void ThreadPool::submit_in_order(int64_t order, std::function<void()> task) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    // Usually the last: tasks mostly come in order; scan from the back.
+    auto at = tasks_.end();
+    while (at != tasks_.begin() && std::prev(at)->order > order) --at;
+    tasks_.insert(at, {order, std::move(task)});
   }
   cv_.notify_one();
 }
@@ -190,7 +204,7 @@ void ThreadPool::run() {
         if (!tasks_.empty()) cv_.notify_one();
         return;
       }
-      task = std::move(tasks_.front());
+      task = std::move(tasks_.front().run);
       tasks_.pop_front();
     }
     task();

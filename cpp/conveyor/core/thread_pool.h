@@ -50,6 +50,12 @@ class ThreadPool {
   /// (e.g. the work that completes an earlier batch, ahead of later samples).
   void submit_first(std::function<void()> task);
 
+  /// Queues `task` after the queued tasks of `order` or lower and ahead of
+  /// those of a higher order (submit() queues at the highest order,
+  /// submit_first() at the lowest): tasks submitted out of order (e.g. the
+  /// samples whose reads finished first) run in order.
+  void submit_in_order(int64_t order, std::function<void()> task);
+
   /// Sets the number of threads to `num_threads` (>= 1, else Error{kConfig}).
   /// Growing starts the new threads before it returns; when the OS refuses
   /// one, the pool keeps the threads it has (no task is lost) and throws the
@@ -88,7 +94,11 @@ class ThreadPool {
   std::mutex resize_mu_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::function<void()>> tasks_;
+  struct Queued {
+    int64_t order;
+    std::function<void()> run;
+  };
+  std::deque<Queued> tasks_;  // Guarded by mu_: sorted by order, FIFO within one order.
   bool stopping_ = false;
   int target_ = 0;                       // Guarded by mu_: threads wanted.
   int alive_ = 0;                        // Guarded by mu_: threads started and not exited.

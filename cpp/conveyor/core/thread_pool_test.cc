@@ -89,6 +89,38 @@ TEST(ThreadPoolTest, SubmitFirstRunsAheadOfQueuedTasks) {
   EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));
 }
 
+TEST(ThreadPoolTest, SubmitInOrderRunsQueuedTasksByOrderFifoWithinOne) {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<bool> started{false};
+  std::mutex mu;
+  std::vector<std::string> order;
+  {
+    ThreadPool pool(1, "test");
+    pool.submit([&] {
+      started = true;
+      released.wait();
+    });
+    while (!started.load()) std::this_thread::yield();
+    auto record = [&](std::string name) {
+      return [&, name] {
+        std::lock_guard lock(mu);
+        order.push_back(name);
+      };
+    };
+    pool.submit(record("plain"));  // The highest order.
+    for (const auto& [key, name] :
+         std::vector<std::pair<int64_t, std::string>>{{5, "5"}, {2, "2a"}, {7, "7"}, {2, "2b"}, {0, "0"}}) {
+      pool.submit_in_order(key, record(name));
+    }
+    pool.submit_first(record("first"));  // The lowest.
+    EXPECT_EQ(pool.queued(), 7u);
+    release.set_value();
+    while (pool.queued() != 0) std::this_thread::yield();
+  }  // The destructor waits for the last task.
+  EXPECT_EQ(order, (std::vector<std::string>{"first", "0", "2a", "2b", "5", "7", "plain"}));
+}
+
 TEST(ThreadPoolTest, RejectsZeroThreads) {
   try {
     ThreadPool pool(0, "test");

@@ -80,6 +80,14 @@ struct SlotTicket {
   uint64_t ticket = 0;
 };
 
+// The cpu pool runs a sample's work in the epoch's order (ThreadPool::
+// submit_in_order): reads that finish out of order on the io pool must not
+// let a later batch's samples be decoded before the batch the consumer waits
+// for.
+static int64_t queue_order(const SlotTicket& task, int64_t batch_size) noexcept {
+  return task.batch * batch_size + task.slot;
+}
+
 // One epoch: the order, the in-flight batches and their slots. Tasks hold a
 // shared_ptr to it. Every field and method is guarded by the loader's mutex:
 // callers hold it.
@@ -586,7 +594,8 @@ void Loader::issue_unguarded_locked(EpochRun& run) {
   while (std::optional<SlotTicket> task = run.assign_next_slot(pool_)) {
     try {
       if (reads_inline()) {
-        cpu_pool_->submit([this, run = run.shared_from_this(), task = *task] { sample_task(run, task); });
+        cpu_pool_->submit_in_order(queue_order(*task, run.batch_size),
+                                   [this, run = run.shared_from_this(), task = *task] { sample_task(run, task); });
       } else {
         io_pool_->submit([this, run = run.shared_from_this(), task = *task] { read_task(run, task); });
       }
@@ -643,7 +652,8 @@ void Loader::sample_task(const std::shared_ptr<EpochRun>& run, SlotTicket task) 
 
 void Loader::read_task(const std::shared_ptr<EpochRun>& run, SlotTicket task) {
   if (std::optional<Record> record = read_sample(run, task)) {
-    cpu_pool_->submit(
+    cpu_pool_->submit_in_order(
+        queue_order(task, run->batch_size),
         [this, run, task, record = std::move(*record)]() mutable { process_task(run, task, std::move(record)); });
   }
 }
