@@ -8,8 +8,13 @@
 #include <opencv2/imgproc.hpp>
 
 #include "conveyor/ops/image_decoder.h"
+#include "conveyor/ops/transforms/vector_clones.h"
 #if defined(__SSE2__)
 #include <emmintrin.h>
+#endif
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define CONVEYOR_AVX2_BLEND 1
 #endif
 
 namespace conveyor {
@@ -66,11 +71,45 @@ constexpr int32_t kHalf = 1 << (kShift - 1);
 
 // out[i] = a[i] * (128 - w) + b[i] * w: one row's vertical interpolation
 // (vectorized by the compiler).
-void blend_rows(const uint8_t* __restrict a, const uint8_t* __restrict b, uint32_t w, size_t n,
-                int16_t* __restrict out) {
+CONVEYOR_VECTOR_CLONES void blend_rows(const uint8_t* __restrict a, const uint8_t* __restrict b, uint32_t w, size_t n,
+                                       int16_t* __restrict out) {
   const auto wa = static_cast<int16_t>((1u << kRowBits) - w), wb = static_cast<int16_t>(w);
   for (size_t i = 0; i < n; ++i) out[i] = static_cast<int16_t>(a[i] * wa + b[i] * wb);
 }
+
+#if defined(CONVEYOR_AVX2_BLEND)
+// Output pixels x and x + 1 of blend_columns<3> as two 128-bit halves of
+// 32-bit (r, g, b, junk) sums: the SSE2 step below, twice.
+__attribute__((target("avx2"))) inline __m256i blend_pair_avx2(const int16_t* row, const int* offsets,
+                                                               const uint32_t* pairs, int x) {
+  const __m256i v = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(row + offsets[x + 1]),
+                                        reinterpret_cast<const __m128i*>(row + offsets[x]));
+  const __m256i lanes = _mm256_unpacklo_epi16(v, _mm256_srli_si256(v, 6));
+  const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pairs + 4 * x));
+  return _mm256_srli_epi32(_mm256_add_epi32(_mm256_madd_epi16(lanes, w), _mm256_set1_epi32(kHalf)), kShift);
+}
+
+// blend_columns<3>'s loop, four output pixels per step: the same integer
+// arithmetic as the SSE2 step (so the same bytes); the four pixels' bytes are
+// gathered into one 16-byte store whose last 4 bytes (zeros) the next step
+// overwrites. Returns the first pixel it did not write.
+__attribute__((target("avx2"))) int blend_columns3_avx2(const int16_t* __restrict row, const int* __restrict offsets,
+                                                        const uint32_t* __restrict pairs, int width,
+                                                        uint8_t* __restrict out) {
+  // After the packs, 32-bit element k holds the bytes of pixel (0, 2, 0, 2 | 1, 3, 1, 3)[k].
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m128i compact = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+  int x = 0;
+  // The store covers bytes 3x .. 3x + 15: inside the row while x + 6 <= width.
+  for (; x + 6 <= width; x += 4) {
+    __m256i bytes =
+        _mm256_packs_epi32(blend_pair_avx2(row, offsets, pairs, x), blend_pair_avx2(row, offsets, pairs, x + 2));
+    bytes = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(bytes, bytes), order);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 3 * x), _mm_shuffle_epi8(_mm256_castsi256_si128(bytes), compact));
+  }
+  return x;
+}
+#endif
 
 // Output pixel x blends the row's pixels at offsets[x] and the next one.
 template <int C>
@@ -81,6 +120,10 @@ void blend_columns(const int16_t* __restrict row, const int* __restrict offsets,
   int x = 0;
 #if defined(__SSE2__)
   if constexpr (C == 3) {
+#if defined(CONVEYOR_AVX2_BLEND)
+    static const bool avx2 = __builtin_cpu_supports("avx2");
+    if (avx2) x = blend_columns3_avx2(row, offsets, pairs, width, out);
+#endif
     // One pixel per step: its two neighbours are 6 contiguous lanes, paired
     // (r0 r1 g0 g1 b0 b1) for one multiply-add with (wa wb); the 4-byte store
     // spills into the next pixel, which overwrites it (the last is scalar).
@@ -108,7 +151,8 @@ void blend_columns(const int16_t* __restrict row, const int* __restrict offsets,
 
 // 16-bit vertical taps: out[i] = sum_k rows[k][i] * w[k] (w sums to 128;
 // vectorized by the compiler).
-void blend_rows4(const uint8_t* const* rows, const int16_t* w, size_t n, int16_t* __restrict out) {
+CONVEYOR_VECTOR_CLONES void blend_rows4(const uint8_t* const* rows, const int16_t* w, size_t n,
+                                        int16_t* __restrict out) {
   const uint8_t* __restrict r0 = rows[0];
   const uint8_t* __restrict r1 = rows[1];
   const uint8_t* __restrict r2 = rows[2];
@@ -122,7 +166,8 @@ void blend_rows4(const uint8_t* const* rows, const int16_t* w, size_t n, int16_t
 // its neighbours l, r; side = a / (1 + 2a) < 1/3 in 1/65536, each product
 // taken as a 16-bit high half (SSE2's pmulhw once vectorized; the floor costs
 // at most 2/128 of a level).
-void tent_row(const int16_t* __restrict in, int c, int16_t side, size_t n, int16_t* __restrict out) {
+CONVEYOR_VECTOR_CLONES void tent_row(const int16_t* __restrict in, int c, int16_t side, size_t n,
+                                     int16_t* __restrict out) {
   const int16_t* __restrict left = in;
   const int16_t* __restrict mid = in + c;
   const int16_t* __restrict right = in + 2 * c;

@@ -160,5 +160,38 @@ TEST(ResizeImage, ShrinkByAtMostTwoIsTentThenExactBilinear) {
   }
 }
 
+TEST(ResizeImage, RgbEqualsEachChannelResizedAlone) {
+  // The 3-channel column blend runs vectorized (AVX2 four pixels per step,
+  // SSE2 one, a scalar tail), the 1-channel one scalar, with the same integer
+  // arithmetic: every byte must agree. Widths cover each path's tail and a
+  // stride wider than the row (the vector stores must stay inside it).
+  const Image src = noise(41, 53, 3, 11);
+  for (const BoxF& box : {BoxF{0, 0, 53, 41}, BoxF{2.4, 1.7, 47.9, 39.2}, BoxF{10, 10, 30, 25}}) {
+    for (int w : {1, 2, 5, 6, 7, 9, 10, 31, 64, 101}) {
+      for (bool antialias : {false, true}) {
+        const int h = 23;
+        const ptrdiff_t stride = static_cast<ptrdiff_t>(w) * 3 + 5;
+        std::vector<uint8_t> rgb(static_cast<size_t>(h) * stride, 0xAB), scratch;
+        resize_image(src.view(), box, rgb.data(), h, w, stride, antialias, scratch);
+        for (int c = 0; c < 3; ++c) {
+          Image plane{src.height, src.width, 1, std::vector<uint8_t>(static_cast<size_t>(src.height) * src.width)};
+          for (size_t i = 0; i < plane.pixels.size(); ++i) plane.pixels[i] = src.pixels[i * 3 + c];
+          std::vector<uint8_t> gray(static_cast<size_t>(h) * w);
+          resize_image(plane.view(), box, gray.data(), h, w, w, antialias, scratch);
+          for (int y = 0; y < h; ++y) {
+            for (int x = 0; x < w; ++x) {
+              ASSERT_EQ(rgb[static_cast<size_t>(y) * stride + x * 3 + c], gray[static_cast<size_t>(y) * w + x])
+                  << "width " << w << " channel " << c << " at (" << x << ", " << y << ")";
+            }
+            for (ptrdiff_t i = static_cast<ptrdiff_t>(w) * 3; i < stride; ++i) {
+              ASSERT_EQ(rgb[static_cast<size_t>(y * stride + i)], 0xAB) << "written past the row, width " << w;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace conveyor
