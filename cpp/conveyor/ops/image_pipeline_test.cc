@@ -126,14 +126,23 @@ TEST(ImagePipelineTest, FlipMirrorsAndIsDeterministic) {
 }
 
 TEST(ImagePipelineTest, NormalizeMatchesTorchvisionInFloat32) {
-  const auto png = encode_png(make_pattern(16, 16));
-  const auto u8 = run<uint8_t>(ImagePipeline({CenterCropSpec{{16, 16}}}, {DType::kUInt8, Layout::kCHW}), png);
-  const auto f = run<float>(ImagePipeline({CenterCropSpec{{16, 16}}, kImageNet}, {}), png);
-  ASSERT_EQ(u8.size(), f.size());
-  for (size_t i = 0; i < f.size(); ++i) {
-    const size_t c = i / 256;
-    const float expected = (static_cast<float>(u8[i]) / 255.0f - kImageNet.mean[c]) / kImageNet.std[c];
-    ASSERT_EQ(f[i], expected) << i;
+  // Widths below, at and past the float output's 8-pixel vector steps, with
+  // and without a flip; the uint8 output of the same chain is the reference.
+  const auto png = encode_png(make_pattern(16, 21));
+  for (const auto& [h, w] : {std::pair{16, 16}, {13, 21}, {9, 8}, {5, 3}}) {
+    for (const double flip : {0.0, 1.0}) {
+      const std::vector<TransformSpec> crop = {CenterCropSpec{{h, w}}, HorizontalFlipSpec{flip}};
+      std::vector<TransformSpec> normalized = crop;
+      normalized.emplace_back(kImageNet);
+      const auto u8 = run<uint8_t>(ImagePipeline(crop, {DType::kUInt8, Layout::kCHW}), png);
+      const auto f = run<float>(ImagePipeline(normalized, {}), png);
+      ASSERT_EQ(u8.size(), f.size());
+      for (size_t i = 0; i < f.size(); ++i) {
+        const size_t c = i / static_cast<size_t>(h * w);
+        const float expected = (static_cast<float>(u8[i]) / 255.0f - kImageNet.mean[c]) / kImageNet.std[c];
+        ASSERT_EQ(f[i], expected) << h << "x" << w << " flip " << flip << " at " << i;
+      }
+    }
   }
 }
 
