@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <numbers>
 #include <opencv2/core.hpp>
 #include <opencv2/imgproc.hpp>
@@ -13,6 +14,7 @@
 #include "conveyor/core/checked_size.h"
 #include "conveyor/core/error.h"
 #include "conveyor/ops/resize.h"
+#include "conveyor/ops/transforms/vector_clones.h"
 
 namespace conveyor {
 
@@ -112,17 +114,71 @@ inline float round_half_even(float x) {
   return std::copysign(r, x);
 }
 
+// The source pixel of each output pixel of one row, computed branch-free so
+// that the loop vectorises: xs[i] = -1 where it falls outside the image.
+// `r` is the grid's rows over its normalization, `g` the grid (its
+// projective terms), `base_y` the row's base coordinate.
+struct RowGrid {
+  float r00, r10, r20, r01, r11, r21, g6, g7;
+  float half_w, half_h, fw, fh;
+  float x_base;  // Added to the output column: the base coordinate of column 0.
+};
+
+template <bool kProjective>
+[[gnu::always_inline]] inline void row_sources_of(const RowGrid& k, float by, int x0, int n, int32_t* __restrict xs,
+                                                  int32_t* __restrict ys) {
+  const RowGrid g = k;  // Locals: no aliasing with the outputs.
+  for (int i = 0; i < n; ++i) {
+    const float bx = static_cast<float>(x0 + i) + g.x_base;
+    float gx = bx * g.r00 + by * g.r10 + g.r20;
+    float gy = bx * g.r01 + by * g.r11 + g.r21;
+    if constexpr (kProjective) {
+      const float den = bx * g.g6 + by * g.g7 + 1.0f;
+      gx = gx / den - 1.0f;
+      gy = gy / den - 1.0f;
+    }
+    const float fx = round_half_even((gx + 1.0f) * g.half_w - 0.5f);
+    const float fy = round_half_even((gy + 1.0f) * g.half_h - 0.5f);
+    const bool inside = (fx >= 0) & (fx < g.fw) & (fy >= 0) & (fy < g.fh);
+    // Selected before the conversions, which are then of values in range.
+    xs[i] = inside ? static_cast<int32_t>(fx) : -1;
+    ys[i] = static_cast<int32_t>(inside ? fy : 0.0f);
+  }
+}
+
+// One loop per kind, inlined into each clone (AVX2 and baseline).
+CONVEYOR_VECTOR_CLONES void row_sources(const RowGrid& k, bool projective, float by, int x0, int n, int32_t* xs,
+                                        int32_t* ys) {
+  if (projective) {
+    row_sources_of<true>(k, by, x0, n, xs, ys);
+  } else {
+    row_sources_of<false>(k, by, x0, n, xs, ys);
+  }
+}
+
 // Copies the pixels of one output row: output pixel i is source pixel
 // (xs[i], ys[i]), or the fill where xs[i] < 0. C is the channel count (0:
-// `c` at run time), so that the usual 1 and 3 are plain byte moves.
+// `c` at run time), so that the usual 1 and 3 are plain byte moves; 3-byte
+// pixels move as 4 bytes (the 4th is overwritten by the next pixel), except
+// the row's last and the image's last pixel (no byte after it). `fill` has 4
+// bytes.
 template <int C>
-void gather_row(const uint8_t* src, int w, int c, const int32_t* xs, const int32_t* ys, int n, const uint8_t* fill,
-                uint8_t* dst) {
+void gather_row(const uint8_t* src, size_t src_bytes, int w, int c, const int32_t* xs, const int32_t* ys, int n,
+                const uint8_t* fill, uint8_t* dst) {
   const int channels = C > 0 ? C : c;
+  const uint8_t* last = src + src_bytes - static_cast<size_t>(channels);
   for (int i = 0; i < n; ++i, dst += channels) {
     const uint8_t* s =
         xs[i] >= 0 ? src + (static_cast<size_t>(ys[i]) * static_cast<size_t>(w) + static_cast<size_t>(xs[i])) * channels
                    : fill;
+    if constexpr (C == 3) {
+      if (i + 1 < n && s != last) {
+        uint32_t v;
+        std::memcpy(&v, s, 4);
+        std::memcpy(dst, &v, 4);
+        continue;
+      }
+    }
     for (int k = 0; k < channels; ++k) dst[k] = s[k];
   }
 }
@@ -136,42 +192,36 @@ void warp_nearest_rows(const Image& src, const Warp& warp, std::array<int, 2> or
   // The grid's normalization: by the input's size (affine), the output's (perspective).
   const float norm_w = kProjective ? 0.5f * static_cast<float>(ow) : half_w;
   const float norm_h = kProjective ? 0.5f * static_cast<float>(oh) : half_h;
-  const float r00 = g[0] / norm_w, r10 = g[1] / norm_w, r20 = g[2] / norm_w;
-  const float r01 = g[3] / norm_h, r11 = g[4] / norm_h, r21 = g[5] / norm_h;
-  const float fw = static_cast<float>(w), fh = static_cast<float>(h);
-  // The source pixel of each output pixel of a row (thread-local: no
-  // allocation once warm), computed branch-free so that the loop vectorises.
+  const RowGrid grid{g[0] / norm_w,
+                     g[1] / norm_w,
+                     g[2] / norm_w,
+                     g[3] / norm_h,
+                     g[4] / norm_h,
+                     g[5] / norm_h,
+                     g[6],
+                     g[7],
+                     half_w,
+                     half_h,
+                     static_cast<float>(w),
+                     static_cast<float>(h),
+                     kProjective ? 0.5f : -(ow - 1) * 0.5f};
+  // The source pixels of a row (thread-local: no allocation once warm).
   thread_local std::vector<int32_t> index;
   index.resize(2 * static_cast<size_t>(out_w));
   int32_t* xs = index.data();
   int32_t* ys = xs + out_w;
+  const size_t src_bytes = src.pixels.size();
   for (int wy = 0; wy < out_h; ++wy) {
     const int y = wy + origin[1];
     const float by = kProjective ? static_cast<float>(y) + 0.5f : static_cast<float>(y) - (oh - 1) * 0.5f;
-    for (int wx = 0; wx < out_w; ++wx) {
-      const int x = wx + origin[0];
-      const float bx = kProjective ? static_cast<float>(x) + 0.5f : static_cast<float>(x) - (ow - 1) * 0.5f;
-      float gx = bx * r00 + by * r10 + r20;
-      float gy = bx * r01 + by * r11 + r21;
-      if constexpr (kProjective) {
-        const float den = bx * g[6] + by * g[7] + 1.0f;
-        gx = gx / den - 1.0f;
-        gy = gy / den - 1.0f;
-      }
-      const float fx = round_half_even((gx + 1.0f) * half_w - 0.5f);
-      const float fy = round_half_even((gy + 1.0f) * half_h - 0.5f);
-      const bool inside = (fx >= 0) & (fx < fw) & (fy >= 0) & (fy < fh);
-      // Selected before the conversions, which are then of values in range.
-      xs[wx] = inside ? static_cast<int32_t>(fx) : -1;
-      ys[wx] = static_cast<int32_t>(inside ? fy : 0.0f);
-    }
+    row_sources(grid, kProjective, by, origin[0], out_w, xs, ys);
     uint8_t* d = dst + static_cast<size_t>(wy) * out_w * c;
     if (c == 3) {
-      gather_row<3>(src.pixels.data(), w, c, xs, ys, out_w, fill, d);
+      gather_row<3>(src.pixels.data(), src_bytes, w, c, xs, ys, out_w, fill, d);
     } else if (c == 1) {
-      gather_row<1>(src.pixels.data(), w, c, xs, ys, out_w, fill, d);
+      gather_row<1>(src.pixels.data(), src_bytes, w, c, xs, ys, out_w, fill, d);
     } else {
-      gather_row<0>(src.pixels.data(), w, c, xs, ys, out_w, fill, d);
+      gather_row<0>(src.pixels.data(), src_bytes, w, c, xs, ys, out_w, fill, d);
     }
   }
 }
@@ -513,9 +563,9 @@ std::array<int, 2> apply_warp(const Warp& warp, Interpolation interpolation, con
     cv::rotate(src, dst, code);
   } else if (interpolation == Interpolation::kNearest) {
     // torch rounds the fill (a float blended into a float image) to the uint8 image.
-    const uint8_t pixel_fill[3] = {static_cast<uint8_t>(std::nearbyint(fill.at(0))),
+    const uint8_t pixel_fill[4] = {static_cast<uint8_t>(std::nearbyint(fill.at(0))),
                                    static_cast<uint8_t>(std::nearbyint(fill.at(c == 1 ? 0 : 1))),
-                                   static_cast<uint8_t>(std::nearbyint(fill.at(c == 1 ? 0 : 2)))};
+                                   static_cast<uint8_t>(std::nearbyint(fill.at(c == 1 ? 0 : 2))), 0};
     warp_nearest(img, warp, origin, ow, oh, pixel_fill, sample.spare.data());
   } else {
     const Matrix3 m = multiply(warp.src_from_dst, translation(origin[0], origin[1]));
