@@ -114,16 +114,18 @@ inline float round_half_even(float x) {
   return std::copysign(r, x);
 }
 
-// The source pixel of each output pixel of one row, computed branch-free so
-// that the loop vectorises: xs[i] = -1 where it falls outside the image.
-// `r` is the grid's rows over its normalization, `g` the grid (its
-// projective terms), `base_y` the row's base coordinate.
+// What row_sources needs of a warp: the grid's affine rows over their
+// normalization (r..), its projective terms (g6, g7), the input's half and
+// full sizes.
 struct RowGrid {
   float r00, r10, r20, r01, r11, r21, g6, g7;
   float half_w, half_h, fw, fh;
   float x_base;  // Added to the output column: the base coordinate of column 0.
 };
 
+// The source pixel of each output pixel x0 .. x0 + n - 1 of the row whose
+// base coordinate is `by`, computed branch-free so that the loop vectorises:
+// xs[i] = -1 where it falls outside the image.
 template <bool kProjective>
 [[gnu::always_inline]] inline void row_sources_of(const RowGrid& k, float by, int x0, int n, int32_t* __restrict xs,
                                                   int32_t* __restrict ys) {
