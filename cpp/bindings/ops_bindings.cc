@@ -87,7 +87,7 @@ void bind_ops(nb::module_& m) {
           "__init__",
           [](ImagePipeline* self, const std::vector<nb::tuple>& transforms, const std::string& dtype,
              const std::string& layout, int channels, int64_t max_pixels, bool crop_decode, bool dct_scale,
-             double dct_margin, std::optional<std::array<int, 3>> raw_shape, bool variable_size) {
+             double dct_margin, std::optional<std::array<int, 3>> raw_shape, bool variable_size, bool stream_output) {
             ImageOutputSpec output{parse_dtype(dtype), parse_layout(layout), channels};
             // (name, params) of a registered transform, or (name, {}, function): a user function (T.Lambda).
             std::vector<TransformSpec> specs;
@@ -105,14 +105,16 @@ void bind_ops(nb::module_& m) {
             options.dct_scale = dct_scale;
             options.dct_margin = dct_margin;
             options.variable_size = variable_size;
+            options.stream_output = stream_output;
             if (raw_shape) options.raw_input = RawImageShape{(*raw_shape)[0], (*raw_shape)[1], (*raw_shape)[2]};
             new (self) ImagePipeline(std::move(specs), output, max_pixels, options);
           },
           nb::arg("transforms"), nb::kw_only(), nb::arg("dtype") = "float32", nb::arg("layout") = "CHW",
           nb::arg("channels") = 3, nb::arg("max_pixels") = kDefaultMaxPixels, nb::arg("crop_decode") = true,
           nb::arg("dct_scale") = true, nb::arg("dct_margin") = ImagePipelineOptions{}.dct_margin,
-          nb::arg("raw_shape") = nb::none(), nb::arg("variable_size") = false,
-          "raw_shape: (height, width, channels) when inputs are raw uint8 pixels of that shape, not encoded images.")
+          nb::arg("raw_shape") = nb::none(), nb::arg("variable_size") = false, nb::arg("stream_output") = false,
+          "raw_shape: (height, width, channels) when inputs are raw uint8 pixels of that shape, not encoded images; "
+          "stream_output: write float32 CHW outputs with streaming stores (for outputs not read again soon).")
       .def(
           "apply",
           [](const ImagePipeline& pipeline, const nb::bytes& data, uint64_t seed, uint64_t epoch, uint64_t index) {

@@ -19,6 +19,9 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace conveyor {
 
@@ -61,11 +64,13 @@ void write_output(const ImageView& img, bool flip, Layout layout, const T* lut, 
 }
 
 #if defined(__SSE2__)
-// write_output<float, 3> into CHW with streaming stores: each row goes through
-// the tables into an L1-resident row of three planes, which is then copied
-// to the output with non-temporal stores. The output (a batch slot) is not
-// read again by this thread: plain stores would first read every line of it
-// from memory (read for ownership), doubling the memory traffic of the pass.
+// write_output<float, 3> into CHW with streaming stores (ImagePipelineOptions::
+// stream_output): each row goes through the tables into an L1-resident row
+// of three planes, which is then copied to the output with non-temporal
+// stores. Into a batch slot, which this thread does not read again, plain
+// stores would first read every line of it from memory (read for
+// ownership); into an output rewritten while it is still in cache, they are
+// the faster ones.
 void write_chw3_float_streaming(const ImageView& img, bool flip, const float* lut, float* out) {
   const int h = img.height, w = img.width;
   const ptrdiff_t plane = static_cast<ptrdiff_t>(h) * w;
@@ -96,14 +101,16 @@ void write_chw3_float_streaming(const ImageView& img, bool flip, const float* lu
 #endif
 
 template <typename T>
-void write_output(const ImageView& img, bool flip, Layout layout, const T* lut, void* out) {
+void write_output(const ImageView& img, bool flip, Layout layout, const T* lut, void* out, bool stream) {
 #if defined(__SSE2__)
   if constexpr (std::is_same_v<T, float>) {
-    if (img.channels == 3 && layout == Layout::kCHW) {
+    if (stream && img.channels == 3 && layout == Layout::kCHW) {
       write_chw3_float_streaming(img, flip, lut, static_cast<float*>(out));
       return;
     }
   }
+#else
+  (void)stream;
 #endif
   if (img.channels == 3) {
     write_output<T, 3>(img, flip, layout, lut, static_cast<T*>(out));
@@ -142,6 +149,24 @@ struct Group {
 bool whole(double v) { return std::abs(v - std::round(v)) < 1e-6; }
 
 // Copies `view` into `dst` (packed rows), mirrored left-right if `flip`.
+#if defined(__GNUC__) && defined(__x86_64__)
+// One RGB row mirrored, five pixels per step (SSSE3 byte shuffle): source
+// pixels x .. x + 4 become destination pixels w - 5 - x .. w - 1 - x, stored
+// as 16 bytes that start one byte early; that byte belongs to a destination
+// pixel written by a later step. Returns the first source pixel it did not move.
+__attribute__((target("ssse3"))) int mirror_row3_ssse3(const uint8_t* s, uint8_t* d, int w) {
+  const __m128i reverse = _mm_setr_epi8(-1, 12, 13, 14, 9, 10, 11, 6, 7, 8, 3, 4, 5, 0, 1, 2);
+  int x = 0;
+  // Reads bytes 3x .. 3x + 15 and writes 3(w - x - 5) - 1 .. 3(w - x) - 1: both inside the row while x + 6 <= w.
+  for (; x + 6 <= w; x += 5) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 3 * static_cast<size_t>(x)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 3 * static_cast<size_t>(w - x - 5) - 1),
+                     _mm_shuffle_epi8(v, reverse));
+  }
+  return x;
+}
+#endif
+
 void materialize(const ImageView& view, bool flip, Image& dst) {
   const int w = view.width, c = view.channels;
   const size_t row_bytes = static_cast<size_t>(w) * c;
@@ -155,8 +180,13 @@ void materialize(const ImageView& view, bool flip, Image& dst) {
     if (!flip) {
       std::memcpy(d, s, row_bytes);
     } else if (c == 3) {
+      int x = 0;
+#if defined(__GNUC__) && defined(__x86_64__)
+      static const bool ssse3 = __builtin_cpu_supports("ssse3");
+      if (ssse3) x = mirror_row3_ssse3(s, d, w);
+#endif
       // Byte moves of a known count: a memcpy call per pixel costs more than the copy.
-      for (int x = 0; x < w; ++x) {
+      for (; x < w; ++x) {
         uint8_t* p = d + static_cast<size_t>(w - 1 - x) * 3;
         const uint8_t* q = s + static_cast<size_t>(x) * 3;
         p[0] = q[0];
@@ -355,13 +385,13 @@ struct ImagePipeline::Plan {
   void write(const ImageView& image, bool flip, void* out, SampleRng& rng) const {
     switch (output.dtype) {
       case DType::kUInt8:
-        write_output<uint8_t>(image, flip, output.layout, lut_u8.data(), out);
+        write_output<uint8_t>(image, flip, output.layout, lut_u8.data(), out, options.stream_output);
         break;
       case DType::kFloat16:
-        write_output<uint16_t>(image, flip, output.layout, lut_f16.data(), out);
+        write_output<uint16_t>(image, flip, output.layout, lut_f16.data(), out, options.stream_output);
         break;
       case DType::kFloat32:
-        write_output<float>(image, flip, output.layout, lut_f32.data(), out);
+        write_output<float>(image, flip, output.layout, lut_f32.data(), out, options.stream_output);
         break;
       case DType::kInt64:
         break;

@@ -51,6 +51,11 @@ struct ImagePipelineOptions {
   /// max_pixels), fixed_shape() is false, output_spec() has -1 for height
   /// and width, and samples go through apply_variable() only.
   bool variable_size = false;
+  /// Write float32 CHW outputs with streaming (non-temporal) stores: faster
+  /// when each output goes to memory the thread does not read again soon (a
+  /// loader's batch buffers: what conveyor::Loader's sources ask for), slower
+  /// when the same output is rewritten while it is in cache. Same values.
+  bool stream_output = false;
 };
 
 /// A transform chain planned once per loader: each TransformSpec becomes a

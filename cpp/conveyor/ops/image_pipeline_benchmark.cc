@@ -154,11 +154,15 @@ BENCHMARK(BM_TrainChain)->ArgName("crop_decode")->Arg(1)->Arg(0);
 
 void BM_TrainChainIntoBatch(benchmark::State& state) {
   // BM_TrainChain/crop_decode:1 writing each image into the next sample slot
-  // of a batch of 64, as the loader does.
-  const ImagePipeline p({RandomResizedCropSpec{{224, 224}}, HorizontalFlipSpec{0.5}, kImageNet}, {});
+  // of a batch of 64, as the loader does, with (stream:1, the loader's
+  // setting) or without streaming stores.
+  ImagePipelineOptions options;
+  options.stream_output = state.range(0) != 0;
+  const ImagePipeline p({RandomResizedCropSpec{{224, 224}}, HorizontalFlipSpec{0.5}, kImageNet}, {}, kDefaultMaxPixels,
+                        options);
   run_pipeline(state, p, 64);
 }
-BENCHMARK(BM_TrainChainIntoBatch);
+BENCHMARK(BM_TrainChainIntoBatch)->ArgName("stream")->Arg(1)->Arg(0);
 
 void BM_TrainChainColorJitter(benchmark::State& state) {
   // The train chain with ColorJitter(0.4, 0.4, 0.4, 0.1) (state.range(0) = 1)

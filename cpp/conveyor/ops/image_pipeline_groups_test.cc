@@ -193,6 +193,18 @@ TEST(ImagePipelineGroupsTest, FlipsBeforeAnImageStepAreMaterializedAfterItDeferr
   EXPECT_EQ(boxes, (std::vector<BoundingBox>{{2, 14, 4, 3, 0}}));
 }
 
+TEST(ImagePipelineGroupsTest, MaterializedFlipsAtEveryWidth) {
+  // The materialized mirror moves RGB rows five pixels per step where the
+  // CPU allows: widths around its steps and tails, several rows.
+  for (int w = 1; w <= 23; ++w) {
+    const Image image = make_pattern(3, w);
+    const auto png = encode_png(image);
+    EXPECT_EQ(run(ImagePipeline({HorizontalFlipSpec{1.0}, kTranspose, CenterCropSpec{{w, 3}}}, kU8), png),
+              transposed(mirrored(image)).pixels)
+        << "width " << w;
+  }
+}
+
 TEST(ImagePipelineGroupsTest, RandomDrawsKeepChainOrder) {
   const Image image = make_pattern(30, 40);
   const auto png = encode_png(image);

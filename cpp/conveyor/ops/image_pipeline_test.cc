@@ -128,19 +128,25 @@ TEST(ImagePipelineTest, FlipMirrorsAndIsDeterministic) {
 TEST(ImagePipelineTest, NormalizeMatchesTorchvisionInFloat32) {
   // Widths below, at and past the float output's 8-pixel vector steps, with
   // and without a flip; the uint8 output of the same chain is the reference.
+  // With and without streaming stores (rows whose starts are not 16-byte
+  // aligned too: widths 21, 3).
   const auto png = encode_png(make_pattern(16, 21));
   for (const auto& [h, w] : {std::pair{16, 16}, {13, 21}, {9, 8}, {5, 3}}) {
     for (const double flip : {0.0, 1.0}) {
-      const std::vector<TransformSpec> crop = {CenterCropSpec{{h, w}}, HorizontalFlipSpec{flip}};
-      std::vector<TransformSpec> normalized = crop;
-      normalized.emplace_back(kImageNet);
-      const auto u8 = run<uint8_t>(ImagePipeline(crop, {DType::kUInt8, Layout::kCHW}), png);
-      const auto f = run<float>(ImagePipeline(normalized, {}), png);
-      ASSERT_EQ(u8.size(), f.size());
-      for (size_t i = 0; i < f.size(); ++i) {
-        const size_t c = i / static_cast<size_t>(h * w);
-        const float expected = (static_cast<float>(u8[i]) / 255.0f - kImageNet.mean[c]) / kImageNet.std[c];
-        ASSERT_EQ(f[i], expected) << h << "x" << w << " flip " << flip << " at " << i;
+      for (const bool stream : {false, true}) {
+        const std::vector<TransformSpec> crop = {CenterCropSpec{{h, w}}, HorizontalFlipSpec{flip}};
+        std::vector<TransformSpec> normalized = crop;
+        normalized.emplace_back(kImageNet);
+        ImagePipelineOptions options;
+        options.stream_output = stream;
+        const auto u8 = run<uint8_t>(ImagePipeline(crop, {DType::kUInt8, Layout::kCHW}), png);
+        const auto f = run<float>(ImagePipeline(normalized, {}, kDefaultMaxPixels, options), png);
+        ASSERT_EQ(u8.size(), f.size());
+        for (size_t i = 0; i < f.size(); ++i) {
+          const size_t c = i / static_cast<size_t>(h * w);
+          const float expected = (static_cast<float>(u8[i]) / 255.0f - kImageNet.mean[c]) / kImageNet.std[c];
+          ASSERT_EQ(f[i], expected) << h << "x" << w << " flip " << flip << " stream " << stream << " at " << i;
+        }
       }
     }
   }

@@ -103,9 +103,15 @@ class Source:
         dtype, layout and max_pixels as given to the Loader."""
         from conveyor.transforms import compile_pipeline
 
+        # The Loader batches samples of any size (as lists of tensors), and
+        # writes them into batch buffers its threads do not read again.
         if self.raw_shape is not None:
             return compile_pipeline(
-                transforms, channels=self.raw_shape[2], raw_shape=self.raw_shape, variable_size=True, **output
+                transforms,
+                channels=self.raw_shape[2],
+                raw_shape=self.raw_shape,
+                variable_size=True,
+                stream_output=True,
+                **output,
             )
-        # The Loader batches samples of any size (as lists of tensors).
-        return compile_pipeline(transforms, variable_size=True, **output)
+        return compile_pipeline(transforms, variable_size=True, stream_output=True, **output)

@@ -154,6 +154,7 @@ def compile_pipeline(
     max_pixels: int = DEFAULT_MAX_PIXELS,
     raw_shape: Optional[tuple[int, int, int]] = None,
     variable_size: bool = False,
+    stream_output: bool = False,
 ) -> _conveyor.SampleTransform:
     """Plan ``transforms`` once into the engine's image pipeline.
 
@@ -171,6 +172,11 @@ def compile_pipeline(
             sample is then the size its steps give; its ``sample_shape`` has
             -1 for height and width): what the Loader does, giving such
             batches as lists of tensors.
+        stream_output: write float32 CHW outputs with streaming
+            (non-temporal) stores: faster when each output goes to memory
+            that is not read again soon (the Loader's batch buffers, which
+            is what the Loader asks for), slower when the same output memory
+            is rewritten while it is in cache. The values are the same.
 
     Raises:
         ConfigError: an unknown transform, an invalid argument, or (without
@@ -196,4 +202,5 @@ def compile_pipeline(
         max_pixels=int(max_pixels),
         raw_shape=raw_shape,
         variable_size=bool(variable_size),
+        stream_output=bool(stream_output),
     )
