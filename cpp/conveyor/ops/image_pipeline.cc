@@ -31,7 +31,7 @@ namespace {
 // layout, through a per-channel lookup table (256 entries: the input is uint8),
 // so every value is exactly torchvision's (x / 255 - mean) / std in float32.
 template <typename T, int C>
-void write_output(const ImageView& img, bool flip, Layout layout, const T* lut, T* out) {
+void write_output(const ImageView& img, bool flip, Layout layout, const T* lut, T* out, bool identity) {
   const int h = img.height, w = img.width;
   if (layout == Layout::kCHW) {
     const ptrdiff_t plane = static_cast<ptrdiff_t>(h) * w;
@@ -53,8 +53,8 @@ void write_output(const ImageView& img, bool flip, Layout layout, const T* lut, 
       if (flip) {
         for (int x = 0; x < w; ++x)
           for (int c = 0; c < C; ++c) o[(w - 1 - x) * C + c] = lut[c * 256 + s[x * C + c]];
-      } else if constexpr (std::is_same_v<T, uint8_t>) {
-        std::memcpy(o, s, static_cast<size_t>(w) * C);  // The identity table.
+      } else if (std::is_same_v<T, uint8_t> && identity) {
+        std::memcpy(o, s, static_cast<size_t>(w) * C);  // The identity table (uint8 only).
       } else {
         for (int x = 0; x < w * C; x += C)
           for (int c = 0; c < C; ++c) o[x + c] = lut[c * 256 + s[x + c]];
@@ -101,7 +101,8 @@ void write_chw3_float_streaming(const ImageView& img, bool flip, const float* lu
 #endif
 
 template <typename T>
-void write_output(const ImageView& img, bool flip, Layout layout, const T* lut, void* out, bool stream) {
+void write_output(const ImageView& img, bool flip, Layout layout, const T* lut, void* out, bool stream,
+                  bool identity = false) {
 #if defined(__SSE2__)
   if constexpr (std::is_same_v<T, float>) {
     if (stream && img.channels == 3 && layout == Layout::kCHW) {
@@ -113,10 +114,22 @@ void write_output(const ImageView& img, bool flip, Layout layout, const T* lut, 
   (void)stream;
 #endif
   if (img.channels == 3) {
-    write_output<T, 3>(img, flip, layout, lut, static_cast<T*>(out));
+    write_output<T, 3>(img, flip, layout, lut, static_cast<T*>(out), identity);
   } else {
-    write_output<T, 1>(img, flip, layout, lut, static_cast<T*>(out));
+    write_output<T, 1>(img, flip, layout, lut, static_cast<T*>(out), identity);
   }
+}
+
+// The output's tables after `pending` (or the output's own without): value
+// v of channel c becomes lut[c * 256 + pending[c][v]]. Per thread, so no
+// allocation once warm.
+template <typename T>
+const T* composed(const std::vector<T>& lut, const ChannelTables* pending) {
+  if (pending == nullptr) return lut.data();
+  thread_local std::vector<T> tables;
+  tables.resize(lut.size());
+  for (size_t i = 0; i < lut.size(); ++i) tables[i] = lut[(i & ~size_t{255}) + (*pending)[i >> 8][i & 255]];
+  return tables.data();
 }
 
 // One axis-aligned group's placement for one sample: where its output comes
@@ -382,16 +395,21 @@ struct ImagePipeline::Plan {
 
   // The output pass: flip, pointwise steps (tables), dtype and layout, written
   // into the batch slot `out`; then the steps on the written output.
-  void write(const ImageView& image, bool flip, void* out, SampleRng& rng) const {
+  // `pending`: tables the image's values still go through first (a last
+  // image step's pointwise result), composed with the output's.
+  void write(const ImageView& image, bool flip, void* out, SampleRng& rng,
+             const ChannelTables* pending = nullptr) const {
     switch (output.dtype) {
       case DType::kUInt8:
-        write_output<uint8_t>(image, flip, output.layout, lut_u8.data(), out, options.stream_output);
+        // lut_u8 is the identity: without pending tables, rows are copied.
+        write_output<uint8_t>(image, flip, output.layout, composed(lut_u8, pending), out, options.stream_output,
+                              pending == nullptr);
         break;
       case DType::kFloat16:
-        write_output<uint16_t>(image, flip, output.layout, lut_f16.data(), out, options.stream_output);
+        write_output<uint16_t>(image, flip, output.layout, composed(lut_f16, pending), out, options.stream_output);
         break;
       case DType::kFloat32:
-        write_output<float>(image, flip, output.layout, lut_f32.data(), out, options.stream_output);
+        write_output<float>(image, flip, output.layout, composed(lut_f32, pending), out, options.stream_output);
         break;
       case DType::kInt64:
         break;
@@ -545,6 +563,8 @@ void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* fi
     ~Trim() {
       constexpr size_t kKeep = size_t{64} << 20;
       sample.boxes = nullptr;
+      sample.defer_tables = false;
+      sample.pending_tables.reset();  // Also after a step that failed.
       for (auto* b : {&scratch.decoded, &scratch.converted, &scratch.oriented, &scratch.prefiltered, &scratch.resized,
                       &scratch.padded, &sample.image.pixels, &sample.spare})
         if (b->capacity() > kKeep) std::vector<uint8_t>().swap(*b);
@@ -586,7 +606,11 @@ void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* fi
       warp = warping->draw(sample.image.height, sample.image.width, rng);
     } else if (group.image != nullptr) {
       sample.boxes = boxes;
+      // Only the output pass reads the last step's pixels: a pointwise result
+      // may wait there as tables (pixel_tables.h).
+      sample.defer_tables = g == last && group.steps.empty();
       group.image->apply_image(sample, rng);
+      sample.defer_tables = false;
       sample.boxes = nullptr;
       const Image& img = sample.image;
       if (img.channels != plan.output.channels || img.height < 1 || img.width < 1 ||
@@ -630,7 +654,8 @@ void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* fi
                                           std::to_string(img.height) + " image, planned " +
                                           std::to_string(plan.size.width) + "x" + std::to_string(plan.size.height));
   }
-  plan.write(img.view(), false, out(img.height, img.width), rng);
+  plan.write(img.view(), false, out(img.height, img.width), rng,
+             sample.pending_tables ? &*sample.pending_tables : nullptr);
 }
 
 }  // namespace conveyor

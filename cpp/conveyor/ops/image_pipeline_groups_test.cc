@@ -205,6 +205,38 @@ TEST(ImagePipelineGroupsTest, MaterializedFlipsAtEveryWidth) {
   }
 }
 
+TEST(ImagePipelineGroupsTest, PointwiseTablesLeftForTheOutputPassGiveTheSameValues) {
+  // A policy right before the output pass leaves its pointwise ops
+  // (brightness, contrast, posterize, solarize, autocontrast, equalize,
+  // invert) as tables the output pass composes with its own; with a crop
+  // after it, they are written into the pixels. Both must give the same
+  // values, for every output kind and for chains of ops (num_ops 3).
+  const Image image = make_pattern(40, 52);
+  const auto png = encode_png(image);
+  const TransformSpec crop = CenterCropSpec{{40, 52}};
+  const TransformSpec policies[] = {{"trivial_augment_wide", {}},
+                                    {"rand_augment", {{"num_ops", {3}}, {"magnitude", {12}}}},
+                                    {"auto_augment", {{"policy", {0}}}}};
+  const ImageOutputSpec outputs[] = {kU8, {DType::kUInt8, Layout::kCHW}, {DType::kFloat32, Layout::kCHW}};
+  for (const TransformSpec& policy : policies) {
+    for (const ImageOutputSpec& output : outputs) {
+      std::vector<TransformSpec> deferred = {crop, policy}, written = {crop, policy, crop};
+      if (output.dtype == DType::kFloat32) {
+        deferred.emplace_back(NormalizeSpec{{0.5f, 0.4f, 0.3f}, {0.2f, 0.25f, 0.3f}});
+        written.emplace_back(NormalizeSpec{{0.5f, 0.4f, 0.3f}, {0.2f, 0.25f, 0.3f}});
+      }
+      const ImagePipeline a(deferred, output), b(written, output);
+      for (uint64_t i = 0; i < 60; ++i) {
+        std::vector<uint8_t> x(a.output_spec().num_bytes()), y(b.output_spec().num_bytes());
+        SampleRng ra(3, 0, i), rb(3, 0, i);
+        a.apply(as_span(png), ra, x.data());
+        b.apply(as_span(png), rb, y.data());
+        ASSERT_EQ(x, y) << policy.name << " sample " << i << " dtype " << static_cast<int>(output.dtype);
+      }
+    }
+  }
+}
+
 TEST(ImagePipelineGroupsTest, RandomDrawsKeepChainOrder) {
   const Image image = make_pattern(30, 40);
   const auto png = encode_png(image);

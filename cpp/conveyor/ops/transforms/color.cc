@@ -215,13 +215,20 @@ CONVEYOR_VECTOR_CLONES void blend_table(const Blend& blend, uint8_t* table) {
 
 }  // namespace
 
-void adjust_contrast(Image& image, double factor) {
+namespace {
+
+// adjust_contrast's table (the same on every channel) for `image`.
+Lut contrast_lut(const Image& image, double factor) {
   // The mean of the grayscale image (floored per pixel on 3 channels, as
   // torchvision does for integer images); the pixel values are integers, so
   // the sum is exact in int64.
-  uint64_t sum = 0;
+  Lut lut;
   const size_t n = static_cast<size_t>(image.height) * image.width;
-  if (n == 0) return;
+  if (n == 0) {
+    for (int v = 0; v < 256; ++v) lut[v] = static_cast<uint8_t>(v);
+    return lut;
+  }
+  uint64_t sum = 0;
   const uint8_t* px = image.pixels.data();
   if (image.channels == 3) {
     sum = gray_sum(px, n);
@@ -230,9 +237,17 @@ void adjust_contrast(Image& image, double factor) {
   }
   const float mean = static_cast<float>(static_cast<double>(sum) / static_cast<double>(n));
   const Blend blend(factor);
-  Lut lut;
   for (int v = 0; v < 256; ++v) lut[v] = blend(static_cast<float>(v), mean);
-  apply_lut(image, lut);
+  return lut;
+}
+
+}  // namespace
+
+void adjust_contrast(Image& image, double factor) { apply_lut(image, contrast_lut(image, factor)); }
+
+ChannelTables contrast_tables(const Image& image, double factor) {
+  const Lut lut = contrast_lut(image, factor);
+  return {lut, lut, lut};
 }
 
 void adjust_saturation(Image& image, double factor) {

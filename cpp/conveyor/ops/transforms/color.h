@@ -21,6 +21,8 @@ void adjust_brightness(Image& image, double factor);
 /// F.adjust_contrast: blends with the mean of the (floored) grayscale image.
 /// factor >= 0.
 void adjust_contrast(Image& image, double factor);
+/// adjust_contrast's tables for `image`, without applying them (see pixel_tables.h).
+ChannelTables contrast_tables(const Image& image, double factor);
 /// F.adjust_saturation: blends each pixel with its (floored) grayscale value.
 /// factor >= 0. No-op on 1 channel.
 void adjust_saturation(Image& image, double factor);

@@ -5,27 +5,11 @@
 #include <cstdint>
 
 #include "conveyor/ops/transforms/image_step.h"
+#include "conveyor/ops/transforms/pixel_tables.h"
 
 namespace conveyor {
 
 namespace {
-
-using Lut = std::array<uint8_t, 256>;
-
-// One table per channel (1 or 3), applied in one pass over the interleaved pixels.
-void apply_luts(Image& image, const std::array<Lut, 3>& luts) {
-  const size_t n = image.pixels.size();
-  uint8_t* px = image.pixels.data();
-  if (image.channels == 1) {
-    for (size_t i = 0; i < n; ++i) px[i] = luts[0][px[i]];
-    return;
-  }
-  for (size_t i = 0; i + 2 < n; i += 3) {
-    px[i] = luts[0][px[i]];
-    px[i + 1] = luts[1][px[i + 1]];
-    px[i + 2] = luts[2][px[i + 2]];
-  }
-}
 
 // Per-channel histograms of 1 or 3 channels.
 std::array<std::array<int64_t, 256>, 3> histograms(const Image& image) {
@@ -50,10 +34,10 @@ std::array<std::array<int64_t, 256>, 3> histograms(const Image& image) {
 
 }  // namespace
 
-void autocontrast(Image& image) {
-  if (image.pixels.empty()) return;
+ChannelTables autocontrast_tables(const Image& image) {
+  ChannelTables luts = identity_tables();
+  if (image.pixels.empty()) return luts;
   const auto hist = histograms(image);
-  std::array<Lut, 3> luts{};
   const float inv255 = static_cast<float>(1.0 / 255);
   for (int k = 0; k < image.channels; ++k) {
     int lo = 0, hi = 255;
@@ -68,22 +52,19 @@ void autocontrast(Image& image) {
           static_cast<uint8_t>(std::min(std::max((static_cast<float>(v) - minimum) / inv_scale, 0.0f), 255.0f));
     }
   }
-  apply_luts(image, luts);
+  return luts;
 }
 
-void equalize(Image& image) {
-  if (image.pixels.empty()) return;
+ChannelTables equalize_tables(const Image& image) {
+  ChannelTables luts = identity_tables();
+  if (image.pixels.empty()) return luts;
   const auto hist = histograms(image);
   const int64_t count = static_cast<int64_t>(image.pixels.size()) / image.channels;
-  std::array<Lut, 3> luts{};
   for (int k = 0; k < image.channels; ++k) {
     int last = 255;
     while (hist[k][last] == 0) --last;
     const int64_t step = (count - hist[k][last]) / 255;
-    if (step == 0) {
-      for (int v = 0; v < 256; ++v) luts[k][v] = static_cast<uint8_t>(v);
-      continue;
-    }
+    if (step == 0) continue;  // Unchanged.
     int64_t cumulative = 0;
     luts[k][0] = 0;
     for (int v = 1; v < 256; ++v) {
@@ -91,8 +72,12 @@ void equalize(Image& image) {
       luts[k][v] = static_cast<uint8_t>(std::min<int64_t>((cumulative + step / 2) / step, 255));
     }
   }
-  apply_luts(image, luts);
+  return luts;
 }
+
+void autocontrast(Image& image) { apply_tables(image, autocontrast_tables(image)); }
+
+void equalize(Image& image) { apply_tables(image, equalize_tables(image)); }
 
 std::unique_ptr<const TransformStep> make_random_autocontrast_step(const TransformParams& params) {
   TransformArgs args("RandomAutocontrast", params);

@@ -23,6 +23,11 @@ void autocontrast(Image& image);
 /// 255); a channel with step 0 is unchanged.
 void equalize(Image& image);
 
+/// autocontrast's and equalize's tables for `image`, without applying them
+/// (see pixel_tables.h).
+ChannelTables autocontrast_tables(const Image& image);
+ChannelTables equalize_tables(const Image& image);
+
 /// The "random_autocontrast" factory (RandomAutocontrast(p); listed in registry.cc).
 std::unique_ptr<const TransformStep> make_random_autocontrast_step(const TransformParams& params);
 /// The "random_equalize" factory (RandomEqualize(p)).

@@ -12,6 +12,7 @@
 #include "conveyor/ops/transforms/color.h"
 #include "conveyor/ops/transforms/histogram.h"
 #include "conveyor/ops/transforms/image_step.h"
+#include "conveyor/ops/transforms/pixel_tables.h"
 
 namespace conveyor {
 
@@ -175,6 +176,13 @@ std::string_view augment_op_name(AugmentOp op) { return kOpNames[static_cast<siz
 
 void apply_augment_op(SampleImage& sample, AugmentOp op, double magnitude, Interpolation interpolation,
                       const FillArg& fill) {
+  // Pointwise ops give tables (map_values: written now, or left for the
+  // output pass when it comes next); every other op reads the pixels as the
+  // tables left so far make them.
+  const bool pointwise = op == AugmentOp::kBrightness || op == AugmentOp::kContrast || op == AugmentOp::kPosterize ||
+                         op == AugmentOp::kSolarize || op == AugmentOp::kAutoContrast || op == AugmentOp::kEqualize ||
+                         op == AugmentOp::kInvert;
+  if (!pointwise) apply_pending_tables(sample);
   const int h = sample.image.height, w = sample.image.width;
   // Python's int(): truncation toward zero.
   const auto truncated = [](double m) { return std::trunc(m); };
@@ -201,31 +209,36 @@ void apply_augment_op(SampleImage& sample, AugmentOp op, double magnitude, Inter
       apply_warp(rotation_warp(h, w, magnitude, false, std::nullopt), interpolation, fill, sample);
       return;
     case AugmentOp::kBrightness:
-      adjust_brightness(sample.image, 1.0 + magnitude);
+      map_values(sample, value_tables([&](Image& values) { adjust_brightness(values, 1.0 + magnitude); }));
       return;
     case AugmentOp::kColor:
       adjust_saturation(sample.image, 1.0 + magnitude);
       return;
     case AugmentOp::kContrast:
-      adjust_contrast(sample.image, 1.0 + magnitude);
+      // Its table depends on the image's gray mean: of the pixels as they are.
+      apply_pending_tables(sample);
+      map_values(sample, contrast_tables(sample.image, 1.0 + magnitude));
       return;
     case AugmentOp::kSharpness:
       adjust_sharpness(sample, 1.0 + magnitude);
       return;
     case AugmentOp::kPosterize:
-      posterize(sample.image, static_cast<int>(truncated(magnitude)));
+      map_values(sample,
+                 value_tables([&](Image& values) { posterize(values, static_cast<int>(truncated(magnitude))); }));
       return;
     case AugmentOp::kSolarize:
-      solarize(sample.image, 255.0 * magnitude);
+      map_values(sample, value_tables([&](Image& values) { solarize(values, 255.0 * magnitude); }));
       return;
     case AugmentOp::kAutoContrast:
-      autocontrast(sample.image);
+      apply_pending_tables(sample);
+      map_values(sample, autocontrast_tables(sample.image));
       return;
     case AugmentOp::kEqualize:
-      equalize(sample.image);
+      apply_pending_tables(sample);
+      map_values(sample, equalize_tables(sample.image));
       return;
     case AugmentOp::kInvert:
-      invert(sample.image);
+      map_values(sample, value_tables([](Image& values) { invert(values); }));
       return;
   }
 }

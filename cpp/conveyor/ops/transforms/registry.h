@@ -108,6 +108,10 @@ enum class StepKind {
   kOutput,
 };
 
+/// One 256-entry table per channel (the first 1 or 3 used): value v of
+/// channel c becomes tables[c][v].
+using ChannelTables = std::array<std::array<uint8_t, 256>, 3>;
+
 /// What a step of kind kImage works on: one sample's image as the chain has
 /// transformed it so far. Owned by the pipeline's per-thread scratch (reused
 /// across samples, so no allocation once warm); only the calling thread sees it.
@@ -123,6 +127,15 @@ struct SampleImage {
   /// sample has none tracked. A step that moves pixels moves them (dropping
   /// boxes that leave the image, clipping the rest).
   std::vector<BoundingBox>* boxes = nullptr;
+  /// Set by the pipeline when the output pass comes right after this step: a
+  /// pointwise result may then stay in `pending_tables` (map_values in
+  /// pixel_tables.h), and the output pass maps the pixels through it with
+  /// its own tables, instead of a pass over the pixels here.
+  bool defer_tables = false;
+  /// Tables the pixels are still to be mapped through, or none. Only a step
+  /// that left them sees them: it calls apply_pending_tables before reading
+  /// its pixels again.
+  std::optional<ChannelTables> pending_tables;
 };
 
 /// What a step of kind kOutput works on: one sample's output as written into
