@@ -72,7 +72,10 @@ std::string_view augment_op_name(AugmentOp op);
 /// degrees(atan(m)), center (0, 0)), translations by int(m) pixels, Rotate by
 /// m degrees, Brightness/Color/Contrast/Sharpness with factor 1 + m,
 /// Posterize with int(m) bits, Solarize at 255 * m. Moves the sample's boxes
-/// with the geometric ops. The image has 1 or 3 channels.
+/// with the geometric ops. The image has 1 or 3 channels. With
+/// sample.defer_tables, the pointwise ops (Brightness, Contrast, Posterize,
+/// Solarize, AutoContrast, Equalize, Invert) leave their result in
+/// sample.pending_tables (pixel_tables.h) instead of the pixels.
 void apply_augment_op(SampleImage& sample, AugmentOp op, double magnitude, Interpolation interpolation,
                       const FillArg& fill);
 
