@@ -28,7 +28,8 @@ void apply_tables(Image& image, const ChannelTables& tables) {
 }
 
 ChannelTables value_tables(const std::function<void(Image&)>& op) {
-  Image values{1, 256, 1, std::vector<uint8_t>(256)};
+  // Per thread: no allocation per sample once warm.
+  thread_local Image values{1, 256, 1, std::vector<uint8_t>(256)};
   for (int v = 0; v < 256; ++v) values.pixels[static_cast<size_t>(v)] = static_cast<uint8_t>(v);
   op(values);
   ChannelTables tables;
