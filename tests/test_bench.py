@@ -473,15 +473,18 @@ def test_quick_autotune_run_reports_the_grid_the_default_and_auto(tmp_path, caps
     assert kinds == ["auto", "default"] + ["grid"] * len(autotune.grid(cores, quick=True))
     assert [run["setting"] for run in result["runs"][:2]] == [["auto"] * 3, [cores, cores, 2]]
     assert all(run["steps"] == 4 and run["epoch_s"] > 0 and run["cpu_s"] >= 0 for run in result["runs"])
-    # Then the grid's best point and auto again, alternating; the targets are judged on those.
+    # Then the grid's best point, auto and the default again, alternating; the targets are judged on those.
     best = autotune.best_fixed(result["runs"])["setting"]
     assert [(run["kind"], run["setting"]) for run in result["confirm"]] == [
         ("best", best),
         ("auto", ["auto"] * 3),
+        ("default", [cores, cores, 2]),
+        ("default", [cores, cores, 2]),
         ("auto", ["auto"] * 3),
         ("best", best),
     ]
     assert result["best"]["kind"] == "best" and result["auto"]["repeats"] == 2
+    assert result["default"]["kind"] == "default" and result["default"]["repeats"] == 2
     assert result["auto"]["epoch_s"] in [run["epoch_s"] for run in result["confirm"] if run["kind"] == "auto"]
     assert result["epoch_ratio"] == pytest.approx(result["auto"]["epoch_s"] / result["best"]["epoch_s"])
     assert isinstance(result["epoch_target_met"], bool) and isinstance(result["beats_default"], bool)
@@ -502,10 +505,15 @@ def test_autotune_targets_are_judged_on_the_re_runs_of_the_best_point():
     confirm = [run("best", (1, 4, 2), t) for t in (1.15, 1.2, 1.3)] + [
         run("auto", autotune.AUTO, t) for t in (1.2, 1.22, 1.1)
     ]
-    verdict = autotune.evaluate(grid, (2, 2, 2), confirm)
+    verdict = autotune.evaluate(
+        grid, (2, 2, 2), confirm + [run("default", (2, 2, 2), t) for t in (1.0, 1.3, 1.25)]
+    )
     assert verdict["best"]["epoch_s"] == 1.2 and verdict["auto"]["epoch_s"] == 1.2
     assert verdict["epoch_ratio"] == pytest.approx(1.0) and verdict["epoch_target_met"]
-    assert verdict["beats_default"]  # Auto's grid run (1.2) against the default's (1.5).
+    # Faster than the default: on the re-runs too (1.2 against 1.25, not the grid's 1.5).
+    assert verdict["default"]["epoch_s"] == 1.25 and verdict["beats_default"]
+    slow = [run("default", (2, 2, 2), t) for t in (1.1, 1.15, 1.3)]
+    assert not autotune.evaluate(grid, (2, 2, 2), confirm + slow)["beats_default"]
 
 
 def test_autotune_grid_is_the_issues():

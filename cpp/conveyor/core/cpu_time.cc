@@ -1,6 +1,12 @@
 #include "conveyor/core/cpu_time.h"
 
+#include <cstdlib>
 #include <ctime>
+
+#if defined(__linux__)
+#include <fcntl.h>
+#include <unistd.h>
+#endif
 
 namespace conveyor {
 namespace {
@@ -25,6 +31,28 @@ int64_t thread_cpu_ns() noexcept {
 int64_t process_cpu_ns() noexcept {
 #if defined(CLOCK_PROCESS_CPUTIME_ID)
   return read_clock(CLOCK_PROCESS_CPUTIME_ID);
+#else
+  return -1;
+#endif
+}
+
+int64_t thread_run_delay_ns() noexcept {
+#if defined(__linux__)
+  // "<ns on a core> <ns waiting on a run queue> <time slices>\n".
+  const int fd = ::open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char text[128];
+  const ssize_t n = ::read(fd, text, sizeof(text) - 1);
+  ::close(fd);
+  if (n <= 0) return -1;
+  text[n] = '\0';
+  char* end = nullptr;
+  std::strtoll(text, &end, 10);
+  if (end == text) return -1;
+  const char* delay = end;
+  const long long ns = std::strtoll(delay, &end, 10);
+  if (end == delay || ns < 0) return -1;
+  return static_cast<int64_t>(ns);
 #else
   return -1;
 #endif

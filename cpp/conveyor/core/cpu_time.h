@@ -14,4 +14,12 @@ int64_t thread_cpu_ns() noexcept;
 /// clock. Thread-safety: may be called from any thread.
 int64_t process_cpu_ns() noexcept;
 
+/// Time the calling thread has spent ready to run but waiting for a core
+/// (on a run queue), in nanoseconds: the CPU it wanted and did not get
+/// because other threads held the cores. Linux: the second field of
+/// /proc/thread-self/schedstat (the kernel's sched_info); -1 elsewhere or
+/// when the file cannot be read. Costs an open and a read (a few µs).
+/// Thread-safety: may be called from any thread (it measures that thread).
+int64_t thread_run_delay_ns() noexcept;
+
 }  // namespace conveyor

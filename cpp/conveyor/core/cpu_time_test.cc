@@ -2,9 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <thread>
+
+#if defined(__linux__)
+#include <pthread.h>
+#include <sched.h>
+#endif
 
 namespace conveyor {
 namespace {
@@ -45,6 +51,49 @@ TEST(CpuTimeTest, ClocksOnlyMoveForward) {
   EXPECT_GE(thread_cpu_ns(), t0);
   EXPECT_GE(process_cpu_ns(), p0);
 }
+
+TEST(CpuTimeTest, SleepingIsNotWaitingForACore) {
+  const int64_t before = thread_run_delay_ns();
+  if (before < 0) GTEST_SKIP() << "no run-queue delay on this platform";
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const int64_t delay = thread_run_delay_ns() - before;
+  EXPECT_GE(delay, 0);
+  EXPECT_LT(delay, 50'000'000);
+}
+
+#if defined(__linux__)
+TEST(CpuTimeTest, RunDelayGrowsWhileAnotherThreadHoldsTheOnlyCore) {
+  if (thread_run_delay_ns() < 0) GTEST_SKIP() << "no run-queue delay on this platform";
+  cpu_set_t allowed;
+  ASSERT_EQ(pthread_getaffinity_np(pthread_self(), sizeof(allowed), &allowed), 0);
+  int core = 0;
+  while (core < CPU_SETSIZE && !CPU_ISSET(core, &allowed)) ++core;
+  ASSERT_LT(core, CPU_SETSIZE);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(core, &one);
+  ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof(one), &one), 0);
+  // A thread on the same single core that never blocks: while it runs, this
+  // one is ready and waits.
+  std::atomic<bool> started{false}, stop{false};
+  std::thread rival([&] {
+    pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+    started = true;
+    volatile uint64_t sink = 0;
+    while (!stop) sink = sink + 1;
+  });
+  while (!started) std::this_thread::yield();
+  const int64_t before = thread_run_delay_ns();
+  burn(30'000'000);
+  const int64_t delay = thread_run_delay_ns() - before;
+  stop = true;
+  rival.join();
+  pthread_setaffinity_np(pthread_self(), sizeof(allowed), &allowed);
+  // The scheduler shares the core: for 30 ms of this thread's CPU the rival
+  // gets about as much, which this thread spends waiting.
+  EXPECT_GE(delay, 5'000'000);
+}
+#endif
 
 }  // namespace
 }  // namespace conveyor

@@ -32,7 +32,7 @@ constexpr int kMaxSetting = 1 << 20;
 constexpr double kCoresHysteresis = 0.25;
 // Windows with consumer steps (after the epoch's first batch) before the
 // estimate of the other cores is trusted.
-constexpr int kOtherCoresWindows = 3;
+constexpr int kOtherCoresWindows = 2;
 
 std::string ms(double seconds) { return format_general(seconds * 1e3, 3) + " ms"; }
 std::string rate(double per_second) {
@@ -151,6 +151,7 @@ void AutotuneController::validate(const AutotuneWindow& w) const {
   non_negative(static_cast<double>(w.batches_ready), "batches_ready");
   non_negative(w.process_cpu_seconds, "process_cpu_seconds");
   non_negative(w.loader_cpu_seconds, "loader_cpu_seconds");
+  non_negative(w.consumer_run_delay_seconds, "consumer_run_delay_seconds");
   auto at_least_one = [](int64_t v, const char* name) {
     check_config(v >= 1, std::string("autotune window: ") + name + " must be >= 1, got " + std::to_string(v));
   };
@@ -190,12 +191,14 @@ AutotuneDecision AutotuneController::update(const AutotuneWindow& w) {
   // The window in which the epoch's first batch arrives still shows the fill.
   const bool feedback_allowed = !warming_up_;
   if (w.batches_taken > 0) warming_up_ = false;
-  // The rest of the process: its CPU time per second of window. Not while the
+  // The rest of the process: the CPU time it used per second of window, plus
+  // the time its consumer thread waited for a core (what it wanted and did
+  // not get while loader threads time-shared its core). Not while the
   // epoch's first batch is awaited (the consumer is idle then, not by
   // choice). A window may come out slightly negative (a task's CPU time
   // counts when it ends, the process's as it runs): it averages out.
   if (feedback_allowed) {
-    others_.add(w.process_cpu_seconds - w.loader_cpu_seconds, w.seconds, decay, kInf);
+    others_.add(w.process_cpu_seconds - w.loader_cpu_seconds + w.consumer_run_delay_seconds, w.seconds, decay, kInf);
     if (w.consumer_steps > 0 && others_windows_ < kOtherCoresWindows) ++others_windows_;
   }
   if (stall <= o.stall_target / 4 && w.batches_ready >= 1) {
@@ -225,7 +228,7 @@ AutotuneDecision AutotuneController::update(const AutotuneWindow& w) {
   limit[kCpu] = std::clamp(w.limits.usable_cores - cores_taken_, 1, w.limits.usable_cores);
   const std::string cpu_limit_why =
       "usable cores " + std::to_string(w.limits.usable_cores) +
-      (cores_taken_ > 0 ? " - " + format_fixed(std::max(0.0, others_.value()), 2) + " used by the rest of the process"
+      (cores_taken_ > 0 ? " - " + format_fixed(std::max(0.0, others_.value()), 2) + " wanted by the rest of the process"
                         : std::string());
   limit[kPrefetch] = static_cast<int>(std::clamp<int64_t>(budget_batches, 1, kMaxSetting));
   // Reads need a slot of a batch buffer: more io threads than slots would idle.
@@ -499,6 +502,8 @@ std::optional<AutotuneSettings> LoaderAutotune::observe(int64_t now_ns, const Au
                            1e-9;
     window_start_process_cpu_ns_ = process_cpu;
   }
+  w.consumer_run_delay_seconds =
+      static_cast<double>(std::max<int64_t>(0, c.consumer_run_delay_ns - s.consumer_run_delay_ns)) * 1e-9;
   w.current = current;
   w.limits.usable_cores = usable_cores_;
   w.limits.batch_bytes = batch_bytes_;

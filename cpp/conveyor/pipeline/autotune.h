@@ -56,6 +56,10 @@ struct AutotuneWindow {
   // (the model, the training loop) uses; both 0 = not measured (no limit).
   double process_cpu_seconds = 0;  ///< The whole process (CLOCK_PROCESS_CPUTIME_ID).
   double loader_cpu_seconds = 0;   ///< The loader's reads + processing (CLOCK_THREAD_CPUTIME_ID around each task).
+  /// Time the consumer's thread was ready to run but waited for a core
+  /// (thread_run_delay_ns() at each next()): CPU the rest of the process
+  /// wanted and did not get. 0 = not measured.
+  double consumer_run_delay_seconds = 0;
 
   AutotuneSettings current;  ///< The settings in force during the window.
   AutotuneLimits limits;     ///< The limits for the next window.
@@ -95,8 +99,9 @@ struct AutotuneEstimates {
   double read_seconds = 0;       ///< Mean read latency per sample; 0 = not known yet.
   double process_seconds = 0;    ///< Mean decode + transform time per sample on one thread.
   double stall = 0;              ///< Smoothed fraction of time the consumer waits.
-  /// Cores the rest of the process uses (its CPU time minus the loader's, per
-  /// second, smoothed); 0 until known (a few windows with consumer steps).
+  /// Cores the rest of the process wants (its CPU time minus the loader's,
+  /// plus the consumer's wait for a core, per second, smoothed); 0 until
+  /// known (two windows with consumer steps).
   double other_cores = 0;
   /// Cores kept from the cpu threads for the rest of the process: other_cores
   /// rounded, with hysteresis (docs/design/autotune.md); 0 until known.
@@ -199,9 +204,10 @@ struct AutotuneCounters {
   int64_t read_ns = 0;
   int64_t processed = 0;  ///< Samples decoded + transformed.
   int64_t process_ns = 0;
-  int64_t read_cpu_ns = 0;     ///< CPU time of the threads running reads, summed over the reads.
-  int64_t process_cpu_ns = 0;  ///< CPU time of the threads running decode + transforms, summed over the samples.
-  int64_t batches_ready = 0;   ///< Complete batches waiting now (not cumulative).
+  int64_t read_cpu_ns = 0;            ///< CPU time of the threads running reads, summed over the reads.
+  int64_t process_cpu_ns = 0;         ///< CPU time of the threads running decode + transforms, summed over the samples.
+  int64_t consumer_run_delay_ns = 0;  ///< The consumer thread's wait for a core between its next() calls.
+  int64_t batches_ready = 0;          ///< Complete batches waiting now (not cumulative).
 };
 
 /// What autotune reports through Loader::stats().
@@ -230,8 +236,8 @@ struct AutotuneStatus {
 ///
 /// The rest of the process: each window's CPU time of the whole process
 /// (process_cpu_ns(), read by observe() and begin_epoch()) minus the loader's
-/// (the counters' read_cpu_ns + process_cpu_ns) goes to the controller, which
-/// keeps those cores from the cpu threads.
+/// (the counters' read_cpu_ns + process_cpu_ns), and the consumer's wait for
+/// a core, go to the controller, which keeps those cores from the cpu threads.
 ///
 /// Tracing: every change is kept (the last 256, for take_trace()) and, when
 /// the environment variable CONVEYOR_AUTOTUNE_LOG is set to a value other
@@ -250,6 +256,10 @@ class LoaderAutotune {
 
   /// True when at least one setting is chosen by autotune.
   bool enabled() const noexcept { return tune_[0] || tune_[1] || tune_[2]; }
+
+  /// True when autotune chooses the cpu threads (constant: may be called
+  /// without the Loader's mutex).
+  bool tunes_cpu_threads() const noexcept { return tune_[0]; }
 
   /// The settings to start the pools with.
   AutotuneSettings initial_settings() const { return chosen_; }

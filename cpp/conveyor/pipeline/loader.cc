@@ -544,6 +544,8 @@ void Loader::start_epoch(int64_t epoch, int64_t start_position, int64_t start_ba
   consumer_steps_ = 0;
   consumer_step_ns_ = 0;
   last_batch_returned_ns_ = 0;
+  consumer_run_delay_ns_ = 0;
+  last_run_delay_ns_ = -1;
   samples_read_ = 0;
   samples_processed_ = 0;
   for (auto& count : part_samples_) count = 0;
@@ -775,8 +777,17 @@ std::optional<std::chrono::steady_clock::time_point> deadline_after(std::chrono:
 NextResult Loader::next(std::chrono::duration<double> timeout) {
   check_not_forked();
   const std::optional<std::chrono::steady_clock::time_point> deadline = deadline_after(timeout);
+  // How long the consumer's thread waited for a core since its last call
+  // (autotune: what the model wanted and did not get). A file read, so
+  // before taking the lock.
+  const int64_t run_delay = autotune_->tunes_cpu_threads() ? thread_run_delay_ns() : -1;
   std::unique_lock lock(mu_);
   const int64_t wait_started = now_ns();
+  if (run_delay >= 0 && last_run_delay_ns_ >= 0 && last_run_delay_thread_ == std::this_thread::get_id()) {
+    consumer_run_delay_ns_ += std::max<int64_t>(0, run_delay - last_run_delay_ns_);
+  }
+  last_run_delay_ns_ = run_delay;
+  last_run_delay_thread_ = std::this_thread::get_id();
   if (last_batch_returned_ns_ != 0) {
     // The consumer's step ends: its demand, free of waiting (autotune).
     ++consumer_steps_;
@@ -1007,6 +1018,7 @@ AutotuneCounters Loader::autotune_counters_locked(int64_t waiting_since_ns) cons
   c.process_ns = process_ns_;
   c.read_cpu_ns = read_cpu_ns_;
   c.process_cpu_ns = process_cpu_ns_;
+  c.consumer_run_delay_ns = consumer_run_delay_ns_;
   if (run_ != nullptr) {
     for (const auto& batch : run_->batches) c.batches_ready += run_->complete(batch) ? 1 : 0;
   }

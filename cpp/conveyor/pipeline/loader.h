@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "conveyor/core/buffer_pool.h"
@@ -278,6 +279,9 @@ class Loader {
   int64_t consumer_steps_ = 0;                           // Guarded by mu_ (autotune's demand).
   int64_t consumer_step_ns_ = 0;                         // Guarded by mu_.
   int64_t last_batch_returned_ns_ = 0;                   // Guarded by mu_; 0: no step under way.
+  int64_t consumer_run_delay_ns_ = 0;                    // Guarded by mu_: the consumer's wait for a core.
+  int64_t last_run_delay_ns_ = -1;                       // Guarded by mu_: at the last next(); -1: none.
+  std::thread::id last_run_delay_thread_;                // Guarded by mu_: the thread that read it.
   std::chrono::steady_clock::time_point epoch_started_;  // Guarded by mu_.
 
   BufferPool pool_;

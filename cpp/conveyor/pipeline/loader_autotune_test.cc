@@ -322,9 +322,38 @@ TEST(LoaderAutotuneTest, CoresTheRestOfTheProcessUsesAreLeftToIt) {
   EXPECT_EQ(current.cpu_threads, 1);
   bool explained = false;
   for (const std::string& line : autotune.take_trace()) {
-    explained = explained || line.find("used by the rest of the process: cpu threads 2 -> 1") != std::string::npos;
+    explained = explained || line.find("wanted by the rest of the process: cpu threads 2 -> 1") != std::string::npos;
   }
   EXPECT_TRUE(explained);
+}
+
+TEST(LoaderAutotuneTest, TheConsumersWaitForACoreCountsForTheRestOfTheProcess) {
+  if (thread_cpu_ns() < 0 || process_cpu_ns() < 0) GTEST_SKIP() << "no CPU-time clocks on this platform";
+  // As above, but the "model" gets 0.5 x the window of CPU and its thread
+  // waited 0.45 x the window for a core (the counters' run delay): it wants
+  // 0.95 cores, and the limit keeps one for it.
+  LoaderAutotune autotune(8, 1024, int64_t{1} << 30, AutotuneSettings{0, 0, 0}, fast_autotune(), [] { return 2; });
+  AutotuneSettings current = autotune.initial_settings();
+  AutotuneCounters counters;
+  int64_t now = 1'000'000'000;
+  autotune.begin_epoch(now);
+  for (int i = 0; i < 40; ++i) {
+    const int64_t end = autotune.window_end_ns();
+    burn_process_cpu((end - now) / 2);
+    counters.consumer_run_delay_ns += (end - now) * 45 / 100;
+    now = end;
+    counters.consumer_steps += 2;
+    counters.consumer_step_ns += 2 * 500'000;
+    counters.batches_taken += 2;
+    counters.processed += 16;
+    counters.process_ns += 16 * 2'000;
+    counters.process_cpu_ns += 16 * 2'000;
+    if (std::optional<AutotuneSettings> settings = autotune.observe(now, counters, current)) current = *settings;
+  }
+  const AutotuneStatus status = autotune.status();
+  EXPECT_GE(status.estimates.other_cores, 0.9);
+  EXPECT_EQ(status.estimates.cores_left_to_others, 1);
+  EXPECT_EQ(current.cpu_threads, 1);
 }
 
 TEST(LoaderAutotuneTest, ASlowConsumerSettlesOnFewerCpuThreadsThanCores) {
