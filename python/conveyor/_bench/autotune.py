@@ -63,7 +63,8 @@ class Workload:
 
 
 WORKLOADS = (
-    Workload("a", "train pipeline + CPU model step on one core", 32, 20, 3, 0.0, None, 0.0, True),
+    # a: 60 steps (~2 s): an epoch longer than the second autotune may take to react at its start.
+    Workload("a", "train pipeline + CPU model step on one core", 32, 60, 3, 0.0, None, 0.0, True),
     Workload("b", "10 ms reads, 100 ms steps", 16, 20, 3, 10.0, None, 100.0, False),
     Workload("c", "reads 1 ms -> 30 ms mid-run, 20 ms steps", 8, 40, 4, 1.0, 30.0, 20.0, False),
 )

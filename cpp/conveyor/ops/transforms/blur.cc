@@ -60,7 +60,7 @@ std::array<double, 2> sigma_pair(TransformArgs& args, const std::vector<double>&
 
 // adjust_sharpness's interior rows (see there) from `in` to `out`, rows of
 // `stride` bytes, `c` channels.
-CONVEYOR_VECTOR_CLONES void sharpen_rows(const uint8_t* in, uint8_t* out, int h, ptrdiff_t stride, int c, float alpha) {
+CONVEYOR_FMA_CLONES void sharpen_rows(const uint8_t* in, uint8_t* out, int h, ptrdiff_t stride, int c, float alpha) {
   for (int y = 1; y < h - 1; ++y) {
     const uint8_t* above = in + (y - 1) * stride;
     const uint8_t* row = in + y * stride;

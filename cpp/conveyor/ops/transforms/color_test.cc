@@ -117,9 +117,11 @@ TEST(ColorKernelTest, GrayscaleMatchesTheFloat32FormulaForEveryColour) {
 }
 
 TEST(ColorKernelTest, SaturationMatchesTheFloat32FormulaForEveryColour) {
-  // A large image takes the (gray, value) table; each value must still be
+  // Every colour (a large image: the AVX2 + FMA path where the CPU has it,
+  // and the scalar loop for the last pixels): each value must be
   // torchvision's _blend(image, gray, factor): image * f + gray * (1 - f)
-  // (a fused multiply-add), clamped, truncated.
+  // (a fused multiply-add, exact in double for these factors), clamped,
+  // truncated.
   for (const double factor : {0.0, 0.37, 1.3, 2.0}) {
     Image image = every_colour();
     const Pixels rgb = image.pixels;
