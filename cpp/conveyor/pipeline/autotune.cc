@@ -172,7 +172,10 @@ AutotuneDecision AutotuneController::update(const AutotuneWindow& w) {
   // --- smoothing --------------------------------------------------------------
   const double decay = std::exp(-w.seconds / o.smoothing_seconds);
   step_.add(w.consumer_step_seconds, static_cast<double>(w.consumer_steps), decay, 2);
-  read_.add(w.read_seconds, static_cast<double>(w.reads_completed), decay, 4);
+  // A step needs 4 reads in the window, or as many as can be in flight: with
+  // one io thread and reads that jumped from 1 to 30 ms, a 100 ms window
+  // completes 3, and waiting for 4 would leave the pool at one thread.
+  read_.add(w.read_seconds, static_cast<double>(w.reads_completed), decay, std::min(4, w.current.io_threads));
   process_.add(w.process_seconds, static_cast<double>(w.samples_processed), decay, 4);
   stall_.add(w.wait_seconds, w.seconds, decay, kInf);
   double spread = 0;

@@ -605,6 +605,30 @@ TEST(AutotuneController, TheFirstMeasuredDemandSizesTheStartingGuessAtOnce) {
   EXPECT_EQ(d.settings.io_threads, grown.io_threads);
 }
 
+TEST(AutotuneController, ALatencyJumpIsSeenThroughASingleReadThread) {
+  // 400 samples/s with 1 ms reads: one io thread. The reads then take 30 ms:
+  // a 100 ms window completes only 3, fewer than the 4 a step needs with
+  // more threads; with one thread in flight they are enough, and the pool
+  // grows in that window (400/s x 30 ms = 12 reads).
+  AutotuneController c(10);
+  const AutotuneLimits limits{2, 1 << 30, 1024};
+  AutotuneSettings current{1, 1, 2};
+  auto reads = [&](int64_t count, double latency) {
+    AutotuneWindow w = window(0.1, current, limits);
+    w.consumer_steps = w.batches_taken = 4;
+    w.consumer_step_seconds = 0.1;
+    w.reads_completed = w.samples_processed = count;
+    w.read_seconds = static_cast<double>(count) * latency;
+    w.process_seconds = static_cast<double>(count) * 0.0005;
+    return w;
+  };
+  for (int i = 0; i < 30; ++i) current = c.update(reads(40, 0.001)).settings;
+  ASSERT_EQ(current.io_threads, 1);
+  const AutotuneDecision d = c.update(reads(3, 0.030));
+  EXPECT_GE(d.settings.io_threads, 12);
+  EXPECT_EQ(d.reason.rfind("demand: io threads 1 -> ", 0), 0u) << d.reason;
+}
+
 TEST(AutotuneController, StallAtEveryLimitSaysSo) {
   AutotuneOptions options;
   options.tune_io_threads = false;
