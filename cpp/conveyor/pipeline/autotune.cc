@@ -320,30 +320,20 @@ AutotuneDecision AutotuneController::update(const AutotuneWindow& w) {
   for (int i = 0; i < 3; ++i) {
     if (!tunable[i] || touched[i] || !need_known[i]) continue;
     Knob& k = knobs_[i];
-    // The starting values are guesses made before anything was measured
-    // (initial_settings): the first window past the first batch with a known
-    // need sizes them by Little's law at once, without the calm dwell or the
-    // halving, which guard values chosen from measurements. A shrink that
-    // turns out short is undone by the stall rule below, as any other.
-    const bool first_sizing = k.provisional && feedback_allowed;
-    if (feedback_allowed) k.provisional = false;
     if (target(i, o.headroom) > value[i]) {
       set(i, target(i, centre), "demand", explain(i));
       k.last_grow = now_;
       grew = true;
       continue;
     }
-    if (!first_sizing && (calm_seconds_ < o.shrink_dwell_seconds || now_ - k.last_change < o.shrink_dwell_seconds)) {
-      continue;
-    }
+    if (calm_seconds_ < o.shrink_dwell_seconds || now_ - k.last_change < o.shrink_dwell_seconds) continue;
     if (target(i, o.headroom * o.shrink_band) >= value[i]) continue;  // Inside the dead band.
-    // At most halve per step after the first sizing.
-    int v = first_sizing ? target(i, centre) : std::max(target(i, centre), (value[i] + 1) / 2);
+    int v = std::max(target(i, centre), (value[i] + 1) / 2);          // At most halve per step.
     if (now_ < k.floor_until) v = std::max(v, k.floor);
     if (v >= value[i]) continue;
     k.before_shrink = value[i];
     k.last_shrink = now_;
-    set(i, v, first_sizing ? "first measured demand" : "idle", explain(i));
+    set(i, v, "idle", explain(i));
   }
 
   // --- feedback: the consumer waits although the model says it should not --------

@@ -170,9 +170,6 @@ class AutotuneController {
     int floor = 1;  ///< No shrink below this until floor_until (a regretted shrink).
     double floor_until = -1e300;
     double backoff = 0;
-    /// Not yet set from a measured demand: the starting value is a guess
-    /// (initial_settings), so the first measurement may shrink it at once.
-    bool provisional = true;
   };
   enum Which { kCpu = 0, kIo = 1, kPrefetch = 2 };
 

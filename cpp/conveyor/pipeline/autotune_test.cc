@@ -566,45 +566,6 @@ TEST(AutotuneController, UnexplainedStallGrowthIsBounded) {
   EXPECT_LE(current.io_threads, 4 * 1.25 * 4 + 1);
 }
 
-TEST(AutotuneController, TheFirstMeasuredDemandSizesTheStartingGuessAtOnce) {
-  // Batch 10, a step of 25 ms (400 samples/s), reads of 1 ms, 1 ms of
-  // processing: 0.4 reads and 0.4 threads in flight. The pools start at the
-  // guess (4 cores, 16 reads); the first window past the first batch sizes
-  // them, without the calm second later shrinks wait for.
-  AutotuneController c(10);
-  const AutotuneLimits limits{4, 1 << 30, 1024};
-  const AutotuneSettings start = c.initial_settings(limits);
-  ASSERT_EQ(start.cpu_threads, 4);
-  ASSERT_EQ(start.io_threads, 16);
-  auto measured = [&](AutotuneSettings current, double step) {
-    AutotuneWindow w = window(0.1, current, limits);
-    w.consumer_steps = 4;
-    w.consumer_step_seconds = 4 * step;
-    w.batches_taken = 4;
-    w.reads_completed = w.samples_processed = 40;
-    w.read_seconds = w.process_seconds = 40 * 0.001;
-    w.batches_ready = 1;
-    return w;
-  };
-  AutotuneWindow first = window(0.01, start, limits);  // The first batch arrives.
-  first.batches_taken = 1;
-  AutotuneDecision d = c.update(first);
-  EXPECT_FALSE(d.changed);
-  d = c.update(measured(start, 0.025));
-  EXPECT_EQ(d.settings.cpu_threads, 1);
-  EXPECT_EQ(d.settings.io_threads, 1);
-  EXPECT_EQ(d.reason.rfind("first measured demand: cpu threads 4 -> 1 (rate 400/s x process 1 ms", 0), 0u) << d.reason;
-  // Later values come from measurements: growing stays immediate, shrinking
-  // waits for a calm dwell again.
-  d = c.update(measured(d.settings, 0.0025));  // 10x the demand.
-  EXPECT_EQ(d.settings.cpu_threads, 4);
-  EXPECT_EQ(d.reason.rfind("demand: cpu threads 1 -> 4", 0), 0u) << d.reason;
-  const AutotuneSettings grown = d.settings;
-  d = c.update(measured(grown, 0.025));  // Back to 400/s: no shrink yet.
-  EXPECT_EQ(d.settings.cpu_threads, grown.cpu_threads);
-  EXPECT_EQ(d.settings.io_threads, grown.io_threads);
-}
-
 TEST(AutotuneController, ALatencyJumpIsSeenThroughASingleReadThread) {
   // 400 samples/s with 1 ms reads: one io thread. The reads then take 30 ms:
   // a 100 ms window completes only 3, fewer than the 4 a step needs with
