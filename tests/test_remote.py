@@ -214,12 +214,15 @@ def test_close_is_prompt_during_a_backoff(color_folder):
     # waited out the backoff: the child then hangs and the test fails.
     result = run_python(
         """
-        import sys, threading, _thread
+        import signal, sys, threading, _thread
         import conveyor
         from conveyor import transforms as T
         from conveyor._bench.http_server import FileServer
         from conveyor.sources import FileList, RetryPolicy
 
+        # interrupt_main does nothing where SIGINT is ignored, as it is in a
+        # job a shell started in the background (Python keeps it ignored).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         patient = RetryPolicy(attempts=1_000_000, initial_backoff=3600, max_backoff=3600, timeout=0)
         with FileServer(sys.argv[1]) as server:
             server.fail("cat/000.jpg", -1)
