@@ -122,6 +122,24 @@ def test_a_slow_consumer_gets_fewer_cpu_threads_than_cores():
     assert stats["autotune_reason"].startswith(f"idle: cpu threads {cores} -> "), stats["autotune_reason"]
 
 
+def test_reads_of_a_python_dataset_report_their_wait_for_the_gil(color_folder):
+    loader = conveyor.Loader(
+        PythonSource(SleepyDataset(256)), [T.Resize((8, 8))], batch_size=8, threads=1, io_threads=4, prefetch=2
+    )
+    for _ in loader:
+        deadline = time.perf_counter() + 0.002
+        while time.perf_counter() < deadline:  # The training loop's Python, holding the GIL.
+            pass
+    stats = loader.stats()
+    loader.close()
+    assert stats["samples_read"] == 256
+    assert 0 < stats["read_lock_wait_seconds"] <= stats["read_seconds"]
+    native = train_loader(color_folder)
+    epoch_arrays(native)
+    assert native.stats()["read_lock_wait_seconds"] == 0  # Native reads never take the GIL.
+    native.close()
+
+
 def test_injected_read_latency_grows_the_reads_in_flight(caplog):
     caplog.set_level(logging.INFO, logger="conveyor.autotune")
     loader = conveyor.Loader(

@@ -2,9 +2,12 @@
 
 #include <nanobind/nanobind.h>
 
+#include <chrono>
+#include <cstdint>
 #include <string>
 #include <utility>
 
+#include "conveyor/core/cpu_time.h"
 #include "conveyor/core/error.h"
 
 namespace conveyor::bindings {
@@ -38,6 +41,26 @@ class PythonExceptionAttachment final : public ErrorAttachment {
 
  private:
   nanobind::object exception_;
+};
+
+// Acquires the GIL (as nanobind::gil_scoped_acquire, released when it goes
+// out of scope) and adds the time it waited for it to the thread's lock wait
+// (core/cpu_time.h), which the Loader reads around each read: autotune tells
+// reads that queue for the GIL from reads that wait for storage. For calls
+// into Python made by a read on a loader thread.
+class TimedGilAcquire {
+ public:
+  TimedGilAcquire() : asked_ns_(steady_ns()) { add_thread_lock_wait_ns(steady_ns() - asked_ns_); }
+  TimedGilAcquire(const TimedGilAcquire&) = delete;
+  TimedGilAcquire& operator=(const TimedGilAcquire&) = delete;
+
+ private:
+  static int64_t steady_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  int64_t asked_ns_;  // Declared first: read before gil_ is acquired.
+  nanobind::gil_scoped_acquire gil_;
 };
 
 // "TypeName: message" of a Python exception object; needs the GIL. Never

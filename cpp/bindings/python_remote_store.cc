@@ -32,10 +32,11 @@ FetchFailure::Kind kind_named(std::string_view name) {
       {kind_named(nb::cast<std::string>(failure[0])), nb::cast<int>(failure[1]), nb::cast<std::string>(failure[2])});
 }
 
-// Runs `call` with the GIL; an exception escaping Python is a kOther failure.
+// Runs `call` with the GIL (its wait counted as the read's lock wait); an
+// exception escaping Python is a kOther failure.
 template <class Call>
 auto with_gil(Call&& call) {
-  nb::gil_scoped_acquire gil;
+  TimedGilAcquire gil;
   try {
     return call();
   } catch (nb::python_error& e) {

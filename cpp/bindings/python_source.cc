@@ -53,7 +53,7 @@ Record PythonSource::read(int64_t index) const {
   const std::string sample = key(index);
   // Declared before the try: the Python error objects below are released
   // while the GIL is still held.
-  nb::gil_scoped_acquire gil;
+  TimedGilAcquire gil;
   if (!dataset_.is_valid()) throw Error(ErrorKind::kRead, "the dataset was released (garbage collected)", sample);
   try {
     nb::object item = dataset_[nb::int_(index)];

@@ -95,5 +95,23 @@ TEST(CpuTimeTest, RunDelayGrowsWhileAnotherThreadHoldsTheOnlyCore) {
 }
 #endif
 
+TEST(CpuTimeTest, LockWaitIsCountedPerThread) {
+  const int64_t before = thread_lock_wait_ns();
+  add_thread_lock_wait_ns(1500);
+  add_thread_lock_wait_ns(-7);  // Ignored: a clock step must not make it shrink.
+  add_thread_lock_wait_ns(0);
+  EXPECT_EQ(thread_lock_wait_ns() - before, 1500);
+  int64_t other_before = -1, other_after = -1;
+  std::thread other([&] {
+    other_before = thread_lock_wait_ns();
+    add_thread_lock_wait_ns(40);
+    other_after = thread_lock_wait_ns();
+  });
+  other.join();
+  EXPECT_EQ(other_before, 0);
+  EXPECT_EQ(other_after, 40);
+  EXPECT_EQ(thread_lock_wait_ns() - before, 1500);
+}
+
 }  // namespace
 }  // namespace conveyor

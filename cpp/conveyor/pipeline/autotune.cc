@@ -33,6 +33,10 @@ constexpr double kCoresHysteresis = 0.25;
 // Windows with consumer steps (after the epoch's first batch) before the
 // estimate of the other cores is trusted.
 constexpr int kOtherCoresWindows = 2;
+// Reads whose smoothed lock wait (the GIL) is at least this share of their
+// latency are lock-bound: they queue for the lock more than they wait for
+// storage.
+constexpr double kLockBoundShare = 0.5;
 
 std::string ms(double seconds) { return format_general(seconds * 1e3, 3) + " ms"; }
 std::string rate(double per_second) {
@@ -79,6 +83,8 @@ AutotuneController::AutotuneController(int64_t batch_size, AutotuneOptions optio
   check(options.shrink_band >= 1, "shrink_band", ">= 1", options.shrink_band);
   check(options.smoothing_seconds > 0, "smoothing_seconds", "> 0", options.smoothing_seconds);
   check(options.shrink_dwell_seconds >= 0, "shrink_dwell_seconds", ">= 0", options.shrink_dwell_seconds);
+  check(options.lock_bound_shrink_dwell_seconds >= 0, "lock_bound_shrink_dwell_seconds", ">= 0",
+        options.lock_bound_shrink_dwell_seconds);
   check(options.regret_seconds >= 0, "regret_seconds", ">= 0", options.regret_seconds);
   check(options.max_backoff_seconds >= 0, "max_backoff_seconds", ">= 0", options.max_backoff_seconds);
   check(options.max_gain >= 1, "max_gain", ">= 1", options.max_gain);
@@ -87,9 +93,10 @@ AutotuneController::AutotuneController(int64_t batch_size, AutotuneOptions optio
         options.max_window_seconds);
   check(options.max_io_threads >= 1, "max_io_threads", ">= 1", options.max_io_threads);
   // NaN fails every comparison above except the != ones; std::isfinite catches it.
-  for (double v : {options.stall_target, options.headroom, options.shrink_band, options.smoothing_seconds,
-                   options.shrink_dwell_seconds, options.regret_seconds, options.max_backoff_seconds, options.max_gain,
-                   options.first_window_seconds, options.max_window_seconds}) {
+  for (double v :
+       {options.stall_target, options.headroom, options.shrink_band, options.smoothing_seconds,
+        options.shrink_dwell_seconds, options.lock_bound_shrink_dwell_seconds, options.regret_seconds,
+        options.max_backoff_seconds, options.max_gain, options.first_window_seconds, options.max_window_seconds}) {
     check_config(std::isfinite(v), "autotune options must be finite numbers");
   }
   for (Knob& knob : knobs_) knob.backoff = 4 * options.shrink_dwell_seconds;
@@ -152,6 +159,10 @@ void AutotuneController::validate(const AutotuneWindow& w) const {
   non_negative(w.process_cpu_seconds, "process_cpu_seconds");
   non_negative(w.loader_cpu_seconds, "loader_cpu_seconds");
   non_negative(w.consumer_run_delay_seconds, "consumer_run_delay_seconds");
+  non_negative(w.read_lock_wait_seconds, "read_lock_wait_seconds");
+  check_config(w.read_lock_wait_seconds <= w.read_seconds,
+               "autotune window: read_lock_wait_seconds must be <= read_seconds, got " +
+                   format_general(w.read_lock_wait_seconds) + " > " + format_general(w.read_seconds));
   auto at_least_one = [](int64_t v, const char* name) {
     check_config(v >= 1, std::string("autotune window: ") + name + " must be >= 1, got " + std::to_string(v));
   };
@@ -176,6 +187,8 @@ AutotuneDecision AutotuneController::update(const AutotuneWindow& w) {
   // one io thread and reads that jumped from 1 to 30 ms, a 100 ms window
   // completes 3, and waiting for 4 would leave the pool at one thread.
   read_.add(w.read_seconds, static_cast<double>(w.reads_completed), decay, std::min(4, w.current.io_threads));
+  read_lock_wait_.add(w.read_lock_wait_seconds, static_cast<double>(w.reads_completed), decay,
+                      std::min(4, w.current.io_threads));
   process_.add(w.process_seconds, static_cast<double>(w.samples_processed), decay, 4);
   stall_.add(w.wait_seconds, w.seconds, decay, kInf);
   double spread = 0;
@@ -216,6 +229,14 @@ AutotuneDecision AutotuneController::update(const AutotuneWindow& w) {
   const double read = read_.value();
   const double process = process_.value();
   const double jitter = spread_.value();
+  // Reads that mostly queue for a lock the rest of the process needs (the
+  // GIL of a Python dataset): more of them in flight only lengthen that
+  // queue and take the lock from the training loop. Their number is sized on
+  // the time a read takes apart from that wait, and spare ones are shed
+  // after a short calm (lock_bound_shrink_dwell_seconds).
+  const double lock_wait = std::min(read, read_lock_wait_.value());
+  const bool reads_lock_bound = read > 0 && lock_wait >= kLockBoundShare * read;
+  const double read_unqueued = reads_lock_bound ? read - lock_wait : read;
 
   const AutotuneSettings cur = w.current;
   const bool tunable[3] = {o.tune_cpu_threads, o.tune_io_threads, o.tune_prefetch};
@@ -254,7 +275,7 @@ AutotuneDecision AutotuneController::update(const AutotuneWindow& w) {
       case kCpu:
         return flow * process;
       case kIo:
-        return flow * read;
+        return flow * read_unqueued;
       default:
         return flow * (read + process) / batch;  // Batches in flight.
     }
@@ -278,7 +299,9 @@ AutotuneDecision AutotuneController::update(const AutotuneWindow& w) {
       case kCpu:
         return " (rate " + rate(flow) + " x process " + ms(process) + " = " + format_general(n, 2) + " threads)";
       case kIo:
-        return " (rate " + rate(flow) + " x read " + ms(read) + " = " + format_general(n, 2) + " reads)";
+        return " (rate " + rate(flow) + " x read " + ms(read_unqueued) +
+               (reads_lock_bound ? " + " + ms(lock_wait) + " queueing for the GIL" : std::string()) + " = " +
+               format_general(n, 2) + " reads)";
       default:
         return " (rate " + rate(flow) + " x (read + process) " + ms(read + process) + " = " + format_general(n, 2) +
                " batches in flight; spread " + ms(jitter) + ")";
@@ -326,9 +349,14 @@ AutotuneDecision AutotuneController::update(const AutotuneWindow& w) {
       grew = true;
       continue;
     }
-    if (calm_seconds_ < o.shrink_dwell_seconds || now_ - k.last_change < o.shrink_dwell_seconds) continue;
+    // Spare reads that queue for the GIL cost the training loop now: they go
+    // after a short calm, a quarter at a time; anything else waits for a
+    // longer calm and halves at most.
+    const bool shed = i == kIo && reads_lock_bound;
+    const double shrink_dwell = shed ? o.lock_bound_shrink_dwell_seconds : o.shrink_dwell_seconds;
+    if (calm_seconds_ < shrink_dwell || now_ - k.last_change < shrink_dwell) continue;
     if (target(i, o.headroom * o.shrink_band) >= value[i]) continue;  // Inside the dead band.
-    int v = std::max(target(i, centre), (value[i] + 1) / 2);          // At most halve per step.
+    int v = std::max(target(i, centre), shed ? (value[i] + 3) / 4 : (value[i] + 1) / 2);
     if (now_ < k.floor_until) v = std::max(v, k.floor);
     if (v >= value[i]) continue;
     k.before_shrink = value[i];
@@ -493,6 +521,8 @@ std::optional<AutotuneSettings> LoaderAutotune::observe(int64_t now_ns, const Au
   w.wait_seconds = std::min(w.seconds, static_cast<double>(c.wait_ns - s.wait_ns) * 1e-9);
   w.reads_completed = c.reads - s.reads;
   w.read_seconds = static_cast<double>(c.read_ns - s.read_ns) * 1e-9;
+  w.read_lock_wait_seconds = std::min(
+      w.read_seconds, static_cast<double>(std::max<int64_t>(0, c.read_lock_wait_ns - s.read_lock_wait_ns)) * 1e-9);
   w.samples_processed = c.processed - s.processed;
   w.process_seconds = static_cast<double>(c.process_ns - s.process_ns) * 1e-9;
   w.batches_ready = c.batches_ready;

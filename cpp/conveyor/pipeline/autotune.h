@@ -41,9 +41,13 @@ struct AutotuneWindow {
 
   // Per-sample service times, measured around the read and the process call
   // only (not the time a task waits in a pool's queue).
-  int64_t reads_completed = 0;     ///< Reads that finished in this window (failed ones too).
-  double read_seconds = 0;         ///< Summed over the reads completed.
-  double read_p90_seconds = 0;     ///< 90th percentile of those reads; 0 = not measured.
+  int64_t reads_completed = 0;  ///< Reads that finished in this window (failed ones too).
+  double read_seconds = 0;      ///< Summed over the reads completed.
+  double read_p90_seconds = 0;  ///< 90th percentile of those reads; 0 = not measured.
+  /// Part of read_seconds spent waiting for a lock the reads share with the
+  /// rest of the process (Python's GIL): time more reads in flight would
+  /// only lengthen, not overlap.
+  double read_lock_wait_seconds = 0;
   int64_t samples_processed = 0;   ///< Samples whose decode + transforms finished in this window.
   double process_seconds = 0;      ///< Decode + transforms, summed over the samples processed.
   double process_p90_seconds = 0;  ///< 0 = not measured.
@@ -67,11 +71,13 @@ struct AutotuneWindow {
 
 /// Knobs of the control rule (docs/design/autotune.md explains each).
 struct AutotuneOptions {
-  double stall_target = 0.01;          ///< Grow when the consumer waits more than this fraction of a window.
-  double headroom = 1.25;              ///< Grow when demand x service time x headroom exceeds a setting.
-  double shrink_band = 1.25;           ///< Shrink only if the target with headroom x band is still lower.
-  double smoothing_seconds = 0.3;      ///< Time constant of the exponential smoothing.
-  double shrink_dwell_seconds = 1;     ///< Calm time (and time since its last change) before a setting shrinks.
+  double stall_target = 0.01;       ///< Grow when the consumer waits more than this fraction of a window.
+  double headroom = 1.25;           ///< Grow when demand x service time x headroom exceeds a setting.
+  double shrink_band = 1.25;        ///< Shrink only if the target with headroom x band is still lower.
+  double smoothing_seconds = 0.3;   ///< Time constant of the exponential smoothing.
+  double shrink_dwell_seconds = 1;  ///< Calm time (and time since its last change) before a setting shrinks.
+  /// The same for io threads whose reads are lock-bound (they queue for the GIL).
+  double lock_bound_shrink_dwell_seconds = 0.2;
   double regret_seconds = 2;           ///< A stall this soon after a shrink undoes it and backs off.
   double max_backoff_seconds = 64;     ///< Longest time a regretted shrink is forbidden.
   double max_gain = 4;                 ///< Cap of the stall correction factor of each setting.
@@ -183,6 +189,7 @@ class AutotuneController {
   double calm_seconds_ = 0;
   Mean step_;
   Mean read_;
+  Mean read_lock_wait_;  // The part of read_ spent queueing for the GIL.
   Mean process_;
   Mean stall_;
   Mean spread_;
@@ -205,6 +212,7 @@ struct AutotuneCounters {
   int64_t processed = 0;  ///< Samples decoded + transformed.
   int64_t process_ns = 0;
   int64_t read_cpu_ns = 0;            ///< CPU time of the threads running reads, summed over the reads.
+  int64_t read_lock_wait_ns = 0;      ///< Part of read_ns spent waiting for the GIL (thread_lock_wait_ns()).
   int64_t process_cpu_ns = 0;         ///< CPU time of the threads running decode + transforms, summed over the samples.
   int64_t consumer_run_delay_ns = 0;  ///< The consumer thread's wait for a core between its next() calls.
   int64_t batches_ready = 0;          ///< Complete batches waiting now (not cumulative).

@@ -28,15 +28,23 @@ namespace {
 // for the next and waits when it is not ready. Latencies and process times
 // vary (uniform, +-50% and +-25%) from a fixed-seed generator: no real time,
 // no threads, the same run every time.
+//
+// Optionally a lock shared by the reads and the consumer, granted first come
+// first served (Python's GIL): after its storage latency a read queues for it
+// and holds it `read_lock_hold`; each consumer step starts by queueing for it
+// and holding it `consumer_lock_hold`, so reads queued ahead lengthen the
+// step, as GIL-bound reads slow a training loop.
 
 constexpr int64_t kStepUs = 100;
 constexpr int64_t kBatchBytes = int64_t{1} << 20;
 
 struct SimConfig {
   int64_t batch_size = 32;
-  double read_latency = 0.005;   // Mean seconds per read.
-  double process_time = 0.0008;  // Mean seconds per sample on a core of its own.
-  double consumer_step = 0.010;  // Seconds the consumer works on each batch.
+  double read_latency = 0.005;    // Mean seconds per read.
+  double process_time = 0.0008;   // Mean seconds per sample on a core of its own.
+  double consumer_step = 0.010;   // Seconds the consumer works on each batch (its lock wait excluded).
+  double read_lock_hold = 0;      // Seconds a read holds the shared lock; 0: reads do not take it.
+  double consumer_lock_hold = 0;  // Seconds of each consumer step spent holding the lock.
   int physical_cores = 8;
   AutotuneLimits limits{8, int64_t{1} << 30, kBatchBytes};
   AutotuneOptions options;
@@ -122,19 +130,39 @@ class SimPipeline {
     }
   }
 
-  // Starts and completes reads; a zero-latency read completes at once.
+  // Grants the shared lock to a request arriving at `at` for `hold` (both
+  // us); returns when it is granted.
+  double take_lock(double at, double hold) {
+    const double granted = std::max(at, lock_free_at_);
+    lock_free_at_ = granted + hold;
+    return granted;
+  }
+
+  // Starts and completes reads; a zero-latency read completes at once. A
+  // read that takes the lock queues for it when its storage latency is over
+  // and completes when it releases it.
   void run_reads() {
+    const double hold = config_.read_lock_hold * 1e6;
     for (;;) {
       while (static_cast<int>(reading_.size()) < settings_.io_threads && !read_queue_.empty()) {
         const int64_t latency = seconds_to_us(config_.read_latency * (0.5 + uniform()));
-        reading_.push({now_ + latency, latency, read_queue_.front()});
+        reading_.push({static_cast<double>(now_ + latency), now_, read_queue_.front(), 0, hold <= 0});
         read_queue_.pop_front();
       }
       bool completed = false;
-      while (!reading_.empty() && reading_.top().done_at <= now_) {
-        const Read r = reading_.top();
+      while (!reading_.empty() && reading_.top().done_at <= static_cast<double>(now_)) {
+        Read r = reading_.top();
         reading_.pop();
-        read_latencies_.push_back(static_cast<double>(r.latency) / 1e6);
+        if (!r.locked) {
+          const double granted = take_lock(r.done_at, hold);
+          r.lock_wait = granted - r.done_at;
+          r.done_at = granted + hold;
+          r.locked = true;
+          reading_.push(r);
+          continue;
+        }
+        read_latencies_.push_back((r.done_at - static_cast<double>(r.started)) / 1e6);
+        window_.read_lock_wait_seconds += r.lock_wait / 1e6;
         cpu_queue_.push_back(r.batch);
         completed = true;
       }
@@ -166,7 +194,7 @@ class SimPipeline {
     if (consumer_busy_ && now_ < busy_until_) return;
     if (consumer_busy_) {  // Its step ends: it calls next().
       ++window_.consumer_steps;
-      window_.consumer_step_seconds += config_.consumer_step;
+      window_.consumer_step_seconds += static_cast<double>(busy_until_ - step_started_) / 1e6;
       consumer_busy_ = false;
     }
     if (!batches_.empty() && batches_.front().done == config_.batch_size) {
@@ -175,7 +203,12 @@ class SimPipeline {
       ++window_.batches_taken;
       consumed_ += config_.batch_size;
       consumer_busy_ = true;
-      busy_until_ = now_ + seconds_to_us(config_.consumer_step);
+      step_started_ = now_;
+      double lock_wait = 0;
+      if (config_.consumer_lock_hold > 0) {
+        lock_wait = take_lock(static_cast<double>(now_), config_.consumer_lock_hold * 1e6) - static_cast<double>(now_);
+      }
+      busy_until_ = now_ + seconds_to_us(config_.consumer_step) + static_cast<int64_t>(std::ceil(lock_wait));
       issue();
     } else {
       window_.wait_seconds += static_cast<double>(kStepUs) / 1e6;
@@ -233,9 +266,11 @@ class SimPipeline {
   }
 
   struct Read {
-    int64_t done_at;
-    int64_t latency;
+    double done_at;   // us: storage done (not yet `locked`), else the read is done.
+    int64_t started;  // us.
     int64_t batch;
+    double lock_wait;  // us queued for the lock.
+    bool locked;       // Past the lock (or needs none).
     bool operator>(const Read& other) const { return done_at > other.done_at; }
   };
 
@@ -258,6 +293,8 @@ class SimPipeline {
   std::vector<Processing> processing_;
   bool consumer_busy_ = false;
   int64_t busy_until_ = 0;
+  int64_t step_started_ = 0;
+  double lock_free_at_ = 0;  // us.
   int64_t total_wait_us_ = 0;
   int64_t consumed_ = 0;
   std::vector<std::tuple<double, AutotuneSettings, std::string>> changes_;
@@ -326,6 +363,37 @@ TEST(AutotuneSim, AdaptsWhenReadLatencyJumpsFrom1To30Ms) {
   EXPECT_GT(sim.settings().io_threads, io_before);
   EXPECT_LE(sim.settings().io_threads, 2 * after.rate * 0.030);
   EXPECT_EQ(sim.limit_violations(), 0);
+}
+
+// Reads that take no storage time but queue for the GIL behind the training
+// loop's Python (3 ms of each 10 ms step): their latency is nearly all lock
+// wait, which more reads in flight would only lengthen. The 16 the epoch
+// starts with are shed within a second, without a stall; reads as slow
+// through storage alone keep them until the longer calm dwell.
+TEST(AutotuneSim, ReadsQueueingForTheGilAreShedWithinASecond) {
+  SimConfig config;
+  config.read_latency = 0;
+  config.read_lock_hold = 0.00003;
+  config.consumer_lock_hold = 0.003;
+  SimPipeline sim(config);
+  const Span span = run_span(sim, 0.5, 1.0);
+  SCOPED_TRACE(describe(sim));
+  EXPECT_LE(sim.settings().io_threads, 2);
+  EXPECT_LE(span.stall, 0.02);
+  EXPECT_LE(run_span(sim, 1.0, 10.0).stall, 0.02);
+  bool explained = false;
+  for (const auto& change : sim.changes()) {
+    explained = explained || std::get<2>(change).find("queueing for the GIL") != std::string::npos;
+  }
+  EXPECT_TRUE(explained);
+  EXPECT_EQ(sim.limit_violations(), 0);
+
+  SimConfig storage = config;  // As slow a read, all of it storage.
+  storage.read_latency = sim.controller().estimates().read_seconds;
+  storage.read_lock_hold = storage.consumer_lock_hold = 0;
+  SimPipeline slow_storage(storage);
+  slow_storage.run_until(0.9);
+  EXPECT_EQ(slow_storage.settings().io_threads, 16) << describe(slow_storage);
 }
 
 TEST(AutotuneSim, AdaptsWhenTheConsumerGetsFaster) {
@@ -791,6 +859,14 @@ TEST(AutotuneController, InvalidOptionsNameTheOption) {
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "autotune option batch_size must be >= 1, got 0");
   }
+  options = {};
+  options.lock_bound_shrink_dwell_seconds = -0.1;
+  try {
+    AutotuneController c(8, options);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "autotune option lock_bound_shrink_dwell_seconds must be >= 0, got -0.1");
+  }
 }
 
 TEST(AutotuneController, InvalidWindowsNameTheField) {
@@ -809,6 +885,12 @@ TEST(AutotuneController, InvalidWindowsNameTheField) {
   AutotuneWindow w = window(0.1, {1, 1, 1}, limits);
   w.read_seconds = -1;
   EXPECT_EQ(message(w), "autotune window: read_seconds must be >= 0, got -1");
+  w.read_seconds = 0.002;
+  w.read_lock_wait_seconds = 0.003;
+  EXPECT_EQ(message(w), "autotune window: read_lock_wait_seconds must be <= read_seconds, got 0.003 > 0.002");
+  w.read_lock_wait_seconds = -0.001;
+  EXPECT_EQ(message(w), "autotune window: read_lock_wait_seconds must be >= 0, got -0.001");
+  w.read_lock_wait_seconds = 0;
   w.read_seconds = 0;
   w.process_cpu_seconds = -0.5;
   EXPECT_EQ(message(w), "autotune window: process_cpu_seconds must be >= 0, got -0.5");

@@ -552,6 +552,7 @@ void Loader::start_epoch(int64_t epoch, int64_t start_position, int64_t start_ba
   read_ns_ = 0;
   process_ns_ = 0;
   read_cpu_ns_ = 0;
+  read_lock_wait_ns_ = 0;
   process_cpu_ns_ = 0;
   wait_ns_ = 0;
   batches_delivered_ = 0;
@@ -673,6 +674,7 @@ std::optional<Record> Loader::read_sample(const std::shared_ptr<EpochRun>& run, 
   }
   const int64_t started = now_ns();
   const int64_t cpu_started = thread_cpu_ns();
+  const int64_t lock_wait_started = thread_lock_wait_ns();
   Record record;
   std::optional<SampleError> error;
   try {
@@ -685,6 +687,7 @@ std::optional<Record> Loader::read_sample(const std::shared_ptr<EpochRun>& run, 
     error = SampleError{ErrorKind::kInternal, e.what(), key_of(*source_, sample)};
   }
   read_cpu_ns_ += thread_cpu_ns() - cpu_started;
+  read_lock_wait_ns_ += thread_lock_wait_ns() - lock_wait_started;
   read_ns_ += now_ns() - started;
   ++samples_read_;
   if (error) {
@@ -973,6 +976,7 @@ LoaderStats Loader::stats() const {
   stats.read_seconds = static_cast<double>(read_ns_) * 1e-9;
   stats.process_seconds = static_cast<double>(process_ns_) * 1e-9;
   stats.read_cpu_seconds = static_cast<double>(read_cpu_ns_) * 1e-9;
+  stats.read_lock_wait_seconds = static_cast<double>(read_lock_wait_ns_) * 1e-9;
   stats.process_cpu_seconds = static_cast<double>(process_cpu_ns_) * 1e-9;
   stats.wait_seconds = static_cast<double>(wait_ns_) * 1e-9;
   stats.batches_delivered = batches_delivered_;
@@ -1017,6 +1021,7 @@ AutotuneCounters Loader::autotune_counters_locked(int64_t waiting_since_ns) cons
   c.processed = samples_processed_;
   c.process_ns = process_ns_;
   c.read_cpu_ns = read_cpu_ns_;
+  c.read_lock_wait_ns = read_lock_wait_ns_;
   c.process_cpu_ns = process_cpu_ns_;
   c.consumer_run_delay_ns = consumer_run_delay_ns_;
   if (run_ != nullptr) {

@@ -77,9 +77,13 @@ struct LoaderStats {
   int64_t samples_processed = 0;
   int64_t batches_delivered = 0;
   int64_t skipped = 0;
-  double read_seconds = 0;         ///< Summed over io threads.
-  double process_seconds = 0;      ///< Decode + transforms, summed over cpu threads.
-  double read_cpu_seconds = 0;     ///< CPU time the reads used (their threads' CPU clocks; 0 where there is none).
+  double read_seconds = 0;      ///< Summed over io threads.
+  double process_seconds = 0;   ///< Decode + transforms, summed over cpu threads.
+  double read_cpu_seconds = 0;  ///< CPU time the reads used (their threads' CPU clocks; 0 where there is none).
+  /// Part of read_seconds the reads spent waiting for a lock shared with the
+  /// rest of the process (Python's GIL for a Python dataset or store;
+  /// core/cpu_time.h thread_lock_wait_ns()); 0 for native reads.
+  double read_lock_wait_seconds = 0;
   double process_cpu_seconds = 0;  ///< CPU time decode + transforms used, summed over cpu threads.
   double wait_seconds = 0;         ///< Time the consumer spent blocked in next(): input stall.
   double wall_seconds = 0;         ///< Since the epoch started.
@@ -273,6 +277,7 @@ class Loader {
   std::atomic<int64_t> read_ns_{0};
   std::atomic<int64_t> process_ns_{0};
   std::atomic<int64_t> read_cpu_ns_{0};                  // Thread CPU time of reads (autotune: the loader's own CPU).
+  std::atomic<int64_t> read_lock_wait_ns_{0};            // Reads' wait for the GIL (thread_lock_wait_ns()).
   std::atomic<int64_t> process_cpu_ns_{0};               // Thread CPU time of decode + transforms.
   int64_t wait_ns_ = 0;                                  // Guarded by mu_.
   int64_t batches_delivered_ = 0;                        // Guarded by mu_.

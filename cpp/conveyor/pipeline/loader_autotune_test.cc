@@ -293,54 +293,44 @@ TEST(LoaderAutotuneTest, TheLoadersThreadsCpuTimeIsCounted) {
   EXPECT_LE(s.read_cpu_seconds, s.read_seconds + 1e-3);
 }
 
-TEST(LoaderAutotuneTest, CoresTheRestOfTheProcessUsesAreLeftToIt) {
-  if (thread_cpu_ns() < 0 || process_cpu_ns() < 0) GTEST_SKIP() << "no CPU-time clocks on this platform";
-  // Two usable cores (injected); windows on a made-up clock; in each, this
-  // thread (the "model") uses 0.9 x the window of CPU and the loader's
-  // counters a little. No idle shrink can happen (no batch is ever ready). The limit must keep one core for the model.
-  LoaderAutotune autotune(8, 1024, int64_t{1} << 30, AutotuneSettings{0, 0, 0}, fast_autotune(), [] { return 2; });
-  ASSERT_EQ(autotune.initial_settings().cpu_threads, 2);
-  AutotuneSettings current = autotune.initial_settings();
-  AutotuneCounters counters;
-  int64_t now = 1'000'000'000;
-  autotune.begin_epoch(now);
-  for (int i = 0; i < 40; ++i) {
-    const int64_t end = autotune.window_end_ns();
-    burn_process_cpu((end - now) * 9 / 10);
-    now = end;
-    counters.consumer_steps += 2;
-    counters.consumer_step_ns += 2 * 500'000;
-    counters.batches_taken += 2;
-    counters.processed += 16;
-    counters.process_ns += 16 * 2'000;
-    counters.process_cpu_ns += 16 * 2'000;  // The loader's 32 us of CPU; the rest is the "model"'s.
-    if (std::optional<AutotuneSettings> settings = autotune.observe(now, counters, current)) current = *settings;
-  }
-  const AutotuneStatus status = autotune.status();
-  EXPECT_GE(status.estimates.other_cores, 0.75);
-  EXPECT_EQ(status.estimates.cores_left_to_others, 1);
-  EXPECT_EQ(current.cpu_threads, 1);
-  bool explained = false;
-  for (const std::string& line : autotune.take_trace()) {
-    explained = explained || line.find("wanted by the rest of the process: cpu threads 2 -> 1") != std::string::npos;
-  }
-  EXPECT_TRUE(explained);
+TEST(LoaderAutotuneTest, TheReadsLockWaitIsCountedExactly) {
+  // Read i reports 1000 + i ns of lock wait, as the bindings do for the GIL;
+  // what this thread reports outside the reads is not the loader's.
+  class LockedSource : public SleepySource {
+   public:
+    LockedSource() : SleepySource(200, 0, 0) {}
+    Record read(int64_t index) const override {
+      add_thread_lock_wait_ns(1000 + index);
+      return SleepySource::read(index);
+    }
+  };
+  Loader loader(std::make_shared<LockedSource>(), std::make_shared<RandomBytesTransform>(), options(2, 3, 2));
+  add_thread_lock_wait_ns(5'000'000);
+  run_epoch(loader, 0);
+  const LoaderStats s = loader.stats();
+  EXPECT_EQ(s.samples_read, 200);
+  EXPECT_NEAR(s.read_lock_wait_seconds, (200 * 1000 + 199 * 200 / 2) * 1e-9, 1e-15);
+  EXPECT_LE(s.read_lock_wait_seconds, s.read_seconds);
+
+  Loader native(std::make_shared<SleepySource>(50, 0, 0), std::make_shared<RandomBytesTransform>(), options(2, 3, 2));
+  run_epoch(native, 0);
+  EXPECT_EQ(native.stats().read_lock_wait_seconds, 0);
 }
 
-TEST(LoaderAutotuneTest, TheConsumersWaitForACoreCountsForTheRestOfTheProcess) {
-  if (thread_cpu_ns() < 0 || process_cpu_ns() < 0) GTEST_SKIP() << "no CPU-time clocks on this platform";
-  // As above, but the "model" gets 0.5 x the window of CPU and its thread
-  // waited 0.45 x the window for a core (the counters' run delay): it wants
-  // 0.95 cores, and the limit keeps one for it.
-  LoaderAutotune autotune(8, 1024, int64_t{1} << 30, AutotuneSettings{0, 0, 0}, fast_autotune(), [] { return 2; });
+// 40 windows on a made-up clock beside a "model" (this thread): in each, it
+// uses `used_percent` % of the window of CPU and its thread waited
+// `waited_percent` % of it for a core (the counters' run delay), while the
+// loader's counters show 32 us of CPU. No idle shrink can happen (no batch is
+// ever ready). Returns the settings autotune chose.
+AutotuneSettings run_beside_a_model(LoaderAutotune& autotune, int64_t used_percent, int64_t waited_percent) {
   AutotuneSettings current = autotune.initial_settings();
   AutotuneCounters counters;
   int64_t now = 1'000'000'000;
   autotune.begin_epoch(now);
   for (int i = 0; i < 40; ++i) {
     const int64_t end = autotune.window_end_ns();
-    burn_process_cpu((end - now) / 2);
-    counters.consumer_run_delay_ns += (end - now) * 45 / 100;
+    burn_process_cpu((end - now) * used_percent / 100);
+    counters.consumer_run_delay_ns += (end - now) * waited_percent / 100;
     now = end;
     counters.consumer_steps += 2;
     counters.consumer_step_ns += 2 * 500'000;
@@ -350,10 +340,37 @@ TEST(LoaderAutotuneTest, TheConsumersWaitForACoreCountsForTheRestOfTheProcess) {
     counters.process_cpu_ns += 16 * 2'000;
     if (std::optional<AutotuneSettings> settings = autotune.observe(now, counters, current)) current = *settings;
   }
+  return current;
+}
+
+TEST(LoaderAutotuneTest, CoresTheRestOfTheProcessUsesAreLeftToIt) {
+  if (thread_cpu_ns() < 0 || process_cpu_ns() < 0) GTEST_SKIP() << "no CPU-time clocks on this platform";
+  // Two usable cores (injected), a model using 0.9 of one: the limit must
+  // keep that core for it.
+  LoaderAutotune autotune(8, 1024, int64_t{1} << 30, AutotuneSettings{0, 0, 0}, fast_autotune(), [] { return 2; });
+  ASSERT_EQ(autotune.initial_settings().cpu_threads, 2);
+  const AutotuneSettings chosen = run_beside_a_model(autotune, 90, 0);
+  const AutotuneStatus status = autotune.status();
+  EXPECT_GE(status.estimates.other_cores, 0.75);
+  EXPECT_EQ(status.estimates.cores_left_to_others, 1);
+  EXPECT_EQ(chosen.cpu_threads, 1);
+  bool explained = false;
+  for (const std::string& line : autotune.take_trace()) {
+    explained = explained || line.find("wanted by the rest of the process: cpu threads 2 -> 1") != std::string::npos;
+  }
+  EXPECT_TRUE(explained);
+}
+
+TEST(LoaderAutotuneTest, TheConsumersWaitForACoreCountsForTheRestOfTheProcess) {
+  if (thread_cpu_ns() < 0 || process_cpu_ns() < 0) GTEST_SKIP() << "no CPU-time clocks on this platform";
+  // The model gets 0.5 of a core and its thread waited 0.45 of the time for
+  // one: it wants 0.95 cores, and the limit keeps one for it.
+  LoaderAutotune autotune(8, 1024, int64_t{1} << 30, AutotuneSettings{0, 0, 0}, fast_autotune(), [] { return 2; });
+  const AutotuneSettings chosen = run_beside_a_model(autotune, 50, 45);
   const AutotuneStatus status = autotune.status();
   EXPECT_GE(status.estimates.other_cores, 0.9);
   EXPECT_EQ(status.estimates.cores_left_to_others, 1);
-  EXPECT_EQ(current.cpu_threads, 1);
+  EXPECT_EQ(chosen.cpu_threads, 1);
 }
 
 TEST(LoaderAutotuneTest, ASlowConsumerSettlesOnFewerCpuThreadsThanCores) {
