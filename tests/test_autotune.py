@@ -124,7 +124,12 @@ def test_a_slow_consumer_gets_fewer_cpu_threads_than_cores():
 
 def test_reads_of_a_python_dataset_report_their_wait_for_the_gil(color_folder):
     loader = conveyor.Loader(
-        PythonSource(SleepyDataset(256)), [T.Resize((8, 8))], batch_size=8, threads=1, io_threads=4, prefetch=2
+        PythonSource(SleepyDataset(256)),
+        [T.Resize((8, 8))],
+        batch_size=8,
+        threads=1,
+        io_threads=4,
+        prefetch=2,
     )
     for _ in loader:
         deadline = time.perf_counter() + 0.002

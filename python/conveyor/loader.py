@@ -84,10 +84,12 @@ class Loader:
             ``num_workers=0`` (DataLoader: load in the training process) is one thread.
         io_threads: concurrent reads; "auto" (default): autotune, from the
             measured read latency and demand — except for a source that reads
-            URLs, where the default pins REMOTE_IO_THREADS (64): each request
-            also runs Python under the GIL, which autotune's model does not
-            count. Reads wait on storage, so many in flight hide slow disks
-            and network latency without more decode threads.
+            URLs, where the default pins REMOTE_IO_THREADS (64): a request
+            runs Python, and autotune sees the GIL wait before it but not the
+            ones inside it, which it would take for network latency (at 100
+            ms it grew to 256 reads, no faster than 64). Reads wait on
+            storage, so many in flight hide slow disks and network latency
+            without more decode threads.
         prefetch: batches prepared ahead of the consumer; "auto" (default):
             autotune, within ``memory_budget``.
         memory_budget: bytes the batch buffers may hold (prefetched batches
