@@ -27,6 +27,7 @@ STATS_KEYS = {
     "read_seconds",
     "process_seconds",
     "read_cpu_seconds",
+    "read_lock_wait_seconds",
     "process_cpu_seconds",
     "wait_seconds",
     "wall_seconds",

@@ -573,7 +573,9 @@ class Loader:
     def stats(self) -> dict[str, Stat]:
         """Per-stage counters of the current epoch: samples read and processed,
         seconds spent reading, decoding+transforming (summed over threads) and
-        waiting for batches (input stall), wall time, queue depth, skipped
+        waiting for batches (input stall), the part of the reading seconds a
+        Python dataset's reads spent waiting for the GIL
+        (``read_lock_wait_seconds``), wall time, queue depth, skipped
         samples, ``input_stall``: the fraction of wall time spent waiting, and
         ``images_per_second``: images handed out by the pass under way (or the
         last one) per second of its wall time. For a Mix source,
