@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -64,6 +65,64 @@ TEST(ColorKernelTest, HueRotatesInHsvAndKeepsGrays) {
   EXPECT_EQ(run(adjust_hue, image, 0.5), (Pixels{0, 255, 255, 255, 255, 0, 128, 128, 128}));
   EXPECT_EQ(run(adjust_hue, image, -0.5), (Pixels{0, 255, 255, 255, 255, 0, 128, 128, 128}));
   EXPECT_EQ(run(adjust_hue, make_image(1, 2, 1, {7, 9}), 0.25), (Pixels{7, 9}));
+}
+
+// torchvision's adjust_hue on one uint8 pixel, written as its code reads
+// (v2 functional: to_dtype_image, _rgb_to_hsv, add + remainder_(1),
+// _hsv_to_rgb, to_dtype_image back), in float32 operation by operation.
+std::array<uint8_t, 3> torch_hue(uint8_t red, uint8_t green, uint8_t blue, float hue) {
+  const float inv255 = static_cast<float>(1.0 / 255);
+  const float r = red * inv255, g = green * inv255, b = blue * inv255;
+  const float maxc = std::max({r, g, b}), minc = std::min({r, g, b});
+  const bool eqc = maxc == minc;
+  const float range = maxc - minc;
+  const float s = range / (eqc ? 1.0f : maxc);
+  const float divisor = eqc ? 1.0f : range;
+  const float rc = (maxc - r) / divisor, gc = (maxc - g) / divisor, bc = (maxc - b) / divisor;
+  const bool neq_r = maxc != r, eq_g = maxc == g;
+  const float hg = ((rc + 2.0f) - bc) * static_cast<float>(eq_g && neq_r);
+  const float hr = (bc - gc) * static_cast<float>(!neq_r);
+  const float hb = ((gc + 4.0f) - rc) * static_cast<float>(neq_r && !eq_g);
+  float h = std::fmod(((hr + hg) + hb) * static_cast<float>(1.0 / 6.0) + 1.0f, 1.0f);
+  h = std::fmod(h + hue, 1.0f);  // remainder_(1): fmod, then + 1 when negative.
+  if (h < 0) h += 1.0f;
+  const float h6 = h * 6.0f;
+  const float i = std::floor(h6);
+  const float f = h6 - i;
+  const int sector = static_cast<int>(i) % 6;
+  const float sxf = s * f, one_minus_s = 1.0f - s;
+  auto unit = [](float x) { return std::min(std::max(x, 0.0f), 1.0f); };
+  const float v = maxc, q = unit((1.0f - sxf) * v), t = unit((sxf + one_minus_s) * v), p = unit(one_minus_s * v);
+  const float vpqt[4] = {v, p, q, t};
+  static const int select[3][6] = {{0, 2, 1, 1, 3, 0}, {3, 0, 0, 2, 1, 1}, {1, 1, 3, 0, 0, 2}};
+  const float to_u8 = static_cast<float>(255 + 1.0 - 1e-3);
+  std::array<uint8_t, 3> out;
+  for (int c = 0; c < 3; ++c) out[c] = static_cast<uint8_t>(vpqt[select[c][sector]] * to_u8);
+  return out;
+}
+
+TEST(ColorKernelTest, HueMatchesTorchvisionsFloat32CodeForEveryColour) {
+  // Every colour, in rows of 4100 pixels: the AVX2 path where the CPU has
+  // it (8 pixels per step) and the scalar loop for each row's last 4.
+  constexpr int kWidth = 4100;
+  constexpr int kHeight = ((1 << 24) + kWidth - 1) / kWidth;
+  for (const double factor : {0.1, -0.5, 0.37}) {
+    Image image{kHeight, kWidth, 3, Pixels(size_t{3} * kWidth * kHeight)};
+    for (size_t i = 0; i < size_t{kWidth} * kHeight; ++i) {
+      const auto colour = static_cast<uint32_t>(i & 0xFFFFFF);
+      image.pixels[3 * i] = static_cast<uint8_t>(colour >> 16);
+      image.pixels[3 * i + 1] = static_cast<uint8_t>(colour >> 8);
+      image.pixels[3 * i + 2] = static_cast<uint8_t>(colour);
+    }
+    const Pixels rgb = image.pixels;
+    adjust_hue(image, factor);
+    size_t mismatches = 0;
+    for (size_t i = 0; i < rgb.size(); i += 3) {
+      const std::array<uint8_t, 3> want = torch_hue(rgb[i], rgb[i + 1], rgb[i + 2], static_cast<float>(factor));
+      mismatches += (image.pixels[i] != want[0]) + (image.pixels[i + 1] != want[1]) + (image.pixels[i + 2] != want[2]);
+    }
+    EXPECT_EQ(mismatches, 0u) << "factor " << factor;
+  }
 }
 
 TEST(ColorKernelTest, GrayscaleUsesV2WeightsAndTruncates) {
