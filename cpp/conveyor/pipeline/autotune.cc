@@ -230,13 +230,15 @@ AutotuneDecision AutotuneController::update(const AutotuneWindow& w) {
   const double process = process_.value();
   const double jitter = spread_.value();
   // Reads that mostly queue for a lock the rest of the process needs (the
-  // GIL of a Python dataset): more of them in flight only lengthen that
-  // queue and take the lock from the training loop. Their number is sized on
-  // the time a read takes apart from that wait, and spare ones are shed
-  // after a short calm (lock_bound_shrink_dwell_seconds).
+  // GIL of a Python dataset): spare ones only lengthen that queue and take
+  // the lock from the training loop, so they are shed after a short calm
+  // (lock_bound_shrink_dwell_seconds). Their number is still sized on the
+  // whole latency: a read waiting for the lock holds its thread, and when
+  // the training loop, not the reads, holds the lock, fewer reads would
+  // not wait less. When the reads queue behind each other, each shed
+  // shortens the latency and the next one goes further.
   const double lock_wait = std::min(read, read_lock_wait_.value());
   const bool reads_lock_bound = read > 0 && lock_wait >= kLockBoundShare * read;
-  const double read_unqueued = reads_lock_bound ? read - lock_wait : read;
 
   const AutotuneSettings cur = w.current;
   const bool tunable[3] = {o.tune_cpu_threads, o.tune_io_threads, o.tune_prefetch};
@@ -275,7 +277,7 @@ AutotuneDecision AutotuneController::update(const AutotuneWindow& w) {
       case kCpu:
         return flow * process;
       case kIo:
-        return flow * read_unqueued;
+        return flow * read;
       default:
         return flow * (read + process) / batch;  // Batches in flight.
     }
@@ -299,8 +301,8 @@ AutotuneDecision AutotuneController::update(const AutotuneWindow& w) {
       case kCpu:
         return " (rate " + rate(flow) + " x process " + ms(process) + " = " + format_general(n, 2) + " threads)";
       case kIo:
-        return " (rate " + rate(flow) + " x read " + ms(read_unqueued) +
-               (reads_lock_bound ? " + " + ms(lock_wait) + " queueing for the GIL" : std::string()) + " = " +
+        return " (rate " + rate(flow) + " x read " + ms(read) +
+               (reads_lock_bound ? ", " + ms(lock_wait) + " of it queueing for the GIL," : std::string()) + " = " +
                format_general(n, 2) + " reads)";
       default:
         return " (rate " + rate(flow) + " x (read + process) " + ms(read + process) + " = " + format_general(n, 2) +
