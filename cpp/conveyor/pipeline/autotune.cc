@@ -351,9 +351,7 @@ AutotuneDecision AutotuneController::update(const AutotuneWindow& w) {
       grew = true;
       continue;
     }
-    // Spare reads that queue for the GIL cost the training loop now: they go
-    // after a short calm, a quarter at a time; anything else waits for a
-    // longer calm and halves at most.
+    // Lock-bound reads (above) go after a short calm, a quarter at a time.
     const bool shed = i == kIo && reads_lock_bound;
     const double shrink_dwell = shed ? o.lock_bound_shrink_dwell_seconds : o.shrink_dwell_seconds;
     if (calm_seconds_ < shrink_dwell || now_ - k.last_change < shrink_dwell) continue;
