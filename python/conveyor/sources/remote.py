@@ -53,7 +53,7 @@ __all__ = ["REMOTE_IO_THREADS", "RetryPolicy", "is_url"]
 #: against 369 with 64, docs/benchmarks.md). More is not better here: every
 #: request also runs Python under the GIL, and with fsspec 128 threads
 #: contending for it were slower than 64 at 0 and 20 ms on our 2 cores.
-REMOTE_IO_THREADS = 128
+REMOTE_IO_THREADS = 64
 
 # How often a read waiting for its request checks whether its loader stopped
 # (the request is then cancelled): close() never waits for a slow server
