@@ -2,7 +2,6 @@
 
 #include <nanobind/nanobind.h>
 
-#include <chrono>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -55,10 +54,6 @@ class TimedGilAcquire {
   TimedGilAcquire& operator=(const TimedGilAcquire&) = delete;
 
  private:
-  static int64_t steady_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
   int64_t asked_ns_;  // Declared first: read before gil_ is acquired.
   nanobind::gil_scoped_acquire gil_;
 };

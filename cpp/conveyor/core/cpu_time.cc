@@ -1,5 +1,6 @@
 #include "conveyor/core/cpu_time.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <ctime>
 
@@ -58,6 +59,11 @@ int64_t thread_run_delay_ns() noexcept {
 #else
   return -1;
 #endif
+}
+
+int64_t steady_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 int64_t thread_lock_wait_ns() noexcept { return lock_wait_ns; }

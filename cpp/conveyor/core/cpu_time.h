@@ -22,13 +22,19 @@ int64_t process_cpu_ns() noexcept;
 /// Thread-safety: may be called from any thread (it measures that thread).
 int64_t thread_run_delay_ns() noexcept;
 
+/// The steady (monotonic) clock in nanoseconds, for durations: the clock
+/// the Loader times reads and steps with, and the GIL waits are timed with,
+/// so that a wait inside a read is never longer than the read.
+/// Thread-safety: may be called from any thread.
+int64_t steady_ns() noexcept;
+
 /// Time the calling thread has waited for a lock it shares with the rest of
 /// the process, in nanoseconds: the sum of what add_thread_lock_wait_ns()
 /// added on this thread (0 if nothing). The Python bindings add the wait of
 /// each GIL acquisition a loader thread makes to call Python; autotune reads
-/// it around each read to tell reads that queue for the GIL (where more
-/// reads in flight only lengthen the queue and take the GIL from the
-/// training loop) from reads that wait for storage.
+/// it around each read to tell reads that mostly queue for the GIL (where
+/// spare reads in flight take the GIL from the training loop) from reads
+/// that wait for storage.
 /// Thread-safety: a per-thread counter; each thread sees its own.
 int64_t thread_lock_wait_ns() noexcept;
 

@@ -46,10 +46,14 @@ TEST(CpuTimeTest, ProcessTimeCountsEveryThread) {
 }
 
 TEST(CpuTimeTest, ClocksOnlyMoveForward) {
-  const int64_t t0 = thread_cpu_ns(), p0 = process_cpu_ns();
+  const int64_t t0 = thread_cpu_ns(), p0 = process_cpu_ns(), s0 = steady_ns();
   burn(1'000'000);
   EXPECT_GE(thread_cpu_ns(), t0);
   EXPECT_GE(process_cpu_ns(), p0);
+  // Wall time passes at least as fast as this thread's CPU time.
+  if (t0 >= 0) {
+    EXPECT_GE(steady_ns() - s0, thread_cpu_ns() - t0 - 1'000'000);
+  }
 }
 
 TEST(CpuTimeTest, SleepingIsNotWaitingForACore) {

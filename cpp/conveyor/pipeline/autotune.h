@@ -45,8 +45,7 @@ struct AutotuneWindow {
   double read_seconds = 0;      ///< Summed over the reads completed.
   double read_p90_seconds = 0;  ///< 90th percentile of those reads; 0 = not measured.
   /// Part of read_seconds spent waiting for a lock the reads share with the
-  /// rest of the process (Python's GIL): time more reads in flight would
-  /// only lengthen, not overlap.
+  /// rest of the process (Python's GIL), <= read_seconds.
   double read_lock_wait_seconds = 0;
   int64_t samples_processed = 0;   ///< Samples whose decode + transforms finished in this window.
   double process_seconds = 0;      ///< Decode + transforms, summed over the samples processed.

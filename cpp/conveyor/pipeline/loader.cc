@@ -293,11 +293,6 @@ using detail::SlotTicket;
 
 namespace {
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 LoaderOptions validated(LoaderOptions options, const Source& source) {
   check_config(options.batch_size >= 1, "batch_size must be >= 1, got " + std::to_string(options.batch_size));
   check_config(options.prefetch >= 0, "prefetch must be >= 0 (0: auto), got " + std::to_string(options.prefetch));
@@ -557,7 +552,7 @@ void Loader::start_epoch(int64_t epoch, int64_t start_position, int64_t start_ba
   wait_ns_ = 0;
   batches_delivered_ = 0;
   epoch_started_ = std::chrono::steady_clock::now();
-  autotune_->begin_epoch(now_ns());
+  autotune_->begin_epoch(steady_ns());
   issue_locked(*run);
 }
 
@@ -672,7 +667,7 @@ std::optional<Record> Loader::read_sample(const std::shared_ptr<EpochRun>& run, 
     }
     sample = *assigned;
   }
-  const int64_t started = now_ns();
+  const int64_t started = steady_ns();
   const int64_t cpu_started = thread_cpu_ns();
   const int64_t lock_wait_started = thread_lock_wait_ns();
   Record record;
@@ -688,7 +683,7 @@ std::optional<Record> Loader::read_sample(const std::shared_ptr<EpochRun>& run, 
   }
   read_cpu_ns_ += thread_cpu_ns() - cpu_started;
   read_lock_wait_ns_ += thread_lock_wait_ns() - lock_wait_started;
-  read_ns_ += now_ns() - started;
+  read_ns_ += steady_ns() - started;
   ++samples_read_;
   if (error) {
     std::lock_guard lock(mu_);
@@ -716,7 +711,7 @@ void Loader::process_task(const std::shared_ptr<EpochRun>& run, SlotTicket task,
               : static_cast<uint8_t*>(buffer) + static_cast<size_t>(task.slot) * static_cast<size_t>(sample_bytes_);
   }
   // The slot stays busy until finish_task, so nothing else writes `out` meanwhile.
-  const int64_t started = now_ns();
+  const int64_t started = steady_ns();
   const int64_t cpu_started = thread_cpu_ns();
   std::optional<SampleError> error;
   std::vector<BoundingBox> boxes;
@@ -738,7 +733,7 @@ void Loader::process_task(const std::shared_ptr<EpochRun>& run, SlotTicket task,
     error = SampleError{ErrorKind::kInternal, e.what(), record.key};
   }
   process_cpu_ns_ += thread_cpu_ns() - cpu_started;
-  process_ns_ += now_ns() - started;
+  process_ns_ += steady_ns() - started;
   ++samples_processed_;
   if (!error) ++part_samples_[static_cast<size_t>(source_->part_of(sample))];
   std::lock_guard lock(mu_);
@@ -785,7 +780,7 @@ NextResult Loader::next(std::chrono::duration<double> timeout) {
   // before taking the lock.
   const int64_t run_delay = autotune_->tunes_cpu_threads() ? thread_run_delay_ns() : -1;
   std::unique_lock lock(mu_);
-  const int64_t wait_started = now_ns();
+  const int64_t wait_started = steady_ns();
   if (run_delay >= 0 && last_run_delay_ns_ >= 0 && last_run_delay_thread_ == std::this_thread::get_id()) {
     consumer_run_delay_ns_ += std::max<int64_t>(0, run_delay - last_run_delay_ns_);
   }
@@ -811,7 +806,7 @@ NextResult Loader::next(std::chrono::duration<double> timeout) {
       return {NextResult::Status::kEnd, nullptr};
     }
     if (run->front_ready()) {
-      wait_ns_ += now_ns() - wait_started;
+      wait_ns_ += steady_ns() - wait_started;
       if (const SampleError* failure = run->front_failure()) {
         Error error = failure->to_error();
         run->finished = true;
@@ -827,11 +822,11 @@ NextResult Loader::next(std::chrono::duration<double> timeout) {
       ++batches_delivered_;
       autotune_tick_locked(0);
       issue_locked(*run);
-      last_batch_returned_ns_ = now_ns();
+      last_batch_returned_ns_ = steady_ns();
       return {NextResult::Status::kBatch, std::move(batch)};
     }
     if (deadline && std::chrono::steady_clock::now() >= *deadline) {
-      wait_ns_ += now_ns() - wait_started;
+      wait_ns_ += steady_ns() - wait_started;
       return {NextResult::Status::kTimeout, nullptr};
     }
     // While the consumer waits, autotune's windows still end (a stall is
@@ -1015,7 +1010,7 @@ AutotuneCounters Loader::autotune_counters_locked(int64_t waiting_since_ns) cons
   c.consumer_steps = consumer_steps_;
   c.consumer_step_ns = consumer_step_ns_;
   c.batches_taken = batches_delivered_;
-  c.wait_ns = wait_ns_ + (waiting_since_ns != 0 ? now_ns() - waiting_since_ns : 0);
+  c.wait_ns = wait_ns_ + (waiting_since_ns != 0 ? steady_ns() - waiting_since_ns : 0);
   c.reads = samples_read_;
   c.read_ns = read_ns_;
   c.processed = samples_processed_;
@@ -1032,7 +1027,7 @@ AutotuneCounters Loader::autotune_counters_locked(int64_t waiting_since_ns) cons
 
 void Loader::autotune_tick_locked(int64_t waiting_since_ns) {
   if (!autotune_->enabled() || run_ == nullptr) return;
-  const int64_t now = now_ns();
+  const int64_t now = steady_ns();
   if (now < autotune_->window_end_ns()) return;
   if (std::optional<AutotuneSettings> settings =
           autotune_->observe(now, autotune_counters_locked(waiting_since_ns), settings_)) {

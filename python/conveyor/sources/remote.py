@@ -51,8 +51,10 @@ __all__ = ["REMOTE_IO_THREADS", "RetryPolicy", "is_url"]
 #: must cover rate x latency: 64 keep ~500 images/s at 100 ms per request
 #: (the local default, 32, caps it near 300: measured 209 images/s at 100 ms
 #: against 369 with 64, docs/benchmarks.md). More is not better here: every
-#: request also runs Python under the GIL, and with fsspec 128 threads
-#: contending for it were slower than 64 at 0 and 20 ms on our 2 cores.
+#: request also runs Python under the GIL: with fsspec 128 threads were
+#: slower than 64 at 0 and 20 ms on our 2 cores; with http.client (2026-11-26)
+#: 128 were faster at 100 ms (685 against 538 images/s) but slower at 20 ms
+#: (861 against 943), so 64 stayed.
 REMOTE_IO_THREADS = 64
 
 # How often a read waiting for its request checks whether its loader stopped
