@@ -1,9 +1,5 @@
 #include "conveyor/core/buffer_pool.h"
 
-#if __has_include(<sys/mman.h>)
-#include <sys/mman.h>
-#endif
-
 #include <limits>
 #include <mutex>
 #include <new>
@@ -39,30 +35,22 @@ struct BufferPoolState {
 
 namespace {
 
-// Buffers of at least this size are aligned to a huge page and, where the
-// system has transparent huge pages on request (Linux "madvise" mode), ask
-// for them: a fresh 38 MB batch buffer then costs ~20 page faults when it is
-// first written instead of ~9 400, which was a third of an epoch's first
-// batch on a 2-core machine.
-constexpr size_t kHugePageBytes = size_t{2} << 20;
-constexpr size_t kHugePageMinBytes = 2 * kHugePageBytes;
-
-std::align_val_t alignment_for(size_t bytes) {
-  return std::align_val_t{bytes >= kHugePageMinBytes ? kHugePageBytes : size_t{64}};
-}
+// Plain memory, not transparent huge pages (madvise(MADV_HUGEPAGE)): a huge
+// page needs a free 2 MiB block, and on a virtual machine whose balloon
+// reports free memory to the host (virtio-balloon free page reporting) such a
+// block is often one the host has taken back, so its first write faults on
+// the host too. On the 2-core VM of docs/benchmarks.md ("First batch and
+// fresh memory"), the first write of a 40 MB buffer took 4-5 ms with huge
+// pages in 16 of 20 fresh processes and 17-110 ms in the other 4; with 4 KiB
+// pages, 21-34 ms in every one. A buffer is written fresh once (the pool
+// reuses it), but that once is on a new loader's first batch.
+constexpr std::align_val_t kAlignment{64};
 
 }  // namespace
 
 BufferAllocator BufferAllocator::aligned() {
-  return {[](size_t bytes) {
-            void* data = ::operator new(bytes, alignment_for(bytes));
-#if defined(MADV_HUGEPAGE)
-            // Advice only: where it is refused, the buffer works as it is.
-            if (bytes >= kHugePageMinBytes) (void)madvise(data, bytes, MADV_HUGEPAGE);
-#endif
-            return data;
-          },
-          [](void* data, size_t bytes) { ::operator delete(data, alignment_for(bytes)); }};
+  return {[](size_t bytes) { return ::operator new(bytes, kAlignment); },
+          [](void* data, size_t /*bytes*/) { ::operator delete(data, kAlignment); }};
 }
 
 PooledBuffer::PooledBuffer(std::shared_ptr<detail::BufferPoolState> state, void* data, size_t size) noexcept

@@ -15,10 +15,7 @@ struct BufferAllocator {
   std::function<void*(size_t bytes)> allocate;
   std::function<void(void* data, size_t bytes)> deallocate;
 
-  /// 64-byte aligned heap memory (operator new with std::align_val_t);
-  /// buffers of 4 MiB or more are aligned to 2 MiB and advised to use
-  /// transparent huge pages where the system offers them (fewer page faults
-  /// when a fresh buffer is first written).
+  /// 64-byte aligned heap memory (operator new with std::align_val_t).
   static BufferAllocator aligned();
 };
 
