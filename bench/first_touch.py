@@ -40,7 +40,7 @@ def _touch(megabytes: int, huge: bool) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mb", type=int, default=40, help="region size (default 40 MB, about a batch buffer)")
+    parser.add_argument("--mb", type=int, default=40, help="region size (default 40 MB: a batch buffer)")
     parser.add_argument("--runs", type=int, default=20, help="fresh processes per mode (default 20)")
     parser.add_argument("--child", choices=("huge", "small"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -52,7 +52,9 @@ def main() -> None:
         for _ in range(args.runs):
             out = subprocess.run(
                 [sys.executable, __file__, "--mb", str(args.mb), "--child", mode],
-                check=True, capture_output=True, text=True,
+                check=True,
+                capture_output=True,
+                text=True,
             ).stdout.split()
             first.append(float(out[0]))
             second.append(float(out[1]))
