@@ -245,18 +245,16 @@ def test_memory_sampler_sums_a_process_tree():
 
 
 def test_memory_sampler_reads_pss_only_when_rss_grows_or_rarely():
-    # smaps_rollup costs ms of CPU per read: a tree whose memory stays flat is
-    # read twice a second, not at every 10 ms sample; growth is read at once.
+    # smaps_rollup costs ms of CPU per read: ~200 samples of RSS here, but PSS
+    # only when RSS grows (at most every 0.2 s); the periodic read is off.
     if not os.path.exists("/proc/self/smaps_rollup"):
         pytest.skip("needs Linux /proc with smaps_rollup")
     code = "import time; time.sleep(1.0); b = bytearray(64 << 20); time.sleep(1.0)"
     proc = subprocess.Popen([sys.executable, "-c", code])
-    with TreeMemorySampler(proc.pid, interval=0.01, pss_interval=0.5) as sampler:
+    with TreeMemorySampler(proc.pid, interval=0.01, pss_interval=1e9) as sampler:
         proc.wait()
-    result = sampler.result()
-    assert result["peak_pss_mb"] >= 64
-    # ~200 RSS samples; PSS at start-up's growth, at the block, and every 0.5 s.
-    assert 3 <= sampler.pss_reads <= 40
+    assert sampler.result()["peak_pss_mb"] >= 64  # The block's growth was read.
+    assert 2 <= sampler.pss_reads <= 15
 
 
 def _parse(argv):
