@@ -23,6 +23,8 @@ import subprocess
 import sys
 import time
 
+from conveyor.cli import int_at_least
+
 
 def _touch(megabytes: int, huge: bool) -> str:
     size = megabytes << 20
@@ -40,8 +42,8 @@ def _touch(megabytes: int, huge: bool) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mb", type=int, default=40, help="region size (default 40 MB: a batch buffer)")
-    parser.add_argument("--runs", type=int, default=20, help="fresh processes per mode (default 20)")
+    parser.add_argument("--mb", type=int_at_least(1), default=40, help="megabytes (default 40)")
+    parser.add_argument("--runs", type=int_at_least(1), default=20, help="processes per mode (default 20)")
     parser.add_argument("--child", choices=("huge", "small"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
