@@ -12,13 +12,12 @@
 #include "conveyor/core/checked_size.h"
 #include "conveyor/core/error.h"
 #include "conveyor/core/float16.h"
+#include "conveyor/ops/float_output.h"
 #include "conveyor/ops/image_decoder.h"
 #include "conveyor/ops/raw_decoder.h"
 #include "conveyor/ops/resize.h"
+#include "conveyor/ops/transforms/normalize.h"
 #include "conveyor/ops/transforms/warp.h"
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -63,56 +62,16 @@ void write_output(const ImageView& img, bool flip, Layout layout, const T* lut, 
   }
 }
 
-#if defined(__SSE2__)
-// write_output<float, 3> into CHW with streaming stores (ImagePipelineOptions::
-// stream_output): each row goes through the tables into an L1-resident row
-// of three planes, which is then copied to the output with non-temporal
-// stores. Into a batch slot, which this thread does not read again, plain
-// stores would first read every line of it from memory (read for
-// ownership); into an output rewritten while it is still in cache, they are
-// the faster ones.
-void write_chw3_float_streaming(const ImageView& img, bool flip, const float* lut, float* out) {
-  const int h = img.height, w = img.width;
-  const ptrdiff_t plane = static_cast<ptrdiff_t>(h) * w;
-  thread_local std::vector<float> row;
-  row.resize(static_cast<size_t>(3) * w);
-  for (int y = 0; y < h; ++y) {
-    const uint8_t* s = img.row(y);
-    float* r = row.data();
-    for (int x = 0; x < w; ++x) {
-      const int to = flip ? w - 1 - x : x;
-      r[to] = lut[s[3 * x]];
-      r[w + to] = lut[256 + s[3 * x + 1]];
-      r[2 * w + to] = lut[512 + s[3 * x + 2]];
-    }
-    for (int c = 0; c < 3; ++c) {
-      float* o = out + c * plane + static_cast<ptrdiff_t>(y) * w;
-      const float* from = r + static_cast<ptrdiff_t>(c) * w;
-      int x = 0;
-      for (; x < w && (reinterpret_cast<uintptr_t>(o + x) & 15) != 0; ++x) o[x] = from[x];
-      for (; x + 4 <= w; x += 4) _mm_stream_ps(o + x, _mm_loadu_ps(from + x));
-      for (; x < w; ++x) o[x] = from[x];
-    }
-  }
-  // Streaming stores are weakly ordered: complete them before the slot is
-  // handed over (the lock that publishes it does not order them).
-  _mm_sfence();
-}
-#endif
-
 template <typename T>
 void write_output(const ImageView& img, bool flip, Layout layout, const T* lut, void* out, bool stream,
                   bool identity = false) {
-#if defined(__SSE2__)
   if constexpr (std::is_same_v<T, float>) {
-    if (stream && img.channels == 3 && layout == Layout::kCHW) {
-      write_chw3_float_streaming(img, flip, lut, static_cast<float*>(out));
+    if (layout == Layout::kCHW) {
+      write_chw_float(img, flip, lut, static_cast<float*>(out), stream);
       return;
     }
   }
-#else
   (void)stream;
-#endif
   if (img.channels == 3) {
     write_output<T, 3>(img, flip, layout, lut, static_cast<T*>(out), identity);
   } else {
@@ -249,6 +208,9 @@ struct ImagePipeline::Plan {
   std::vector<uint8_t> lut_u8;
   std::vector<uint16_t> lut_f16;
   std::vector<float> lut_f32;
+  // lut_f32 as vector arithmetic (float32 CHW output whose pointwise steps
+  // are at most one Normalize), used when no per-sample tables come first.
+  std::optional<NormalizeArithmetic> normalize_f32;
   std::vector<const TransformStep*> output_steps;  // kOutput steps, in order (after the tables).
 
   // Runs a group's steps symbolically on an image of `height` x `width`:
@@ -409,7 +371,11 @@ struct ImagePipeline::Plan {
         write_output<uint16_t>(image, flip, output.layout, composed(lut_f16, pending), out, options.stream_output);
         break;
       case DType::kFloat32:
-        write_output<float>(image, flip, output.layout, composed(lut_f32, pending), out, options.stream_output);
+        if (normalize_f32 && pending == nullptr) {
+          normalize_f32->write_chw(image, flip, static_cast<float*>(out), options.stream_output);
+        } else {
+          write_output<float>(image, flip, output.layout, composed(lut_f32, pending), out, options.stream_output);
+        }
         break;
       case DType::kInt64:
         break;
@@ -514,6 +480,14 @@ ImagePipeline::ImagePipeline(std::vector<TransformSpec> transforms, ImageOutputS
       for (const TransformStep* step : pointwise) x = step->map_value(c, x);
       plan->lut_f32.push_back(x);
       plan->lut_f16.push_back(float_to_half(x));
+    }
+  }
+  if (output.dtype == DType::kFloat32 && output.layout == Layout::kCHW && pointwise.size() <= 1) {
+    NormalizeSpec normalize{std::vector<float>(channels, 0.0f), std::vector<float>(channels, 1.0f)};
+    if (!pointwise.empty()) normalize = normalize_spec_of(*pointwise.front()).value_or(NormalizeSpec{});
+    if (normalize.mean.size() == static_cast<size_t>(channels)) {
+      plan->normalize_f32 =
+          NormalizeArithmetic::matching(plan->lut_f32.data(), channels, normalize.mean.data(), normalize.std.data());
     }
   }
   use_single_threaded_opencv();

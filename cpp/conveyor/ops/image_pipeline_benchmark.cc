@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "conveyor/ops/float_output.h"
 #include "conveyor/ops/image_decode.h"
 #include "conveyor/ops/image_pipeline.h"
 #include "conveyor/ops/resize.h"
@@ -255,6 +256,42 @@ const Image& image_224() {
   }();
   return image;
 }
+
+// --- the output pass alone: a 224 x 224 RGB image to float32 CHW with
+// ImageNet's Normalize, through the tables (arithmetic:0) or as
+// NormalizeArithmetic (1), into one output (slots:1, in cache) or the next
+// of 64 with streaming stores, as into a batch.
+void BM_OutputPass(benchmark::State& state) {
+  const Image& image = image_224();
+  const ImageView view{image.pixels.data(), image.height, image.width, 3, static_cast<ptrdiff_t>(image.width) * 3};
+  std::vector<float> tables;
+  for (int c = 0; c < 3; ++c) {
+    for (int v = 0; v < 256; ++v)
+      tables.push_back((static_cast<float>(v) / 255.0f - kImageNet.mean[c]) / kImageNet.std[c]);
+  }
+  const auto arithmetic = NormalizeArithmetic::matching(tables.data(), 3, kImageNet.mean.data(), kImageNet.std.data());
+  if (state.range(0) != 0 && !arithmetic) {
+    state.SkipWithError("NormalizeArithmetic is not available here");
+    return;
+  }
+  const size_t slots = static_cast<size_t>(state.range(1)), floats = image.pixels.size();
+  // 64-byte aligned, as the loader's batch buffers.
+  std::vector<float> out(floats * slots + 16);
+  float* first = out.data() + (16 - reinterpret_cast<uintptr_t>(out.data()) / sizeof(float) % 16) % 16;
+  uint64_t i = 0;
+  for (auto _ : state) {
+    float* slot = first + (i % slots) * floats;
+    const bool flip = (i++ & 1) != 0;
+    if (state.range(0) != 0) {
+      arithmetic->write_chw(view, flip, slot, slots > 1);
+    } else {
+      write_chw_float(view, flip, tables.data(), slot, slots > 1);
+    }
+    benchmark::DoNotOptimize(slot);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_OutputPass)->ArgNames({"arithmetic", "slots"})->Args({0, 1})->Args({1, 1})->Args({0, 64})->Args({1, 64});
 
 using ColorKernel = void (*)(SampleImage&);
 

@@ -32,6 +32,8 @@ class NormalizeStep final : public TransformStep {
 
   void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
 
+  NormalizeSpec spec() const { return {mean_, std_}; }
+
  private:
   std::vector<float> mean_;
   std::vector<float> std_;
@@ -57,6 +59,11 @@ std::unique_ptr<const TransformStep> make_normalize_step(const TransformParams& 
   }
   args.finish();
   return std::make_unique<NormalizeStep>(std::move(mean), std::move(std));
+}
+
+std::optional<NormalizeSpec> normalize_spec_of(const TransformStep& step) {
+  if (const auto* normalize = dynamic_cast<const NormalizeStep*>(&step)) return normalize->spec();
+  return std::nullopt;
 }
 
 }  // namespace conveyor
