@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,6 +25,68 @@ TEST(AutocontrastTest, StretchesEachChannelInFloat32) {
   Image rgb{1, 2, 3, {0, 7, 10, 255, 7, 20}};
   autocontrast(rgb);
   EXPECT_EQ(rgb.pixels, (Pixels{0, 7, 0, 255, 7, 254}));
+}
+
+TEST(AutocontrastTest, FindsEachChannelsRangeAnywhereInALargeImage) {
+  // 37 x 29 pixels: whole 48-byte blocks and a tail. Channel k spans
+  // [20 + k, 200 + k], its extremes planted in the first block, the last
+  // block and the tail; the expected value is torchvision's float32
+  // arithmetic with that range.
+  for (int channels : {1, 3}) {
+    Image image{37, 29, channels, Pixels(static_cast<size_t>(37) * 29 * channels)};
+    uint32_t state = 7;
+    for (size_t i = 0; i < image.pixels.size(); ++i) {
+      state = state * 1664525u + 1013904223u;
+      image.pixels[i] = static_cast<uint8_t>(40 + (state >> 24) % 140 + i % channels);
+    }
+    const size_t n = image.pixels.size();
+    for (int k = 0; k < channels; ++k) {
+      image.pixels[static_cast<size_t>(3 * channels + k)] = static_cast<uint8_t>(20 + k);  // first block
+      image.pixels[n - static_cast<size_t>(channels) + k] = static_cast<uint8_t>(200 + k);  // tail (n % 48 != 0)
+    }
+    ASSERT_NE(n % 48, 0u);
+    const Image before = image;
+    autocontrast(image);
+    for (size_t i = 0; i < n; ++i) {
+      const int k = static_cast<int>(i % channels);
+      const float scale = static_cast<float>(180) * static_cast<float>(1.0 / 255);
+      const float v = (static_cast<float>(before.pixels[i]) - static_cast<float>(20 + k)) / scale;
+      ASSERT_EQ(image.pixels[i], static_cast<uint8_t>(std::min(std::max(v, 0.0f), 255.0f)))
+          << channels << " channels, value " << i;
+    }
+  }
+}
+
+TEST(EqualizeTest, CountsEveryPixelOfALargeImage) {
+  // An odd number of RGB pixels (the counters take pixels in pairs) with
+  // skewed values: the tables are PIL's rule on histograms counted here.
+  Image image{31, 17, 3, Pixels(static_cast<size_t>(31) * 17 * 3)};
+  uint32_t state = 3;
+  for (auto& v : image.pixels) {
+    state = state * 1664525u + 1013904223u;
+    const uint32_t r = state >> 24;
+    v = static_cast<uint8_t>(r * r / 255);
+  }
+  const Image before = image;
+  equalize(image);
+  const int64_t count = 31 * 17;
+  for (int k = 0; k < 3; ++k) {
+    int64_t hist[256] = {};
+    for (size_t i = static_cast<size_t>(k); i < before.pixels.size(); i += 3) ++hist[before.pixels[i]];
+    int last = 255;
+    while (hist[last] == 0) --last;
+    const int64_t step = (count - hist[last]) / 255;
+    ASSERT_GT(step, 0);
+    int64_t lut[256], cumulative = 0;
+    lut[0] = 0;
+    for (int v = 1; v < 256; ++v) {
+      cumulative += hist[v - 1];
+      lut[v] = std::min<int64_t>((cumulative + step / 2) / step, 255);
+    }
+    for (size_t i = static_cast<size_t>(k); i < before.pixels.size(); i += 3) {
+      ASSERT_EQ(image.pixels[i], lut[before.pixels[i]]) << "channel " << k << ", value " << i;
+    }
+  }
 }
 
 TEST(EqualizeTest, PilsRuleAsV2ComputesIt) {

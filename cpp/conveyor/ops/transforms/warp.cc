@@ -125,63 +125,135 @@ struct RowGrid {
 
 // The source pixel of each output pixel x0 .. x0 + n - 1 of the row whose
 // base coordinate is `by`, computed branch-free so that the loop vectorises:
-// xs[i] = -1 where it falls outside the image.
-template <bool kProjective>
+// xs[i] = -1 where it falls outside the image. kRowY: the warp is affine
+// with no x term in the source row (r01 == 0: translations, shears along x),
+// so bx * r01 is a zero and every pixel of the row has the source row ys[0]
+// (the arithmetic below, done once); only the columns are computed per pixel.
+template <bool kProjective, bool kRowY>
 [[gnu::always_inline]] inline void row_sources_of(const RowGrid& k, float by, int x0, int n, int32_t* __restrict xs,
                                                   int32_t* __restrict ys) {
   const RowGrid g = k;  // Locals: no aliasing with the outputs.
+  float row_y = 0;
+  if constexpr (kRowY) {
+    const float bx = static_cast<float>(x0) + g.x_base;
+    row_y = round_half_even(((bx * g.r01 + by * g.r11 + g.r21) + 1.0f) * g.half_h - 0.5f);
+    if (!(row_y >= 0 && row_y < g.fh)) {
+      for (int i = 0; i < n; ++i) xs[i] = -1;
+      ys[0] = 0;
+      return;
+    }
+    ys[0] = static_cast<int32_t>(row_y);
+  }
   for (int i = 0; i < n; ++i) {
     const float bx = static_cast<float>(x0 + i) + g.x_base;
     float gx = bx * g.r00 + by * g.r10 + g.r20;
-    float gy = bx * g.r01 + by * g.r11 + g.r21;
-    if constexpr (kProjective) {
-      const float den = bx * g.g6 + by * g.g7 + 1.0f;
-      gx = gx / den - 1.0f;
-      gy = gy / den - 1.0f;
+    if constexpr (kRowY) {
+      const float fx = round_half_even((gx + 1.0f) * g.half_w - 0.5f);
+      const bool inside = (fx >= 0) & (fx < g.fw);
+      xs[i] = inside ? static_cast<int32_t>(fx) : -1;
+    } else {
+      float gy = bx * g.r01 + by * g.r11 + g.r21;
+      if constexpr (kProjective) {
+        const float den = bx * g.g6 + by * g.g7 + 1.0f;
+        gx = gx / den - 1.0f;
+        gy = gy / den - 1.0f;
+      }
+      const float fx = round_half_even((gx + 1.0f) * g.half_w - 0.5f);
+      const float fy = round_half_even((gy + 1.0f) * g.half_h - 0.5f);
+      const bool inside = (fx >= 0) & (fx < g.fw) & (fy >= 0) & (fy < g.fh);
+      // Selected before the conversions, which are then of values in range.
+      xs[i] = inside ? static_cast<int32_t>(fx) : -1;
+      ys[i] = static_cast<int32_t>(inside ? fy : 0.0f);
     }
-    const float fx = round_half_even((gx + 1.0f) * g.half_w - 0.5f);
-    const float fy = round_half_even((gy + 1.0f) * g.half_h - 0.5f);
-    const bool inside = (fx >= 0) & (fx < g.fw) & (fy >= 0) & (fy < g.fh);
-    // Selected before the conversions, which are then of values in range.
-    xs[i] = inside ? static_cast<int32_t>(fx) : -1;
-    ys[i] = static_cast<int32_t>(inside ? fy : 0.0f);
   }
 }
 
+// Which loop of row_sources_of a warp runs.
+enum class RowKind { kAffine, kAffineRowY, kProjective };
+
 // One loop per kind, inlined into each clone (AVX2 and baseline).
-CONVEYOR_VECTOR_CLONES void row_sources(const RowGrid& k, bool projective, float by, int x0, int n, int32_t* xs,
+CONVEYOR_VECTOR_CLONES void row_sources(const RowGrid& k, RowKind kind, float by, int x0, int n, int32_t* xs,
                                         int32_t* ys) {
-  if (projective) {
-    row_sources_of<true>(k, by, x0, n, xs, ys);
-  } else {
-    row_sources_of<false>(k, by, x0, n, xs, ys);
+  switch (kind) {
+    case RowKind::kProjective:
+      row_sources_of<true, false>(k, by, x0, n, xs, ys);
+      return;
+    case RowKind::kAffineRowY:
+      row_sources_of<false, true>(k, by, x0, n, xs, ys);
+      return;
+    case RowKind::kAffine:
+      row_sources_of<false, false>(k, by, x0, n, xs, ys);
+      return;
   }
 }
 
 // Copies the pixels of one output row: output pixel i is source pixel
-// (xs[i], ys[i]), or the fill where xs[i] < 0. C is the channel count (0:
-// `c` at run time), so that the usual 1 and 3 are plain byte moves; 3-byte
-// pixels move as 4 bytes (the 4th is overwritten by the next pixel), except
-// the row's last and the image's last pixel (no byte after it). `fill` has 4
-// bytes.
-template <int C>
+// (xs[i], ys[i]) (ys[0] for every pixel when kRowY), or the fill where
+// xs[i] < 0. C is the channel count (0: `c` at run time), so that the usual
+// 1 and 3 are plain byte moves; 3-byte pixels move as 4 bytes (the 4th is
+// overwritten by the next pixel), except the row's last and the image's last
+// pixel (no byte after it). With kRowY, a group of 8 output pixels from 8
+// consecutive source pixels (a translation, most of a shear along x) is one
+// copy. `fill` has 4 bytes.
+template <int C, bool kRowY>
 void gather_row(const uint8_t* src, size_t src_bytes, int w, int c, const int32_t* xs, const int32_t* ys, int n,
                 const uint8_t* fill, uint8_t* dst) {
   const int channels = C > 0 ? C : c;
   const uint8_t* last = src + src_bytes - static_cast<size_t>(channels);
-  for (int i = 0; i < n; ++i, dst += channels) {
-    const uint8_t* s =
-        xs[i] >= 0 ? src + (static_cast<size_t>(ys[i]) * static_cast<size_t>(w) + static_cast<size_t>(xs[i])) * channels
-                   : fill;
+  const auto y_of = [&](int i) { return kRowY ? ys[0] : ys[i]; };
+  const auto pixel = [&](int i) {
+    return xs[i] >= 0 ? src + (static_cast<size_t>(y_of(i)) * static_cast<size_t>(w) + static_cast<size_t>(xs[i])) *
+                                  channels
+                      : fill;
+  };
+  int i = 0;
+  if constexpr (kRowY && C > 0) {
+    for (; i + 8 <= n; i += 8) {
+      int off = xs[i] < 0;  // Branch-free: the compiler vectorises the check.
+      for (int k = 1; k < 8; ++k) off |= xs[i + k] - k - xs[i];
+      if (off == 0) {
+        std::memcpy(dst + static_cast<ptrdiff_t>(i) * C, pixel(i), 8 * C);
+        continue;
+      }
+      for (int k = i; k < i + 8; ++k) {
+        const uint8_t* s = pixel(k);
+        if constexpr (C == 3) {
+          if (k + 1 < n && s != last) {
+            uint32_t v;
+            std::memcpy(&v, s, 4);
+            std::memcpy(dst + static_cast<ptrdiff_t>(k) * C, &v, 4);
+            continue;
+          }
+        }
+        for (int b = 0; b < C; ++b) dst[static_cast<ptrdiff_t>(k) * C + b] = s[b];
+      }
+    }
+  }
+  for (; i < n; ++i) {
+    const uint8_t* s = pixel(i);
+    uint8_t* d = dst + static_cast<ptrdiff_t>(i) * channels;
     if constexpr (C == 3) {
       if (i + 1 < n && s != last) {
         uint32_t v;
         std::memcpy(&v, s, 4);
-        std::memcpy(dst, &v, 4);
+        std::memcpy(d, &v, 4);
         continue;
       }
     }
-    for (int k = 0; k < channels; ++k) dst[k] = s[k];
+    for (int b = 0; b < channels; ++b) d[b] = s[b];
+  }
+}
+
+// gather_row for the channel count c.
+template <bool kRowY>
+void gather_rows_of(const uint8_t* src, size_t src_bytes, int w, int c, const int32_t* xs, const int32_t* ys, int n,
+                    const uint8_t* fill, uint8_t* dst) {
+  if (c == 3) {
+    gather_row<3, kRowY>(src, src_bytes, w, c, xs, ys, n, fill, dst);
+  } else if (c == 1) {
+    gather_row<1, kRowY>(src, src_bytes, w, c, xs, ys, n, fill, dst);
+  } else {
+    gather_row<0, kRowY>(src, src_bytes, w, c, xs, ys, n, fill, dst);
   }
 }
 
@@ -207,6 +279,8 @@ void warp_nearest_rows(const Image& src, const Warp& warp, std::array<int, 2> or
                      static_cast<float>(w),
                      static_cast<float>(h),
                      kProjective ? 0.5f : -(ow - 1) * 0.5f};
+  const RowKind kind =
+      kProjective ? RowKind::kProjective : (grid.r01 == 0 ? RowKind::kAffineRowY : RowKind::kAffine);
   // The source pixels of a row (thread-local: no allocation once warm).
   thread_local std::vector<int32_t> index;
   index.resize(2 * static_cast<size_t>(out_w));
@@ -216,14 +290,12 @@ void warp_nearest_rows(const Image& src, const Warp& warp, std::array<int, 2> or
   for (int wy = 0; wy < out_h; ++wy) {
     const int y = wy + origin[1];
     const float by = kProjective ? static_cast<float>(y) + 0.5f : static_cast<float>(y) - (oh - 1) * 0.5f;
-    row_sources(grid, kProjective, by, origin[0], out_w, xs, ys);
+    row_sources(grid, kind, by, origin[0], out_w, xs, ys);
     uint8_t* d = dst + static_cast<size_t>(wy) * out_w * c;
-    if (c == 3) {
-      gather_row<3>(src.pixels.data(), src_bytes, w, c, xs, ys, out_w, fill, d);
-    } else if (c == 1) {
-      gather_row<1>(src.pixels.data(), src_bytes, w, c, xs, ys, out_w, fill, d);
+    if (kind == RowKind::kAffineRowY) {
+      gather_rows_of<true>(src.pixels.data(), src_bytes, w, c, xs, ys, out_w, fill, d);
     } else {
-      gather_row<0>(src.pixels.data(), src_bytes, w, c, xs, ys, out_w, fill, d);
+      gather_rows_of<false>(src.pixels.data(), src_bytes, w, c, xs, ys, out_w, fill, d);
     }
   }
 }
