@@ -202,9 +202,9 @@ void gather_row(const uint8_t* src, size_t src_bytes, int w, int c, const int32_
   const uint8_t* last = src + src_bytes - static_cast<size_t>(channels);
   const auto y_of = [&](int i) { return kRowY ? ys[0] : ys[i]; };
   const auto pixel = [&](int i) {
-    return xs[i] >= 0 ? src + (static_cast<size_t>(y_of(i)) * static_cast<size_t>(w) + static_cast<size_t>(xs[i])) *
-                                  channels
-                      : fill;
+    return xs[i] >= 0
+               ? src + (static_cast<size_t>(y_of(i)) * static_cast<size_t>(w) + static_cast<size_t>(xs[i])) * channels
+               : fill;
   };
   int i = 0;
   if constexpr (kRowY && C > 0) {
@@ -279,8 +279,7 @@ void warp_nearest_rows(const Image& src, const Warp& warp, std::array<int, 2> or
                      static_cast<float>(w),
                      static_cast<float>(h),
                      kProjective ? 0.5f : -(ow - 1) * 0.5f};
-  const RowKind kind =
-      kProjective ? RowKind::kProjective : (grid.r01 == 0 ? RowKind::kAffineRowY : RowKind::kAffine);
+  const RowKind kind = kProjective ? RowKind::kProjective : (grid.r01 == 0 ? RowKind::kAffineRowY : RowKind::kAffine);
   // The source pixels of a row (thread-local: no allocation once warm).
   thread_local std::vector<int32_t> index;
   index.resize(2 * static_cast<size_t>(out_w));
