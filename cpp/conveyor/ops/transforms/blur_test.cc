@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -93,6 +95,43 @@ TEST(SharpnessTest, BlendsWithTheSmoothedImageAndKeepsTheBorder) {
   SampleImage narrow{Image{2, 5, 1, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}}, {}, nullptr};
   adjust_sharpness(narrow, 0.0);
   EXPECT_EQ(narrow.image.pixels, (Pixels{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
+}
+
+TEST(SharpnessTest, WideImagesMatchTorchvisionsArithmeticEverywhere) {
+  // Rows wide enough for the 16-byte vector steps and a scalar remainder;
+  // noise with flat patches (where factor 1e300 gives 0 * -inf); the
+  // reference is torchvision's: the 3 x 3 kernel (1 1 1 / 1 5 1 / 1 1 1) / 13
+  // in float32, rounded, blended as x + (1 - factor) * (smooth - x) with one
+  // rounding, clamped and truncated; the border rows and columns kept.
+  for (int channels : {1, 3}) {
+    const int h = 9, w = 41;
+    std::mt19937 gen(static_cast<uint32_t>(channels));
+    Pixels pixels(static_cast<size_t>(h) * w * channels);
+    for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = (i / 40) % 3 == 0 ? 90 : static_cast<uint8_t>(gen());
+    for (double factor : {0.0, 0.3, 2.0, 1e300}) {
+      SampleImage sample{Image{h, w, channels, pixels}, {}, nullptr};
+      adjust_sharpness(sample, factor);
+      const float alpha = static_cast<float>(1.0 - factor);
+      const auto at = [&](int y, int x, int c) { return pixels[(static_cast<size_t>(y) * w + x) * channels + c]; };
+      for (int y = 0; y < h; ++y) {
+        for (int x = 0; x < w; ++x) {
+          for (int c = 0; c < channels; ++c) {
+            int want = at(y, x, c);
+            if (y > 0 && y < h - 1 && x > 0 && x < w - 1) {
+              int sum = 4 * at(y, x, c);
+              for (int dy = -1; dy <= 1; ++dy)
+                for (int dx = -1; dx <= 1; ++dx) sum += at(y + dy, x + dx, c);
+              const float smooth = std::nearbyint(static_cast<float>(sum) / 13.0f);
+              const float v = std::fma(smooth - static_cast<float>(want), alpha, static_cast<float>(want));
+              want = std::isnan(v) ? 0 : static_cast<int>(std::clamp(v, 0.0f, 255.0f));
+            }
+            ASSERT_EQ(sample.image.pixels[(static_cast<size_t>(y) * w + x) * channels + c], want)
+                << channels << " channels, factor " << factor << ", pixel (" << x << ", " << y << ")";
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(SharpnessTest, ThreeChannelsAreSmoothedSeparately) {
