@@ -96,6 +96,41 @@ TEST(WarpTest, TranslationMovesPixelsAndBoxesAndFillsTheRest) {
   EXPECT_EQ(boxes, (std::vector<BoundingBox>{{2, 1, 2, 2, 1}}));
 }
 
+TEST(WarpTest, NearestWarpsOfOneChannelAreThoseOfThree) {
+  // A gray image and its RGB copy (r = g = b) through the same nearest
+  // warps: each RGB channel equals the gray result, fill included. The RGB
+  // kernel is checked against torchvision in tests/parity; sizes not
+  // multiples of 8, and warps that sample the image's last pixels (which the
+  // vector rows leave to the scalar loop).
+  const Image pattern = make_pattern(23, 37);
+  Image gray{23, 37, 1, std::vector<uint8_t>(23 * 37)};
+  for (size_t i = 0; i < gray.pixels.size(); ++i) gray.pixels[i] = pattern.pixels[3 * i + 1];
+  Image rgb{23, 37, 3, std::vector<uint8_t>(23 * 37 * 3)};
+  for (size_t i = 0; i < rgb.pixels.size(); ++i) rgb.pixels[i] = gray.pixels[i / 3];
+  FillArg fill;
+  fill.values = {40};
+  const std::array<std::array<double, 2>, 4> start{{{0, 0}, {36, 0}, {36, 22}, {0, 22}}};
+  const std::array<std::array<double, 2>, 4> end{{{3, 2}, {33, 1}, {35, 20}, {1, 21}}};
+  const std::vector<Warp> warps{rotation_warp(23, 37, 33.3, false, std::nullopt),
+                                rotation_warp(23, 37, -12.0, true, std::nullopt),
+                                rotation_warp(23, 37, 0.5, false, std::array<double, 2>{36, 22}),
+                                affine_warp(23, 37, 0, {0, 0}, 1, {0, 20}, std::array<double, 2>{0, 0}),
+                                affine_warp(23, 37, -30, {3, -2}, 0.7, {10, 0}, std::nullopt),
+                                perspective_warp(23, 37, perspective_coefficients(start, end))};
+  for (size_t k = 0; k < warps.size(); ++k) {
+    SampleImage one{gray, {}, nullptr}, three{rgb, {}, nullptr};
+    apply_warp(warps[k], Interpolation::kNearest, fill, one);
+    apply_warp(warps[k], Interpolation::kNearest, fill, three);
+    ASSERT_EQ(three.image.pixels.size(), 3 * one.image.pixels.size()) << "warp " << k;
+    int filled = 0;
+    for (size_t i = 0; i < three.image.pixels.size(); ++i) {
+      ASSERT_EQ(three.image.pixels[i], one.image.pixels[i / 3]) << "warp " << k << ", value " << i;
+    }
+    for (uint8_t v : one.image.pixels) filled += v == 40;
+    EXPECT_GT(filled, 0) << "warp " << k;
+  }
+}
+
 // Runs `chain` on `image` (PNG) with SampleRng(1, 0, 0); uint8 HWC.
 std::vector<uint8_t> run_chain(std::vector<TransformSpec> chain, const Image& image,
                                std::vector<BoundingBox>* boxes = nullptr) {
