@@ -14,34 +14,18 @@ namespace conveyor {
 
 namespace {
 
-// Per-channel histograms of 1 or 3 channels. Photos repeat values, and an
-// increment waits for the previous one of the same counter: two sets of
-// counters, for alternate pixels, halve those waits.
+// Per-channel histograms of 1 or 3 channels.
 std::array<std::array<int64_t, 256>, 3> histograms(const Image& image) {
   std::array<std::array<int64_t, 256>, 3> hist{};
   const int c = image.channels;
   const size_t n = image.pixels.size();
   const uint8_t* px = image.pixels.data();
-  // Unrolled: a loop over a run-time channel count costs more than the
-  // counting. uint32 counters: each counts at most n / 6 + 1 values.
-  if (c == 3 && n / 6 < UINT32_MAX) {
-    std::array<std::array<uint32_t, 256>, 6> counts{};
-    size_t i = 0;
-    for (; i + 5 < n; i += 6) {
-      ++counts[0][px[i]];
-      ++counts[1][px[i + 1]];
-      ++counts[2][px[i + 2]];
-      ++counts[3][px[i + 3]];
-      ++counts[4][px[i + 4]];
-      ++counts[5][px[i + 5]];
-    }
-    for (; i + 2 < n; i += 3) {
-      ++counts[0][px[i]];
-      ++counts[1][px[i + 1]];
-      ++counts[2][px[i + 2]];
-    }
-    for (int k = 0; k < 3; ++k) {
-      for (int v = 0; v < 256; ++v) hist[k][v] = int64_t{counts[k][v]} + counts[k + 3][v];
+  if (c == 3) {
+    // Unrolled: a loop over a run-time channel count costs more than the counting.
+    for (size_t i = 0; i + 2 < n; i += 3) {
+      ++hist[0][px[i]];
+      ++hist[1][px[i + 1]];
+      ++hist[2][px[i + 2]];
     }
     return hist;
   }
