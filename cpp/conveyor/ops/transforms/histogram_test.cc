@@ -41,7 +41,7 @@ TEST(AutocontrastTest, FindsEachChannelsRangeAnywhereInALargeImage) {
     }
     const size_t n = image.pixels.size();
     for (int k = 0; k < channels; ++k) {
-      image.pixels[static_cast<size_t>(3 * channels + k)] = static_cast<uint8_t>(20 + k);  // first block
+      image.pixels[static_cast<size_t>(3 * channels + k)] = static_cast<uint8_t>(20 + k);   // first block
       image.pixels[n - static_cast<size_t>(channels) + k] = static_cast<uint8_t>(200 + k);  // tail (n % 48 != 0)
     }
     ASSERT_NE(n % 48, 0u);
