@@ -1,6 +1,6 @@
 #include "conveyor/ops/float_output.h"
 
-#include <cmath>
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -17,8 +17,6 @@
 namespace conveyor {
 
 namespace {
-
-const float kInverse255 = 1.0f / 255.0f;
 
 // Runs `write_row(y, planes)` for every row of an h x w image of `channels`
 // planes; planes[c] is where row y of plane c goes: the output itself, or
@@ -58,24 +56,20 @@ void for_each_row(int h, int w, int channels, float* out, bool stream, WriteRow&
 }
 
 #if defined(CONVEYOR_AVX2_NORMALIZE)
-// NormalizeArithmetic::value on eight values.
-__attribute__((target("avx2,fma"))) inline __m256 normalize8(__m256 x, __m256 mean, __m256 std, __m256 inverse_std) {
-  const __m256 c255 = _mm256_set1_ps(255.0f), inverse255 = _mm256_set1_ps(kInverse255);
-  __m256 q = _mm256_mul_ps(x, inverse255);
-  q = _mm256_fmadd_ps(_mm256_fnmadd_ps(q, c255, x), inverse255, q);
-  const __m256 d = _mm256_sub_ps(q, mean);
-  const __m256 o = _mm256_mul_ps(d, inverse_std);
-  return _mm256_fmadd_ps(_mm256_fnmadd_ps(o, std, d), inverse_std, o);
+// torchvision's float32 (x / 255 - mean) / std on eight values: the same
+// IEEE operations as the tables' scalar ones, so the same bits.
+__attribute__((target("avx2"))) inline __m256 normalize8(__m256 x, __m256 mean, __m256 std) {
+  return _mm256_div_ps(_mm256_sub_ps(_mm256_div_ps(x, _mm256_set1_ps(255.0f)), mean), std);
 }
 
-__attribute__((target("avx2,fma"))) inline __m256 bytes_to_floats(__m128i bytes) {
+__attribute__((target("avx2"))) inline __m256 bytes_to_floats(__m128i bytes) {
   return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
 }
 
 // The bytes of 8 pixels at p (24 for RGB, read as 16 + 8 so that nothing
 // past them is read) as 8 floats per channel.
 template <int C>
-__attribute__((target("avx2,fma"))) inline void split_channels(const uint8_t* p, __m256* v) {
+__attribute__((target("avx2"))) inline void split_channels(const uint8_t* p, __m256* v) {
   if constexpr (C == 3) {
     const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 16));
@@ -97,14 +91,12 @@ __attribute__((target("avx2,fma"))) inline void split_channels(const uint8_t* p,
 // converted, normalized and stored (flip: reversed, at the mirrored place).
 // The last w % 8 pixels go through a zero-padded copy.
 template <int C>
-__attribute__((target("avx2,fma"))) void normalized_row_avx2(const uint8_t* s, int w, bool flip, const float* mean,
-                                                             const float* std, const float* inverse_std,
-                                                             float* const* planes) {
-  __m256 m[C], sd[C], inv[C];
+__attribute__((target("avx2"))) void normalized_row_avx2(const uint8_t* s, int w, bool flip, const float* mean,
+                                                         const float* std, float* const* planes) {
+  __m256 m[C], sd[C];
   for (int c = 0; c < C; ++c) {
     m[c] = _mm256_set1_ps(mean[c]);
     sd[c] = _mm256_set1_ps(std[c]);
-    inv[c] = _mm256_set1_ps(inverse_std[c]);
   }
   const __m256i reverse = _mm256_setr_epi32(7, 6, 5, 4, 3, 2, 1, 0);
   int i = 0;
@@ -112,7 +104,7 @@ __attribute__((target("avx2,fma"))) void normalized_row_avx2(const uint8_t* s, i
     __m256 v[C];
     split_channels<C>(s + static_cast<ptrdiff_t>(i) * C, v);
     for (int c = 0; c < C; ++c) {
-      const __m256 o = normalize8(v[c], m[c], sd[c], inv[c]);
+      const __m256 o = normalize8(v[c], m[c], sd[c]);
       if (flip) {
         _mm256_storeu_ps(planes[c] + (w - 8 - i), _mm256_permutevar8x32_ps(o, reverse));
       } else {
@@ -128,7 +120,7 @@ __attribute__((target("avx2,fma"))) void normalized_row_avx2(const uint8_t* s, i
     split_channels<C>(tail, v);
     alignas(32) float values[8];
     for (int c = 0; c < C; ++c) {
-      _mm256_store_ps(values, normalize8(v[c], m[c], sd[c], inv[c]));
+      _mm256_store_ps(values, normalize8(v[c], m[c], sd[c]));
       for (int k = 0; k < n; ++k) planes[c][flip ? w - 1 - (i + k) : i + k] = values[k];
     }
   }
@@ -137,38 +129,18 @@ __attribute__((target("avx2,fma"))) void normalized_row_avx2(const uint8_t* s, i
 
 }  // namespace
 
-std::optional<NormalizeArithmetic> NormalizeArithmetic::matching(const float* tables, int channels, const float* mean,
-                                                                 const float* std) {
+std::optional<NormalizeArithmetic> NormalizeArithmetic::make(int channels, const float* mean, const float* std) {
 #if defined(CONVEYOR_AVX2_NORMALIZE)
-  if (channels != 1 && channels != 3) return std::nullopt;
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return std::nullopt;
+  if ((channels != 1 && channels != 3) || !__builtin_cpu_supports("avx2")) return std::nullopt;
   NormalizeArithmetic arithmetic;
   arithmetic.channels_ = channels;
-  for (int c = 0; c < channels; ++c) {
-    arithmetic.mean_[c] = mean[c];
-    arithmetic.std_[c] = std[c];
-    arithmetic.inverse_std_[c] = 1.0f / std[c];
-    for (int v = 0; v < 256; ++v) {
-      // Bit for bit: a table value that is NaN (or -0 against +0) is a mismatch too.
-      const float got = arithmetic.value(c, v), want = tables[c * 256 + v];
-      if (std::memcmp(&got, &want, sizeof got) != 0) return std::nullopt;
-    }
-  }
+  std::copy(mean, mean + channels, arithmetic.mean_);
+  std::copy(std, std + channels, arithmetic.std_);
   return arithmetic;
 #else
-  (void)tables, (void)channels, (void)mean, (void)std;
+  (void)channels, (void)mean, (void)std;
   return std::nullopt;
 #endif
-}
-
-float NormalizeArithmetic::value(int channel, int v) const {
-  // The roundings of normalize8: fma is exact-then-rounded in both.
-  const auto x = static_cast<float>(v);
-  float q = x * kInverse255;
-  q = std::fma(std::fma(-q, 255.0f, x), kInverse255, q);
-  const float d = q - mean_[channel];
-  const float o = d * inverse_std_[channel];
-  return std::fma(std::fma(-o, std_[channel], d), inverse_std_[channel], o);
 }
 
 void NormalizeArithmetic::write_chw(const ImageView& image, bool flip, float* out, bool stream) const {
@@ -176,13 +148,15 @@ void NormalizeArithmetic::write_chw(const ImageView& image, bool flip, float* ou
   const int w = image.width;
   for_each_row(image.height, w, channels_, out, stream, [&](int y, float* const* planes) {
     if (channels_ == 3) {
-      normalized_row_avx2<3>(image.row(y), w, flip, mean_, std_, inverse_std_, planes);
+      normalized_row_avx2<3>(image.row(y), w, flip, mean_, std_, planes);
     } else {
-      normalized_row_avx2<1>(image.row(y), w, flip, mean_, std_, inverse_std_, planes);
+      normalized_row_avx2<1>(image.row(y), w, flip, mean_, std_, planes);
     }
   });
 #else
+  // No instance exists without AVX2 (make).
   (void)image, (void)flip, (void)out, (void)stream;
+  __builtin_unreachable();
 #endif
 }
 

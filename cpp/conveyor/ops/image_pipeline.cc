@@ -486,8 +486,7 @@ ImagePipeline::ImagePipeline(std::vector<TransformSpec> transforms, ImageOutputS
     NormalizeSpec normalize{std::vector<float>(channels, 0.0f), std::vector<float>(channels, 1.0f)};
     if (!pointwise.empty()) normalize = normalize_spec_of(*pointwise.front()).value_or(NormalizeSpec{});
     if (normalize.mean.size() == static_cast<size_t>(channels)) {
-      plan->normalize_f32 =
-          NormalizeArithmetic::matching(plan->lut_f32.data(), channels, normalize.mean.data(), normalize.std.data());
+      plan->normalize_f32 = NormalizeArithmetic::make(channels, normalize.mean.data(), normalize.std.data());
     }
   }
   use_single_threaded_opencv();

@@ -269,7 +269,7 @@ void BM_OutputPass(benchmark::State& state) {
     for (int v = 0; v < 256; ++v)
       tables.push_back((static_cast<float>(v) / 255.0f - kImageNet.mean[c]) / kImageNet.std[c]);
   }
-  const auto arithmetic = NormalizeArithmetic::matching(tables.data(), 3, kImageNet.mean.data(), kImageNet.std.data());
+  const auto arithmetic = NormalizeArithmetic::make(3, kImageNet.mean.data(), kImageNet.std.data());
   if (state.range(0) != 0 && !arithmetic) {
     state.SkipWithError("NormalizeArithmetic is not available here");
     return;

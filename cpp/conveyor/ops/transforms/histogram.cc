@@ -69,7 +69,7 @@ std::array<std::array<uint8_t, 2>, 3> channel_ranges(const Image& image) {
 #endif
   std::array<std::array<uint8_t, 2>, 3> range{};
   for (int k = 0; k < c; ++k) range[k] = {255, 0};
-  for (size_t j = 0; j < kBlock && i > 0; ++j) {
+  for (size_t j = 0; j < kBlock; ++j) {  // (Unused lanes hold 255 and 0: no effect.)
     auto& r = range[j % static_cast<size_t>(c)];
     r = {std::min(r[0], lo[j]), std::max(r[1], hi[j])};
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "conveyor/core/error.h"
@@ -29,30 +30,35 @@ TEST(AutocontrastTest, StretchesEachChannelInFloat32) {
 
 TEST(AutocontrastTest, FindsEachChannelsRangeAnywhereInALargeImage) {
   // 37 x 29 pixels: whole 48-byte blocks and a tail. Channel k spans
-  // [20 + k, 200 + k], its extremes planted in the first block, the last
-  // block and the tail; the expected value is torchvision's float32
-  // arithmetic with that range.
+  // [20 + k, 200 + k]; its minimum and maximum are planted at two of: a pixel
+  // of the first block, one of a middle block, the last pixel (in the tail),
+  // in turn. The expected value is torchvision's float32 arithmetic with that
+  // range.
+  const size_t pixels = 37 * 29, first = 3, middle = pixels / 2, last = pixels - 1;
+  const std::pair<size_t, size_t> places[] = {{first, middle}, {middle, last}, {last, first}};
   for (int channels : {1, 3}) {
-    Image image{37, 29, channels, Pixels(static_cast<size_t>(37) * 29 * channels)};
-    uint32_t state = 7;
-    for (size_t i = 0; i < image.pixels.size(); ++i) {
-      state = state * 1664525u + 1013904223u;
-      image.pixels[i] = static_cast<uint8_t>(40 + (state >> 24) % 140 + i % channels);
-    }
-    const size_t n = image.pixels.size();
-    for (int k = 0; k < channels; ++k) {
-      image.pixels[static_cast<size_t>(3 * channels + k)] = static_cast<uint8_t>(20 + k);   // first block
-      image.pixels[n - static_cast<size_t>(channels) + k] = static_cast<uint8_t>(200 + k);  // tail (n % 48 != 0)
-    }
-    ASSERT_NE(n % 48, 0u);
-    const Image before = image;
-    autocontrast(image);
-    for (size_t i = 0; i < n; ++i) {
-      const int k = static_cast<int>(i % channels);
-      const float scale = static_cast<float>(180) * static_cast<float>(1.0 / 255);
-      const float v = (static_cast<float>(before.pixels[i]) - static_cast<float>(20 + k)) / scale;
-      ASSERT_EQ(image.pixels[i], static_cast<uint8_t>(std::min(std::max(v, 0.0f), 255.0f)))
-          << channels << " channels, value " << i;
+    for (const auto& [at_min, at_max] : places) {
+      Image image{37, 29, channels, Pixels(pixels * channels)};
+      uint32_t state = 7;
+      for (size_t i = 0; i < image.pixels.size(); ++i) {
+        state = state * 1664525u + 1013904223u;
+        image.pixels[i] = static_cast<uint8_t>(40 + (state >> 24) % 140 + i % channels);
+      }
+      const size_t n = image.pixels.size();
+      ASSERT_NE(n % 48, 0u);
+      for (int k = 0; k < channels; ++k) {
+        image.pixels[at_min * channels + k] = static_cast<uint8_t>(20 + k);
+        image.pixels[at_max * channels + k] = static_cast<uint8_t>(200 + k);
+      }
+      const Image before = image;
+      autocontrast(image);
+      for (size_t i = 0; i < n; ++i) {
+        const int k = static_cast<int>(i % channels);
+        const float scale = static_cast<float>(180) * static_cast<float>(1.0 / 255);
+        const float v = (static_cast<float>(before.pixels[i]) - static_cast<float>(20 + k)) / scale;
+        ASSERT_EQ(image.pixels[i], static_cast<uint8_t>(std::min(std::max(v, 0.0f), 255.0f)))
+            << channels << " channels, minimum at pixel " << at_min << ", maximum at " << at_max << ", value " << i;
+      }
     }
   }
 }

@@ -137,6 +137,7 @@ template <bool kProjective, bool kRowY>
 [[gnu::always_inline]] inline void row_sources_of(const RowGrid& k, float by, int x0, int n, int32_t* __restrict xs,
                                                   int32_t* __restrict ys) {
   const RowGrid g = k;  // Locals: no aliasing with the outputs.
+  if (n <= 0) return;
   float row_y = 0;
   if constexpr (kRowY) {
     const float bx = static_cast<float>(x0) + g.x_base;
@@ -210,30 +211,7 @@ void gather_row(const uint8_t* src, size_t src_bytes, int w, int c, const int32_
                ? src + (static_cast<size_t>(y_of(i)) * static_cast<size_t>(w) + static_cast<size_t>(xs[i])) * channels
                : fill;
   };
-  int i = 0;
-  if constexpr (kRowY && C > 0) {
-    for (; i + 8 <= n; i += 8) {
-      int off = xs[i] < 0;  // Branch-free: the compiler vectorises the check.
-      for (int k = 1; k < 8; ++k) off |= xs[i + k] - k - xs[i];
-      if (off == 0) {
-        std::memcpy(dst + static_cast<ptrdiff_t>(i) * C, pixel(i), 8 * C);
-        continue;
-      }
-      for (int k = i; k < i + 8; ++k) {
-        const uint8_t* s = pixel(k);
-        if constexpr (C == 3) {
-          if (k + 1 < n && s != last) {
-            uint32_t v;
-            std::memcpy(&v, s, 4);
-            std::memcpy(dst + static_cast<ptrdiff_t>(k) * C, &v, 4);
-            continue;
-          }
-        }
-        for (int b = 0; b < C; ++b) dst[static_cast<ptrdiff_t>(k) * C + b] = s[b];
-      }
-    }
-  }
-  for (; i < n; ++i) {
+  const auto copy = [&](int i) {
     const uint8_t* s = pixel(i);
     uint8_t* d = dst + static_cast<ptrdiff_t>(i) * channels;
     if constexpr (C == 3) {
@@ -241,11 +219,24 @@ void gather_row(const uint8_t* src, size_t src_bytes, int w, int c, const int32_
         uint32_t v;
         std::memcpy(&v, s, 4);
         std::memcpy(d, &v, 4);
-        continue;
+        return;
       }
     }
     for (int b = 0; b < channels; ++b) d[b] = s[b];
+  };
+  int i = 0;
+  if constexpr (kRowY && C > 0) {
+    for (; i + 8 <= n; i += 8) {
+      int off = xs[i] < 0;  // 0 when the 8 sources are inside and consecutive.
+      for (int k = 1; k < 8; ++k) off |= xs[i + k] - k - xs[i];
+      if (off == 0) {
+        std::memcpy(dst + static_cast<ptrdiff_t>(i) * C, pixel(i), 8 * C);
+      } else {
+        for (int k = i; k < i + 8; ++k) copy(k);
+      }
+    }
   }
+  for (; i < n; ++i) copy(i);
 }
 
 // gather_row for the channel count c.
@@ -266,9 +257,9 @@ void gather_rows_of(const uint8_t* src, size_t src_bytes, int w, int c, const in
 // row_sources_of's arithmetic in the same float32 operations, each rounded
 // alone (by * r10 is the same product in every lane; round half to even is
 // the instruction's), giving the 8 source offsets (-1: the fill), then the
-// pixels copied (nothing past the group). Stops before a group that would
-// read past the image's last byte (a 4-byte fetch of its last pixel);
-// returns the first pixel it did not write. src_bytes < 2^31.
+// pixels copied (nothing past the group). With 3 channels, stops before a
+// group that would read past the image's last byte (a 4-byte fetch of its
+// last pixel); returns the first pixel it did not write. src_bytes < 2^31.
 template <int C, bool kProjective>
 __attribute__((target("avx2"))) int warp_row_avx2(const RowGrid& g, float by, int x0, int n, const uint8_t* src,
                                                   size_t src_bytes, int w, const uint8_t* fill, uint8_t* dst) {
@@ -299,7 +290,8 @@ __attribute__((target("avx2"))) int warp_row_avx2(const RowGrid& g, float by, in
     const __m256i mask = _mm256_castps_si256(inside);
     __m256i offset = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_cvttps_epi32(fy), width), _mm256_cvttps_epi32(fx));
     if constexpr (C == 3) offset = _mm256_add_epi32(_mm256_add_epi32(offset, offset), offset);
-    if (!_mm256_testz_si256(mask, _mm256_cmpgt_epi32(offset, last_safe))) break;
+    // (One channel reads one byte per pixel: never past the image.)
+    if (C == 3 && !_mm256_testz_si256(mask, _mm256_cmpgt_epi32(offset, last_safe))) break;
     // Scalar fetches of the 8 pixels: no slower than an AVX2 gather (Zen 3).
     alignas(32) int32_t at[8];
     _mm256_store_si256(reinterpret_cast<__m256i*>(at), _mm256_blendv_epi8(_mm256_set1_epi32(-1), offset, mask));

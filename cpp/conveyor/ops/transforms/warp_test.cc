@@ -96,38 +96,51 @@ TEST(WarpTest, TranslationMovesPixelsAndBoxesAndFillsTheRest) {
   EXPECT_EQ(boxes, (std::vector<BoundingBox>{{2, 1, 2, 2, 1}}));
 }
 
-TEST(WarpTest, NearestWarpsOfOneChannelAreThoseOfThree) {
-  // A gray image and its RGB copy (r = g = b) through the same nearest
-  // warps: each RGB channel equals the gray result, fill included. The RGB
-  // kernel is checked against torchvision in tests/parity; sizes not
-  // multiples of 8, and warps that sample the image's last pixels (which the
-  // vector rows leave to the scalar loop).
-  const Image pattern = make_pattern(23, 37);
-  Image gray{23, 37, 1, std::vector<uint8_t>(23 * 37)};
-  for (size_t i = 0; i < gray.pixels.size(); ++i) gray.pixels[i] = pattern.pixels[3 * i + 1];
-  Image rgb{23, 37, 3, std::vector<uint8_t>(23 * 37 * 3)};
-  for (size_t i = 0; i < rgb.pixels.size(); ++i) rgb.pixels[i] = gray.pixels[i / 3];
+TEST(WarpTest, NearestWarpsGiveTheSamePixelsOnEveryPath) {
+  // One image as RGB (AVX2 rows, or runs for translations and x-shears), as
+  // its first two channels (2 channels: the scalar loops, the reference) and
+  // as its green channel (the 1-channel AVX2 rows): every channel agrees,
+  // fill included. (The RGB result is checked against torchvision in
+  // tests/parity.) 24 x 40: rows of whole 8-pixel groups, so that the
+  // rotation about the last pixel stops the vector rows there.
+  const int h = 24, w = 40;
+  const Image rgb = make_pattern(h, w);
+  Image two{h, w, 2, std::vector<uint8_t>(static_cast<size_t>(h) * w * 2)};
+  Image green{h, w, 1, std::vector<uint8_t>(static_cast<size_t>(h) * w)};
+  for (size_t p = 0; p < green.pixels.size(); ++p) {
+    two.pixels[2 * p] = rgb.pixels[3 * p];
+    two.pixels[2 * p + 1] = green.pixels[p] = rgb.pixels[3 * p + 1];
+  }
   FillArg fill;
   fill.values = {40};
-  const std::array<std::array<double, 2>, 4> start{{{0, 0}, {36, 0}, {36, 22}, {0, 22}}};
-  const std::array<std::array<double, 2>, 4> end{{{3, 2}, {33, 1}, {35, 20}, {1, 21}}};
-  const std::vector<Warp> warps{rotation_warp(23, 37, 33.3, false, std::nullopt),
-                                rotation_warp(23, 37, -12.0, true, std::nullopt),
-                                rotation_warp(23, 37, 0.5, false, std::array<double, 2>{36, 22}),
-                                affine_warp(23, 37, 0, {0, 0}, 1, {0, 20}, std::array<double, 2>{0, 0}),
-                                affine_warp(23, 37, -30, {3, -2}, 0.7, {10, 0}, std::nullopt),
-                                perspective_warp(23, 37, perspective_coefficients(start, end))};
+  const std::array<std::array<double, 2>, 4> start{{{0, 0}, {39, 0}, {39, 23}, {0, 23}}};
+  const std::array<std::array<double, 2>, 4> end{{{3, 2}, {36, 1}, {38, 21}, {1, 22}}};
+  const std::vector<Warp> warps{rotation_warp(h, w, 33.3, false, std::nullopt),
+                                rotation_warp(h, w, -12.0, true, std::nullopt),
+                                rotation_warp(h, w, 3.0, false, std::array<double, 2>{39, 23}),
+                                affine_warp(h, w, 0, {0, 0}, 1, {0, 20}, std::array<double, 2>{0, 0}),
+                                affine_warp(h, w, 0, {0, 0}, 1, {25, 0}, std::array<double, 2>{0, 0}),
+                                affine_warp(h, w, 0, {5, -3}, 1, {0, 0}, std::nullopt),
+                                affine_warp(h, w, -30, {3, -2}, 0.7, {10, 0}, std::nullopt),
+                                perspective_warp(h, w, perspective_coefficients(start, end))};
   for (size_t k = 0; k < warps.size(); ++k) {
-    SampleImage one{gray, {}, nullptr}, three{rgb, {}, nullptr};
-    apply_warp(warps[k], Interpolation::kNearest, fill, one);
-    apply_warp(warps[k], Interpolation::kNearest, fill, three);
-    ASSERT_EQ(three.image.pixels.size(), 3 * one.image.pixels.size()) << "warp " << k;
+    SampleImage three_channels{rgb, {}, nullptr}, two_channels{two, {}, nullptr}, one_channel{green, {}, nullptr};
+    apply_warp(warps[k], Interpolation::kNearest, fill, three_channels);
+    apply_warp(warps[k], Interpolation::kNearest, fill, two_channels);
+    apply_warp(warps[k], Interpolation::kNearest, fill, one_channel);
+    const std::vector<uint8_t>& a = three_channels.image.pixels;
+    const std::vector<uint8_t>& b = two_channels.image.pixels;
+    const std::vector<uint8_t>& g = one_channel.image.pixels;
+    ASSERT_EQ(a.size(), 3 * g.size()) << "warp " << k;
+    ASSERT_EQ(b.size(), 2 * g.size()) << "warp " << k;
     int filled = 0;
-    for (size_t i = 0; i < three.image.pixels.size(); ++i) {
-      ASSERT_EQ(three.image.pixels[i], one.image.pixels[i / 3]) << "warp " << k << ", value " << i;
+    for (size_t p = 0; p < g.size(); ++p) {
+      ASSERT_EQ(a[3 * p], b[2 * p]) << "warp " << k << ", pixel " << p;
+      ASSERT_EQ(a[3 * p + 1], b[2 * p + 1]) << "warp " << k << ", pixel " << p;
+      ASSERT_EQ(g[p], b[2 * p + 1]) << "warp " << k << ", pixel " << p;
+      filled += a[3 * p] == 40 && a[3 * p + 1] == 40 && a[3 * p + 2] == 40;
     }
-    for (uint8_t v : one.image.pixels) filled += v == 40;
-    EXPECT_GT(filled, 0) << "warp " << k;
+    EXPECT_GT(filled, 0) << "warp " << k;  // Each warp moves some pixels off the image.
   }
 }
 
