@@ -37,7 +37,7 @@ std::array<std::array<int64_t, 256>, 3> histograms(const Image& image) {
 
 // Per-channel minimum and maximum of 1 or 3 channels: 48-byte blocks (16
 // whole RGB pixels) reduced lane by lane (SSE2 byte min/max); lane j of a
-// block is channel j % c.
+// block is channel j % c. (Blocks are read for 1 or 3 channels only.)
 std::array<std::array<uint8_t, 2>, 3> channel_ranges(const Image& image) {
   const int c = image.channels;
   const size_t n = image.pixels.size();
@@ -69,9 +69,11 @@ std::array<std::array<uint8_t, 2>, 3> channel_ranges(const Image& image) {
 #endif
   std::array<std::array<uint8_t, 2>, 3> range{};
   for (int k = 0; k < c; ++k) range[k] = {255, 0};
-  for (size_t j = 0; j < kBlock; ++j) {  // (Unused lanes hold 255 and 0: no effect.)
-    auto& r = range[j % static_cast<size_t>(c)];
-    r = {std::min(r[0], lo[j]), std::max(r[1], hi[j])};
+  if (i > 0) {
+    for (size_t j = 0; j < kBlock; ++j) {
+      auto& r = range[j % static_cast<size_t>(c)];
+      r = {std::min(r[0], lo[j]), std::max(r[1], hi[j])};
+    }
   }
   for (; i < n; ++i) {
     auto& r = range[i % static_cast<size_t>(c)];
