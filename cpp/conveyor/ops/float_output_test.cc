@@ -8,15 +8,10 @@
 #include <random>
 #include <vector>
 
+#include "conveyor/ops/testing/test_images.h"
+
 namespace conveyor {
 namespace {
-
-Image noise(int height, int width, int channels, uint32_t seed) {
-  std::mt19937 gen(seed);
-  Image image{height, width, channels, std::vector<uint8_t>(static_cast<size_t>(height) * width * channels)};
-  for (auto& v : image.pixels) v = static_cast<uint8_t>(gen());
-  return image;
-}
 
 // torchvision's float32 arithmetic, with its divisions: ToDtype(float32,
 // scale=True) then Normalize.
@@ -66,7 +61,7 @@ TEST(WriteChwFloat, EveryValueIsItsTableEntryInPlace) {
     const std::vector<float> mean(kMean.begin(), kMean.begin() + channels), std(kStd.begin(), kStd.begin() + channels);
     const std::vector<float> tables = normalize_tables(mean, std);
     for (int w : {1, 7, 8, 9, 17, 224}) {
-      const Image image = noise(3, w, channels, static_cast<uint32_t>(w * channels));
+      const Image image = testing::make_noise(3, w, channels, static_cast<uint32_t>(w * channels));
       for (bool flip : {false, true}) {
         const std::vector<float> want = reference(image, flip, tables);
         for (bool stream : {false, true}) {
@@ -102,7 +97,7 @@ TEST(NormalizeArithmetic, GivesTorchvisionsDivisionsBitForBit) {
       const auto arithmetic = NormalizeArithmetic::make(channels, mean.data(), std.data());
       ASSERT_TRUE(arithmetic.has_value()) << channels << " channels";
       for (int w : {1, 7, 8, 9, 17, 224}) {
-        const Image image = noise(5, w, channels, static_cast<uint32_t>(100 + w * channels + k));
+        const Image image = testing::make_noise(5, w, channels, static_cast<uint32_t>(100 + w * channels + k));
         for (bool flip : {false, true}) {
           const std::vector<float> want = reference(image, flip, tables);
           for (bool stream : {false, true}) {

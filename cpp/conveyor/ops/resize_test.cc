@@ -5,18 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <random>
 #include <vector>
+
+#include "conveyor/ops/testing/test_images.h"
 
 namespace conveyor {
 namespace {
-
-Image noise(int height, int width, int channels, uint32_t seed) {
-  std::mt19937 gen(seed);
-  Image image{height, width, channels, std::vector<uint8_t>(static_cast<size_t>(height) * width * channels)};
-  for (auto& v : image.pixels) v = static_cast<uint8_t>(gen());
-  return image;
-}
 
 // Bilinear interpolation in double precision, edges replicated: what the
 // sampling (no antialiasing) computes in fixed point.
@@ -36,7 +30,7 @@ double reference(const Image& img, double fx, double fy, int c) {
 
 TEST(ResizeImage, SameSizeWholeBoxIsACopy) {
   for (int channels : {1, 3, 4}) {
-    const Image src = noise(13, 17, channels, 1);
+    const Image src = testing::make_noise(13, 17, channels, 1);
     std::vector<uint8_t> out(src.pixels.size()), scratch;
     resize_image(src.view(), {0, 0, 17, 13}, out.data(), 13, 17, 17 * channels, true, scratch);
     EXPECT_EQ(out, src.pixels) << channels << " channels";
@@ -61,7 +55,7 @@ TEST(ResizeImage, SamplingMatchesExactBilinearWithinItsFixedPoint) {
   const BoxF boxes[] = {{0, 0, 31, 23}, {2.37, 1.61, 20.9, 17.3}, {-1.5, -0.75, 33.25, 24.5}, {5.2, 3.1, 9.7, 8.4}};
   const int sizes[][2] = {{23, 31}, {40, 57}, {11, 9}, {1, 1}, {7, 64}};
   for (int channels : {1, 3, 4}) {
-    const Image src = noise(23, 31, channels, 7 + channels);
+    const Image src = testing::make_noise(23, 31, channels, 7 + channels);
     for (const BoxF& box : boxes) {
       for (const auto& size : sizes) {
         const int h = size[0], w = size[1];
@@ -125,7 +119,7 @@ TEST(ResizeImage, ShrinkByAtMostTwoIsTentThenExactBilinear) {
   // 1.7 levels at most here; photos stay well under 1).
   const int sizes[][2] = {{16, 20}, {20, 30}, {25, 19}, {16, 40}};  // Both axes shrink by <= 2, or grow.
   for (int channels : {1, 3}) {
-    const Image src = noise(31, 37, channels, 3 + channels);
+    const Image src = testing::make_noise(31, 37, channels, 3 + channels);
     for (const BoxF& box : {BoxF{0, 0, 37, 31}, BoxF{1.3, 2.6, 35.1, 30.2}}) {
       for (const auto& size : sizes) {
         const int h = size[0], w = size[1];
@@ -165,7 +159,7 @@ TEST(ResizeImage, RgbEqualsEachChannelResizedAlone) {
   // SSE2 one, a scalar tail), the 1-channel one scalar, with the same integer
   // arithmetic: every byte must agree. Widths cover each path's tail and a
   // stride wider than the row (the vector stores must stay inside it).
-  const Image src = noise(41, 53, 3, 11);
+  const Image src = testing::make_noise(41, 53, 3, 11);
   for (const BoxF& box : {BoxF{0, 0, 53, 41}, BoxF{2.4, 1.7, 47.9, 39.2}, BoxF{10, 10, 30, 25}}) {
     for (int w : {1, 2, 5, 6, 7, 9, 10, 31, 64, 101}) {
       for (bool antialias : {false, true}) {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <random>
 #include <stdexcept>
 
 namespace conveyor::testing {
@@ -23,6 +24,13 @@ Image make_pattern(int height, int width, int channels) {
       }
     }
   }
+  return image;
+}
+
+Image make_noise(int height, int width, int channels, uint32_t seed) {
+  std::mt19937 gen(seed);
+  Image image{height, width, channels, std::vector<uint8_t>(static_cast<size_t>(height) * width * channels)};
+  for (auto& v : image.pixels) v = static_cast<uint8_t>(gen());
   return image;
 }
 

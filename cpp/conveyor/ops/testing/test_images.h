@@ -12,6 +12,9 @@ namespace conveyor::testing {
 /// A deterministic textured RGB (or gray) image: gradients plus a pattern.
 Image make_pattern(int height, int width, int channels = 3);
 
+/// Uniform random bytes (std::mt19937 from `seed`): every value, no structure.
+Image make_noise(int height, int width, int channels, uint32_t seed);
+
 /// JPEG via TurboJPEG; `subsampling` is 444, 422 or 420 (ignored for gray).
 std::vector<uint8_t> encode_jpeg(const Image& image, int quality = 90, int subsampling = 420, bool progressive = false);
 
