@@ -56,8 +56,18 @@ test: test-fast asan tsan fuzz-smoke
 
 test-fast: cpp-test py-test parity-test
 
+# ctest's whole output goes to <build>/ctest.log; the summary is printed, and
+# when a test fails, the output of every failing test (--output-on-failure)
+# with the list of failures: everything but the lines of tests that passed.
+define run_ctest
+	@$(2) ctest --test-dir $(1) --output-on-failure -j $(JOBS) >$(1)/ctest.log 2>&1; rc=$$?; \
+	if [ $$rc -eq 0 ]; then tail -n 3 $(1)/ctest.log; \
+	else grep -Ev '^ *Start +[0-9]+: |^ *[0-9]+/[0-9]+ Test +#[0-9]+: .* Passed' $(1)/ctest.log; \
+	  echo "(the whole log: $(1)/ctest.log)"; fi; exit $$rc
+endef
+
 cpp-test: build
-	@ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) | tail -n 3; exit $${PIPESTATUS[0]}
+	$(call run_ctest,$(BUILD))
 
 py-test: build
 	@$(PY) -m pytest -q tests --ignore=tests/parity
@@ -84,7 +94,7 @@ define sanitizer_build
 	@cmake -S . -B build/$(1) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_BUILD_TESTS=ON \
 	  -DCONVEYOR_BUILD_PYTHON=OFF -DCONVEYOR_SANITIZE=$(2) >/dev/null
 	@cmake --build build/$(1) -j $(JOBS) | grep -v '^ninja: no work to do' || true; exit $${PIPESTATUS[0]}
-	@$(3) ctest --test-dir build/$(1) --output-on-failure -j $(JOBS) | tail -n 3; exit $${PIPESTATUS[0]}
+	$(call run_ctest,build/$(1),$(3))
 endef
 
 asan: setup

@@ -373,25 +373,41 @@ TEST(LoaderAutotuneTest, TheConsumersWaitForACoreCountsForTheRestOfTheProcess) {
   EXPECT_EQ(chosen.cpu_threads, 1);
 }
 
+// True when a trace line says the cpu threads went from `from` to fewer, by
+// one of the two rules that give cores back: "idle" (Little's law needs
+// fewer) or the limit of the cores "wanted by the rest of the process".
+bool gave_back_cpu_threads(const std::vector<std::string>& trace, int from) {
+  for (const std::string& line : trace) {
+    if (line.find("cpu threads " + std::to_string(from) + " -> ") == std::string::npos) continue;
+    if (line.find("idle: ") != std::string::npos || line.find("wanted by the rest of the process: ") != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
 TEST(LoaderAutotuneTest, ASlowConsumerSettlesOnFewerCpuThreadsThanCores) {
+  // The property that holds whatever else runs on the machine: a consumer
+  // that sleeps gets fewer cpu threads than cores. Which rule gives them back
+  // depends on the machine: on a quiet one Little's law ("idle"); beside
+  // another process, the consumer's thread waits for a core and that wait is
+  // the rest of the process wanting it ("wanted by the rest of the process").
+  // Each rule's own decision is checked on injected windows:
+  // AutotuneSim.SlowConsumerSettlesOnFewerCpuThreadsThanCoresWithoutStalling and
+  // AutotuneController.TheTimeTheConsumerWaitsForACoreCountsAsWanted.
   const int cores = usable_cpu_count();
   if (cores < 2) GTEST_SKIP() << "needs 2 usable cores";
   Loader loader(std::make_shared<SleepySource>(100000, 0, 0), std::make_shared<RandomBytesTransform>(),
                 options(kAuto, kAuto, kAuto));
   loader.start_epoch(0);
   loader.set_parallelism(cores, 0, 0);  // Start from every core: autotune must give them back.
-  std::string reason;
-  for (int b = 0; b < 2000; ++b) {
+  for (int b = 0; b < 5000 && loader.stats().threads >= cores; ++b) {
     ASSERT_EQ(loader.next().status, NextResult::Status::kBatch);
     std::this_thread::sleep_for(std::chrono::milliseconds(2));  // The consumer's step.
-    const LoaderStats s = loader.stats();
-    if (s.threads < cores) {
-      reason = s.autotune_reason;
-      break;
-    }
   }
   EXPECT_LT(loader.stats().threads, cores);
-  EXPECT_NE(reason.find("idle: cpu threads " + std::to_string(cores) + " -> "), std::string::npos) << reason;
+  const std::vector<std::string> trace = loader.autotune_trace();
+  EXPECT_TRUE(gave_back_cpu_threads(trace, cores)) << testing::PrintToString(trace);
 }
 
 TEST(LoaderAutotuneTest, TheBudgetKeepsTwoBatchesForTheConsumer) {
