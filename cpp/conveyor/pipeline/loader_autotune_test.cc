@@ -379,7 +379,8 @@ TEST(LoaderAutotuneTest, TheConsumersWaitForACoreCountsForTheRestOfTheProcess) {
 bool gave_back_cpu_threads(const std::vector<std::string>& trace, int from) {
   for (const std::string& line : trace) {
     if (line.find("cpu threads " + std::to_string(from) + " -> ") == std::string::npos) continue;
-    if (line.find("idle: ") != std::string::npos || line.find("wanted by the rest of the process: ") != std::string::npos) {
+    if (line.find("idle: ") != std::string::npos ||
+        line.find("wanted by the rest of the process: ") != std::string::npos) {
       return true;
     }
   }
