@@ -365,7 +365,7 @@ GOOD_STATE = {"seed": 7, "epoch": 3, "position": 12, "batch": 3, "world_size": 1
     ("change", "message"),
     [
         ({"epoch": -1}, "state['epoch'] must be >= 0, got -1"),
-        ({"epoch": 2**63}, "state['epoch'] must be <= 9223372036854775807, got 9223372036854775808"),
+        ({"epoch": 2**63 - 1}, "state['epoch'] must be <= 9223372036854775806, got 9223372036854775807"),
         ({"epoch": 3.0}, "state['epoch'] must be an int, got float 3.0"),
         ({"position": "12"}, "state['position'] must be an int, got str '12'"),
         ({"position": -1}, "state['position'] must be >= 0, got -1"),

@@ -394,3 +394,78 @@ def test_the_file_server_sends_large_replies_keeps_connections_and_closes_when_a
                 answer += chunk
         assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n")
         assert [(r.status, r.sent) for r in server.requests()] == [(200, len(data)), (206, 3), (400, 0)]
+
+
+class _EndlessServer:
+    """A hostile HTTP server on 127.0.0.1: to every request it declares
+    ``Content-Length: 10**15`` (``declared``), or streams chunks of 64 KiB
+    that never end (chunked), until the client hangs up."""
+
+    def __init__(self, declared: bool) -> None:
+        import socketserver
+        import threading
+
+        owner = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                request = b""
+                while b"\r\n\r\n" not in request:
+                    data = self.request.recv(4096)
+                    if not data:
+                        return
+                    request += data
+                owner.requests += 1
+                try:
+                    if declared:
+                        self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\nJFIF" % 10**15)
+                        self.request.recv(1)  # Until the client hangs up.
+                        return
+                    self.request.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                    chunk = b"10000\r\n" + b"x" * 0x10000 + b"\r\n"
+                    while True:
+                        self.request.sendall(chunk)
+                except OSError:
+                    return  # The client hung up.
+
+        self.requests = 0
+        self._server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/a.jpg"
+
+    def __enter__(self) -> _EndlessServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def test_a_declared_length_past_the_cap_is_a_named_read_error_before_any_body():
+    # Content-Length: 10**15 once ended in a MemoryError.
+    with _EndlessServer(declared=True) as server:
+        source = FileList([server.url()], retry=FAST_RETRY)
+        with pytest.raises(ReadError) as error:
+            list(conveyor.Loader(source, [T.Resize((8, 8))], batch_size=1))
+        assert str(error.value) == (
+            f"{server.url()}: too large (more than 2147483648 bytes): Content-Length: 1000000000000000"
+        )
+        assert server.requests == 1  # Not retried: it would be as large again.
+
+
+def test_a_body_without_end_is_read_no_further_than_the_cap(monkeypatch):
+    # A chunked body that never ends once grew the process by gigabytes. The
+    # cap is lowered here so that the test reads 1 MiB, not 2 GiB.
+    from conveyor import _conveyor
+
+    monkeypatch.setattr(_conveyor, "MAX_REMOTE_READ_BYTES", 1 << 20)
+    with _EndlessServer(declared=False) as server:
+        source = FileList([server.url()], retry=FAST_RETRY)
+        with pytest.raises(ReadError) as error:
+            list(conveyor.Loader(source, [T.Resize((8, 8))], batch_size=1))
+        assert str(error.value).endswith(": a body of no declared length")
+        assert str(error.value).startswith(f"{server.url()}: too large (more than ")

@@ -264,6 +264,7 @@ void bind_io(nb::module_& m) {
   nb::list extensions;
   for (std::string_view extension : kImageExtensions) extensions.append(nb::str(extension.data(), extension.size()));
   m.attr("IMAGE_EXTENSIONS") = nb::tuple(extensions);
+  m.attr("MAX_REMOTE_READ_BYTES") = kMaxRemoteReadBytes;
 }
 
 }  // namespace conveyor::bindings

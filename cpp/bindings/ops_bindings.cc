@@ -65,16 +65,12 @@ void bind_ops(nb::module_& m) {
       "apply_image_function",
       [](const std::string& name, const TransformParams& params,
          const nb::ndarray<const uint8_t, nb::ndim<3>, nb::c_contig, nb::device::cpu>& image) {
-        SampleImage sample;
-        sample.image.height = static_cast<int>(image.shape(0));
-        sample.image.width = static_cast<int>(image.shape(1));
-        sample.image.channels = static_cast<int>(image.shape(2));
+        Image out;
         {
           nb::gil_scoped_release release;
-          sample.image.pixels.assign(image.data(), image.data() + image.size());
-          apply_image_function({name, params}, sample);
+          out = apply_image_function({name, params}, image.data(), static_cast<int64_t>(image.shape(0)),
+                                     static_cast<int64_t>(image.shape(1)), static_cast<int64_t>(image.shape(2)));
         }
-        const Image& out = sample.image;
         auto storage = std::make_unique_for_overwrite<uint8_t[]>(out.pixels.size());
         std::memcpy(storage.get(), out.pixels.data(), out.pixels.size());
         return to_numpy(std::move(storage), {out.height, out.width, out.channels}, DType::kUInt8);

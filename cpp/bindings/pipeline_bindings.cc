@@ -4,6 +4,7 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
@@ -243,6 +244,7 @@ void bind_pipeline(nb::module_& m) {
           },
           nb::arg("source"), nb::arg("transform"), nb::arg("options"), nb::kw_only(), nb::arg("allocator") = nb::none(),
           "allocator: optional (allocate(nbytes) -> address, deallocate(address, nbytes)) for batch memory.")
+      .def_ro_static("MAX_EPOCH", &Loader::kMaxEpoch)
       .def_prop_ro("num_samples", &Loader::num_samples)
       .def_prop_ro("num_batches", &Loader::num_batches)
       .def_prop_ro("threads", [](const PythonOwnedLoader& l) { return l.options().threads; })
@@ -274,6 +276,8 @@ void bind_pipeline(nb::module_& m) {
       .def("stop", &Loader::stop, nb::call_guard<nb::gil_scoped_release>())
       .def("close", &Loader::close, nb::call_guard<nb::gil_scoped_release>())
       .def("skipped", &Loader::skipped, nb::call_guard<nb::gil_scoped_release>())
+      .def("check_not_reentered", &Loader::check_not_reentered, nb::arg("call"),
+           "Raises ConfigError naming `call` when called from one of the loader's own threads.")
       .def("set_parallelism", &Loader::set_parallelism, nb::arg("threads") = 0, nb::arg("io_threads") = 0,
            nb::arg("prefetch") = 0, nb::call_guard<nb::gil_scoped_release>(),
            "Sets the pools and prefetch now (0 leaves one as it is); autotune may change the ones it tunes.")

@@ -9,6 +9,7 @@
 
 #include "bindings.h"
 #include "conveyor/core/error.h"
+#include "conveyor/ops/transforms/function.h"
 
 namespace nb = nanobind;
 
@@ -117,11 +118,8 @@ ImageCallback python_image_callback(nb::object function, std::string name) {
       throw Error(ErrorKind::kInternal, name + " returned a " + std::string(Py_TYPE(result.ptr())->tp_name) +
                                             ", not a C-contiguous uint8 H x W x C array");
     }
-    sample.spare.assign(out.data(), out.data() + out.size());
-    image.height = static_cast<int>(out.shape(0));
-    image.width = static_cast<int>(out.shape(1));
-    image.channels = static_cast<int>(out.shape(2));
-    std::swap(image.pixels, sample.spare);
+    take_function_result(sample, out.data(), static_cast<int64_t>(out.shape(0)), static_cast<int64_t>(out.shape(1)),
+                         static_cast<int64_t>(out.shape(2)), name);
     out = Result();
     result.reset();
     if (alone()) sample.spare = std::move(*pixels);  // Its capacity serves the next sample.

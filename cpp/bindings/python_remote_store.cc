@@ -22,6 +22,7 @@ FetchFailure::Kind kind_named(std::string_view name) {
   if (name == "permission") return Kind::kPermission;
   if (name == "invalid") return Kind::kInvalid;
   if (name == "cancelled") return Kind::kCancelled;
+  if (name == "too_large") return Kind::kTooLarge;
   return Kind::kOther;
 }
 

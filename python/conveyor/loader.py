@@ -324,6 +324,7 @@ class Loader:
         ends (see the class docstring: a peek does not use up an epoch)."""
         if self._closed:
             raise ConfigError("the loader is closed")
+        self._engine.check_not_reentered("iter(loader)")  # Before any state changes.
         self._iteration += 1
         epoch = self._epoch
         self._engine.start_epoch(epoch, self._start_position, self._start_batch, self._start_segment)
@@ -467,7 +468,7 @@ class Loader:
         resumes where the state was taken); any other epoch starts at its
         beginning and drops the loaded position.
         """
-        epoch = check_int(epoch, "epoch", minimum=0)
+        epoch = check_int(epoch, "epoch", minimum=0, maximum=_conveyor.Loader.MAX_EPOCH)
         if epoch != self._epoch:
             self._start_position = self._start_batch = self._start_segment = 0
         self._epoch = epoch
@@ -527,7 +528,7 @@ class Loader:
                 else ""
             )
             raise ConfigError(f"state was saved with seed {seed}, this loader has seed {self._seed}{hint}")
-        epoch = check_int(state["epoch"], "state['epoch']", minimum=0)
+        epoch = check_int(state["epoch"], "state['epoch']", minimum=0, maximum=_conveyor.Loader.MAX_EPOCH)
         if "world_size" in state:
             world = check_int(state["world_size"], "state['world_size']", minimum=1)
             segment = check_int(
@@ -606,6 +607,7 @@ class Loader:
     def close(self) -> None:
         """Stops the work and joins every engine thread; the loader can't be
         iterated after. Batches already handed out stay valid."""
+        self._engine.check_not_reentered("Loader.close()")  # Before any state changes.
         self._closed = True
         self._iteration += 1
         self._engine.close()

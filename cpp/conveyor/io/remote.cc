@@ -107,6 +107,8 @@ std::string FetchFailure::describe() const {
       return with("invalid URL or request");
     case Kind::kCancelled:
       return with("cancelled");
+    case Kind::kTooLarge:
+      return with("too large (more than " + std::to_string(kMaxRemoteReadBytes) + " bytes)");
     case Kind::kOther:
       break;
   }

@@ -16,6 +16,12 @@ namespace conveyor {
 /// the file system: "https://host/a.jpg", "s3://bucket/a.tar".
 bool is_url(std::string_view path);
 
+/// The most bytes one remote read may return: a RemoteStore refuses a reply
+/// whose declared length (Content-Length) is larger before reading its body,
+/// and stops reading a body of no declared length past it (FetchFailure
+/// kTooLarge). A server that streams without end cannot grow the process.
+inline constexpr int64_t kMaxRemoteReadBytes = int64_t{1} << 31;
+
 /// How remote reads retry transient failures. An attempt that fails with a
 /// transient error (is_transient) is retried after a backoff that doubles
 /// from `initial_backoff` up to `max_backoff` seconds, each drawn uniformly
@@ -45,6 +51,7 @@ struct FetchFailure {
     kPermission,  ///< Access denied (a store's own, no status).
     kInvalid,     ///< The URL is malformed or the request invalid.
     kCancelled,   ///< The read was cancelled (the loader stopped) while in flight.
+    kTooLarge,    ///< The reply is larger than kMaxRemoteReadBytes.
     kOther,       ///< Anything else the store reported.
   };
   Kind kind = Kind::kOther;

@@ -89,12 +89,15 @@ TEST(RemoteTest, Classification) {
   }
   EXPECT_TRUE(is_transient({Kind::kTimeout, 0, ""}));
   EXPECT_TRUE(is_transient({Kind::kConnection, 0, ""}));
-  for (Kind kind : {Kind::kNotFound, Kind::kPermission, Kind::kInvalid, Kind::kOther, Kind::kCancelled}) {
+  for (Kind kind :
+       {Kind::kNotFound, Kind::kPermission, Kind::kInvalid, Kind::kOther, Kind::kCancelled, Kind::kTooLarge}) {
     EXPECT_FALSE(is_transient({kind, 0, ""}));
   }
   EXPECT_EQ(FetchFailure({Kind::kStatus, 404, "Not Found"}).describe(), "HTTP 404 Not Found");
   EXPECT_EQ(FetchFailure({Kind::kTimeout, 0, "read"}).describe(), "timed out: read");
   EXPECT_EQ(FetchFailure({Kind::kConnection, 0, ""}).describe(), "connection failed");
+  EXPECT_EQ(FetchFailure({Kind::kTooLarge, 0, "Content-Length: 1000000000000000"}).describe(),
+            "too large (more than 2147483648 bytes): Content-Length: 1000000000000000");
 }
 
 TEST(RemoteTest, TransientFailuresAreRetriedThenSucceed) {

@@ -101,12 +101,8 @@ void check_batch_mix(const BatchMixSpec& spec, const SampleSpec& sample) {
     check_config(spec.p.size() == spec.options.size(), "RandomChoice: p must have one probability per transform (" +
                                                            std::to_string(spec.options.size()) + "), got " +
                                                            std::to_string(spec.p.size()));
-    double total = 0;
-    for (double p : spec.p) {
-      check_config(std::isfinite(p) && p >= 0, "RandomChoice: p must be finite numbers >= 0");
-      total += p;
-    }
-    check_config(total > 0 && std::isfinite(total), "RandomChoice: p must not be all 0");
+    for (double p : spec.p) check_config(std::isfinite(p) && p >= 0, "RandomChoice: p must be finite numbers >= 0");
+    check_config(*std::max_element(spec.p.begin(), spec.p.end()) > 0, "RandomChoice: p must not be all 0");
   }
   const std::string what = mixup ? "MixUp" : "CutMix";
   check_config(spec.num_classes >= 1, what + ": num_classes must be >= 1, got " + std::to_string(spec.num_classes));
@@ -160,8 +156,12 @@ BatchMixParams sample_batch_mix(const BatchMixSpec& spec, int64_t height, int64_
   size_t choice = 0;
   if (spec.options.size() > 1) {
     std::vector<double> p = spec.p.empty() ? std::vector<double>(spec.options.size(), 1.0) : spec.p;
+    // Scaled by a power of two (exact) so that the largest is in [0.5, 1):
+    // the sum cannot overflow (p = [1e308, 1e308] is [0.5, 0.5]).
+    int exponent = 0;
+    std::frexp(*std::max_element(p.begin(), p.end()), &exponent);
     double total = 0;
-    for (double v : p) total += v;
+    for (double& v : p) total += (v = std::ldexp(v, -exponent));
     double u = rng.uniform() * total;
     choice = p.size() - 1;
     for (size_t i = 0; i < p.size(); ++i) {

@@ -103,5 +103,30 @@ TEST(BatchMixTest, ChecksNameTheProblem) {
   EXPECT_EQ(first_label_outside({0, 2}, 3), -1);
 }
 
+TEST(BatchMixTest, HugeProbabilitiesAreWeightsLikeAnyOthers) {
+  // p = [1e308, 1e308] once summed to infinity and was called "all 0".
+  BatchMixSpec spec{{{MixKind::kMixUp, 1.0}, {MixKind::kCutMix, 1.0}}, {1e308, 1e308}, 3, false};
+  const SampleSpec f32{{3, 4, 4}, DType::kFloat32};
+  EXPECT_NO_THROW(check_batch_mix(spec, f32));
+  BatchMixSpec halves = spec;
+  halves.p = {0.5, 0.5};
+  int cutmix = 0;
+  for (uint64_t batch = 0; batch < 400; ++batch) {
+    SampleRng a = batch_mix_rng(1, 0, batch), b = batch_mix_rng(1, 0, batch);
+    const MixKind kind = sample_batch_mix(spec, 4, 4, a).kind;
+    EXPECT_EQ(kind, sample_batch_mix(halves, 4, 4, b).kind) << batch;  // The same draws, scaled exactly.
+    cutmix += kind == MixKind::kCutMix;
+  }
+  EXPECT_GT(cutmix, 150);
+  EXPECT_LT(cutmix, 250);
+  spec.p = {0, 0};
+  try {
+    check_batch_mix(spec, f32);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.cause(), "RandomChoice: p must not be all 0");
+  }
+}
+
 }  // namespace
 }  // namespace conveyor

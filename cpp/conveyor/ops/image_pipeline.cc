@@ -228,12 +228,10 @@ struct ImagePipeline::Plan {
     if (out) {
       s.out = *out;
     } else {
-      const double h = std::round(p.height), w = std::round(p.width);
-      if (!(h >= 1 && w >= 1 && h * w <= static_cast<double>(max_pixels))) {
-        throw Error(ErrorKind::kTooLarge, "an intermediate image of " + std::to_string(static_cast<int64_t>(w)) + "x" +
-                                              std::to_string(static_cast<int64_t>(h)) + " pixels exceeds max_pixels (" +
-                                              std::to_string(max_pixels) + ")");
-      }
+      // Clamped before the conversion: a chain of resizes may give any size.
+      const auto side = [](double v) { return static_cast<int64_t>(std::clamp(std::round(v), -1.0, 9e18)); };
+      const int64_t h = side(p.height), w = side(p.width);
+      check_image_size(h, w, max_pixels, "the resizes and crops");
       s.out = {static_cast<int>(h), static_cast<int>(w)};
     }
     const int out_h = s.out.height, out_w = s.out.width;
@@ -570,6 +568,7 @@ void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* fi
   // resample for the group's crops and resizes (a flip is materialized,
   // except in the last group, whose flip the output pass does).
   materialize(image, s.placement.flip, sample.image);
+  sample.max_pixels = plan.max_pixels;
   for (size_t g = 1; g <= last; ++g) {
     const Group& group = plan.groups[g];
     // A warp followed by crops/resizes computes only the window they read.

@@ -6,10 +6,12 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "conveyor/core/error.h"
 #include "conveyor/ops/testing/test_images.h"
+#include "conveyor/ops/transforms/function.h"
 
 namespace conveyor {
 namespace {
@@ -248,6 +250,47 @@ TEST(ImagePipelineTest, OutputPassIsTorchvisionArithmeticAtEveryWidthAndFlip) {
       }
     }
   }
+}
+
+TEST(ImagePipelineTest, EveryImageStepsNewSizeIsCheckedAgainstMaxPixels) {
+  // Pad (reflect), RandomRotation (expand) and a user function once made
+  // images past max_pixels unchecked (or tried to allocate them): each is
+  // TooLarge, naming the step and the size; a rotation about a far center
+  // that leaves no pixel is a ConfigError.
+  const auto png = encode_png(make_pattern(32, 48));
+  const ImageOutputSpec u8{DType::kUInt8, Layout::kHWC};
+  const auto error_of = [&](TransformSpec step, int64_t max_pixels) -> std::pair<ErrorKind, std::string> {
+    const ImagePipeline p({std::move(step), ResizeSpec{0, {8, 8}}}, u8, max_pixels);
+    try {
+      run<uint8_t>(p, png);
+    } catch (const Error& e) {
+      return {e.kind(), e.what()};
+    }
+    return {ErrorKind::kInternal, "accepted"};
+  };
+  EXPECT_EQ(error_of({"pad", {{"padding", {50, 50, 50, 50}}, {"padding_mode", {2}}}}, 3000),
+            std::pair(ErrorKind::kTooLarge, std::string("Pad would make an image of 148x132 pixels, more than "
+                                                        "max_pixels (3000)")));
+  EXPECT_EQ(error_of({"random_rotation", {{"degrees", {45, 45}}, {"expand", {1}}}}, 3000),
+            std::pair(ErrorKind::kTooLarge, std::string("RandomRotation would make an image of 58x58 pixels, more "
+                                                        "than max_pixels (3000)")));
+  EXPECT_EQ(error_of({"random_rotation", {{"degrees", {30, 30}}, {"expand", {1}}, {"center", {3e9, 3e9}}}},
+                     kDefaultMaxPixels),
+            std::pair(ErrorKind::kConfig,
+                      std::string("RandomRotation would make an image of 0x0 pixels: each side must be at least 1")));
+  TransformSpec grows{"Lambda(grow)", {}, [](SampleImage& sample) {
+                        sample.image = {100, 100, 3, std::vector<uint8_t>(100 * 100 * 3)};
+                      }};
+  EXPECT_EQ(error_of(grows, 3000),
+            std::pair(ErrorKind::kTooLarge, std::string("Lambda(grow) would make an image of 100x100 pixels, more "
+                                                        "than max_pixels (3000)")));
+  // A function's result is checked before it is copied in, too.
+  TransformSpec wide{"Lambda(wide)", {}, [](SampleImage& sample) {
+                       const uint8_t pixel[3] = {0, 0, 0};
+                       take_function_result(sample, pixel, 1, int64_t{1} << 33, 3, "Lambda(wide)");
+                     }};
+  EXPECT_EQ(error_of(wide, kDefaultMaxPixels).first, ErrorKind::kTooLarge);
+  EXPECT_EQ(error_of(grows, 10000).second, "accepted");
 }
 
 }  // namespace

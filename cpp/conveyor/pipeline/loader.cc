@@ -315,6 +315,11 @@ LoaderOptions validated(LoaderOptions options, const Source& source) {
 // The memory budget: the option, else the default. An explicit one must hold
 // the batches a pinned prefetch needs, and at least two (one being prepared,
 // one with the consumer).
+// The batch mix as the user wrote it: MixUp, CutMix, or RandomChoice of them.
+std::string mix_name(const BatchMixSpec& spec) {
+  return spec.options.size() == 1 ? std::string(mix_kind_name(spec.options.front().kind)) : "RandomChoice";
+}
+
 int64_t memory_budget_for(const LoaderOptions& options, size_t batch_bytes) {
   if (options.memory_budget == 0) return default_memory_budget_bytes();
   const int64_t batches = std::max<int64_t>(2, options.prefetch + int64_t{1});
@@ -425,7 +430,19 @@ Loader::Loader(std::shared_ptr<const Source> source, std::shared_ptr<const Sampl
       cpu_pool_(start_pool(settings_.cpu_threads, "conveyor-cpu", "threads")),
       io_pool_(start_pool(settings_.io_threads, "conveyor-io", "io_threads")) {
   check_config(sample_bytes_ > 0 || !transform_->fixed_shape(), "the transform produces empty samples");
-  if (options_.batch_mix) check_batch_mix(*options_.batch_mix, spec_);
+  if (options_.batch_mix) {
+    const BatchMixSpec& mix = *options_.batch_mix;
+    check_batch_mix(mix, spec_);
+    // Each batch's soft labels (batch_size x num_classes float32) are memory too.
+    const std::string what = mix_name(mix) + ": the soft labels of a batch";
+    const int64_t soft_label_bytes = checked_mul(checked_mul(options_.batch_size, mix.num_classes, what), 4, what);
+    check_config(soft_label_bytes <= memory_budget_, mix_name(mix) + ": num_classes " +
+                                                         std::to_string(mix.num_classes) + " makes soft labels of " +
+                                                         std::to_string(soft_label_bytes) +
+                                                         " bytes per batch (batch_size x num_classes float32), more "
+                                                         "than memory_budget (" +
+                                                         std::to_string(memory_budget_) + " bytes)");
+  }
   check_config(samples_per_epoch_ > 0,
                "world_size " + std::to_string(options_.world_size) + " leaves no sample for each rank with drop_last");
 }
@@ -447,6 +464,35 @@ Loader::~Loader() {
   close();
 }
 
+namespace {
+
+// The Loader whose task the calling thread runs (null outside tasks): a
+// user's read or transform that calls back into its loader is refused
+// instead of waiting for itself.
+thread_local const Loader* t_task_of = nullptr;
+
+class TaskScope {
+ public:
+  explicit TaskScope(const Loader* loader) : previous_(t_task_of) { t_task_of = loader; }
+  ~TaskScope() { t_task_of = previous_; }
+  TaskScope(const TaskScope&) = delete;
+  TaskScope& operator=(const TaskScope&) = delete;
+
+ private:
+  const Loader* previous_;
+};
+
+}  // namespace
+
+void Loader::check_not_reentered(std::string_view call) const {
+  if (t_task_of == this) {
+    throw Error(ErrorKind::kConfig, std::string(call) +
+                                        " was called from one of the loader's own threads (in the source's read or "
+                                        "a transform), where it would wait for that thread to finish: call it from "
+                                        "the code that iterates the loader");
+  }
+}
+
 bool Loader::forked() const noexcept { return fork_generation() != fork_generation_; }
 
 void Loader::check_not_forked() const {
@@ -457,6 +503,7 @@ void Loader::check_not_forked() const {
 
 void Loader::close() {
   if (forked()) return;  // Nothing to stop or join in the child (see ~Loader).
+  check_not_reentered("close()");
   {
     std::unique_lock lock(mu_);
     stop_locked(lock);
@@ -513,11 +560,14 @@ std::vector<int64_t> Loader::epoch_order(int64_t epoch, int64_t segment_start, i
 
 void Loader::start_epoch(int64_t epoch, int64_t start_position, int64_t start_batch, int64_t segment_start) {
   check_not_forked();
+  check_not_reentered("start_epoch()");
   const int64_t samples = segment_samples(segment_start);
   check_config(start_position >= 0 && start_position <= samples, "start position " + std::to_string(start_position) +
                                                                      " is outside the epoch's " +
                                                                      std::to_string(samples) + " samples");
   check_config(start_batch >= 0, "start batch must be >= 0");
+  check_config(epoch >= 0 && epoch <= kMaxEpoch,
+               "epoch " + std::to_string(epoch) + " is outside [0, " + std::to_string(kMaxEpoch) + "]");
   std::vector<int64_t> order;
   try {
     order = epoch_order(epoch, segment_start, samples);  // Outside the lock: O(n) for a shuffle.
@@ -639,6 +689,7 @@ bool Loader::reads_inline() const noexcept {
 }
 
 void Loader::sample_task(const std::shared_ptr<EpochRun>& run, SlotTicket task) {
+  const TaskScope scope(this);
   if (!reads_inline()) {
     // Reads turned out slow since this task was queued: a cpu thread must
     // not wait for one.
@@ -649,6 +700,7 @@ void Loader::sample_task(const std::shared_ptr<EpochRun>& run, SlotTicket task) 
 }
 
 void Loader::read_task(const std::shared_ptr<EpochRun>& run, SlotTicket task) {
+  const TaskScope scope(this);
   if (std::optional<Record> record = read_sample(run, task)) {
     cpu_pool_->submit_in_order(
         queue_order(task, run->batch_size),
@@ -694,6 +746,7 @@ std::optional<Record> Loader::read_sample(const std::shared_ptr<EpochRun>& run, 
 }
 
 void Loader::process_task(const std::shared_ptr<EpochRun>& run, SlotTicket task, Record record) {
+  const TaskScope scope(this);
   void* out;
   int64_t sample;
   {
@@ -774,6 +827,7 @@ std::optional<std::chrono::steady_clock::time_point> deadline_after(std::chrono:
 
 NextResult Loader::next(std::chrono::duration<double> timeout) {
   check_not_forked();
+  check_not_reentered("next()");
   const std::optional<std::chrono::steady_clock::time_point> deadline = deadline_after(timeout);
   // How long the consumer's thread waited for a core since its last call
   // (autotune: what the model wanted and did not get). A file read, so
@@ -887,6 +941,7 @@ void Loader::start_batch_mixes_locked(EpochRun& run) {
 }
 
 void Loader::mix_task(const std::shared_ptr<EpochRun>& run, int64_t batch_index) {
+  const TaskScope scope(this);
   const BatchMixSpec& spec = *options_.batch_mix;
   void* images = nullptr;
   std::vector<int64_t> labels;
@@ -906,9 +961,8 @@ void Loader::mix_task(const std::shared_ptr<EpochRun>& run, int64_t batch_index)
     const int64_t bad = first_label_outside(labels, spec.num_classes);
     if (bad >= 0) {
       const int64_t position = b.slots[static_cast<size_t>(bad)].position;
-      const std::string name = spec.options.size() == 1 ? mix_kind_name(spec.options.front().kind) : "RandomChoice";
       error = SampleError{ErrorKind::kConfig,
-                          name + ": the label " + std::to_string(labels[static_cast<size_t>(bad)]) +
+                          mix_name(spec) + ": the label " + std::to_string(labels[static_cast<size_t>(bad)]) +
                               " is outside [0, num_classes = " + std::to_string(spec.num_classes) +
                               "): batch mixes need class labels",
                           key_of(*source_, run->order[static_cast<size_t>(position)])};
@@ -946,6 +1000,7 @@ void Loader::stop() {
   // lock may have been held by one of them: nothing to stop. Error paths
   // (e.g. Python's `finally: stop()`) then raise only the fork error of next().
   if (forked()) return;
+  check_not_reentered("stop()");
   std::unique_lock lock(mu_);
   stop_locked(lock);
 }
@@ -1060,6 +1115,7 @@ void Loader::apply_settings_locked(const AutotuneSettings& settings) {
 
 void Loader::set_parallelism(int threads, int io_threads, int prefetch) {
   check_not_forked();
+  check_not_reentered("set_parallelism()");
   std::lock_guard lock(mu_);
   check_config(!closed_, "the loader is closed");
   AutotuneSettings settings = settings_;

@@ -4,10 +4,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -148,6 +150,10 @@ struct SlotTicket;
 /// destructor return at once, leaking what the threads used. A new Loader works.
 class Loader {
  public:
+  /// The last epoch start_epoch() runs: the one after it still fits in an
+  /// int64_t (a training loop's epoch + 1).
+  static constexpr int64_t kMaxEpoch = std::numeric_limits<int64_t>::max() - 1;
+
   /// Starts the threads. Throws Error{kConfig} for invalid options, naming
   /// them: also when batch_size x bytes per sample overflows, when the epoch's
   /// order cannot fit in the machine's memory, or when the OS refuses a thread
@@ -205,6 +211,14 @@ class Loader {
   /// tunes again. Order and output do not depend on them. Throws
   /// Error{kConfig} once closed. May be called from any thread.
   void set_parallelism(int threads, int io_threads, int prefetch);
+
+  /// Throws Error{kConfig} naming `call` (e.g. "close()") when the calling
+  /// thread is one of this loader's own (running a read, a transform or a
+  /// batch mix), where start_epoch(), next(), stop(), close() and
+  /// set_parallelism() would wait for that thread to finish, i.e. forever;
+  /// they call it first. A layer above calls it before changing its own
+  /// state for such a call. Any thread.
+  void check_not_reentered(std::string_view call) const;
 
   /// Autotune's trace lines since the last call (its decisions with their
   /// reasons, oldest first; at most 256 kept). Any thread.

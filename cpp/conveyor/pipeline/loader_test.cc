@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <limits>
 #include <map>
@@ -16,6 +17,7 @@
 #include <random>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "conveyor/core/error.h"
 
@@ -742,6 +744,101 @@ TEST(LoaderSizeTest, ASourceWhoseOrderCannotBeAllocatedIsAConfigErrorAtConstruct
                  "the source has 10 samples (padded for world_size 4611686018427387904): its epoch order (32 EiB) "
                  "cannot be allocated");
   }
+}
+
+}  // namespace
+}  // namespace conveyor
+
+namespace conveyor {
+namespace {
+
+// Calls back into the loader it is given from its apply(): what a Python
+// transform or dataset that calls loader.close() or next(iter(loader)) does.
+class ReenteringTransform : public IndexTransform {
+ public:
+  explicit ReenteringTransform(std::function<void()> call) : call_(std::move(call)) {}
+  void apply(std::span<const uint8_t> input, SampleRng& rng, void* out) const override {
+    call_();
+    IndexTransform::apply(input, rng, out);
+  }
+
+ private:
+  std::function<void()> call_;
+};
+
+TEST(LoaderReentryTest, ALoadersOwnThreadCallingBackIntoItIsRefusedNotADeadlock) {
+  // Each of these once waited for the very thread that called it.
+  const std::vector<std::pair<std::string, std::function<void(Loader&)>>> calls = {
+      {"close()", [](Loader& l) { l.close(); }},
+      {"stop()", [](Loader& l) { l.stop(); }},
+      {"next()", [](Loader& l) { l.next(); }},
+      {"start_epoch()", [](Loader& l) { l.start_epoch(1); }},
+      {"set_parallelism()", [](Loader& l) { l.set_parallelism(1, 1, 1); }},
+  };
+  for (const auto& [name, call] : calls) {
+    Loader* self = nullptr;
+    LoaderOptions o = options(4, 2, 2, 2);
+    o.shuffle = false;  // Sample 0 fails first.
+    Loader loader(std::make_shared<MemorySource>(16), std::make_shared<ReenteringTransform>([&] { call(*self); }), o);
+    self = &loader;
+    loader.start_epoch(0);
+    try {
+      loader.next();
+      FAIL() << name << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kConfig) << name;
+      EXPECT_EQ(e.cause(), name +
+                               " was called from one of the loader's own threads (in the source's read or a "
+                               "transform), where it would wait for that thread to finish: call it from the code "
+                               "that iterates the loader");
+      EXPECT_EQ(e.key(), "sample-0.jpg");
+    }
+    EXPECT_NO_THROW(loader.check_not_reentered("close()"));  // From the consumer's thread: fine.
+    loader.close();
+  }
+}
+
+TEST(LoaderTest, TheLastEpochIsOneWhoseSuccessorStillFits) {
+  Loader loader(std::make_shared<MemorySource>(8), std::make_shared<IndexTransform>(), options(4, 1, 1, 1));
+  EXPECT_EQ(run_epoch(loader, Loader::kMaxEpoch).batches.size(), 2u);
+  try {
+    loader.start_epoch(Loader::kMaxEpoch + 1);
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_STREQ(e.what(), "epoch 9223372036854775807 is outside [0, 9223372036854775806]");
+  }
+  EXPECT_THROW(loader.start_epoch(-1), Error);
+}
+
+// Float32 images of 3 x 2 x 2: what a batch mix takes.
+class ImageTransform : public IndexTransform {
+ public:
+  SampleSpec output_spec() const override { return {{3, 2, 2}, DType::kFloat32}; }
+  void apply(std::span<const uint8_t> /*input*/, SampleRng& /*rng*/, void* out) const override {
+    std::memset(out, 0, 3 * 2 * 2 * sizeof(float));
+  }
+};
+
+TEST(LoaderTest, ABatchMixWhoseSoftLabelsCannotFitTheBudgetIsRefusedAtConstruction) {
+  // MixUp(num_classes=2**40) once failed on the first batch with bad_alloc.
+  LoaderOptions o = options(4, 1, 1, 1);
+  o.memory_budget = int64_t{1} << 30;
+  o.batch_mix = BatchMixSpec{{{MixKind::kMixUp, 1.0}}, {}, int64_t{1} << 40, false};
+  try {
+    Loader(std::make_shared<MemorySource>(8), std::make_shared<ImageTransform>(), o);
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_STREQ(e.what(),
+                 "MixUp: num_classes 1099511627776 makes soft labels of 17592186044416 bytes per batch (batch_size x "
+                 "num_classes float32), more than memory_budget (1073741824 bytes)");
+  }
+  o.batch_mix->num_classes = int64_t{1} << 62;  // The byte count itself overflows.
+  EXPECT_THROW(Loader(std::make_shared<MemorySource>(8), std::make_shared<ImageTransform>(), o), Error);
+  o.batch_mix->num_classes = 1000;
+  Loader fits(std::make_shared<MemorySource>(8), std::make_shared<ImageTransform>(), o);
+  EXPECT_EQ(run_epoch(fits, 0).batches.size(), 2u);
 }
 
 }  // namespace

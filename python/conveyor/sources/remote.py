@@ -377,7 +377,12 @@ class _HttpStore:
                     connection.close()
                     return ("cancelled", 0, "the loader stopped")
                 response = connection.getresponse()
-                body = response.read()
+                body = b"" if method == "HEAD" else self._bounded_body(response)
+                if body is None:  # Larger than any read may be: the rest is never read.
+                    connection.close()
+                    length = response.getheader("Content-Length")
+                    what = f"Content-Length: {length}" if length else "a body of no declared length"
+                    return ("too_large", 0, what)
                 if response.will_close:
                     connection.close()
                 return (
@@ -402,6 +407,18 @@ class _HttpStore:
                 connection.close()
                 return ("connection", 0, f"{type(e).__name__}: {e}")
         raise AssertionError("unreachable")  # pragma: no cover
+
+    @staticmethod
+    def _bounded_body(response: http.client.HTTPResponse) -> Optional[bytes]:
+        """The body, or None when it is larger than MAX_REMOTE_READ_BYTES:
+        refused by its declared length before reading, else (chunked) read
+        no further than one byte past the limit."""
+        limit = _conveyor.MAX_REMOTE_READ_BYTES
+        length = response.getheader("Content-Length")
+        if length is not None and length.strip().isdigit() and int(length) > limit:
+            return None
+        body = response.read(limit + 1)
+        return None if len(body) > limit else body
 
     def _connect(self, parts: urllib.parse.SplitResult) -> http.client.HTTPConnection:
         if parts.scheme == "https":

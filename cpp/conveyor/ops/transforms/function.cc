@@ -2,12 +2,18 @@
 
 #include <utility>
 
-#include "conveyor/core/checked_size.h"
 #include "conveyor/core/error.h"
 
 namespace conveyor {
 
 namespace {
+
+void check_channels(int64_t returned, int channels, std::string_view name) {
+  if (returned != channels) {
+    throw Error(ErrorKind::kDecode, std::string(name) + " returned an image of " + std::to_string(returned) +
+                                        " channel(s); it must keep the chain's " + std::to_string(channels));
+  }
+}
 
 class FunctionStep final : public TransformStep {
  public:
@@ -28,13 +34,10 @@ class FunctionStep final : public TransformStep {
     // The callback checks what it returns; this keeps a faulty one from
     // handing the pipeline an image its buffers do not match.
     const Image& image = sample.image;
-    if (image.channels != channels) {
-      throw Error(ErrorKind::kDecode, name_ + " returned an image of " + std::to_string(image.channels) +
-                                          " channel(s); it must keep the chain's " + std::to_string(channels));
-    }
-    if (image.height < 1 || image.width < 1 ||
-        checked_mul(checked_mul(image.height, image.width, name_, ErrorKind::kTooLarge), channels, name_,
-                    ErrorKind::kTooLarge) != static_cast<int64_t>(image.pixels.size())) {
+    check_channels(image.channels, channels, name_);
+    sample.check_size(image.height, image.width, name_);
+    if (static_cast<size_t>(image.height) * static_cast<size_t>(image.width) * static_cast<size_t>(channels) !=
+        image.pixels.size()) {
       throw Error(ErrorKind::kInternal, name_ + " left an image whose pixels do not match its size");
     }
   }
@@ -47,6 +50,17 @@ class FunctionStep final : public TransformStep {
 };
 
 }  // namespace
+
+void take_function_result(SampleImage& sample, const uint8_t* pixels, int64_t height, int64_t width, int64_t channels,
+                          std::string_view name) {
+  Image& image = sample.image;
+  check_channels(channels, image.channels, name);
+  sample.check_size(height, width, name);
+  sample.spare.assign(pixels, pixels + height * width * channels);
+  image.height = static_cast<int>(height);
+  image.width = static_cast<int>(width);
+  std::swap(image.pixels, sample.spare);
+}
 
 std::unique_ptr<const TransformStep> make_function_step(std::string name, ImageCallback function) {
   check_config(static_cast<bool>(function), name + ": no function given");

@@ -14,4 +14,11 @@ namespace conveyor {
 /// Throws Error{kConfig} when `function` is empty.
 std::unique_ptr<const TransformStep> make_function_step(std::string name, ImageCallback function);
 
+/// Makes the image a user function `name` returned the sample's image: the
+/// HWC `pixels` of height x width x channels (borrowed for the call) are
+/// copied into the sample. Checked before the copy: Error{kDecode} when
+/// `channels` is not the image's, and SampleImage::check_size's errors.
+void take_function_result(SampleImage& sample, const uint8_t* pixels, int64_t height, int64_t width, int64_t channels,
+                          std::string_view name);
+
 }  // namespace conveyor

@@ -70,17 +70,18 @@ class PadStep final : public TransformStep {
 
   void apply_image(SampleImage& sample, SampleRng& /*rng*/) const override {
     if (mode_ == PadMode::kConstant) return;
-    pad(sample, padding_, mode_, fill_.bytes());
+    pad(sample, padding_, mode_, fill_.bytes(), "Pad");
   }
 
   void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
 
-  static void pad(SampleImage& sample, const std::array<int, 4>& padding, PadMode mode, const Fill& fill) {
+  static void pad(SampleImage& sample, const std::array<int, 4>& padding, PadMode mode, const Fill& fill,
+                  std::string_view what) {
     const Image& src = sample.image;
     const int64_t h = static_cast<int64_t>(src.height) + padding[1] + padding[3];
     const int64_t w = static_cast<int64_t>(src.width) + padding[0] + padding[2];
-    const int ih = checked_int(h, "Pad: the padded height", ErrorKind::kTooLarge);
-    const int iw = checked_int(w, "Pad: the padded width", ErrorKind::kTooLarge);
+    sample.check_size(h, w, what);
+    const int ih = static_cast<int>(h), iw = static_cast<int>(w);
     Image out{0, 0, 0, std::move(sample.spare)};
     pad_crop_image(src, -padding[1], -padding[0], ih, iw, mode, fill, out);
     sample.spare = std::move(sample.image.pixels);
@@ -125,6 +126,7 @@ class RandomCropStep final : public TransformStep {
   void apply_image(SampleImage& sample, SampleRng& rng) const override {
     if (mode_ == PadMode::kConstant) return;
     const Window window = draw(sample.image.height, sample.image.width, rng);
+    sample.check_size(size_.height, size_.width, "RandomCrop");
     Image out{0, 0, 0, std::move(sample.spare)};
     pad_crop_image(sample.image, static_cast<int>(window.top), static_cast<int>(window.left), size_.height, size_.width,
                    mode_, fill_.bytes(), out);
@@ -182,7 +184,8 @@ class RandomCropStep final : public TransformStep {
 };
 
 // torchvision's crop / center_crop anchor and their zero padding.
-void crop_sample(SampleImage& sample, int top, int left, int height, int width) {
+void crop_sample(SampleImage& sample, int top, int left, int height, int width, std::string_view what) {
+  sample.check_size(height, width, what);
   Image out{0, 0, 0, std::move(sample.spare)};
   pad_crop_image(sample.image, top, left, height, width, PadMode::kConstant, Fill{}, out);
   sample.spare = std::move(sample.image.pixels);
@@ -297,7 +300,7 @@ void crop_function(const TransformParams& params, SampleImage& sample) {
   const int top = int_arg(args, "top"), left = int_arg(args, "left");
   const std::vector<int> size = args.sizes("size", {2});
   args.finish();
-  crop_sample(sample, top, left, size[0], size[1]);
+  crop_sample(sample, top, left, size[0], size[1], "crop");
 }
 
 void center_crop_function(const TransformParams& params, SampleImage& sample) {
@@ -311,7 +314,7 @@ void center_crop_function(const TransformParams& params, SampleImage& sample) {
       size.height > ih ? -((size.height - ih) / 2) : static_cast<int>(std::nearbyint((ih - size.height) / 2.0));
   const int left =
       size.width > iw ? -((size.width - iw) / 2) : static_cast<int>(std::nearbyint((iw - size.width) / 2.0));
-  crop_sample(sample, top, left, size.height, size.width);
+  crop_sample(sample, top, left, size.height, size.width, "center_crop");
 }
 
 void pad_function(const TransformParams& params, SampleImage& sample) {
@@ -321,7 +324,7 @@ void pad_function(const TransformParams& params, SampleImage& sample) {
   const PadMode mode = read_pad_mode(args);
   args.finish();
   fill.check_channels("pad", sample.image.channels);
-  PadStep::pad(sample, padding, mode, fill.bytes());
+  PadStep::pad(sample, padding, mode, fill.bytes(), "pad");
 }
 
 }  // namespace conveyor

@@ -194,7 +194,8 @@ void apply_augment_op(SampleImage& sample, AugmentOp op, double magnitude, Inter
       const double degrees = std::atan(magnitude) * (180.0 / std::numbers::pi);
       const std::array<double, 2> shear =
           op == AugmentOp::kShearX ? std::array<double, 2>{degrees, 0.0} : std::array<double, 2>{0.0, degrees};
-      apply_warp(affine_warp(h, w, 0.0, {0, 0}, 1.0, shear, std::array<double, 2>{0, 0}), interpolation, fill, sample);
+      apply_warp(affine_warp(h, w, 0.0, {0, 0}, 1.0, shear, std::array<double, 2>{0, 0}), interpolation, fill, sample,
+                 augment_op_name(op));
       return;
     }
     case AugmentOp::kTranslateX:
@@ -202,11 +203,12 @@ void apply_augment_op(SampleImage& sample, AugmentOp op, double magnitude, Inter
       const double t = truncated(magnitude);
       const std::array<double, 2> translate =
           op == AugmentOp::kTranslateX ? std::array<double, 2>{t, 0.0} : std::array<double, 2>{0.0, t};
-      apply_warp(affine_warp(h, w, 0.0, translate, 1.0, {0, 0}, std::nullopt), interpolation, fill, sample);
+      apply_warp(affine_warp(h, w, 0.0, translate, 1.0, {0, 0}, std::nullopt), interpolation, fill, sample,
+                 augment_op_name(op));
       return;
     }
     case AugmentOp::kRotate:
-      apply_warp(rotation_warp(h, w, magnitude, false, std::nullopt), interpolation, fill, sample);
+      apply_warp(rotation_warp(h, w, magnitude, false, std::nullopt), interpolation, fill, sample, augment_op_name(op));
       return;
     case AugmentOp::kBrightness:
       map_values(sample, value_tables([&](Image& values) { adjust_brightness(values, 1.0 + magnitude); }));

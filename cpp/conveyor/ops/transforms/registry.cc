@@ -199,6 +199,22 @@ std::vector<int> TransformArgs::sizes(std::string_view arg, std::vector<size_t> 
   return out;
 }
 
+void check_image_size(int64_t height, int64_t width, int64_t max_pixels, std::string_view what) {
+  const std::string size = std::to_string(width) + "x" + std::to_string(height);
+  if (height < 1 || width < 1) {
+    throw Error(ErrorKind::kConfig,
+                std::string(what) + " would make an image of " + size + " pixels: each side must be at least 1");
+  }
+  if (width > max_pixels / height) {  // height * width > max_pixels, without the product's overflow.
+    throw Error(ErrorKind::kTooLarge, std::string(what) + " would make an image of " + size +
+                                          " pixels, more than max_pixels (" + std::to_string(max_pixels) + ")");
+  }
+}
+
+void SampleImage::check_size(int64_t height, int64_t width, std::string_view what) const {
+  check_image_size(height, width, max_pixels, what);
+}
+
 Size2D TransformArgs::size2d(std::string_view arg) {
   const std::vector<int> s = sizes(arg, {1, 2});
   return {s.front(), s.back()};
@@ -266,6 +282,24 @@ void apply_image_function(const TransformSpec& spec, SampleImage& sample) {
                                         "' (registered: " + joined(registered_image_function_names()) + ")");
   }
   function(spec.params, sample);
+}
+
+Image apply_image_function(const TransformSpec& spec, const uint8_t* pixels, int64_t height, int64_t width,
+                           int64_t channels, int64_t max_pixels) {
+  const std::string sides = "height " + std::to_string(height) + ", width " + std::to_string(width);
+  check_config(channels == 1 || channels == 3,
+               spec.name + ": image must have 1 or 3 channels, got " + std::to_string(channels));
+  check_config(height >= 1 && width >= 1, spec.name + ": the image is empty (" + sides + ")");
+  if (width > max_pixels / height) {
+    throw Error(ErrorKind::kTooLarge, spec.name + ": the image (" + sides + ") has more than max_pixels (" +
+                                          std::to_string(max_pixels) + ") pixels");
+  }
+  SampleImage sample;
+  sample.max_pixels = max_pixels;
+  sample.image = {static_cast<int>(height), static_cast<int>(width), static_cast<int>(channels),
+                  std::vector<uint8_t>(pixels, pixels + height * width * channels)};
+  apply_image_function(spec, sample);
+  return std::move(sample.image);
 }
 
 std::vector<std::string> registered_image_function_names() {

@@ -14,6 +14,7 @@
 #include "conveyor/core/geometry.h"
 #include "conveyor/core/rng.h"
 #include "conveyor/ops/image.h"
+#include "conveyor/ops/image_decode.h"
 
 namespace conveyor {
 
@@ -136,7 +137,22 @@ struct SampleImage {
   /// that left them sees them: it calls apply_pending_tables before reading
   /// its pixels again.
   std::optional<ChannelTables> pending_tables;
+  /// The most pixels (height x width) an image of this sample may have: the
+  /// pipeline's max_pixels; kDefaultMaxPixels in the functional API.
+  int64_t max_pixels = kDefaultMaxPixels;
+
+  /// check_image_size with this sample's max_pixels: a step that changes the
+  /// image's size calls it with the new size before allocating it.
+  void check_size(int64_t height, int64_t width, std::string_view what) const;
 };
+
+/// The one check of every image size the transforms make (the pipeline's
+/// intermediate images, each step's new image, a user function's result,
+/// the functional API's input): throws Error{kConfig, "<what> would make an
+/// image of WxH pixels: each side must be at least 1"} when a side is below
+/// 1, Error{kTooLarge, "... more than max_pixels (N)"} when height x width
+/// exceeds `max_pixels` (>= 1). Thread-safe.
+void check_image_size(int64_t height, int64_t width, int64_t max_pixels, std::string_view what);
 
 /// What a step of kind kOutput works on: one sample's output as written into
 /// the batch slot (the values after Normalize, in the output dtype and
@@ -263,6 +279,15 @@ bool register_image_function(std::string name, ImageFunction function);
 /// `sample`. Throws Error{kConfig} for an unknown name (listing the
 /// registered ones) or bad parameters. Thread-safe.
 void apply_image_function(const TransformSpec& spec, SampleImage& sample);
+
+/// The functional API's entry: apply_image_function on a copy of the HWC
+/// image `pixels` (height x width x channels, packed rows, borrowed for the
+/// call); returns the result. The image is checked first, naming the
+/// function: Error{kConfig} for channels other than 1 or 3 or an empty
+/// image, Error{kTooLarge} above `max_pixels` (>= 1; by default the
+/// decoders' limit), which also bounds what the function makes. Thread-safe.
+Image apply_image_function(const TransformSpec& spec, const uint8_t* pixels, int64_t height, int64_t width,
+                           int64_t channels, int64_t max_pixels = kDefaultMaxPixels);
 
 /// The registered function names, sorted. Thread-safe.
 std::vector<std::string> registered_image_function_names();

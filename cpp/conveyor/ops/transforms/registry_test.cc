@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "conveyor/core/error.h"
@@ -193,6 +196,87 @@ TEST(TransformRegistryTest, SizesOutsideAnIntAreConfigErrorsNamingTheArgument) {
   // Each side fits, the output's byte count does not.
   EXPECT_EQ(config_error({CenterCropSpec{{2000000000, 2000000000}}}),
             "ImagePipeline: the output size overflows: 4000000000000000000 x 3");
+}
+
+// The error `call` throws: its kind and what().
+std::pair<ErrorKind, std::string> error_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    return {e.kind(), e.what()};
+  }
+  return {ErrorKind::kInternal, "accepted"};
+}
+
+TEST(ImageFunctionTest, EveryFunctionRefusesAnEmptyImageBeforeRunning) {
+  // Empty images once crashed resize and pad (edge) and made pad (reflect)
+  // spin: the entry refuses them for every function, whatever its arguments.
+  const uint8_t pixel[3] = {1, 2, 3};
+  for (const std::string& name : registered_image_function_names()) {
+    for (const auto& [height, width] : {std::pair{0, 3}, std::pair{3, 0}, std::pair{0, 0}}) {
+      const auto [kind, message] = error_of([&] { apply_image_function({name, {}}, pixel, height, width, 3); });
+      EXPECT_EQ(kind, ErrorKind::kConfig) << name;
+      EXPECT_EQ(message, name + ": the image is empty (height " + std::to_string(height) + ", width " +
+                             std::to_string(width) + ")");
+    }
+  }
+}
+
+TEST(ImageFunctionTest, ASideBeyondAnIntOrTheLimitIsRefusedBeforeAnyRead) {
+  // 2**32 + 3 rows once wrapped to 3. The pixels are never read: one byte here.
+  const uint8_t pixel[1] = {0};
+  EXPECT_EQ(error_of([&] {
+              apply_image_function({"invert", {}}, pixel, (int64_t{1} << 32) + 3, 1, 1);
+            }),
+            std::pair(ErrorKind::kTooLarge,
+                      std::string("invert: the image (height 4294967299, width 1) has more than max_pixels "
+                                  "(178956970) pixels")));
+  EXPECT_EQ(error_of([&] {
+              apply_image_function({"invert", {}}, pixel, 100, 100, 1, 5000);
+            }).first,
+            ErrorKind::kTooLarge);
+  EXPECT_EQ(error_of([&] {
+              apply_image_function({"invert", {}}, pixel, 1, 1, 4);
+            }),
+            std::pair(ErrorKind::kConfig, std::string("invert: image must have 1 or 3 channels, got 4")));
+}
+
+TEST(ImageFunctionTest, WhatAFunctionMakesIsCheckedBeforeItIsAllocated) {
+  const Image image = testing::make_pattern(32, 48);
+  const auto call = [&](const std::string& name, TransformParams params) {
+    return error_of([&] { apply_image_function({name, params}, image.pixels.data(), 32, 48, 3, 100000); });
+  };
+  // 60032 x 60048 pixels would be 10.8 GB: refused by size, not by the allocator.
+  EXPECT_EQ(call("pad", {{"padding", {30000, 30000, 30000, 30000}}, {"padding_mode", {2}}}),
+            std::pair(ErrorKind::kTooLarge,
+                      std::string("pad would make an image of 60048x60032 pixels, more than max_pixels (100000)")));
+  EXPECT_EQ(call("crop", {{"top", {0}}, {"left", {0}}, {"size", {1000, 1000}}}).first, ErrorKind::kTooLarge);
+  EXPECT_EQ(call("center_crop", {{"output_size", {1000, 1000}}}).first, ErrorKind::kTooLarge);
+  EXPECT_EQ(call("resize", {{"size", {1000, 1000}}}).first, ErrorKind::kTooLarge);
+  EXPECT_EQ(
+      call("resized_crop", {{"top", {0}}, {"left", {0}}, {"height", {8}}, {"width", {8}}, {"size", {999, 999}}}).first,
+      ErrorKind::kTooLarge);
+  // A center this far away leaves float32 no digit of the expanded size.
+  EXPECT_EQ(call("rotate", {{"angle", {30}}, {"expand", {1}}, {"center", {3e9, 3e9}}}),
+            std::pair(ErrorKind::kConfig,
+                      std::string("rotate would make an image of 0x0 pixels: each side must be at least 1")));
+  EXPECT_EQ(call("rotate", {{"angle", {45}}, {"expand", {1}}}).second,
+            "accepted");  // 57 x 57 (the max_pixels of this test allow it).
+}
+
+TEST(ImageFunctionTest, TheSizeCheckNamesTheSizeAndNeverOverflows) {
+  EXPECT_EQ(error_of([] { check_image_size(5, 0, 100, "Pad"); }),
+            std::pair(ErrorKind::kConfig, std::string("Pad would make an image of 0x5 pixels: each side must be at "
+                                                      "least 1")));
+  EXPECT_EQ(error_of([] { check_image_size(11, 10, 100, "Pad"); }),
+            std::pair(ErrorKind::kTooLarge, std::string("Pad would make an image of 10x11 pixels, more than "
+                                                        "max_pixels (100)")));
+  EXPECT_EQ(error_of([] { check_image_size(10, 10, 100, "Pad"); }).second, "accepted");
+  // A product that would overflow int64_t, under the largest limit.
+  EXPECT_EQ(error_of([] {
+              check_image_size(int64_t{1} << 40, int64_t{1} << 40, std::numeric_limits<int64_t>::max(), "x");
+            }).first,
+            ErrorKind::kTooLarge);
 }
 
 }  // namespace

@@ -91,15 +91,13 @@ std::unique_ptr<const TransformStep> make_resize_step(const TransformParams& par
 
 namespace {
 
-// Resamples `view` (all of it) into sample.image at `size`.
+// Resamples `view` (all of it) into sample.image at `size` (checked by the caller).
 void resize_into(const ImageView& view, Size2D size, bool antialias, SampleImage& sample) {
   thread_local std::vector<uint8_t> prefiltered;
   use_single_threaded_opencv();
   const int c = view.channels;
   std::vector<uint8_t> out = std::move(sample.spare);
-  out.resize(
-      static_cast<size_t>(checked_mul(checked_mul(size.height, size.width, "a resized image", ErrorKind::kTooLarge), c,
-                                      "a resized image", ErrorKind::kTooLarge)));
+  out.resize(static_cast<size_t>(size.height) * static_cast<size_t>(size.width) * static_cast<size_t>(c));
   resize_image(view, {0, 0, static_cast<double>(view.width), static_cast<double>(view.height)}, out.data(), size.height,
                size.width, static_cast<ptrdiff_t>(size.width) * c, antialias, prefiltered);
   if (sample.boxes != nullptr) {
@@ -123,6 +121,7 @@ void resize_function(const TransformParams& params, SampleImage& sample) {
   const std::vector<int> size = args.sizes("size", {2});
   const bool antialias = args.flag("antialias", true);
   args.finish();
+  sample.check_size(size[0], size[1], "resize");
   resize_into(sample.image.view(), {size[0], size[1]}, antialias, sample);
 }
 
@@ -134,6 +133,8 @@ void resized_crop_function(const TransformParams& params, SampleImage& sample) {
   const std::vector<int> size = args.sizes("size", {2});
   const bool antialias = args.flag("antialias", true);
   args.finish();
+  sample.check_size(height, width, "resized_crop");
+  sample.check_size(size[0], size[1], "resized_crop");
   // As torchvision: crop (zero padding outside the image), then resize the crop alone.
   Image cropped;
   pad_crop_image(sample.image, top, left, height, width, PadMode::kConstant, Fill{}, cropped);

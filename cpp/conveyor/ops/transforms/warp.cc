@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "conveyor/core/checked_size.h"
 #include "conveyor/core/error.h"
+#include "conveyor/core/number_format.h"
 #include "conveyor/ops/resize.h"
 #include "conveyor/ops/transforms/vector_clones.h"
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -49,7 +49,17 @@ std::pair<int, int> affine_output_size(const Matrix3& m, int w, int h) {
   const auto trunc_tol = [](float v) { return std::trunc(v * 10000.0f) * 1e-4f; };
   const float cmax_x = std::ceil(trunc_tol(max_x + half_w)), cmax_y = std::ceil(trunc_tol(max_y + half_h));
   const float cmin_x = std::floor(trunc_tol(min_x + half_w)), cmin_y = std::floor(trunc_tol(min_y + half_h));
-  return {static_cast<int>(cmax_x - cmin_x), static_cast<int>(cmax_y - cmin_y)};
+  // A center far from the image makes these float32 sums lose every digit of
+  // the size (torchvision too): 0 is refused by SampleImage::check_size, and
+  // what does not fit in an int (or is NaN) here.
+  const auto side = [](float v) {
+    if (!(v < 2147483648.0f)) {
+      throw Error(ErrorKind::kTooLarge, "an expanded rotation would have a side of " + format_shortest(v) +
+                                            " pixels, more than an int holds");
+    }
+    return static_cast<int>(v);
+  };
+  return {side(cmax_x - cmin_x), side(cmax_y - cmin_y)};
 }
 
 // The pixel map of torchvision's affine grid: theta (float32, in coordinates
@@ -418,13 +428,13 @@ class WarpStep : public WarpingStep {
   float map_value(int /*channel*/, float value) const override { return value; }
   void apply_image(SampleImage& sample, SampleRng& rng) const override {
     const std::optional<Warp> warp = draw(sample.image.height, sample.image.width, rng);
-    if (warp) apply_warp(*warp, interpolation_, fill_, sample);
+    if (warp) apply_warp(*warp, interpolation_, fill_, sample, name_);
   }
 
   void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
 
   std::array<int, 2> apply_drawn(const Warp& warp, SampleImage& sample, const WarpWindow* window) const override {
-    return apply_warp(warp, interpolation_, fill_, sample, window);
+    return apply_warp(warp, interpolation_, fill_, sample, name_, window);
   }
 
  private:
@@ -687,7 +697,7 @@ Warp perspective_warp(int height, int width, const std::array<double, 8>& c) {
 }
 
 std::array<int, 2> apply_warp(const Warp& warp, Interpolation interpolation, const FillArg& fill, SampleImage& sample,
-                              const WarpWindow* window) {
+                              std::string_view what, const WarpWindow* window) {
   Image& img = sample.image;
   const int c = img.channels;
   int oh = warp.out_height, ow = warp.out_width;
@@ -697,8 +707,8 @@ std::array<int, 2> apply_warp(const Warp& warp, Interpolation interpolation, con
     ow = window->width;
     oh = window->height;
   }
-  sample.spare.resize(static_cast<size_t>(checked_mul(checked_mul(oh, ow, "a warped image", ErrorKind::kTooLarge), c,
-                                                      "a warped image", ErrorKind::kTooLarge)));
+  sample.check_size(oh, ow, what);
+  sample.spare.resize(static_cast<size_t>(oh) * static_cast<size_t>(ow) * static_cast<size_t>(c));
   const cv::Mat src(img.height, img.width, CV_8UC(c), img.pixels.data());
   cv::Mat dst(oh, ow, CV_8UC(c), sample.spare.data());
   if (warp.rot90 == 0) {
@@ -798,8 +808,8 @@ void rotate_function(const TransformParams& params, SampleImage& sample) {
   args.finish();
   fill.check_channels("rotate", sample.image.channels);
   use_single_threaded_opencv();
-  apply_warp(rotation_warp(sample.image.height, sample.image.width, angle, expand, center), interpolation, fill,
-             sample);
+  apply_warp(rotation_warp(sample.image.height, sample.image.width, angle, expand, center), interpolation, fill, sample,
+             "rotate");
 }
 
 void affine_function(const TransformParams& params, SampleImage& sample) {
@@ -819,7 +829,7 @@ void affine_function(const TransformParams& params, SampleImage& sample) {
   use_single_threaded_opencv();
   apply_warp(affine_warp(sample.image.height, sample.image.width, angle, {translate[0], translate[1]}, scale,
                          {shear[0], shear[1]}, center),
-             interpolation, fill, sample);
+             interpolation, fill, sample, "affine");
 }
 
 void perspective_function(const TransformParams& params, SampleImage& sample) {
@@ -845,7 +855,8 @@ void perspective_function(const TransformParams& params, SampleImage& sample) {
   args.finish();
   fill.check_channels("perspective", sample.image.channels);
   use_single_threaded_opencv();
-  apply_warp(perspective_warp(sample.image.height, sample.image.width, coefficients), interpolation, fill, sample);
+  apply_warp(perspective_warp(sample.image.height, sample.image.width, coefficients), interpolation, fill, sample,
+             "perspective");
 }
 
 }  // namespace conveyor

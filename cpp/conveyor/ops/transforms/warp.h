@@ -80,10 +80,10 @@ struct WarpWindow {
 /// moves its boxes (in the whole output's pixels). With a `window` (inside
 /// the output), only that part of the output is computed and becomes
 /// sample.image (exact rotations by multiples of 90 degrees compute it all).
-/// Returns the origin of sample.image in the whole output. Throws
-/// Error{kTooLarge} when the output's size overflows.
+/// Returns the origin of sample.image in the whole output. Throws what
+/// SampleImage::check_size throws for the output's size, naming `what`.
 std::array<int, 2> apply_warp(const Warp& warp, Interpolation interpolation, const FillArg& fill, SampleImage& sample,
-                              const WarpWindow* window = nullptr);
+                              std::string_view what, const WarpWindow* window = nullptr);
 
 /// A step on the image that is one warp (RandomRotation, RandomAffine,
 /// RandomPerspective). The planner draws the warp first and computes only the

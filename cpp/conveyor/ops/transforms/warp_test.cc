@@ -58,7 +58,7 @@ TEST(WarpTest, QuarterTurnWithExpandIsExactAndMovesBoxes) {
   sample.boxes = &boxes;
   const Warp warp = rotation_warp(4, 6, 90, true, std::nullopt);
   EXPECT_EQ(warp.rot90, 1);
-  apply_warp(warp, Interpolation::kNearest, FillArg{}, sample);
+  apply_warp(warp, Interpolation::kNearest, FillArg{}, sample, "test");
   ASSERT_EQ(sample.image.height, 6);
   ASSERT_EQ(sample.image.width, 4);
   for (int r = 0; r < 6; ++r)
@@ -82,7 +82,7 @@ TEST(WarpTest, TranslationMovesPixelsAndBoxesAndFillsTheRest) {
   sample.boxes = &boxes;
   FillArg fill;
   fill.values = {7, 8, 9};
-  apply_warp(affine_warp(5, 6, 0, {2, 1}, 1, {0, 0}, std::nullopt), Interpolation::kNearest, fill, sample);
+  apply_warp(affine_warp(5, 6, 0, {2, 1}, 1, {0, 0}, std::nullopt), Interpolation::kNearest, fill, sample, "test");
   for (int y = 0; y < 5; ++y) {
     for (int x = 0; x < 6; ++x) {
       for (int k = 0; k < 3; ++k) {
@@ -125,9 +125,9 @@ TEST(WarpTest, NearestWarpsGiveTheSamePixelsOnEveryPath) {
                                 perspective_warp(h, w, perspective_coefficients(start, end))};
   for (size_t k = 0; k < warps.size(); ++k) {
     SampleImage three_channels{rgb, {}, nullptr}, two_channels{two, {}, nullptr}, one_channel{green, {}, nullptr};
-    apply_warp(warps[k], Interpolation::kNearest, fill, three_channels);
-    apply_warp(warps[k], Interpolation::kNearest, fill, two_channels);
-    apply_warp(warps[k], Interpolation::kNearest, fill, one_channel);
+    apply_warp(warps[k], Interpolation::kNearest, fill, three_channels, "test");
+    apply_warp(warps[k], Interpolation::kNearest, fill, two_channels, "test");
+    apply_warp(warps[k], Interpolation::kNearest, fill, one_channel, "test");
     const std::vector<uint8_t>& a = three_channels.image.pixels;
     const std::vector<uint8_t>& b = two_channels.image.pixels;
     const std::vector<uint8_t>& g = one_channel.image.pixels;
@@ -169,7 +169,7 @@ TEST(WarpTest, ACropAfterAWarpComputesOnlyItsWindowWithTheSamePixels) {
     std::vector<BoundingBox> expected_boxes{{5, 5, 20, 10, 1}};
     sample.boxes = &expected_boxes;
     apply_warp(rotation_warp(30, 40, 25, false, std::nullopt), static_cast<Interpolation>(interpolation), FillArg{},
-               sample);
+               sample, "test");
     Image expected;
     pad_crop_image(sample.image, 9, 12, 12, 16, PadMode::kConstant, Fill{}, expected);
     crop_boxes(&expected_boxes, 9, 12, 12, 16);

@@ -40,7 +40,7 @@ def apply(op: str, name: str, image: Any, params: Mapping[str, Param]) -> Any:
         squeeze = image.ndim == 2
         hwc = image.detach().cpu().numpy()
         hwc = hwc[:, :, None] if squeeze else np.moveaxis(hwc, 0, -1)
-        out = _run(op, name, hwc, params)
+        out = _run(name, hwc, params)
         import torch
 
         # A 2-D image stays 2-D unless the op gave it channels (rgb_to_grayscale(x, 3)).
@@ -54,12 +54,11 @@ def apply(op: str, name: str, image: Any, params: Mapping[str, Param]) -> Any:
             f"{op}: image must be a uint8 array of shape (H, W, C) or (H, W), got {image.shape} {image.dtype}"
         )
     squeeze = image.ndim == 2
-    out = _run(op, name, image[:, :, None] if squeeze else image, params)
+    out = _run(name, image[:, :, None] if squeeze else image, params)
     return out[:, :, 0] if squeeze and out.shape[2] == 1 else out
 
 
-def _run(op: str, name: str, hwc: np.ndarray, params: Mapping[str, Param]) -> np.ndarray:
-    if hwc.shape[2] not in (1, 3):
-        raise ConfigError(f"{op}: image must have 1 or 3 channels, got {hwc.shape[2]}")
+def _run(name: str, hwc: np.ndarray, params: Mapping[str, Param]) -> np.ndarray:
+    # The engine checks the image (channels, empty, max_pixels), naming the op.
     record = {k: _numbers(v) for k, v in params.items() if v is not None}
     return _conveyor.apply_image_function(name, record, np.ascontiguousarray(hwc))
