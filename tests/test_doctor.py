@@ -225,12 +225,23 @@ def test_cli_options():
         parser.parse_args(["doctor", "--steps", "2", "--seconds", "1", "--", "x.py"])
 
 
-def test_script_exit_code_is_kept(tmp_path):
+EXITS = [
+    ("3", 3, ""),
+    ("None", 0, ""),
+    ("'training diverged'", 1, "training diverged\n"),
+    ("[1]", 1, "[1]\n"),
+]
+
+
+@pytest.mark.parametrize("value,code,stderr", EXITS, ids=[e[0] for e in EXITS])
+def test_script_exit_is_what_python_makes_of_it(tmp_path, capsys, value, code, stderr):
+    # An int is the status, None is 0, anything else is printed to stderr with status 1.
     script = tmp_path / "exit.py"
-    script.write_text("raise SystemExit(3)\n")
-    report, code = doctor.run_script(str(script))
-    assert code == 3
-    assert report.obs.stopped == "the script exited with code 3"
+    script.write_text(f"import sys\nsys.exit({value})\n")
+    report, got = doctor.run_script(str(script))
+    assert got == code
+    assert capsys.readouterr().err == stderr
+    assert report.obs.stopped == f"the script exited with code {code}"
 
 
 def test_watch_from_code_stops_the_block_and_reports():

@@ -68,6 +68,17 @@ def watch(
             measure(loader.conveyor_trial)
 
 
+def _exit_status(exc: SystemExit) -> int:
+    """The status Python exits with on ``exc``: an int is the status, None is 0,
+    anything else (``sys.exit("message")``) is printed to stderr and the status is 1."""
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return int(exc.code)  # int(): sys.exit(True) is status 1.
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
 def run_script(
     path: str,
     args: Sequence[str] = (),
@@ -78,7 +89,7 @@ def run_script(
 ) -> tuple[Report, int]:
     """Runs the script at ``path`` as ``__main__`` with ``sys.argv = [path, *args]``
     under :func:`watch`; returns the report and the exit code (0 when the script
-    finished or was stopped, its own code on ``SystemExit``, 1 when it raised:
+    finished or was stopped, the status Python gives its ``SystemExit``, 1 when it raised:
     the traceback is printed to stderr and kept in the report)."""
     script = os.path.abspath(path)
     if not os.path.isfile(script):
@@ -92,7 +103,7 @@ def run_script(
             try:
                 runpy.run_path(script, run_name="__main__")
             except SystemExit as e:
-                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+                code = _exit_status(e)
                 doctor.observations.stopped = f"the script exited with code {code}"
             except StopScript:
                 raise
