@@ -477,3 +477,32 @@ def test_a_pipeline_that_does_not_convert_is_named_in_the_fix(tmp_path):
         "(conveyor.transforms.torchvision.CONVERTERS lists the classes conveyor converts; docs/migrating.md "
         "maps each one)"
     )
+
+
+# --- hostile scripts: each test runs a script in tests/doctor_scripts that does
+# to the process what a training script may, and checks what the doctor makes of it.
+
+
+class _PassThrough(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def function_mode_stack():
+    return [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]
+
+
+@pytest.mark.parametrize("how", ["enter", "clear"])
+def test_torch_function_mode_stack_is_left_as_found(how):
+    with _PassThrough() as caller:
+        before = patched_state()
+        try:
+            report, code = doctor.run_script(str(SCRIPTS / "leave_mode.py"), [how])
+            after, stack = patched_state(), function_mode_stack()
+        finally:  # Whatever the run left, only the caller's mode is left for its exit.
+            while torch._C._len_torch_function_stack():
+                torch._C._pop_torch_function_stack()
+            torch._C._push_on_torch_function_stack(caller)
+    assert (code, len(report.obs.steps)) == (0, 2)
+    assert stack == [caller]
+    assert after == before

@@ -100,6 +100,25 @@ class _Mode(TorchFunctionMode):
         return self.probes.call(func.__name__, func, args, kwargs or {})
 
 
+def _function_modes() -> list[Any]:
+    """This thread's TorchFunctionMode stack, bottom first."""
+    return [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]
+
+
+def _set_function_modes(modes: list[Any]) -> None:
+    """Makes this thread's TorchFunctionMode stack ``modes`` (bottom first): pops
+    down to the part it shares with them, pushes the rest (no mode's ``__exit__``
+    runs: a mode left entered was never exited by its owner either)."""
+    current = _function_modes()
+    keep = 0
+    while keep < min(len(current), len(modes)) and current[keep] is modes[keep]:
+        keep += 1
+    for _ in range(len(current) - keep):
+        torch._C._pop_torch_function_stack()
+    for mode in modes[keep:]:
+        torch._C._push_on_torch_function_stack(mode)
+
+
 def _grad_bytes(owner: Any) -> int:
     """Bytes of the gradients an optimizer's or a module's zero_grad writes."""
     if isinstance(owner, torch.optim.Optimizer):
@@ -123,6 +142,7 @@ class Probes:
         self.script = obs.script
         self._restore: list[Callable[[], None]] = []
         self._mode: Optional[_Mode] = None
+        self._found_modes: list[Any] = []
         self._reset_step()
         self._start = self._last_step = time.perf_counter()
         # Step 1 starts at the first batch request or forward, not at start-up.
@@ -193,6 +213,7 @@ class Probes:
             self._patch(torch, "set_anomaly_enabled", self._wrap_debug("anomaly detection"))
             self._patch(torch.autograd, "gradcheck", self._wrap_debug("gradcheck"))
             self._patch(torch.autograd, "gradgradcheck", self._wrap_debug("gradgradcheck"))
+            self._found_modes = _function_modes()
             self._mode = _Mode(self)
             self._mode.__enter__()
         except BaseException:
@@ -200,12 +221,14 @@ class Probes:
             raise
 
     def remove(self) -> None:
-        """Removes every hook and restores every patch (in reverse order)."""
+        """Removes every hook and restores every patch (in reverse order), and
+        leaves the TorchFunctionMode stack as ``install`` found it."""
         if self._mode is not None:
-            # Off the stack already when a step raised while the mode was suspended.
-            if self._mode_on_top():
-                torch._C._pop_torch_function_stack()
-            self._mode = None
+            # Not just a pop of the doctor's mode: the script may have left a mode
+            # of its own entered above it, or popped modes (the doctor's, its
+            # caller's); a step that raised may have left it suspended.
+            _set_function_modes(self._found_modes)
+            self._mode, self._found_modes = None, []
         while self._restore:
             self._restore.pop()()
 
