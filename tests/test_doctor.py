@@ -483,6 +483,17 @@ def test_a_pipeline_that_does_not_convert_is_named_in_the_fix(tmp_path):
 # to the process what a training script may, and checks what the doctor makes of it.
 
 
+@pytest.mark.parametrize("how", ["objects", "descriptors", "replaced", "redirected"])
+def test_report_survives_a_script_that_closes_its_streams_and_moves(tmp_path, how):
+    # --json is relative: it names a file in the folder the doctor started in.
+    result = cli("--json", "report.json", "--", str(SCRIPTS / "close_streams.py"), how, cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "RuntimeError: planted failure after the streams" in result.stderr
+    assert "  2 optimizer steps observed; the script raised RuntimeError\n" in result.stdout
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert (data["steps"], data["stopped"]) == (2, "the script raised RuntimeError")
+
+
 class _PassThrough(torch.overrides.TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         return func(*args, **(kwargs or {}))

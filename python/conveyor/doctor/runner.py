@@ -8,7 +8,7 @@ import sys
 import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Optional
+from typing import Any, Optional
 
 from conveyor.doctor.observations import Observations
 from conveyor.doctor.probes import Probes, StopScript
@@ -47,6 +47,16 @@ def watch(
     frames are "the user's code" (otherwise every non-library file is).
     Every hook and patch is removed when the block ends, however it ends.
     """
+    with _watched(steps=steps, seconds=seconds, target=target, script=script) as doctor:
+        yield doctor
+    _measure_trials(doctor.observations)
+
+
+@contextmanager
+def _watched(
+    *, steps: Optional[int], seconds: Optional[float], target: str, script: Optional[str]
+) -> Iterator[Doctor]:
+    """:func:`watch` without the conveyor.Loader trials, which run after it."""
     if target not in TARGETS:
         raise ConfigError(f"target must be one of {TARGETS}, got {target!r}")
     if steps is not None and steps < 1:
@@ -62,21 +72,90 @@ def watch(
         pass  # The step limit was reached; obs.stopped says so.
     finally:
         probes.remove()
-    # After the probes are gone, so that the trial is not watched as the script's.
+
+
+def _measure_trials(obs: Observations) -> None:
+    """Runs the conveyor.Loader trials of the fixes (rules/conveyor_loader.py):
+    after the probes are gone, so that a trial is not watched as the script's."""
     for loader in obs.loaders:
         if loader.conveyor_trial is not None:
             measure(loader.conveyor_trial)
 
 
-def _exit_status(exc: SystemExit) -> int:
-    """The status Python exits with on ``exc``: an int is the status, None is 0,
-    anything else (``sys.exit("message")``) is printed to stderr and the status is 1."""
-    if exc.code is None:
+def _status(ended: Optional[BaseException]) -> int:
+    """The exit status Python gives a script that ended with ``ended`` (None: it ran
+    to its end): a ``SystemExit``'s int is the status, None is 0, anything else
+    (``sys.exit("message")``) is 1; 130 for Ctrl-C, 1 for any other exception."""
+    if isinstance(ended, SystemExit):
+        if ended.code is None or isinstance(ended.code, int):
+            return int(ended.code or 0)  # int(): sys.exit(True) is status 1.
+        return 1
+    if ended is None:
         return 0
-    if isinstance(exc.code, int):
-        return int(exc.code)  # int(): sys.exit(True) is status 1.
-    print(exc.code, file=sys.stderr)
-    return 1
+    return 130 if isinstance(ended, KeyboardInterrupt) else 1
+
+
+def _duplicate(stream: Any) -> Optional[tuple[int, int]]:
+    """(file descriptor, a duplicate of it) for a stream on a descriptor; None for
+    one without (None, an io.StringIO, pytest's capsys): it is kept as the object."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
+    return fd, os.dup(fd)
+
+
+def _flush(stream: Any) -> None:
+    try:
+        stream.flush()
+    except (AttributeError, OSError, ValueError):
+        pass  # None, closed, or on a closed descriptor: its output has nowhere to go.
+
+
+class _ProcessState:
+    """What a script may change that the doctor needs back when it ends:
+    ``sys.argv``, ``sys.path``, the working directory (a relative ``--json`` or
+    ``--plot`` path names a file where the doctor started) and the standard
+    streams (the report, a traceback, the CLI's messages)."""
+
+    def __init__(self) -> None:
+        self.argv, self.path = sys.argv, list(sys.path)
+        # A descriptor, not the path: it still names the folder if the script renames it.
+        self.cwd = os.open(os.curdir, os.O_RDONLY)
+        # The streams' descriptors are duplicated, not only their objects kept: a
+        # script can close the objects (sys.stdout.close()), replace them, and
+        # close or redirect the descriptors under them (os.close(1), os.dup2(f, 1)).
+        # A duplicate still refers to the file found here, so restore() puts the
+        # descriptor itself back, and everything written afterwards reaches the
+        # user: the report, a traceback, Python's own messages at exit, not only
+        # what the doctor writes through a private copy.
+        self.streams = [
+            (name, getattr(sys, name), _duplicate(getattr(sys, name))) for name in ("stdout", "stderr")
+        ]
+
+    def restore(self) -> None:
+        """Puts back what ``__init__`` found."""
+        sys.argv, sys.path[:] = self.argv, self.path
+        os.fchdir(self.cwd)
+        os.close(self.cwd)
+        for name, stream, fds in self.streams:
+            _flush(getattr(sys, name))  # What the script wrote goes where it pointed it.
+            if fds is not None:
+                fd, copy = fds
+                os.dup2(copy, fd)
+                os.close(copy)
+                if getattr(stream, "closed", False):
+                    # sys.stdout.close() closes the object, not descriptor 1 (Python
+                    # opens the standard streams with closefd=False): a new object.
+                    stream = open(
+                        fd,
+                        "w",
+                        encoding=getattr(stream, "encoding", None),
+                        errors=getattr(stream, "errors", None),
+                        buffering=1 if getattr(stream, "line_buffering", False) else -1,
+                        closefd=False,
+                    )
+            setattr(sys, name, stream)
 
 
 def run_script(
@@ -88,31 +167,41 @@ def run_script(
     target: str = "cpu",
 ) -> tuple[Report, int]:
     """Runs the script at ``path`` as ``__main__`` with ``sys.argv = [path, *args]``
-    under :func:`watch`; returns the report and the exit code (0 when the script
-    finished or was stopped, the status Python gives its ``SystemExit``, 1 when it raised:
-    the traceback is printed to stderr and kept in the report)."""
+    under :func:`watch`; returns the report and the exit status Python would give
+    the script (0 when it finished or was stopped; on ``SystemExit`` an int is the
+    status, None is 0, a message is printed to stderr and the status is 1; 1 when
+    it raised: the traceback is printed to stderr and kept in the report).
+
+    ``sys.argv``, ``sys.path``, the working directory and the standard streams
+    are put back as found when the script ends, whatever it did to them.
+    """
     script = os.path.abspath(path)
     if not os.path.isfile(script):
         raise ConfigError(f"script not found: {path}")
-    saved_argv, saved_path = sys.argv, list(sys.path)
+    found = _ProcessState()
     sys.argv = [path, *args]
     sys.path.insert(0, os.path.dirname(script))  # As `python train.py` does.
-    code = 0
+    ended: Optional[BaseException] = None
     try:
-        with watch(steps=steps, seconds=seconds, target=target, script=script) as doctor:
+        with _watched(steps=steps, seconds=seconds, target=target, script=script) as doctor:
             try:
                 runpy.run_path(script, run_name="__main__")
-            except SystemExit as e:
-                code = _exit_status(e)
-                doctor.observations.stopped = f"the script exited with code {code}"
             except StopScript:
                 raise
-            except BaseException as e:
-                code = 130 if isinstance(e, KeyboardInterrupt) else 1
-                text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-                doctor.observations.error = text
-                doctor.observations.stopped = f"the script raised {type(e).__name__}"
-                sys.stderr.write(text)
+            except BaseException as e:  # The script's own end: SystemExit, Ctrl-C, an error.
+                ended = e
+                if isinstance(e, SystemExit):
+                    doctor.observations.stopped = f"the script exited with code {_status(e)}"
+                else:
+                    doctor.observations.stopped = f"the script raised {type(e).__name__}"
     finally:
-        sys.argv, sys.path[:] = saved_argv, saved_path
-    return doctor.report(), code
+        found.restore()
+    obs = doctor.observations
+    if isinstance(ended, SystemExit):
+        if not (ended.code is None or isinstance(ended.code, int)):
+            print(ended.code, file=sys.stderr)  # sys.exit("message"), as Python prints it.
+    elif ended is not None:
+        obs.error = "".join(traceback.format_exception(type(ended), ended, ended.__traceback__))
+        sys.stderr.write(obs.error)
+    _measure_trials(obs)
+    return doctor.report(), _status(ended)
