@@ -483,6 +483,20 @@ def test_a_pipeline_that_does_not_convert_is_named_in_the_fix(tmp_path):
 # to the process what a training script may, and checks what the doctor makes of it.
 
 
+@pytest.mark.parametrize("end,status", [("return", 0), ("exit", 3), ("raise", 1)])
+def test_only_the_process_that_started_the_doctor_reports(tmp_path, end, status):
+    json_path = tmp_path / "report.json"
+    result = cli("--json", str(json_path), "--", str(SCRIPTS / "fork.py"), end)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("conveyor doctor:") == 1, result.stdout
+    assert f"parent: the child exited with {status}\n" in result.stdout
+    assert "  2 optimizer steps observed; finished\n" in result.stdout
+    data = json.loads(json_path.read_text())
+    assert (data["steps"], data["stopped"]) == (2, "finished")
+    # The child's own end is Python's: its traceback, no report.
+    assert ("RuntimeError: planted failure in the child" in result.stderr) == (end == "raise")
+
+
 @pytest.mark.parametrize("how", ["objects", "descriptors", "replaced", "redirected"])
 def test_report_survives_a_script_that_closes_its_streams_and_moves(tmp_path, how):
     # --json is relative: it names a file in the folder the doctor started in.

@@ -47,9 +47,11 @@ def watch(
     frames are "the user's code" (otherwise every non-library file is).
     Every hook and patch is removed when the block ends, however it ends.
     """
+    pid = os.getpid()
     with _watched(steps=steps, seconds=seconds, target=target, script=script) as doctor:
         yield doctor
-    _measure_trials(doctor.observations)
+    if os.getpid() == pid:  # Not in a process the block forked: the trials are the parent's.
+        _measure_trials(doctor.observations)
 
 
 @contextmanager
@@ -173,11 +175,15 @@ def run_script(
     it raised: the traceback is printed to stderr and kept in the report).
 
     ``sys.argv``, ``sys.path``, the working directory and the standard streams
-    are put back as found when the script ends, whatever it did to them.
+    are put back as found when the script ends, whatever it did to them. Only the
+    process that called it reports: in a process the script forked (``os.fork()``)
+    that leaves the script, it raises ``SystemExit`` with that status instead of
+    returning, so the child exits as it would without the doctor.
     """
     script = os.path.abspath(path)
     if not os.path.isfile(script):
         raise ConfigError(f"script not found: {path}")
+    pid = os.getpid()
     found = _ProcessState()
     sys.argv = [path, *args]
     sys.path.insert(0, os.path.dirname(script))  # As `python train.py` does.
@@ -203,5 +209,7 @@ def run_script(
     elif ended is not None:
         obs.error = "".join(traceback.format_exception(type(ended), ended, ended.__traceback__))
         sys.stderr.write(obs.error)
+    if os.getpid() != pid:  # A child the script forked: Python's end, no report.
+        raise SystemExit(_status(ended))
     _measure_trials(obs)
     return doctor.report(), _status(ended)
