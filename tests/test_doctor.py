@@ -531,3 +531,16 @@ def test_torch_function_mode_stack_is_left_as_found(how):
     assert (code, len(report.obs.steps)) == (0, 2)
     assert stack == [caller]
     assert after == before
+
+
+def test_a_script_that_catches_the_stop_is_stopped_again_and_the_report_says_so(capsys):
+    report, code = run("catch_stop.py", steps=3)
+    assert code == 0
+    assert len(report.obs.steps) == 3
+    assert report.obs.stopped == (
+        "stopped after 3 steps (--steps 3), but the script caught the doctor's stop request 2000 times "
+        "and kept running (1999 later optimizer.step() calls were stopped before they ran); "
+        "then the script ran to its end"
+    )
+    # Step 3 ran and raised; the 1999 calls after it raised before they ran.
+    assert "optimizer.step() returned 2 times, raised 2000 times\n" in capsys.readouterr().out

@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
+import threading
 import time
 import weakref
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NoReturn, Optional
 
 import torch
 import torch.nn.modules.module as _module_hooks  # noqa: E402
@@ -38,6 +39,8 @@ class StopScript(BaseException):
     """Raised from the optimizer step hook to stop the script after enough steps.
 
     A BaseException so the script's own ``except Exception`` does not swallow it.
+    A script that catches it anyway (``except BaseException``) gets it again at
+    its next ``optimizer.step()``, before the step runs.
     """
 
 
@@ -128,6 +131,10 @@ def _grad_bytes(owner: Any) -> int:
     return sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None)
 
 
+def _times(count: int) -> str:
+    return "once" if count == 1 else f"{count} times"
+
+
 def _is_device(value: object) -> bool:
     return isinstance(value, (str, torch.device, int)) and not isinstance(value, bool)
 
@@ -140,6 +147,13 @@ class Probes:
         self.max_steps = steps
         self.max_seconds = seconds
         self.script = obs.script
+        #: Why the doctor stopped the script (None while it has not).
+        self.stop_reason: Optional[str] = None
+        #: Stop requests the script caught and went on after (a later step, its own end).
+        self.stops_caught = 0
+        #: ``optimizer.step()`` calls after the stop, stopped before they ran.
+        self.steps_refused = 0
+        self._stopped_threads: set[threading.Thread] = set()
         self._restore: list[Callable[[], None]] = []
         self._mode: Optional[_Mode] = None
         self._found_modes: list[Any] = []
@@ -274,10 +288,42 @@ class Probes:
         self._wait = 0.0
         self._copy = 0.0
 
+    def _raise_stop(self) -> NoReturn:
+        self._stopped_threads.add(threading.current_thread())
+        raise StopScript
+
+    def describe_stop(self, ending: str, ended_at_stop: bool) -> str:
+        """What ended the run, for ``Observations.stopped``: ``ending`` is the
+        script's own end ("finished", "the script exited with code 2", ...);
+        ``ended_at_stop`` whether the watched block ended at a stop request."""
+        if self.stop_reason is None:
+            return ending
+        caught = self.stops_caught
+        if not ended_at_stop and threading.current_thread() in self._stopped_threads:
+            caught += 1  # Stopped here, yet the block went on to another end.
+        text = self.stop_reason
+        if caught:
+            text += f", but the script caught the doctor's stop request {_times(caught)} and kept running"
+            if self.steps_refused == 1:
+                text += " (1 later optimizer.step() call was stopped before it ran)"
+            elif self.steps_refused:
+                text += f" ({self.steps_refused} later optimizer.step() calls were stopped before they ran)"
+        if ended_at_stop:
+            return text + ("; a later stop request ended it" if caught else "")
+        if ending != "finished":
+            return f"{text}; then {ending}"
+        return text + ("; then the script ran to its end" if caught else "")
+
     def _step_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self._step_suspended:  # The previous step raised before its post hook.
             self._step_suspended = False
             self._resume_mode()
+        if self.stop_reason is not None:
+            # A thread stopped before that steps again caught the stop request
+            # (``except BaseException``): stop it again, before this step runs.
+            self.stops_caught += threading.current_thread() in self._stopped_threads
+            self.steps_refused += 1
+            self._raise_stop()
         if optimizer not in self._optimizers:
             defaults = optimizer.defaults
             info = OptimizerInfo(
@@ -312,12 +358,13 @@ class Probes:
         obs.profiler_steps += bool(torch.autograd.profiler._is_profiler_enabled)
         obs.deterministic_steps += torch.are_deterministic_algorithms_enabled()
         obs.cudnn_benchmark = bool(torch.backends.cudnn.benchmark)
-        if self.max_steps is not None and len(obs.steps) >= self.max_steps:
-            obs.stopped = f"stopped after {len(obs.steps)} steps (--steps {self.max_steps})"
-            raise StopScript
-        if self.max_seconds is not None and now - self._start >= self.max_seconds:
-            obs.stopped = f"stopped after {now - self._start:.1f} s (--seconds {self.max_seconds:g})"
-            raise StopScript
+        if self.stop_reason is None:
+            if self.max_steps is not None and len(obs.steps) >= self.max_steps:
+                self.stop_reason = f"stopped after {len(obs.steps)} steps (--steps {self.max_steps})"
+            elif self.max_seconds is not None and now - self._start >= self.max_seconds:
+                self.stop_reason = f"stopped after {now - self._start:.1f} s (--seconds {self.max_seconds:g})"
+        if self.stop_reason is not None:  # Also a step that began before another thread's stop.
+            self._raise_stop()
 
     # --- modules -------------------------------------------------------------
 

@@ -68,12 +68,14 @@ def _watched(
     obs = Observations(target=target, script=script)
     probes = Probes(obs, steps=steps, seconds=seconds)
     probes.install()
+    ended_at_stop = False
     try:
         yield Doctor(obs)
     except StopScript:
-        pass  # The step limit was reached; obs.stopped says so.
+        ended_at_stop = True  # A limit was reached: the clean stop.
     finally:
         probes.remove()
+        obs.stopped = probes.describe_stop(obs.stopped, ended_at_stop)
 
 
 def _measure_trials(obs: Observations) -> None:
