@@ -544,3 +544,13 @@ def test_a_script_that_catches_the_stop_is_stopped_again_and_the_report_says_so(
     )
     # Step 3 ran and raised; the 1999 calls after it raised before they ran.
     assert "optimizer.step() returned 2 times, raised 2000 times\n" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("how", ["join", "no-join"])
+def test_training_in_a_thread_stops_cleanly_and_reports_once(how):
+    result = cli("--steps", "3", "--", str(SCRIPTS / "thread_train.py"), how)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""  # No StopScript traceback from the thread.
+    assert result.stdout.count("conveyor doctor:") == 1, result.stdout
+    assert "  3 optimizer steps observed; stopped after 3 steps (--steps 3)\n" in result.stdout
+    assert "trained 300 steps" not in result.stdout

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+import threading
+import time
 from typing import Any
 
 from conveyor.cli import int_at_least
@@ -59,4 +63,33 @@ def _run(args: argparse.Namespace) -> int:
         report.write_json(args.json)
     if args.plot:
         report.plot(args.plot)
+    _exit_without_threads(code)
     return code
+
+
+#: Seconds the script's threads get to finish once the report is out (a thread
+#: the stop reached at a step is on its way out).
+_THREADS_GRACE = 1.0
+
+
+def _exit_without_threads(code: int) -> None:
+    """Ends the process now when threads of the script are still running.
+
+    After a stop the script's own shutdown did not run: a thread that takes no
+    step (waiting on a queue the stopped loop fed, stuck in a loop) would keep
+    Python's exit, which waits for every thread that is not a daemon, forever.
+    """
+    deadline = time.monotonic() + _THREADS_GRACE
+    running = [t for t in threading.enumerate() if not t.daemon and t is not threading.current_thread()]
+    for thread in running:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    names = [t.name for t in running if t.is_alive()]
+    if names:
+        print(
+            "conveyor doctor: exiting without waiting for the script's threads still running "
+            f"after the stop: {', '.join(names)}",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.stdout.flush()
+        os._exit(code)

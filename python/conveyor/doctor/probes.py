@@ -227,6 +227,7 @@ class Probes:
             self._patch(torch, "set_anomaly_enabled", self._wrap_debug("anomaly detection"))
             self._patch(torch.autograd, "gradcheck", self._wrap_debug("gradcheck"))
             self._patch(torch.autograd, "gradgradcheck", self._wrap_debug("gradgradcheck"))
+            self._patch(threading, "excepthook", self._wrap_excepthook)
             self._found_modes = _function_modes()
             self._mode = _Mode(self)
             self._mode.__enter__()
@@ -365,6 +366,15 @@ class Probes:
                 self.stop_reason = f"stopped after {now - self._start:.1f} s (--seconds {self.max_seconds:g})"
         if self.stop_reason is not None:  # Also a step that began before another thread's stop.
             self._raise_stop()
+
+    def _wrap_excepthook(self, original: Callable[[Any], None]) -> Callable[[Any], None]:
+        def excepthook(args: Any) -> None:
+            # A thread the doctor stopped at a step (a script training in a
+            # thread): a clean stop, no traceback.
+            if not issubclass(args.exc_type, StopScript):
+                original(args)
+
+        return excepthook
 
     # --- modules -------------------------------------------------------------
 

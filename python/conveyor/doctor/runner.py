@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import runpy
 import sys
+import threading
 import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -162,6 +163,18 @@ class _ProcessState:
             setattr(sys, name, stream)
 
 
+def _join_threads(found: set[threading.Thread]) -> None:
+    """Waits for the threads that are not daemons and not in ``found``, as Python
+    does before it exits: a script may leave its end while a thread trains. They
+    are still watched: a limit stops them at their next step."""
+    while True:
+        running = [t for t in threading.enumerate() if t not in found and not t.daemon]
+        if not running:
+            return
+        for thread in running:
+            thread.join()
+
+
 def run_script(
     path: str,
     args: Sequence[str] = (),
@@ -176,7 +189,9 @@ def run_script(
     status, None is 0, a message is printed to stderr and the status is 1; 1 when
     it raised: the traceback is printed to stderr and kept in the report).
 
-    ``sys.argv``, ``sys.path``, the working directory and the standard streams
+    When the script ends on its own, the threads it started (not daemons) are
+    waited for, as Python does, and still watched. ``sys.argv``, ``sys.path``,
+    the working directory and the standard streams
     are put back as found when the script ends, whatever it did to them. Only the
     process that called it reports: in a process the script forked (``os.fork()``)
     that leaves the script, it raises ``SystemExit`` with that status instead of
@@ -186,7 +201,7 @@ def run_script(
     if not os.path.isfile(script):
         raise ConfigError(f"script not found: {path}")
     pid = os.getpid()
-    found = _ProcessState()
+    found, threads = _ProcessState(), set(threading.enumerate())
     sys.argv = [path, *args]
     sys.path.insert(0, os.path.dirname(script))  # As `python train.py` does.
     ended: Optional[BaseException] = None
@@ -202,6 +217,7 @@ def run_script(
                     doctor.observations.stopped = f"the script exited with code {_status(e)}"
                 else:
                     doctor.observations.stopped = f"the script raised {type(e).__name__}"
+            _join_threads(threads)
     finally:
         found.restore()
     obs = doctor.observations
