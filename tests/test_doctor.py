@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -120,6 +122,9 @@ def patched_state():
         "torch.autograd.gradcheck": torch.autograd.gradcheck,
         "torch.autograd.gradgradcheck": torch.autograd.gradgradcheck,
         "TorchFunctionMode stack": torch._C._len_torch_function_stack(),
+        "threading.excepthook": threading.excepthook,
+        "sys.unraisablehook": sys.unraisablehook,
+        "SIGURG handler": signal.getsignal(signal.SIGURG),
         "cudnn.benchmark": torch.backends.cudnn.benchmark,
         "cudnn.deterministic": torch.backends.cudnn.deterministic,
         "anomaly detection": torch.is_anomaly_enabled(),
@@ -144,9 +149,11 @@ def test_stops_an_hour_long_script_after_steps_and_restores_everything():
 def test_seconds_limit_stops_at_a_step_end():
     torch.backends.cudnn.benchmark = True
     before = patched_state()
-    report, code = doctor.run_script(str(SCRIPTS / "forever.py"), steps=None, seconds=0.5)
+    # Long enough for the first step (a process's first imports torch._dynamo):
+    # a script that takes no step by the limit is stopped where it is.
+    report, code = doctor.run_script(str(SCRIPTS / "forever.py"), steps=None, seconds=5)
     assert code == 0
-    assert report.obs.stopped.startswith("stopped after ") and report.obs.stopped.endswith("(--seconds 0.5)")
+    assert report.obs.stopped.startswith("stopped after ") and report.obs.stopped.endswith("(--seconds 5)")
     assert len(report.obs.steps) >= 1
     assert patched_state() == before
 
@@ -166,13 +173,13 @@ def test_crash_restores_everything_and_keeps_what_was_seen(capsys):
     assert patched_state() == before
 
 
-def cli(*args, cwd=ROOT):
+def cli(*args, cwd=ROOT, timeout=300):
     env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
     return subprocess.run(
         [sys.executable, "-m", "conveyor", "doctor", *args],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
         cwd=cwd,
         env=env,
     )
@@ -481,6 +488,46 @@ def test_a_pipeline_that_does_not_convert_is_named_in_the_fix(tmp_path):
 
 # --- hostile scripts: each test runs a script in tests/doctor_scripts that does
 # to the process what a training script may, and checks what the doctor makes of it.
+
+
+# (mode, --seconds, steps, where): the first optimizer step of a process takes
+# about a second (torch imports torch._dynamo), so steps need a longer limit.
+NO_STEP = [
+    ("sleep", 1, 0, "before any optimizer step"),
+    ("spin", 1, 0, "before any optimizer step"),
+    ("steps-then-sleep", 8, 3, r"\d+\.\d s after the last optimizer step ended"),
+    ("thread-spin", 1, 0, "before any optimizer step"),
+]
+
+
+@pytest.mark.parametrize("mode,seconds,steps,where", NO_STEP, ids=[n[0] for n in NO_STEP])
+def test_seconds_limit_holds_without_a_step(mode, seconds, steps, where):
+    result = cli("--seconds", str(seconds), "--", str(SCRIPTS / "no_step.py"), mode, timeout=120)
+    assert result.returncode == 0, result.stderr
+    stopped = rf"stopped by the time limit after \d+\.\d s \(--seconds {seconds}\), {where}"
+    assert re.search(rf"^  {steps} optimizer steps observed; {stopped}$", result.stdout, re.M), result.stdout
+    if mode == "thread-spin":  # Stuck without a step: the doctor does not wait for it at exit.
+        assert result.stderr == (
+            "conveyor doctor: exiting without waiting for the script's threads still running "
+            "after the stop: spinner\n"
+        )
+    else:
+        assert result.stderr == ""
+
+
+def test_seconds_limit_waits_for_an_import_to_end():
+    # A module left partly imported would break every later import of it here.
+    sys.modules.pop("slow_module", None)
+    report, code = doctor.run_script(str(SCRIPTS / "slow_import.py"), steps=None, seconds=0.2)
+    try:
+        assert code == 0
+        assert re.fullmatch(
+            r"stopped by the time limit after \d+\.\d s \(--seconds 0.2\), before any optimizer step",
+            report.obs.stopped,
+        ), report.obs.stopped
+        assert sys.modules["slow_module"].IMPORTED
+    finally:
+        sys.modules.pop("slow_module", None)
 
 
 @pytest.mark.parametrize("end,status", [("return", 0), ("exit", 3), ("raise", 1)])

@@ -8,6 +8,7 @@ Probes only observe: they never change arguments, results or torch flags.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import sysconfig
 import threading
@@ -43,6 +44,21 @@ class StopScript(BaseException):
     its next ``optimizer.step()``, before the step runs.
     """
 
+
+#: What the time limit's watchdog sends the main thread. Its default action is
+#: to ignore it, so one still on its way when the doctor has put the previous
+#: handler back does nothing (SIGALRM's would kill the process), and the
+#: script's own alarm()/setitimer() timers are left alone.
+_STOP_SIGNAL = signal.SIGURG
+#: Seconds between the watchdog's signals while the stop is not delivered yet
+#: (the main thread was in the doctor's own code, or in a long C call).
+_RESEND_SECONDS = 0.1
+#: A script still stepping is stopped at a step end after the time limit, or
+#: where it is when no step ends for this many times its longest step (and at
+#: least _GRACE_SECONDS) after the last one.
+_GRACE_STEPS = 2
+_GRACE_SECONDS = 1.0
+_DOCTOR_FILES = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 # Files in these folders are library code, never "the user's code".
 _LIBRARY_ROOTS = tuple(
@@ -131,6 +147,20 @@ def _grad_bytes(owner: Any) -> int:
     return sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None)
 
 
+def _stop_must_wait(frame: Any) -> bool:
+    """Whether a stop raised where ``frame`` runs would land in the doctor's own
+    bookkeeping, or in an import: a module left partly initialised breaks every
+    later import of it in this process (torch._dynamo, imported by the first
+    optimizer step, takes a second)."""
+    if frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_DOCTOR_FILES):
+        return True
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _times(count: int) -> str:
     return "once" if count == 1 else f"{count} times"
 
@@ -154,6 +184,8 @@ class Probes:
         #: ``optimizer.step()`` calls after the stop, stopped before they ran.
         self.steps_refused = 0
         self._stopped_threads: set[threading.Thread] = set()
+        self._signal_pending = False
+        self._time_limit_done = threading.Event()
         self._restore: list[Callable[[], None]] = []
         self._mode: Optional[_Mode] = None
         self._found_modes: list[Any] = []
@@ -228,9 +260,14 @@ class Probes:
             self._patch(torch.autograd, "gradcheck", self._wrap_debug("gradcheck"))
             self._patch(torch.autograd, "gradgradcheck", self._wrap_debug("gradgradcheck"))
             self._patch(threading, "excepthook", self._wrap_excepthook)
+            self._patch(sys, "unraisablehook", self._wrap_unraisablehook)
             self._found_modes = _function_modes()
             self._mode = _Mode(self)
             self._mode.__enter__()
+            # Signals reach Python in the main thread only; elsewhere the time
+            # limit stops the script at a step end.
+            if self.max_seconds is not None and threading.current_thread() is threading.main_thread():
+                self._start_time_limit(self.max_seconds)
         except BaseException:
             self.remove()
             raise
@@ -238,6 +275,9 @@ class Probes:
     def remove(self) -> None:
         """Removes every hook and restores every patch (in reverse order), and
         leaves the TorchFunctionMode stack as ``install`` found it."""
+        # First: no stop may land in the clean-up.
+        self._time_limit_done.set()
+        self._signal_pending = False
         if self._mode is not None:
             # Not just a pop of the doctor's mode: the script may have left a mode
             # of its own entered above it, or popped modes (the doctor's, its
@@ -366,6 +406,80 @@ class Probes:
                 self.stop_reason = f"stopped after {now - self._start:.1f} s (--seconds {self.max_seconds:g})"
         if self.stop_reason is not None:  # Also a step that began before another thread's stop.
             self._raise_stop()
+
+    # --- the time limit without a step -----------------------------------------
+
+    def _start_time_limit(self, seconds: float) -> None:
+        """Stops the script at the time limit even when no step ends (a sleep, a
+        loop without steps, a wait): a watchdog thread signals the main thread,
+        whose handler raises StopScript where the script is."""
+        previous = signal.signal(_STOP_SIGNAL, self._on_stop_signal)
+        # None: a handler not installed from Python, which cannot be put back.
+        self._restore.append(
+            lambda: signal.signal(_STOP_SIGNAL, signal.SIG_DFL if previous is None else previous)
+        )
+        watchdog = threading.Thread(
+            target=self._watch_time,
+            args=(seconds, threading.get_ident()),
+            name="conveyor-doctor-time-limit",
+            daemon=True,
+        )
+        watchdog.start()
+        self._restore.append(watchdog.join)  # Before the handler is put back.
+
+    def _watch_time(self, seconds: float, main: int) -> None:
+        wait = seconds
+        while not self._time_limit_done.wait(wait):
+            wait = _RESEND_SECONDS
+            if self.stop_reason is None:
+                due = self._time_limit_due(seconds) - time.perf_counter()
+                if due > 0:
+                    wait = due
+                    continue
+                self._signal_pending = True
+            if self._signal_pending:
+                signal.pthread_kill(main, _STOP_SIGNAL)
+
+    def _time_limit_due(self, seconds: float) -> float:
+        """When the time limit stops the script where it is: at ``seconds``, or
+        later while a step may still end (see _GRACE_STEPS)."""
+        due = self._start + seconds
+        steps = self.obs.measured_steps()
+        if steps:
+            grace = max(_GRACE_SECONDS, _GRACE_STEPS * max(s.seconds for s in steps))
+            due = max(due, self._last_step + grace)
+        return due
+
+    def _on_stop_signal(self, signum: int, frame: Any) -> None:
+        if not self._signal_pending or self._time_limit_done.is_set():
+            return  # Late: the run is over.
+        if _stop_must_wait(frame):
+            return  # The watchdog sends it again.
+        self._signal_pending = False
+        if self.stop_reason is None:
+            self.stop_reason = self._time_limit_reason()
+        self._raise_stop()
+
+    def _time_limit_reason(self) -> str:
+        now = time.perf_counter()
+        since = (
+            f"{now - self._last_step:.1f} s after the last optimizer step ended"
+            if self.obs.steps
+            else "before any optimizer step"
+        )
+        limit = f"--seconds {self.max_seconds:g}"
+        return f"stopped by the time limit after {now - self._start:.1f} s ({limit}), {since}"
+
+    def _wrap_unraisablehook(self, original: Callable[[Any], None]) -> Callable[[Any], None]:
+        def unraisablehook(unraisable: Any) -> None:
+            if not isinstance(unraisable.exc_value, StopScript):
+                original(unraisable)
+            elif self.max_seconds is not None:
+                # The time limit's stop landed where Python cannot raise it (a
+                # __del__, a weakref callback): nothing printed, sent again.
+                self._signal_pending = True
+
+        return unraisablehook
 
     def _wrap_excepthook(self, original: Callable[[Any], None]) -> Callable[[Any], None]:
         def excepthook(args: Any) -> None:

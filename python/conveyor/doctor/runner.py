@@ -43,7 +43,9 @@ def watch(
     """Watches the code in the ``with`` block; yields a :class:`Doctor`.
 
     ``steps``/``seconds`` stop the block (cleanly, from the optimizer step hook)
-    after that many optimizer steps or seconds; ``target="cuda"`` evaluates the
+    after that many optimizer steps or seconds; in the main thread, a block
+    that takes no step by the time limit is stopped where it is (a signal from
+    a watchdog thread, see docs/doctor.md). ``target="cuda"`` evaluates the
     device rules as if the model ran on CUDA; ``script`` is the file whose
     frames are "the user's code" (otherwise every non-library file is).
     Every hook and patch is removed when the block ends, however it ends.
