@@ -168,9 +168,11 @@ class _ProcessState:
 def _join_threads(found: set[threading.Thread]) -> None:
     """Waits for the threads that are not daemons and not in ``found``, as Python
     does before it exits: a script may leave its end while a thread trains. They
-    are still watched: a limit stops them at their next step."""
+    are still watched: a limit stops them at their next step. (A thread whose
+    join an exception interrupted is not alive to CPython 3.11 any more, though
+    it runs: neither Python's exit nor this waits for it.)"""
     while True:
-        running = [t for t in threading.enumerate() if t not in found and not t.daemon]
+        running = [t for t in threading.enumerate() if t not in found and not t.daemon and t.is_alive()]
         if not running:
             return
         for thread in running:
@@ -193,11 +195,11 @@ def run_script(
 
     When the script ends on its own, the threads it started (not daemons) are
     waited for, as Python does, and still watched. ``sys.argv``, ``sys.path``,
-    the working directory and the standard streams
-    are put back as found when the script ends, whatever it did to them. Only the
-    process that called it reports: in a process the script forked (``os.fork()``)
-    that leaves the script, it raises ``SystemExit`` with that status instead of
-    returning, so the child exits as it would without the doctor.
+    the working directory and the standard streams are put back as found when
+    the script ends, whatever it did to them. Only the process that called it
+    reports: in a process the script forked (``os.fork()``) that leaves the
+    script, it raises ``SystemExit`` with that status instead of returning, so
+    the child exits as it would without the doctor.
     """
     script = os.path.abspath(path)
     if not os.path.isfile(script):
