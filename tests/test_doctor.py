@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -120,6 +122,9 @@ def patched_state():
         "torch.autograd.gradcheck": torch.autograd.gradcheck,
         "torch.autograd.gradgradcheck": torch.autograd.gradgradcheck,
         "TorchFunctionMode stack": torch._C._len_torch_function_stack(),
+        "threading.excepthook": threading.excepthook,
+        "sys.unraisablehook": sys.unraisablehook,
+        "SIGURG handler": signal.getsignal(signal.SIGURG),
         "cudnn.benchmark": torch.backends.cudnn.benchmark,
         "cudnn.deterministic": torch.backends.cudnn.deterministic,
         "anomaly detection": torch.is_anomaly_enabled(),
@@ -144,9 +149,11 @@ def test_stops_an_hour_long_script_after_steps_and_restores_everything():
 def test_seconds_limit_stops_at_a_step_end():
     torch.backends.cudnn.benchmark = True
     before = patched_state()
-    report, code = doctor.run_script(str(SCRIPTS / "forever.py"), steps=None, seconds=0.5)
+    # Long enough for the first step (a process's first imports torch._dynamo):
+    # a script that takes no step by the limit is stopped where it is.
+    report, code = doctor.run_script(str(SCRIPTS / "forever.py"), steps=None, seconds=5)
     assert code == 0
-    assert report.obs.stopped.startswith("stopped after ") and report.obs.stopped.endswith("(--seconds 0.5)")
+    assert report.obs.stopped.startswith("stopped after ") and report.obs.stopped.endswith("(--seconds 5)")
     assert len(report.obs.steps) >= 1
     assert patched_state() == before
 
@@ -166,13 +173,13 @@ def test_crash_restores_everything_and_keeps_what_was_seen(capsys):
     assert patched_state() == before
 
 
-def cli(*args, cwd=ROOT):
+def cli(*args, cwd=ROOT, timeout=300):
     env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
     return subprocess.run(
         [sys.executable, "-m", "conveyor", "doctor", *args],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
         cwd=cwd,
         env=env,
     )
@@ -225,12 +232,23 @@ def test_cli_options():
         parser.parse_args(["doctor", "--steps", "2", "--seconds", "1", "--", "x.py"])
 
 
-def test_script_exit_code_is_kept(tmp_path):
+EXITS = [
+    ("3", 3, ""),
+    ("None", 0, ""),
+    ("'training diverged'", 1, "training diverged\n"),
+    ("[1]", 1, "[1]\n"),
+]
+
+
+@pytest.mark.parametrize("value,code,stderr", EXITS, ids=[e[0] for e in EXITS])
+def test_script_exit_is_what_python_makes_of_it(tmp_path, capsys, value, code, stderr):
+    # An int is the status, None is 0, anything else is printed to stderr with status 1.
     script = tmp_path / "exit.py"
-    script.write_text("raise SystemExit(3)\n")
-    report, code = doctor.run_script(str(script))
-    assert code == 3
-    assert report.obs.stopped == "the script exited with code 3"
+    script.write_text(f"import sys\nsys.exit({value})\n")
+    report, got = doctor.run_script(str(script))
+    assert got == code
+    assert capsys.readouterr().err == stderr
+    assert report.obs.stopped == f"the script exited with code {code}"
 
 
 def test_watch_from_code_stops_the_block_and_reports():
@@ -466,3 +484,120 @@ def test_a_pipeline_that_does_not_convert_is_named_in_the_fix(tmp_path):
         "(conveyor.transforms.torchvision.CONVERTERS lists the classes conveyor converts; docs/migrating.md "
         "maps each one)"
     )
+
+
+# --- hostile scripts: each test runs a script in tests/doctor_scripts that does
+# to the process what a training script may, and checks what the doctor makes of it.
+
+
+# (mode, --seconds, steps, where): the first optimizer step of a process takes
+# about a second (torch imports torch._dynamo), so steps need a longer limit.
+NO_STEP = [
+    ("sleep", 1, 0, "before any optimizer step"),
+    ("spin", 1, 0, "before any optimizer step"),
+    ("steps-then-sleep", 8, 3, r"\d+\.\d s after the last optimizer step ended"),
+    ("thread-spin", 1, 0, "before any optimizer step"),
+]
+
+
+@pytest.mark.parametrize("mode,seconds,steps,where", NO_STEP, ids=[n[0] for n in NO_STEP])
+def test_seconds_limit_holds_without_a_step(mode, seconds, steps, where):
+    result = cli("--seconds", str(seconds), "--", str(SCRIPTS / "no_step.py"), mode, timeout=120)
+    assert result.returncode == 0, result.stderr
+    stopped = rf"stopped by the time limit after \d+\.\d s \(--seconds {seconds}\), {where}"
+    assert re.search(rf"^  {steps} optimizer steps observed; {stopped}$", result.stdout, re.M), result.stdout
+    if mode == "thread-spin":  # Stuck without a step: the doctor does not wait for it at exit.
+        assert result.stderr == (
+            "conveyor doctor: exiting without waiting for the script's threads still running "
+            "after the stop: spinner\n"
+        )
+    else:
+        assert result.stderr == ""
+
+
+def test_seconds_limit_waits_for_an_import_to_end():
+    # A module left partly imported would break every later import of it here.
+    sys.modules.pop("slow_module", None)
+    report, code = doctor.run_script(str(SCRIPTS / "slow_import.py"), steps=None, seconds=0.2)
+    try:
+        assert code == 0
+        assert re.fullmatch(
+            r"stopped by the time limit after \d+\.\d s \(--seconds 0.2\), before any optimizer step",
+            report.obs.stopped,
+        ), report.obs.stopped
+        assert sys.modules["slow_module"].IMPORTED
+    finally:
+        sys.modules.pop("slow_module", None)
+
+
+@pytest.mark.parametrize("end,status", [("return", 0), ("exit", 3), ("raise", 1)])
+def test_only_the_process_that_started_the_doctor_reports(tmp_path, end, status):
+    json_path = tmp_path / "report.json"
+    result = cli("--json", str(json_path), "--", str(SCRIPTS / "fork.py"), end)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("conveyor doctor:") == 1, result.stdout
+    assert f"parent: the child exited with {status}\n" in result.stdout
+    assert "  2 optimizer steps observed; finished\n" in result.stdout
+    data = json.loads(json_path.read_text())
+    assert (data["steps"], data["stopped"]) == (2, "finished")
+    # The child's own end is Python's: its traceback, no report.
+    assert ("RuntimeError: planted failure in the child" in result.stderr) == (end == "raise")
+
+
+@pytest.mark.parametrize("how", ["objects", "descriptors", "replaced", "redirected"])
+def test_report_survives_a_script_that_closes_its_streams_and_moves(tmp_path, how):
+    # --json is relative: it names a file in the folder the doctor started in.
+    result = cli("--json", "report.json", "--", str(SCRIPTS / "close_streams.py"), how, cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "RuntimeError: planted failure after the streams" in result.stderr
+    assert "  2 optimizer steps observed; the script raised RuntimeError\n" in result.stdout
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert (data["steps"], data["stopped"]) == (2, "the script raised RuntimeError")
+
+
+class _PassThrough(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def function_mode_stack():
+    return [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]
+
+
+@pytest.mark.parametrize("how", ["enter", "clear"])
+def test_torch_function_mode_stack_is_left_as_found(how):
+    with _PassThrough() as caller:
+        before = patched_state()
+        try:
+            report, code = doctor.run_script(str(SCRIPTS / "leave_mode.py"), [how])
+            after, stack = patched_state(), function_mode_stack()
+        finally:  # Whatever the run left, only the caller's mode is left for its exit.
+            while torch._C._len_torch_function_stack():
+                torch._C._pop_torch_function_stack()
+            torch._C._push_on_torch_function_stack(caller)
+    assert (code, len(report.obs.steps)) == (0, 2)
+    assert stack == [caller]
+    assert after == before
+
+
+def test_a_script_that_catches_the_stop_is_stopped_again_and_the_report_says_so(capsys):
+    report, code = run("catch_stop.py", steps=3)
+    assert code == 0
+    assert len(report.obs.steps) == 3
+    assert report.obs.stopped == (
+        "stopped after 3 steps (--steps 3), but the script caught the doctor's stop request 2000 times "
+        "and kept running (1999 later optimizer.step() calls were stopped before they ran); "
+        "then the script ran to its end"
+    )
+    # Step 3 ran and raised; the 1999 calls after it raised before they ran.
+    assert "optimizer.step() returned 2 times, raised 2000 times\n" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("how", ["join", "no-join"])
+def test_training_in_a_thread_stops_cleanly_and_reports_once(how):
+    result = cli("--steps", "3", "--", str(SCRIPTS / "thread_train.py"), how)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""  # No StopScript traceback from the thread.
+    assert result.stdout.count("conveyor doctor:") == 1, result.stdout
+    assert "  3 optimizer steps observed; stopped after 3 steps (--steps 3)\n" in result.stdout
+    assert "trained 300 steps" not in result.stdout

@@ -8,11 +8,13 @@ Probes only observe: they never change arguments, results or torch flags.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import sysconfig
+import threading
 import time
 import weakref
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NoReturn, Optional
 
 import torch
 import torch.nn.modules.module as _module_hooks  # noqa: E402
@@ -38,8 +40,25 @@ class StopScript(BaseException):
     """Raised from the optimizer step hook to stop the script after enough steps.
 
     A BaseException so the script's own ``except Exception`` does not swallow it.
+    A script that catches it anyway (``except BaseException``) gets it again at
+    its next ``optimizer.step()``, before the step runs.
     """
 
+
+#: What the time limit's watchdog sends the main thread. Its default action is
+#: to ignore it, so one still on its way when the doctor has put the previous
+#: handler back does nothing (SIGALRM's would kill the process), and the
+#: script's own alarm()/setitimer() timers are left alone.
+_STOP_SIGNAL = signal.SIGURG
+#: Seconds between the watchdog's signals while the stop is not delivered yet
+#: (the main thread was in the doctor's own code, or in a long C call).
+_RESEND_SECONDS = 0.1
+#: A script still stepping is stopped at a step end after the time limit, or
+#: where it is when no step ends for this many times its longest step (and at
+#: least _GRACE_SECONDS) after the last one.
+_GRACE_STEPS = 2
+_GRACE_SECONDS = 1.0
+_DOCTOR_FILES = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 # Files in these folders are library code, never "the user's code".
 _LIBRARY_ROOTS = tuple(
@@ -100,6 +119,25 @@ class _Mode(TorchFunctionMode):
         return self.probes.call(func.__name__, func, args, kwargs or {})
 
 
+def _function_modes() -> list[Any]:
+    """This thread's TorchFunctionMode stack, bottom first."""
+    return [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]
+
+
+def _set_function_modes(modes: list[Any]) -> None:
+    """Makes this thread's TorchFunctionMode stack ``modes`` (bottom first): pops
+    down to the part it shares with them, pushes the rest (no mode's ``__exit__``
+    runs: a mode left entered was never exited by its owner either)."""
+    current = _function_modes()
+    keep = 0
+    while keep < min(len(current), len(modes)) and current[keep] is modes[keep]:
+        keep += 1
+    for _ in range(len(current) - keep):
+        torch._C._pop_torch_function_stack()
+    for mode in modes[keep:]:
+        torch._C._push_on_torch_function_stack(mode)
+
+
 def _grad_bytes(owner: Any) -> int:
     """Bytes of the gradients an optimizer's or a module's zero_grad writes."""
     if isinstance(owner, torch.optim.Optimizer):
@@ -107,6 +145,24 @@ def _grad_bytes(owner: Any) -> int:
     else:
         params = owner.parameters()
     return sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None)
+
+
+def _stop_must_wait(frame: Any) -> bool:
+    """Whether a stop raised where ``frame`` runs would land in the doctor's own
+    bookkeeping, or in an import: a module left partly initialised breaks every
+    later import of it in this process (torch._dynamo, imported by the first
+    optimizer step, takes a second)."""
+    if frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_DOCTOR_FILES):
+        return True
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _times(count: int) -> str:
+    return "once" if count == 1 else f"{count} times"
 
 
 def _is_device(value: object) -> bool:
@@ -121,8 +177,18 @@ class Probes:
         self.max_steps = steps
         self.max_seconds = seconds
         self.script = obs.script
+        #: Why the doctor stopped the script (None while it has not).
+        self.stop_reason: Optional[str] = None
+        #: Stop requests the script caught and went on after (a later step, its own end).
+        self.stops_caught = 0
+        #: ``optimizer.step()`` calls after the stop, stopped before they ran.
+        self.steps_refused = 0
+        self._stopped_threads: set[threading.Thread] = set()
+        self._signal_pending = False
+        self._time_limit_done = threading.Event()
         self._restore: list[Callable[[], None]] = []
         self._mode: Optional[_Mode] = None
+        self._found_modes: list[Any] = []
         self._reset_step()
         self._start = self._last_step = time.perf_counter()
         # Step 1 starts at the first batch request or forward, not at start-up.
@@ -193,19 +259,31 @@ class Probes:
             self._patch(torch, "set_anomaly_enabled", self._wrap_debug("anomaly detection"))
             self._patch(torch.autograd, "gradcheck", self._wrap_debug("gradcheck"))
             self._patch(torch.autograd, "gradgradcheck", self._wrap_debug("gradgradcheck"))
+            self._patch(threading, "excepthook", self._wrap_excepthook)
+            self._patch(sys, "unraisablehook", self._wrap_unraisablehook)
+            self._found_modes = _function_modes()
             self._mode = _Mode(self)
             self._mode.__enter__()
+            # Signals reach Python in the main thread only; elsewhere the time
+            # limit stops the script at a step end.
+            if self.max_seconds is not None and threading.current_thread() is threading.main_thread():
+                self._start_time_limit(self.max_seconds)
         except BaseException:
             self.remove()
             raise
 
     def remove(self) -> None:
-        """Removes every hook and restores every patch (in reverse order)."""
+        """Removes every hook and restores every patch (in reverse order), and
+        leaves the TorchFunctionMode stack as ``install`` found it."""
+        # First: no stop may land in the clean-up.
+        self._time_limit_done.set()
+        self._signal_pending = False
         if self._mode is not None:
-            # Off the stack already when a step raised while the mode was suspended.
-            if self._mode_on_top():
-                torch._C._pop_torch_function_stack()
-            self._mode = None
+            # Not just a pop of the doctor's mode: the script may have left a mode
+            # of its own entered above it, or popped modes (the doctor's, its
+            # caller's); a step that raised may have left it suspended.
+            _set_function_modes(self._found_modes)
+            self._mode, self._found_modes = None, []
         while self._restore:
             self._restore.pop()()
 
@@ -251,10 +329,42 @@ class Probes:
         self._wait = 0.0
         self._copy = 0.0
 
+    def _raise_stop(self) -> NoReturn:
+        self._stopped_threads.add(threading.current_thread())
+        raise StopScript
+
+    def describe_stop(self, ending: str, ended_at_stop: bool) -> str:
+        """What ended the run, for ``Observations.stopped``: ``ending`` is the
+        script's own end ("finished", "the script exited with code 2", ...);
+        ``ended_at_stop`` whether the watched block ended at a stop request."""
+        if self.stop_reason is None:
+            return ending
+        caught = self.stops_caught
+        if not ended_at_stop and threading.current_thread() in self._stopped_threads:
+            caught += 1  # Stopped here, yet the block went on to another end.
+        text = self.stop_reason
+        if caught:
+            text += f", but the script caught the doctor's stop request {_times(caught)} and kept running"
+            if self.steps_refused == 1:
+                text += " (1 later optimizer.step() call was stopped before it ran)"
+            elif self.steps_refused:
+                text += f" ({self.steps_refused} later optimizer.step() calls were stopped before they ran)"
+        if ended_at_stop:
+            return text + ("; a later stop request ended it" if caught else "")
+        if ending != "finished":
+            return f"{text}; then {ending}"
+        return text + ("; then the script ran to its end" if caught else "")
+
     def _step_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self._step_suspended:  # The previous step raised before its post hook.
             self._step_suspended = False
             self._resume_mode()
+        if self.stop_reason is not None:
+            # A thread stopped before that steps again caught the stop request
+            # (``except BaseException``): stop it again, before this step runs.
+            self.stops_caught += threading.current_thread() in self._stopped_threads
+            self.steps_refused += 1
+            self._raise_stop()
         if optimizer not in self._optimizers:
             defaults = optimizer.defaults
             info = OptimizerInfo(
@@ -289,12 +399,96 @@ class Probes:
         obs.profiler_steps += bool(torch.autograd.profiler._is_profiler_enabled)
         obs.deterministic_steps += torch.are_deterministic_algorithms_enabled()
         obs.cudnn_benchmark = bool(torch.backends.cudnn.benchmark)
-        if self.max_steps is not None and len(obs.steps) >= self.max_steps:
-            obs.stopped = f"stopped after {len(obs.steps)} steps (--steps {self.max_steps})"
-            raise StopScript
-        if self.max_seconds is not None and now - self._start >= self.max_seconds:
-            obs.stopped = f"stopped after {now - self._start:.1f} s (--seconds {self.max_seconds:g})"
-            raise StopScript
+        if self.stop_reason is None:
+            if self.max_steps is not None and len(obs.steps) >= self.max_steps:
+                self.stop_reason = f"stopped after {len(obs.steps)} steps (--steps {self.max_steps})"
+            elif self.max_seconds is not None and now - self._start >= self.max_seconds:
+                self.stop_reason = f"stopped after {now - self._start:.1f} s (--seconds {self.max_seconds:g})"
+        if self.stop_reason is not None:  # Also a step that began before another thread's stop.
+            self._raise_stop()
+
+    # --- the time limit without a step -----------------------------------------
+
+    def _start_time_limit(self, seconds: float) -> None:
+        """Stops the script at the time limit even when no step ends (a sleep, a
+        loop without steps, a wait): a watchdog thread signals the main thread,
+        whose handler raises StopScript where the script is."""
+        previous = signal.signal(_STOP_SIGNAL, self._on_stop_signal)
+        # None: a handler not installed from Python, which cannot be put back.
+        self._restore.append(
+            lambda: signal.signal(_STOP_SIGNAL, signal.SIG_DFL if previous is None else previous)
+        )
+        watchdog = threading.Thread(
+            target=self._watch_time,
+            args=(seconds, threading.get_ident()),
+            name="conveyor-doctor-time-limit",
+            daemon=True,
+        )
+        watchdog.start()
+        self._restore.append(watchdog.join)  # Before the handler is put back.
+
+    def _watch_time(self, seconds: float, main: int) -> None:
+        wait = seconds
+        while not self._time_limit_done.wait(wait):
+            wait = _RESEND_SECONDS
+            if self.stop_reason is None:
+                due = self._time_limit_due(seconds) - time.perf_counter()
+                if due > 0:
+                    wait = due
+                    continue
+                self._signal_pending = True
+            if self._signal_pending:
+                signal.pthread_kill(main, _STOP_SIGNAL)
+
+    def _time_limit_due(self, seconds: float) -> float:
+        """When the time limit stops the script where it is: at ``seconds``, or
+        later while a step may still end (see _GRACE_STEPS)."""
+        due = self._start + seconds
+        steps = self.obs.measured_steps()
+        if steps:
+            grace = max(_GRACE_SECONDS, _GRACE_STEPS * max(s.seconds for s in steps))
+            due = max(due, self._last_step + grace)
+        return due
+
+    def _on_stop_signal(self, signum: int, frame: Any) -> None:
+        if not self._signal_pending or self._time_limit_done.is_set():
+            return  # Late: the run is over.
+        if _stop_must_wait(frame):
+            return  # The watchdog sends it again.
+        self._signal_pending = False
+        if self.stop_reason is None:
+            self.stop_reason = self._time_limit_reason()
+        self._raise_stop()
+
+    def _time_limit_reason(self) -> str:
+        now = time.perf_counter()
+        since = (
+            f"{now - self._last_step:.1f} s after the last optimizer step ended"
+            if self.obs.steps
+            else "before any optimizer step"
+        )
+        limit = f"--seconds {self.max_seconds:g}"
+        return f"stopped by the time limit after {now - self._start:.1f} s ({limit}), {since}"
+
+    def _wrap_unraisablehook(self, original: Callable[[Any], None]) -> Callable[[Any], None]:
+        def unraisablehook(unraisable: Any) -> None:
+            if not isinstance(unraisable.exc_value, StopScript):
+                original(unraisable)
+            elif self.max_seconds is not None:
+                # The time limit's stop landed where Python cannot raise it (a
+                # __del__, a weakref callback): nothing printed, sent again.
+                self._signal_pending = True
+
+        return unraisablehook
+
+    def _wrap_excepthook(self, original: Callable[[Any], None]) -> Callable[[Any], None]:
+        def excepthook(args: Any) -> None:
+            # A thread the doctor stopped at a step (a script training in a
+            # thread): a clean stop, no traceback.
+            if not issubclass(args.exc_type, StopScript):
+                original(args)
+
+        return excepthook
 
     # --- modules -------------------------------------------------------------
 
