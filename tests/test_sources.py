@@ -490,6 +490,14 @@ def test_python_source_reads():
             == f"tuple[0]: the label returned by __getitem__ ({label}) is out of the int64 range"
         )
     assert PythonSource(((b"x", np.int64(2**63 - 1)),))._engine_source().read(0)[1] == 2**63 - 1
+    # Regression: a bool label was taken as 0 or 1 (Python's int), silently.
+    for label in (True, np.True_):
+        with pytest.raises(conveyor.ReadError) as info:
+            PythonSource(((b"x", label),))._engine_source().read(0)
+        assert str(info.value).startswith("tuple[0]: the label returned by __getitem__ is ")
+    with pytest.raises(conveyor.ReadError) as info:
+        PythonSource(((b"x", True),))._engine_source().read(0)
+    assert str(info.value) == "tuple[0]: the label returned by __getitem__ is a bool (True), not an integer"
 
 
 def test_python_source_exception_keeps_type_message_index_and_traceback():
