@@ -498,7 +498,7 @@ def test_idx_file_truncated_after_opening_raises_or_skips(tmp_path: Path) -> Non
 FIFO = """
     import sys
     import conveyor
-    from conveyor.sources import FileList, TarShards
+    from conveyor.sources import CIFAR10, FileList, TarShards
 
     kind, path = sys.argv[1], sys.argv[2]
     try:
@@ -508,18 +508,27 @@ FIFO = """
             FileList.from_csv(path)
         elif kind == "tar":
             TarShards(path)
+        elif kind == "cifar":
+            CIFAR10(path.split("/cifar-10-batches-py/")[0])
         print("no error")
     except conveyor.ReadError as e:
         print(f"{type(e).__name__} key={e.key} {e}")
 """
 
 
-@pytest.mark.parametrize("kind", ["filelist", "csv", "tar"])
+@pytest.mark.parametrize("kind", ["filelist", "csv", "tar", "cifar"])
 def test_fifo_is_refused_by_name_instead_of_blocking(tmp_path: Path, kind: str) -> None:
-    # Regression: open() of a FIFO waits for a writer: the old code hung forever.
+    # Regression: open() of a FIFO waits for a writer: the old code hung forever
+    # (FileList, CSV and shards before; CIFAR batches until now).
     import os
+    import pickle
 
-    fifo = tmp_path / {"filelist": "pipe.jpg", "csv": "list.csv", "tar": "shard.tar"}[kind]
+    names = {"filelist": "pipe.jpg", "csv": "list.csv", "tar": "shard.tar"}
+    names["cifar"] = "cifar-10-batches-py/data_batch_1"
+    fifo = tmp_path / names[kind]
+    if kind == "cifar":
+        fifo.parent.mkdir()
+        (fifo.parent / "batches.meta").write_bytes(pickle.dumps({"label_names": ["a", "b"]}))
     os.mkfifo(fifo)
     out = run_child(FIFO, kind, str(fifo))
     assert out.strip() == f"ReadError key={fifo} {fifo}: not a regular file (a FIFO)"
