@@ -140,8 +140,10 @@ def test_array_source_errors(tmp_path: Path):
         ArraySource(np.zeros((0, 4, 4), np.uint8))
     with pytest.raises(conveyor.ConfigError, match=r"labels has 3 entries for 2 images"):
         ArraySource(np.zeros((2, 4, 4), np.uint8), [0, 1, 2])
-    with pytest.raises(conveyor.ConfigError, match=r"labels must be a 1-D integer array, got float64"):
+    with pytest.raises(conveyor.ConfigError, match=r"labels\[0\] must be an int, got float 0.5"):
         ArraySource(np.zeros((2, 4, 4), np.uint8), [0.5, 1.0])
+    with pytest.raises(conveyor.ConfigError, match=r"labels must be a 1-D integer array, got float64"):
+        ArraySource(np.zeros((2, 4, 4), np.uint8), np.array([0.5, 1.0]))
     missing = tmp_path / "missing.npy"
     with pytest.raises(conveyor.ReadError) as info:
         ArraySource(missing)
@@ -662,3 +664,105 @@ def test_cifar_archive_is_read_bounded_and_through_the_engine(tmp_path: Path):
     os.mkfifo(archive)
     out = run_python(HOSTILE_CIFAR, str(tmp_path)).stdout.splitlines()
     assert out == [f"ReadError key={archive}", "cause=not a regular file (a FIFO)"]
+
+
+# --- hostile arrays and IDX files -----------------------------------------------------------
+
+
+def test_array_source_labels_never_wrap(tmp_path: Path):
+    x = np.zeros((2, 4), np.float32)
+    # Regression: uint64 labels were cast to int64: 2**63 became -2**63, 2**64-1 became -1 ("no label").
+    for labels in (np.array([2**63, 2**64 - 1], np.uint64), [2**63, 2**64 - 1]):
+        with pytest.raises(conveyor.ConfigError) as info:
+            ArraySource(x, labels)
+        assert (
+            str(info.value)
+            == "ArraySource: labels[0] must be <= 9223372036854775807, got 9223372036854775808"
+        )
+    np.save(tmp_path / "labels.npy", np.array([0, 2**64 - 1], np.uint64))
+    with pytest.raises(conveyor.ConfigError) as info:
+        ArraySource(x, tmp_path / "labels.npy")
+    assert (
+        str(info.value) == "ArraySource: labels[1] must be <= 9223372036854775807, got 18446744073709551615"
+    )
+    with pytest.raises(conveyor.ConfigError) as info:
+        ArraySource(x, [0, True])
+    assert str(info.value) == "ArraySource: labels[1] must be an int, got bool True"
+    with pytest.raises(conveyor.ConfigError) as info:
+        ArraySource(x, np.array([False, True]))
+    assert str(info.value) == "ArraySource: labels must be a 1-D integer array, got bool of shape (2,)"
+    # The int64 range is taken as it is (FileList's rule), numpy integers too.
+    source = ArraySource(x, np.array([2**63 - 1, 7], np.uint64))
+    assert source._engine_source().read(0)[1] == 2**63 - 1
+    assert ArraySource(x, [np.uint8(3), -(2**63)])._engine_source().read(1)[1] == -(2**63)
+
+
+def write_npy_header(path: Path, shape: tuple[int, ...], descr: str = "|u1", extra: int = 0) -> Path:
+    """A .npy file whose header says ``shape``, sparse, ``extra`` bytes off its size."""
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": descr, "fortran_order": False, "shape": shape})
+        f.truncate(f.tell() + int(np.prod(shape, dtype=object)) * np.dtype(descr).itemsize + extra)
+    return path
+
+
+def test_npy_header_is_checked_against_the_file_size(tmp_path: Path):
+    path = write_npy_header(tmp_path / "short.npy", (4, 8, 8), extra=-1)
+    with pytest.raises(conveyor.ReadError) as info:
+        ArraySource(path)
+    assert (info.value.key, info.value.cause) == (
+        str(path),
+        "truncated .npy file: the header says 4×8×8 uint8 (256 bytes from offset 128), "
+        "the file has 383 bytes",
+    )
+    # Longer than the header says is fine (as numpy.load).
+    assert len(ArraySource(write_npy_header(tmp_path / "long.npy", (4, 8, 8), extra=10))) == 4
+    labels = write_npy_header(tmp_path / "labels.npy", (2**40,), "<i8", extra=-8)
+    with pytest.raises(conveyor.ReadError) as info:
+        ArraySource(path.with_name("long.npy"), labels)
+    assert info.value.key == str(labels) and info.value.cause.startswith(
+        "truncated .npy file: the header says"
+    )
+
+
+@pytest.mark.parametrize("shape", [(1, 2**31 + 1, 1), (1, 1, 2**31 + 1), (1, 2**31 + 1, 1, 3)])
+def test_npy_image_side_beyond_the_engine_is_a_config_error_naming_it(tmp_path: Path, shape):
+    # Regression: nanobind's "TypeError: incompatible function arguments" from the Loader.
+    path = write_npy_header(tmp_path / "wide.npy", shape)
+    with pytest.raises(conveyor.ConfigError) as info:
+        ArraySource(path)
+    side = 2**31 + 1
+    height, width = (side, 1) if shape[1] == side else (1, side)
+    assert str(info.value) == (
+        f"ArraySource: {path}: raw image sides must be at most 2147483647 (the engine's int), "
+        f"got {height}x{width}"
+    )
+    # As tensors (float32) the same sizes are batched as they are.
+    tensors = write_npy_header(tmp_path / "wide-f4.npy", shape, "<f4")
+    assert ArraySource(tensors).sample_shape == shape[1:]
+
+
+def test_mnist_of_other_channel_counts_gives_its_samples(tmp_path: Path):
+    # Regression: source[i] of an IDX file of 2 channels (a raw tensor) tried to decode it as an image.
+    images = np.arange(3 * 4 * 5 * 2, dtype=np.uint8).reshape(3, 4, 5, 2)
+    header = struct.pack(">4B4I", 0, 0, 8, 4, *images.shape)
+    (tmp_path / "train-images-idx3-ubyte").write_bytes(header + images.tobytes())
+    (tmp_path / "train-labels-idx1-ubyte").write_bytes(struct.pack(">4BI", 0, 0, 8, 1, 3) + bytes([7, 8, 9]))
+    source = MNIST(tmp_path)
+    assert source.raw_shape is None
+    image, label = source[1]
+    np.testing.assert_array_equal(image, images[1])
+    assert label == 8
+
+
+def test_mnist_image_side_beyond_the_engine_is_a_config_error_naming_it(tmp_path: Path):
+    side = 2**31 + 1
+    with open(tmp_path / "train-images-idx3-ubyte", "wb") as f:
+        f.write(struct.pack(">4B3I", 0, 0, 8, 3, 1, 1, side))
+        f.truncate(16 + side)
+    (tmp_path / "train-labels-idx1-ubyte").write_bytes(struct.pack(">4BI", 0, 0, 8, 1, 1) + b"\x00")
+    with pytest.raises(conveyor.ConfigError) as info:
+        MNIST(tmp_path)
+    assert str(info.value) == (
+        f"MNIST: {tmp_path / 'train-images-idx3-ubyte'}: raw image sides must be at most 2147483647 "
+        f"(the engine's int), got 1x{side}"
+    )
