@@ -953,3 +953,61 @@ def test_pack_bad_patterns(small_folder: Path, tmp_path: Path, capsys, pattern: 
     err = capsys.readouterr().err
     assert err.startswith("conveyor pack: ") and message in err, err
     assert not list(tmp_path.glob("x-*"))
+
+
+# --- paths with a NUL byte ----------------------------------------------------------------
+
+
+def test_paths_with_a_nul_byte_are_config_errors_naming_the_entry(tmp_path: Path):
+    from PIL import Image
+
+    Image.new("RGB", (3, 3)).save(tmp_path / "c.png")
+    bad = f"{tmp_path / 'c.png'}\x00junk"
+    shown = f"{tmp_path / 'c.png'}\\x00junk"
+    at = len(str(tmp_path / "c.png"))
+
+    def message(call) -> str:
+        with pytest.raises(conveyor.ConfigError) as info:
+            call()
+        return str(info.value)
+
+    # Regression: the C string ended at the NUL, so c.png was opened instead.
+    assert message(lambda: FileList([tmp_path / "c.png", bad])) == (
+        f"FileList: paths[1] contains a NUL byte at position {at} ('{shown}'); file names cannot hold one"
+    )
+    assert message(lambda: FileList([os.fsencode(bad)])).startswith("FileList: paths[0] contains a NUL byte")
+    csv_path = tmp_path / "list.csv"
+    csv_path.write_text("path,label\nc.png,1\nc.png\x00junk,2\n")
+    assert message(lambda: FileList.from_csv(csv_path)) == (
+        f"{csv_path}:3: path contains a NUL byte at position 5 ('c.png\\x00junk'); file names cannot hold one"
+    )
+    assert message(lambda: TarShards([str(tmp_path / "a.tar"), bad])) == (
+        f"TarShards: shards[1] contains a NUL byte at position {at} ('{shown}'); file names cannot hold one"
+    )
+    assert message(lambda: conveyor.sources.ArraySource(bad)) == (
+        f"ArraySource: images contains a NUL byte at position {at} ('{shown}'); file names cannot hold one"
+    )
+    assert message(lambda: conveyor.sources.ArraySource(np.zeros((1, 2, 2), np.uint8), bad)).startswith(
+        "ArraySource: labels contains a NUL byte"
+    )
+    for source in (MNIST, conveyor.sources.CIFAR10, ImageFolder):
+        assert message(lambda source=source: source(f"{tmp_path}\x00x")) == (
+            f"{source.__name__}: root contains a NUL byte at position {len(str(tmp_path))} "
+            f"('{tmp_path}\\x00x'); file names cannot hold one"
+        )
+    annotations = {
+        "images": [{"id": 1, "file_name": "c.png\u0000junk", "width": 3, "height": 3}],
+        "annotations": [],
+        "categories": [],
+    }
+    (tmp_path / "instances.json").write_text(json.dumps(annotations))
+    assert message(lambda: CocoDetection(tmp_path, tmp_path / "instances.json")) == (
+        f"CocoDetection: paths[0] contains a NUL byte at position {at} ('{shown}'); "
+        "file names cannot hold one"
+    )
+    assert message(lambda: CocoDetection(tmp_path, f"{tmp_path}/instances.json\x00")).startswith(
+        "CocoDetection: annotation_json contains a NUL byte"
+    )
+    # The engine refuses such a path wherever it opens one (C++ callers included).
+    with pytest.raises(conveyor.ConfigError, match=r"^path contains a NUL byte at position"):
+        _conveyor.read_file(os.fsencode(bad))
