@@ -955,7 +955,7 @@ def test_pack_bad_patterns(small_folder: Path, tmp_path: Path, capsys, pattern: 
     assert not list(tmp_path.glob("x-*"))
 
 
-# --- paths with a NUL byte ----------------------------------------------------------------
+# --- paths with a NUL byte, CSV labels that are not plain integers ------------------------
 
 
 def test_paths_with_a_nul_byte_are_config_errors_naming_the_entry(tmp_path: Path):
@@ -1011,3 +1011,21 @@ def test_paths_with_a_nul_byte_are_config_errors_naming_the_entry(tmp_path: Path
     # The engine refuses such a path wherever it opens one (C++ callers included).
     with pytest.raises(conveyor.ConfigError, match=r"^path contains a NUL byte at position"):
         _conveyor.read_file(os.fsencode(bad))
+
+
+@pytest.mark.parametrize("label", ["1_0", "\uff13", "+3", "٣", " 1 0"])
+def test_file_list_from_csv_labels_are_ascii_digits_or_class_names(tmp_path: Path, label: str):
+    # Regression: int() took "1_0" as 10 and the fullwidth "３" as 3.
+    csv_path = tmp_path / "list.csv"
+    csv_path.write_text(f"path,label\na.jpg,2\nb.jpg,{label}\n", encoding="utf-8")
+    if label == " 1 0":  # Not a number to int() either: a class name, as "dog" is.
+        assert FileList.from_csv(csv_path).classes == ["1 0", "2"]
+        return
+    with pytest.raises(conveyor.ConfigError) as info:
+        FileList.from_csv(csv_path)
+    assert str(info.value) == (
+        f"{csv_path}:3: label {label!r} is neither a plain integer (ASCII digits, an optional '-') nor "
+        "a class name: write it in ASCII digits, or pass classes= to take it as a name"
+    )
+    # Given classes, it is a name like any other.
+    assert FileList.from_csv(csv_path, classes=["2", label]).labels == [0, 1]

@@ -179,8 +179,12 @@ class FileList(Source):
             delimiter: the field separator; None sniffs it from the header
                 row (the most frequent of comma, tab and semicolon).
             classes: the class names, in index order. Without it, labels that
-                are all integers are taken as they are, and any other labels
-                are class names mapped to indices in sorted order.
+                are all plain integers (ASCII digits, an optional "-") are
+                taken as they are, and any other labels are class names
+                mapped to indices in sorted order; a label Python's ``int()``
+                would read but that is not plain (``1_0``, a fullwidth
+                ``３``, ``+3``) is refused, naming its line: pass ``classes``
+                to take it as a name.
 
         The result's ``classes`` and ``class_to_idx`` list the class names and
         their indices (None for integer labels).
@@ -191,7 +195,7 @@ class FileList(Source):
             ConfigError: an empty file, a missing column, a row with the wrong
                 number of fields, an empty path or label, a path holding a NUL
                 byte, a class not in ``classes``, a label out of the int64
-                range (naming ``file:line``), or no rows.
+                range or not a plain integer (naming ``file:line``), or no rows.
         """
         csv_path = os.fsdecode(path)
         shown = _printable_path(csv_path)
@@ -259,6 +263,13 @@ class FileList(Source):
                 )
             names = [str(name) for name in classes]
         elif not all(_is_integer(label) for _, label in texts):
+            for line, label in texts:
+                if _int_would_read(label) and not _is_integer(label):
+                    raise ConfigError(
+                        f"{shown}:{line}: label {label!r} is neither a plain integer (ASCII digits, an "
+                        "optional '-') nor a class name: write it in ASCII digits, or pass classes= to take "
+                        "it as a name"
+                    )
             names = sorted({label for _, label in texts})
         if names is None:
             labels = [check_int(int(label), f"{shown}:{line}: label") for line, label in texts]
@@ -277,7 +288,17 @@ class FileList(Source):
         return result
 
 
+_DIGITS = frozenset("0123456789")
+
+
 def _is_integer(text: str) -> bool:
+    """A plain integer label: ASCII digits with an optional "-" (as a tar
+    shard's ``cls``), never what else ``int()`` reads ("1_0", "３", "+3")."""
+    digits = text[1:] if text.startswith("-") else text
+    return bool(digits) and all(c in _DIGITS for c in digits)
+
+
+def _int_would_read(text: str) -> bool:
     try:
         int(text)
     except ValueError:
