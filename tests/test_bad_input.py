@@ -498,7 +498,7 @@ def test_idx_file_truncated_after_opening_raises_or_skips(tmp_path: Path) -> Non
 FIFO = """
     import sys
     import conveyor
-    from conveyor.sources import FileList, TarShards
+    from conveyor.sources import CIFAR10, ArraySource, FileList, TarShards
 
     kind, path = sys.argv[1], sys.argv[2]
     try:
@@ -508,18 +508,34 @@ FIFO = """
             FileList.from_csv(path)
         elif kind == "tar":
             TarShards(path)
+        elif kind == "npy":
+            ArraySource(path)
+        elif kind == "npy-labels":
+            ArraySource(path.replace("labels.npy", "images.npy"), path)
+        elif kind == "cifar":
+            CIFAR10(path.split("/cifar-10-batches-py/")[0])
         print("no error")
     except conveyor.ReadError as e:
         print(f"{type(e).__name__} key={e.key} {e}")
 """
 
 
-@pytest.mark.parametrize("kind", ["filelist", "csv", "tar"])
+@pytest.mark.parametrize("kind", ["filelist", "csv", "tar", "npy", "npy-labels", "cifar"])
 def test_fifo_is_refused_by_name_instead_of_blocking(tmp_path: Path, kind: str) -> None:
-    # Regression: open() of a FIFO waits for a writer: the old code hung forever.
+    # Regression: open() of a FIFO waits for a writer: the old code hung forever
+    # (FileList, CSV and shards before; .npy files and CIFAR batches until now).
     import os
+    import pickle
 
-    fifo = tmp_path / {"filelist": "pipe.jpg", "csv": "list.csv", "tar": "shard.tar"}[kind]
+    names = {"filelist": "pipe.jpg", "csv": "list.csv", "tar": "shard.tar", "npy": "images.npy"}
+    names.update({"npy-labels": "labels.npy", "cifar": "cifar-10-batches-py/data_batch_1"})
+    fifo = tmp_path / names[kind]
+    np.save(tmp_path / "images.npy", np.zeros((2, 4, 4), np.uint8))
+    if kind == "cifar":
+        fifo.parent.mkdir()
+        (fifo.parent / "batches.meta").write_bytes(pickle.dumps({"label_names": ["a", "b"]}))
+    else:
+        fifo.unlink(missing_ok=True)
     os.mkfifo(fifo)
     out = run_child(FIFO, kind, str(fifo))
     assert out.strip() == f"ReadError key={fifo} {fifo}: not a regular file (a FIFO)"

@@ -152,3 +152,82 @@ def test_bad_arguments_name_them(parts, args, kwargs, message):
     with pytest.raises(conveyor.ConfigError) as info:
         Mix(sources, **kwargs)
     assert str(info.value) == message
+
+
+def test_getitem_gives_each_part_s_own_sample(parts, tmp_path):
+    # Regression: Mix[i] decoded every sample as an encoded image ("not a JPEG")
+    # however its source gives it.
+    tensors = np.arange(3 * 4 * 5, dtype=np.float32).reshape(3, 4, 5)
+    raw = np.arange(2 * 4 * 3, dtype=np.uint8).reshape(2, 4, 3)
+    for source, expected in (
+        (conveyor.sources.ArraySource(tensors, [5, 6, 7]), tensors),
+        (conveyor.sources.ArraySource(raw), raw[..., None]),  # Raw uint8 images (N×H×W).
+    ):
+        mix = Mix([(source, 1), (source, 1)], label_offsets=[0, 100])
+        for i in range(len(mix)):
+            part, local = mix._source.locate(i)
+            image, label = mix[i]
+            want_image, want_label = source[local]
+            np.testing.assert_array_equal(image, expected[local])
+            np.testing.assert_array_equal(image, want_image)
+            assert label == (want_label + 100 * part if want_label >= 0 else -1)
+    # Encoded images and mixtures of mixtures too.
+    a, b = parts
+    inner = Mix([(a, 1), (b, 1)])
+    outer = Mix([(inner, 1), (Mix([(b, 1)]), 1)], label_offsets=[1000, 0])
+    image, label = outer[0]
+    part, local = outer._source.locate(0)
+    assert part == 0 and image.shape == (8, 8, 3) and label == inner[local][1] + 1000
+
+
+def test_label_offsets_that_would_wrap_are_refused_naming_them(parts):
+    a, b = parts  # a's largest label is 39, b's 11.
+    # Regression: the offset was added in int64 and wrapped to negative labels.
+    with pytest.raises(conveyor.ConfigError) as info:
+        Mix([(a, 1), (b, 1)], label_offsets=[2**63 - 1, 0])
+    assert str(info.value) == (
+        "Mix: label_offsets[0] (9223372036854775807) plus the largest label of sources[0] (39) "
+        "is beyond int64 (9223372036854775807)"
+    )
+    with pytest.raises(
+        conveyor.ConfigError, match=r"label_offsets\[1\] \(9223372036854775797\) plus the largest "
+    ):
+        Mix([(a, 1), (b, 1)], label_offsets=[0, 2**63 - 11])
+    mix = Mix([(a, 1), (b, 1)], label_offsets=[0, 2**63 - 12])
+    engine = mix._engine_source()
+    assert max(engine.read(i)[1] for i in range(len(engine))) == 2**63 - 1
+    # Unlabelled samples stay -1 whatever the offset; nested mixtures add up their offsets.
+    unlabelled = conveyor.sources.ArraySource(np.zeros((3, 2, 2), np.uint8))
+    assert Mix([(unlabelled, 1)], label_offsets=[2**63 - 1])._engine_source().read(0)[1] == -1
+    inner = Mix([(a, 1)], label_offsets=[2**62])
+    with pytest.raises(
+        conveyor.ConfigError,
+        match=r"label_offsets\[0\] \(4611686018427387904\) plus the largest "
+        r"label of sources\[0\] \(4611686018427387943\)",
+    ):
+        Mix([(inner, 1)], label_offsets=[2**62])
+
+
+class _Labelled:
+    """A PythonSource dataset whose labels are only known when read."""
+
+    def __init__(self, labels):
+        self.labels = labels
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        return b"x", self.labels[i]
+
+
+def test_label_offsets_on_labels_known_only_when_read_are_a_read_error_naming_the_sample():
+    source = conveyor.sources.PythonSource(_Labelled([1, 2**63 - 1]))
+    mix = Mix([(source, 1)], label_offsets=[1])
+    assert mix._engine_source().read(0)[1] == 2
+    with pytest.raises(conveyor.ReadError) as info:
+        mix._engine_source().read(1)
+    assert (info.value.key, info.value.cause) == (
+        "_Labelled[1]",
+        "label 9223372036854775807 plus label_offsets[0] (1) is beyond int64 (9223372036854775807)",
+    )

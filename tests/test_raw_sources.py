@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import pickle
+import struct
 import subprocess
 import sys
 import tarfile
@@ -20,6 +22,7 @@ from PIL import Image
 
 import conveyor
 import conveyor.transforms as T
+from conftest import run_python
 from conveyor.sources import (
     CIFAR10,
     CIFAR100,
@@ -137,8 +140,10 @@ def test_array_source_errors(tmp_path: Path):
         ArraySource(np.zeros((0, 4, 4), np.uint8))
     with pytest.raises(conveyor.ConfigError, match=r"labels has 3 entries for 2 images"):
         ArraySource(np.zeros((2, 4, 4), np.uint8), [0, 1, 2])
-    with pytest.raises(conveyor.ConfigError, match=r"labels must be a 1-D integer array, got float64"):
+    with pytest.raises(conveyor.ConfigError, match=r"labels\[0\] must be an int, got float 0.5"):
         ArraySource(np.zeros((2, 4, 4), np.uint8), [0.5, 1.0])
+    with pytest.raises(conveyor.ConfigError, match=r"labels must be a 1-D integer array, got float64"):
+        ArraySource(np.zeros((2, 4, 4), np.uint8), np.array([0.5, 1.0]))
     missing = tmp_path / "missing.npy"
     with pytest.raises(conveyor.ReadError) as info:
         ArraySource(missing)
@@ -430,3 +435,334 @@ def test_getitem_on_every_source(tmp_path: Path):
     write_mnist(tmp_path / "m", "train", 4)
     image, label = MNIST(tmp_path / "m")[-1]
     assert image.shape == (28, 28, 1) and isinstance(label, int)
+
+
+# --- hostile CIFAR batches and archives -----------------------------------------------------
+
+HOSTILE_CIFAR = """
+    import resource, sys
+    # A reader that reads without bound must fail here, not take the machine's memory.
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+    import conveyor
+    from conveyor.sources import CIFAR10
+
+    try:
+        CIFAR10(sys.argv[1])
+        print("no error")
+    except conveyor.Error as e:
+        print(f"{type(e).__name__} key={e.key}")
+        print(f"cause={e.cause}")
+"""
+
+
+def deep_tuples(levels: int) -> bytes:
+    """A dict holding ``levels`` tuples nested in one another: 1 byte a level."""
+    return b"\x80\x04}" + b")" + b"\x85" * levels + b"K\x01s."
+
+
+def deep_memo_lists(levels: int) -> bytes:
+    """``levels`` lists nested through the memo: each list is made, memoized and
+    dropped, then fetched back and appended into the previous one."""
+    out = [b"\x80\x02"]
+    for i in range(levels):
+        out.append(b"]r" + struct.pack("<I", i) + b"0")  # EMPTY_LIST, LONG_BINPUT i, POP
+    for i in range(levels - 1):
+        out.append(
+            b"j" + struct.pack("<I", i) + b"j" + struct.pack("<I", i + 1) + b"a0"
+        )  # GET i, GET i+1, APPEND, POP
+    out.append(b"}X\x04\x00\x00\x00dataj" + struct.pack("<I", 0) + b"s.")
+    return b"".join(out)
+
+
+# tuples-300000: SIGSEGV in CPython's unpickler (plain pickle.loads too); tuples-50000: a raw RecursionError.
+@pytest.mark.parametrize("name", ["tuples-300000", "tuples-50000", "tuples-33", "memo-lists-100"])
+def test_cifar_pickle_nested_deeper_than_the_layout_is_a_read_error_not_a_crash(tmp_path: Path, name: str):
+    write_cifar10(tmp_path)
+    batch = tmp_path / "cifar-10-batches-py" / "data_batch_1"
+    kind, levels = name.rsplit("-", 1)
+    batch.write_bytes((deep_tuples if kind == "tuples" else deep_memo_lists)(int(levels)))
+    done = run_python(HOSTILE_CIFAR, str(tmp_path))
+    assert done.returncode == 0, f"child exited with {done.returncode}\n{done.stdout}\n{done.stderr}"
+    assert done.stdout.splitlines()[0] == f"ReadError key={batch}"
+    cause = done.stdout.splitlines()[1]
+    if name.startswith("memo"):
+        assert cause == (
+            "cause=not a CIFAR python batch (a pickled container is changed after it was put in "
+            "another: not the official layout)"
+        )
+    else:
+        assert cause == "cause=not a CIFAR python batch (the pickle nests deeper than 32 levels)"
+
+
+def test_cifar_batch_that_is_not_a_regular_file_or_too_large_is_refused_by_name(tmp_path: Path):
+    write_cifar10(tmp_path)
+    batch = tmp_path / "cifar-10-batches-py" / "data_batch_2"
+    batch.unlink()
+    batch.symlink_to("/dev/zero")  # Read until MemoryError before.
+    out = run_python(HOSTILE_CIFAR, str(tmp_path)).stdout.splitlines()
+    assert out == [f"ReadError key={batch}", "cause=not a regular file (a character device)"]
+    batch.unlink()
+    with open(batch, "wb") as f:  # Sparse: 300 MB in no time.
+        f.truncate(300_000_000)
+    out = run_python(HOSTILE_CIFAR, str(tmp_path)).stdout.splitlines()
+    assert out == [
+        f"ReadError key={batch}",
+        "cause=not a CIFAR python batch (300000000 bytes; the official batches are at most 204800000)",
+    ]
+
+
+def rewrite_archive(archive: Path, change) -> None:
+    """Rewrites the tarball with ``change(name, info, data)`` deciding each
+    member: None drops it, else an (info, data) pair or a list of them."""
+    with tarfile.open(archive, "r:gz") as tar:
+        members = [(m, tar.extractfile(m).read() if m.isreg() else None) for m in tar.getmembers()]
+    with tarfile.open(archive, "w:gz") as tar:
+        for info, data in members:
+            result = change(info.name.split("/")[-1], info, data)
+            for info, data in result if isinstance(result, list) else [result] if result else []:
+                tar.addfile(info, io.BytesIO(data) if data is not None else None)
+
+
+def link(name: str, target: str, kind: bytes = tarfile.SYMTYPE) -> tuple[tarfile.TarInfo, None]:
+    info = tarfile.TarInfo(f"cifar-10-batches-py/{name}")
+    info.type, info.linkname = kind, target
+    return info, None
+
+
+def test_cifar_archive_links_are_followed_within_the_archive_and_loops_are_named(tmp_path: Path):
+    files = write_cifar10(tmp_path, tarball=True)
+    archive = tmp_path / "cifar-10-python.tar.gz"
+    key = f"{archive}:cifar-10-batches-py/test_batch"
+    # A link to another batch is followed (within the archive only).
+    rewrite_archive(
+        archive, lambda name, info, data: link(name, "data_batch_1") if name == "test_batch" else (info, data)
+    )
+    np.testing.assert_array_equal(CIFAR10(tmp_path, train=False).data, hwc(files["data_batch_1"]["data"]))
+    # Regression: a loop was a raw RecursionError.
+    rewrite_archive(
+        archive,
+        lambda name, info, data: (
+            [link("x", "y"), link("y", "x"), link(name, "x")] if name == "test_batch" else (info, data)
+        ),
+    )
+    with pytest.raises(conveyor.ReadError) as info:
+        CIFAR10(tmp_path, train=False)
+    assert (info.value.key, info.value.cause) == (key, "more than 8 levels of links in the archive (a loop?)")
+    rewrite_archive(archive, lambda name, info, data: None if name in ("x", "y") else (info, data))
+    with pytest.raises(conveyor.ReadError) as info:
+        CIFAR10(tmp_path, train=False)
+    assert info.value.cause == "a link to 'cifar-10-batches-py/x', which is not in the archive"
+    rewrite_archive(
+        archive,
+        lambda name, info, data: link(name, "/etc/passwd") if name == "test_batch" else (info, data),
+    )
+    with pytest.raises(conveyor.ReadError) as info:
+        CIFAR10(tmp_path, train=False)
+    assert info.value.cause == "a link to '/etc/passwd', which is not in the archive"
+    rewrite_archive(
+        archive,
+        lambda name, info, data: link(name, "", tarfile.DIRTYPE) if name == "test_batch" else (info, data),
+    )
+    with pytest.raises(conveyor.ReadError) as info:
+        CIFAR10(tmp_path, train=False)
+    assert info.value.cause == "not a regular file in the archive (a directory)"
+
+
+class _Zeros:
+    """A file of ``size`` zero bytes for tarfile.addfile, never held whole."""
+
+    def __init__(self, size: int):
+        self.left = size
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.left if n < 0 else min(n, self.left)
+        self.left -= n
+        return bytes(n)
+
+
+def test_cifar_archive_member_larger_than_a_batch_is_refused_before_reading(tmp_path: Path):
+    write_cifar10(tmp_path, tarball=True)
+    archive = tmp_path / "cifar-10-python.tar.gz"
+    with tarfile.open(archive, "r:gz") as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+    with tarfile.open(archive, "w:gz", compresslevel=1) as tar:  # Zeros: a few hundred KB.
+        for info, data in members:
+            if info.name.endswith("test_batch"):
+                info.size = 210_000_000
+                tar.addfile(info, _Zeros(info.size))
+            else:
+                tar.addfile(info, io.BytesIO(data))
+    with pytest.raises(conveyor.ReadError) as info:
+        CIFAR10(tmp_path, train=False)
+    assert info.value.key == f"{archive}:cifar-10-batches-py/test_batch"
+    assert info.value.cause == (
+        "not a CIFAR python batch (210000000 bytes; the official batches are at most 204800000)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("labels", "cause"),
+    [
+        ([1.7, 1, 1], "'labels'[0] must be an int, got float 1.7"),
+        ([1, True, 1], "'labels'[1] must be an int, got bool True"),
+        ([1, 1, "3"], "'labels'[2] must be an int, got str '3'"),
+        ({1: 0, 2: 0, 3: 0}, "'labels' must be a list of integers, got dict"),
+        ("123", "'labels' must be a list of integers, got str"),
+        (np.array([1.0, 2.0, 3.0]), "'labels' must be a list of integers, got a float64 array of shape (3,)"),
+        ([1, 10, 2], "'labels'[1] = 10 is not a class index (the meta file names 10 classes)"),
+        ([1, -1, 2], "'labels'[1] = -1 is not a class index (the meta file names 10 classes)"),
+    ],
+)
+def test_cifar_labels_must_be_integers_in_range_naming_file_and_entry(tmp_path: Path, labels, cause: str):
+    files = write_cifar10(tmp_path)
+    batch = tmp_path / "cifar-10-batches-py" / "data_batch_4"
+    (batch).write_bytes(pickle.dumps({**files["data_batch_4"], "labels": labels}, protocol=2))
+    with pytest.raises(conveyor.ReadError) as info:
+        CIFAR10(tmp_path)
+    assert (info.value.key, info.value.cause) == (str(batch), cause)
+
+
+def test_cifar_labels_may_be_an_integer_array(tmp_path: Path):
+    files = write_cifar10(tmp_path)
+    batch = tmp_path / "cifar-10-batches-py" / "test_batch"
+    batch.write_bytes(pickle.dumps({**files["test_batch"], "labels": np.array([3, 1, 4, 1], np.uint8)}))
+    assert CIFAR10(tmp_path, train=False).targets == [3, 1, 4, 1]
+
+
+def test_cifar_archive_is_read_bounded_and_through_the_engine(tmp_path: Path):
+    write_cifar10(tmp_path, tarball=True)
+    archive = tmp_path / "cifar-10-python.tar.gz"
+    # bz2 and xz archives are read as tarfile's "r:*" reads them.
+    with tarfile.open(archive, "r:gz") as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+    for mode in ("w:bz2", "w:xz", "w"):
+        with tarfile.open(archive, mode) as tar:
+            for info, data in members:
+                tar.addfile(info, io.BytesIO(data))
+        assert len(CIFAR10(tmp_path, train=False)) == 4
+    # A pax header claiming 2 GB (a few MB of gzip): refused before tarfile allocates it.
+    pax = tarfile.TarInfo("././@PaxHeader")
+    pax.type, pax.size = tarfile.XHDTYPE, 2_000_000_000
+    with tarfile.open(archive, "w:gz", compresslevel=1) as tar:
+        tar.addfile(pax, _Zeros(pax.size))
+    with pytest.raises(conveyor.ReadError) as info:
+        CIFAR10(tmp_path, train=False)
+    assert (info.value.key, info.value.cause) == (
+        str(archive),
+        "not a readable tar archive (more than 1073741824 bytes once decompressed: "
+        "not a CIFAR python archive)",
+    )
+    # More members than any official archive.
+    with tarfile.open(archive, "w:gz") as tar:
+        for i in range(1001):
+            tar.addfile(tarfile.TarInfo(f"cifar-10-batches-py/x{i}"), io.BytesIO())
+    with pytest.raises(conveyor.ReadError) as info:
+        CIFAR10(tmp_path, train=False)
+    assert info.value.cause == "more than 1000 members: not a CIFAR python archive"
+    # Not a regular file: refused by name, as every file conveyor opens.
+    archive.unlink()
+    os.mkfifo(archive)
+    out = run_python(HOSTILE_CIFAR, str(tmp_path)).stdout.splitlines()
+    assert out == [f"ReadError key={archive}", "cause=not a regular file (a FIFO)"]
+
+
+# --- hostile arrays and IDX files -----------------------------------------------------------
+
+
+def test_array_source_labels_never_wrap(tmp_path: Path):
+    x = np.zeros((2, 4), np.float32)
+    # Regression: uint64 labels were cast to int64: 2**63 became -2**63, 2**64-1 became -1 ("no label").
+    for labels in (np.array([2**63, 2**64 - 1], np.uint64), [2**63, 2**64 - 1]):
+        with pytest.raises(conveyor.ConfigError) as info:
+            ArraySource(x, labels)
+        assert (
+            str(info.value)
+            == "ArraySource: labels[0] must be <= 9223372036854775807, got 9223372036854775808"
+        )
+    np.save(tmp_path / "labels.npy", np.array([0, 2**64 - 1], np.uint64))
+    with pytest.raises(conveyor.ConfigError) as info:
+        ArraySource(x, tmp_path / "labels.npy")
+    assert (
+        str(info.value) == "ArraySource: labels[1] must be <= 9223372036854775807, got 18446744073709551615"
+    )
+    with pytest.raises(conveyor.ConfigError) as info:
+        ArraySource(x, [0, True])
+    assert str(info.value) == "ArraySource: labels[1] must be an int, got bool True"
+    with pytest.raises(conveyor.ConfigError) as info:
+        ArraySource(x, np.array([False, True]))
+    assert str(info.value) == "ArraySource: labels must be a 1-D integer array, got bool of shape (2,)"
+    # The int64 range is taken as it is (FileList's rule), numpy integers too.
+    source = ArraySource(x, np.array([2**63 - 1, 7], np.uint64))
+    assert source._engine_source().read(0)[1] == 2**63 - 1
+    assert ArraySource(x, [np.uint8(3), -(2**63)])._engine_source().read(1)[1] == -(2**63)
+
+
+def write_npy_header(path: Path, shape: tuple[int, ...], descr: str = "|u1", extra: int = 0) -> Path:
+    """A .npy file whose header says ``shape``, sparse, ``extra`` bytes off its size."""
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": descr, "fortran_order": False, "shape": shape})
+        f.truncate(f.tell() + int(np.prod(shape, dtype=object)) * np.dtype(descr).itemsize + extra)
+    return path
+
+
+def test_npy_header_is_checked_against_the_file_size(tmp_path: Path):
+    path = write_npy_header(tmp_path / "short.npy", (4, 8, 8), extra=-1)
+    with pytest.raises(conveyor.ReadError) as info:
+        ArraySource(path)
+    assert (info.value.key, info.value.cause) == (
+        str(path),
+        "truncated .npy file: the header says 4×8×8 uint8 (256 bytes from offset 128), "
+        "the file has 383 bytes",
+    )
+    # Longer than the header says is fine (as numpy.load).
+    assert len(ArraySource(write_npy_header(tmp_path / "long.npy", (4, 8, 8), extra=10))) == 4
+    labels = write_npy_header(tmp_path / "labels.npy", (2**40,), "<i8", extra=-8)
+    with pytest.raises(conveyor.ReadError) as info:
+        ArraySource(path.with_name("long.npy"), labels)
+    assert info.value.key == str(labels) and info.value.cause.startswith(
+        "truncated .npy file: the header says"
+    )
+
+
+@pytest.mark.parametrize("shape", [(1, 2**31 + 1, 1), (1, 1, 2**31 + 1), (1, 2**31 + 1, 1, 3)])
+def test_npy_image_side_beyond_the_engine_is_a_config_error_naming_it(tmp_path: Path, shape):
+    # Regression: nanobind's "TypeError: incompatible function arguments" from the Loader.
+    path = write_npy_header(tmp_path / "wide.npy", shape)
+    with pytest.raises(conveyor.ConfigError) as info:
+        ArraySource(path)
+    side = 2**31 + 1
+    height, width = (side, 1) if shape[1] == side else (1, side)
+    assert str(info.value) == (
+        f"ArraySource: {path}: raw image sides must be at most 2147483647 (the engine's int), "
+        f"got {height}x{width}"
+    )
+    # As tensors (float32) the same sizes are batched as they are.
+    tensors = write_npy_header(tmp_path / "wide-f4.npy", shape, "<f4")
+    assert ArraySource(tensors).sample_shape == shape[1:]
+
+
+def test_mnist_of_other_channel_counts_gives_its_samples(tmp_path: Path):
+    # Regression: source[i] of an IDX file of 2 channels (a raw tensor) tried to decode it as an image.
+    images = np.arange(3 * 4 * 5 * 2, dtype=np.uint8).reshape(3, 4, 5, 2)
+    header = struct.pack(">4B4I", 0, 0, 8, 4, *images.shape)
+    (tmp_path / "train-images-idx3-ubyte").write_bytes(header + images.tobytes())
+    (tmp_path / "train-labels-idx1-ubyte").write_bytes(struct.pack(">4BI", 0, 0, 8, 1, 3) + bytes([7, 8, 9]))
+    source = MNIST(tmp_path)
+    assert source.raw_shape is None
+    image, label = source[1]
+    np.testing.assert_array_equal(image, images[1])
+    assert label == 8
+
+
+def test_mnist_image_side_beyond_the_engine_is_a_config_error_naming_it(tmp_path: Path):
+    side = 2**31 + 1
+    with open(tmp_path / "train-images-idx3-ubyte", "wb") as f:
+        f.write(struct.pack(">4B3I", 0, 0, 8, 3, 1, 1, side))
+        f.truncate(16 + side)
+    (tmp_path / "train-labels-idx1-ubyte").write_bytes(struct.pack(">4BI", 0, 0, 8, 1, 1) + b"\x00")
+    with pytest.raises(conveyor.ConfigError) as info:
+        MNIST(tmp_path)
+    assert str(info.value) == (
+        f"MNIST: {tmp_path / 'train-images-idx3-ubyte'}: raw image sides must be at most 2147483647 "
+        f"(the engine's int), got 1x{side}"
+    )

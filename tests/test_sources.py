@@ -490,6 +490,14 @@ def test_python_source_reads():
             == f"tuple[0]: the label returned by __getitem__ ({label}) is out of the int64 range"
         )
     assert PythonSource(((b"x", np.int64(2**63 - 1)),))._engine_source().read(0)[1] == 2**63 - 1
+    # Regression: a bool label was taken as 0 or 1 (Python's int), silently.
+    for label in (True, np.True_):
+        with pytest.raises(conveyor.ReadError) as info:
+            PythonSource(((b"x", label),))._engine_source().read(0)
+        assert str(info.value).startswith("tuple[0]: the label returned by __getitem__ is ")
+    with pytest.raises(conveyor.ReadError) as info:
+        PythonSource(((b"x", True),))._engine_source().read(0)
+    assert str(info.value) == "tuple[0]: the label returned by __getitem__ is a bool (True), not an integer"
 
 
 def test_python_source_exception_keeps_type_message_index_and_traceback():
@@ -945,3 +953,79 @@ def test_pack_bad_patterns(small_folder: Path, tmp_path: Path, capsys, pattern: 
     err = capsys.readouterr().err
     assert err.startswith("conveyor pack: ") and message in err, err
     assert not list(tmp_path.glob("x-*"))
+
+
+# --- paths with a NUL byte, CSV labels that are not plain integers ------------------------
+
+
+def test_paths_with_a_nul_byte_are_config_errors_naming_the_entry(tmp_path: Path):
+    from PIL import Image
+
+    Image.new("RGB", (3, 3)).save(tmp_path / "c.png")
+    bad = f"{tmp_path / 'c.png'}\x00junk"
+    shown = f"{tmp_path / 'c.png'}\\x00junk"
+    at = len(str(tmp_path / "c.png"))
+
+    def message(call) -> str:
+        with pytest.raises(conveyor.ConfigError) as info:
+            call()
+        return str(info.value)
+
+    # Regression: the C string ended at the NUL, so c.png was opened instead.
+    assert message(lambda: FileList([tmp_path / "c.png", bad])) == (
+        f"FileList: paths[1] contains a NUL byte at position {at} ('{shown}'); file names cannot hold one"
+    )
+    assert message(lambda: FileList([os.fsencode(bad)])).startswith("FileList: paths[0] contains a NUL byte")
+    csv_path = tmp_path / "list.csv"
+    csv_path.write_text("path,label\nc.png,1\nc.png\x00junk,2\n")
+    assert message(lambda: FileList.from_csv(csv_path)) == (
+        f"{csv_path}:3: path contains a NUL byte at position 5 ('c.png\\x00junk'); file names cannot hold one"
+    )
+    assert message(lambda: TarShards([str(tmp_path / "a.tar"), bad])) == (
+        f"TarShards: shards[1] contains a NUL byte at position {at} ('{shown}'); file names cannot hold one"
+    )
+    assert message(lambda: conveyor.sources.ArraySource(bad)) == (
+        f"ArraySource: images contains a NUL byte at position {at} ('{shown}'); file names cannot hold one"
+    )
+    assert message(lambda: conveyor.sources.ArraySource(np.zeros((1, 2, 2), np.uint8), bad)).startswith(
+        "ArraySource: labels contains a NUL byte"
+    )
+    for source in (MNIST, conveyor.sources.CIFAR10, ImageFolder):
+        assert message(lambda source=source: source(f"{tmp_path}\x00x")) == (
+            f"{source.__name__}: root contains a NUL byte at position {len(str(tmp_path))} "
+            f"('{tmp_path}\\x00x'); file names cannot hold one"
+        )
+    annotations = {
+        "images": [{"id": 1, "file_name": "c.png\u0000junk", "width": 3, "height": 3}],
+        "annotations": [],
+        "categories": [],
+    }
+    (tmp_path / "instances.json").write_text(json.dumps(annotations))
+    assert message(lambda: CocoDetection(tmp_path, tmp_path / "instances.json")) == (
+        f"CocoDetection: paths[0] contains a NUL byte at position {at} ('{shown}'); "
+        "file names cannot hold one"
+    )
+    assert message(lambda: CocoDetection(tmp_path, f"{tmp_path}/instances.json\x00")).startswith(
+        "CocoDetection: annotation_json contains a NUL byte"
+    )
+    # The engine refuses such a path wherever it opens one (C++ callers included).
+    with pytest.raises(conveyor.ConfigError, match=r"^path contains a NUL byte at position"):
+        _conveyor.read_file(os.fsencode(bad))
+
+
+@pytest.mark.parametrize("label", ["1_0", "\uff13", "+3", "٣", " 1 0"])
+def test_file_list_from_csv_labels_are_ascii_digits_or_class_names(tmp_path: Path, label: str):
+    # Regression: int() took "1_0" as 10 and the fullwidth "３" as 3.
+    csv_path = tmp_path / "list.csv"
+    csv_path.write_text(f"path,label\na.jpg,2\nb.jpg,{label}\n", encoding="utf-8")
+    if label == " 1 0":  # Not a number to int() either: a class name, as "dog" is.
+        assert FileList.from_csv(csv_path).classes == ["1 0", "2"]
+        return
+    with pytest.raises(conveyor.ConfigError) as info:
+        FileList.from_csv(csv_path)
+    assert str(info.value) == (
+        f"{csv_path}:3: label {label!r} is neither a plain integer (ASCII digits, an optional '-') nor "
+        "a class name: write it in ASCII digits, or pass classes= to take it as a name"
+    )
+    # Given classes, it is a name like any other.
+    assert FileList.from_csv(csv_path, classes=["2", label]).labels == [0, 1]

@@ -1,9 +1,15 @@
+#include <fcntl.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/array.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "bindings.h"
 #include "conveyor/core/cancellation.h"
@@ -14,6 +20,7 @@
 #include "conveyor/io/idx_source.h"
 #include "conveyor/io/image_formats.h"
 #include "conveyor/io/mix_source.h"
+#include "conveyor/io/regular_file.h"
 #include "conveyor/io/remote.h"
 #include "conveyor/io/source.h"
 #include "conveyor/io/tar_shards.h"
@@ -119,7 +126,9 @@ void bind_io(nb::module_& m) {
            nb::call_guard<nb::gil_scoped_release>(),
            "The epoch's order for a source that defines it (a mixture); else empty.")
       .def_prop_ro("parts", &Source::parts)
-      .def("part_of", &Source::part_of, nb::arg("index"));
+      .def("part_of", &Source::part_of, nb::arg("index"))
+      .def_prop_ro("max_label", &Source::max_label,
+                   "The largest label read() can return (-1: none has one); None when only known once read.");
   nb::enum_<MixStop>(m, "MixStop")
       .value("FIRST_EXHAUSTED", MixStop::kFirstExhausted)
       .value("ALL_EXHAUSTED", MixStop::kAllExhausted)
@@ -134,7 +143,8 @@ void bind_io(nb::module_& m) {
           },
           nb::arg("parts"), nb::arg("weights"), nb::arg("stop"), nb::arg("epoch_size") = 0,
           nb::arg("label_offsets") = std::vector<int64_t>{})
-      .def_prop_ro("draws", &MixSource::draws);
+      .def_prop_ro("draws", &MixSource::draws)
+      .def("locate", &MixSource::locate, nb::arg("index"), "(part, index within the part) of sample `index`.");
   nb::class_<FileSource, Source>(m, "FileSource")
       .def(
           "__init__",
@@ -246,6 +256,27 @@ void bind_io(nb::module_& m) {
       },
       nb::arg("path"), "Parses a COCO instances file (path: os.fsencode() of it); images sorted by id.");
 
+  m.def(
+      "check_path", [](const nb::bytes& path, const std::string& what) { check_path(from_path(path), what); },
+      nb::arg("path"), nb::arg("what"),
+      "ConfigError naming `what` when the path (os.fsencode() of it) holds a NUL byte, which the system would "
+      "take as its end.");
+  m.def(
+      "open_regular_file",
+      [](const nb::bytes& path) {
+        const std::string file = from_path(path);
+        int descriptor = -1;
+        {
+          nb::gil_scoped_release release;
+          const RegularFile opened(file);
+          descriptor = ::fcntl(opened.descriptor(), F_DUPFD_CLOEXEC, 0);
+          if (descriptor < 0) throw Error(ErrorKind::kRead, std::strerror(errno), file);
+        }
+        return descriptor;
+      },
+      nb::arg("path"),
+      "A new descriptor (the caller closes it) of the regular file os.fsencode(path) open for reading, checked as "
+      "read_file checks: ReadError naming it otherwise (a FIFO is refused, never waited on).");
   m.def(
       "read_file",
       [](const nb::bytes& path) {

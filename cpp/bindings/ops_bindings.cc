@@ -83,7 +83,8 @@ void bind_ops(nb::module_& m) {
           "__init__",
           [](ImagePipeline* self, const std::vector<nb::tuple>& transforms, const std::string& dtype,
              const std::string& layout, int channels, int64_t max_pixels, bool crop_decode, bool dct_scale,
-             double dct_margin, std::optional<std::array<int, 3>> raw_shape, bool variable_size, bool stream_output) {
+             double dct_margin, std::optional<std::array<int64_t, 3>> raw_shape, bool variable_size,
+             bool stream_output) {
             ImageOutputSpec output{parse_dtype(dtype), parse_layout(layout), channels};
             // (name, params) of a registered transform, or (name, {}, function): a user function (T.Lambda).
             std::vector<TransformSpec> specs;
@@ -102,7 +103,7 @@ void bind_ops(nb::module_& m) {
             options.dct_margin = dct_margin;
             options.variable_size = variable_size;
             options.stream_output = stream_output;
-            if (raw_shape) options.raw_input = RawImageShape{(*raw_shape)[0], (*raw_shape)[1], (*raw_shape)[2]};
+            if (raw_shape) options.raw_input = raw_image_shape((*raw_shape)[0], (*raw_shape)[1], (*raw_shape)[2]);
             new (self) ImagePipeline(std::move(specs), output, max_pixels, options);
           },
           nb::arg("transforms"), nb::kw_only(), nb::arg("dtype") = "float32", nb::arg("layout") = "CHW",
@@ -148,6 +149,15 @@ void bind_ops(nb::module_& m) {
       },
       nb::arg("data"), nb::arg("max_pixels") = kDefaultMaxPixels, nb::arg("channels") = 3,
       "Decodes a whole JPEG/PNG/WebP/TIFF/BMP/PNM/GIF image to a uint8 HWC array (EXIF orientation applied).");
+  m.def(
+      "raw_image_shape",
+      [](int64_t height, int64_t width, int64_t channels) {
+        const RawImageShape shape = raw_image_shape(height, width, channels);
+        return std::make_tuple(shape.height, shape.width, shape.channels);
+      },
+      nb::arg("height"), nb::arg("width"), nb::arg("channels"),
+      "(height, width, channels) of raw uint8 image samples as the pipeline takes them; ConfigError naming them "
+      "when a side is not in [1, 2**31 - 1] or channels is not 1 or 3.");
   m.def(
       "read_image_info",
       [](const nb::bytes& data, int64_t max_pixels) {

@@ -68,6 +68,14 @@ Record PythonSource::read(int64_t index) const {
       }
       data = PyTuple_GET_ITEM(item.ptr(), 0);
       nb::handle label_object = PyTuple_GET_ITEM(item.ptr(), 1);
+      // A bool is an int to Python (True == 1); as a label it is a mistake, as
+      // FileList and ArraySource refuse it.
+      if (PyBool_Check(label_object.ptr())) {
+        throw Error(ErrorKind::kRead,
+                    std::string("the label returned by __getitem__ is a bool (") +
+                        (label_object.ptr() == Py_True ? "True" : "False") + "), not an integer",
+                    sample);
+      }
       nb::object integer = nb::steal(PyNumber_Index(label_object.ptr()));
       if (!integer.is_valid()) {
         nb::python_error error;

@@ -1,5 +1,6 @@
 #include "conveyor/io/array_source.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "conveyor/core/checked_size.h"
@@ -16,6 +17,7 @@ ArraySource::ArraySource(int64_t count, int64_t sample_bytes, std::vector<int64_
                "ArraySource: " + std::to_string(labels_.size()) + " labels for " + std::to_string(count) + " samples");
   // Every sample's offset is below this product, so none overflows.
   checked_mul(count, sample_bytes, "ArraySource: the array size");
+  if (!labels_.empty()) max_label_ = *std::max_element(labels_.begin(), labels_.end());
 }
 
 namespace {

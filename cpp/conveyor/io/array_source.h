@@ -44,6 +44,7 @@ class ArraySource final : public Source {
 
   int64_t size() const override { return count_; }
   bool local_reads() const override { return true; }  ///< Memory or a local file.
+  std::optional<int64_t> max_label() const override { return max_label_; }
   Record read(int64_t index) const override;
   std::string key(int64_t index) const override;
 
@@ -60,6 +61,7 @@ class ArraySource final : public Source {
   int64_t count_ = 0;
   int64_t sample_bytes_ = 0;
   std::vector<int64_t> labels_;
+  int64_t max_label_ = -1;
   std::string name_;
 };
 

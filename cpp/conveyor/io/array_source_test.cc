@@ -25,6 +25,8 @@ TEST(ArraySourceTest, MemoryRecordsAreViewsWithLabels) {
   EXPECT_EQ(r.label, 8);
   EXPECT_EQ(r.key, "images[1]");
   EXPECT_EQ(ArraySource(nullptr, data, 2, {}, "x").read(2).label, -1);
+  EXPECT_EQ(source.max_label(), 9);  // What a mixture checks its label offsets against.
+  EXPECT_EQ(ArraySource(nullptr, data, 2, {}, "x").max_label(), -1);
 }
 
 TEST(ArraySourceTest, BadArgumentsAreConfigErrors) {

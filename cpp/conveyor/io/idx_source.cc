@@ -243,4 +243,9 @@ std::string IdxSource::key(int64_t index) const { return data_->images_path + "[
 
 const std::vector<int64_t>& IdxSource::sample_shape() const noexcept { return data_->sample_shape; }
 
+std::optional<int64_t> IdxSource::max_label() const {
+  const std::vector<int64_t>& labels = data_->labels;
+  return labels.empty() ? -1 : *std::max_element(labels.begin(), labels.end());
+}
+
 }  // namespace conveyor

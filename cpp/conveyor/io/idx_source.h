@@ -36,6 +36,7 @@ class IdxSource final : public Source {
   Record read(int64_t index) const override;
   /// "<images_path>[<index>]".
   std::string key(int64_t index) const override;
+  std::optional<int64_t> max_label() const override;
 
   /// Per-sample dimensions of the image file: {H, W} or {H, W, C}.
   const std::vector<int64_t>& sample_shape() const noexcept;

@@ -99,6 +99,7 @@ TEST_F(IdxSourceTest, ReadsRawSamplesAndLabels) {
     EXPECT_EQ(r.label, (s * 3) % 10);
     EXPECT_EQ(r.key, (dir_ / "images").string() + "[" + std::to_string(s) + "]");
   }
+  EXPECT_EQ(source.max_label(), 9);  // Labels (s * 3) % 10 of s = 0..4: 0, 3, 6, 9, 2.
 }
 
 TEST_F(IdxSourceTest, ReadsGzipFiles) {

@@ -57,6 +57,13 @@ MixSource::MixSource(std::vector<std::shared_ptr<const Source>> parts, std::vect
     check_config(std::isfinite(weights[k]) && weights[k] > 0,
                  "Mix: the weight of source " + std::to_string(k) + " must be positive and finite");
     check_config(label_offsets_[k] >= 0, "Mix: label offsets must be >= 0");
+    const std::optional<int64_t> largest = parts_[k]->max_label();
+    if (largest && *largest > 0 && label_offsets_[k] > std::numeric_limits<int64_t>::max() - *largest) {
+      throw Error(ErrorKind::kConfig, "Mix: label_offsets[" + std::to_string(k) + "] (" +
+                                          std::to_string(label_offsets_[k]) + ") plus the largest label of sources[" +
+                                          std::to_string(k) + "] (" + std::to_string(*largest) + ") is beyond int64 (" +
+                                          std::to_string(std::numeric_limits<int64_t>::max()) + ")");
+    }
     total_weight += weights[k];
     sizes_.push_back(parts_[k]->size());
   }
@@ -105,16 +112,45 @@ int MixSource::part_of(int64_t index) const {
   return static_cast<int>(it - offsets_.begin()) - 1;
 }
 
+std::optional<int64_t> MixSource::max_label() const {
+  int64_t largest = -1;
+  for (size_t k = 0; k < parts_.size(); ++k) {
+    const std::optional<int64_t> part = parts_[k]->max_label();
+    if (!part) return std::nullopt;
+    largest = std::max(largest, *part >= 0 ? *part + label_offsets_[k] : *part);  // Checked at construction.
+  }
+  return largest;
+}
+
+std::pair<int, int64_t> MixSource::locate(int64_t index) const {
+  check_config(index >= 0 && index < size(),
+               "sample index " + std::to_string(index) + " is out of range [0, " + std::to_string(size()) + ")");
+  const int k = part_of(index);
+  const auto part = static_cast<size_t>(k);
+  return {k, (index - offsets_[part]) % sizes_[part]};
+}
+
 Record MixSource::read(int64_t index) const {
-  const auto k = static_cast<size_t>(part_of(index));
-  Record record = parts_[k]->read((index - offsets_[k]) % sizes_[k]);
-  if (record.label >= 0) record.label += label_offsets_[k];
+  const auto [k, local] = locate(index);
+  const auto part = static_cast<size_t>(k);
+  Record record = parts_[part]->read(local);
+  if (record.label >= 0) {
+    const int64_t offset = label_offsets_[part];
+    if (record.label > std::numeric_limits<int64_t>::max() - offset) {
+      throw Error(ErrorKind::kRead,
+                  "label " + std::to_string(record.label) + " plus label_offsets[" + std::to_string(k) + "] (" +
+                      std::to_string(offset) + ") is beyond int64 (" +
+                      std::to_string(std::numeric_limits<int64_t>::max()) + ")",
+                  record.key);
+    }
+    record.label += offset;
+  }
   return record;
 }
 
 std::string MixSource::key(int64_t index) const {
-  const auto k = static_cast<size_t>(part_of(index));
-  return parts_[k]->key((index - offsets_[k]) % sizes_[k]);
+  const auto [k, local] = locate(index);
+  return parts_[static_cast<size_t>(k)]->key(local);
 }
 
 std::vector<int64_t> MixSource::epoch_order(uint64_t seed, uint64_t epoch, bool shuffle) const {

@@ -2,7 +2,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "conveyor/io/source.h"
@@ -35,7 +37,10 @@ enum class MixStop {
 /// parts: index offset_k + c * size_k + i is part k's sample i in cycle c. A
 /// repeated sample thus has its own index, so its own random augmentation.
 /// read() and key() are the part's, with the part's label offset added to
-/// labels >= 0.
+/// labels >= 0. Labels never wrap: an offset that, added to a part's largest
+/// label (Source::max_label), would pass INT64_MAX is refused at
+/// construction; for a part whose labels are only known once read, a label
+/// that would pass it is an Error{kRead} naming the sample.
 ///
 /// Thread-safety: immutable after construction; read() is as thread-safe as
 /// the parts' (Source's contract).
@@ -44,8 +49,9 @@ class MixSource final : public Source {
   /// `parts` (at least one, none empty) with `weights` (one per part,
   /// positive and finite; normalised); `epoch_size` must be > 0 for
   /// MixStop::kNever and 0 (derived) otherwise; `label_offsets` is empty or
-  /// one per part. Throws Error{kConfig} naming the bad argument. Shares
-  /// ownership of the parts.
+  /// one per part, each >= 0 and not passing INT64_MAX when added to its
+  /// part's largest label. Throws Error{kConfig} naming the bad argument.
+  /// Shares ownership of the parts.
   MixSource(std::vector<std::shared_ptr<const Source>> parts, std::vector<double> weights, MixStop stop,
             int64_t epoch_size = 0, std::vector<int64_t> label_offsets = {});
 
@@ -57,6 +63,13 @@ class MixSource final : public Source {
   int parts() const override { return static_cast<int>(parts_.size()); }
   bool local_reads() const override;  ///< Every part's reads are local.
   int part_of(int64_t index) const override;
+  /// The largest of the parts' largest labels, offsets added; nullopt when a
+  /// part's labels are only known once read.
+  std::optional<int64_t> max_label() const override;
+
+  /// Where sample `index` comes from: its part and its index in that part
+  /// (the part's own read(i) gives its record, label offset aside).
+  std::pair<int, int64_t> locate(int64_t index) const;
 
   /// Samples drawn from each part in every epoch (they sum to epoch_size()).
   const std::vector<int64_t>& draws() const noexcept { return draws_; }

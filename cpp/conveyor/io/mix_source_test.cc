@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -125,6 +127,73 @@ TEST(MixSourceTest, BadArgumentsAreConfigErrorsNamingThem) {
         MixSource({counting("a", 1)}, {1}, MixStop::kFirstExhausted, 0, {1, 2});
       },
       "Mix: label_offsets must have one value per source, got 2");
+}
+
+// Labels chosen by the test; max_label() unknown unless `known`.
+class LabelledSource final : public Source {
+ public:
+  LabelledSource(std::vector<int64_t> labels, bool known) : labels_(std::move(labels)), known_(known) {}
+  int64_t size() const override { return static_cast<int64_t>(labels_.size()); }
+  Record read(int64_t index) const override {
+    return {Bytes::from_vector({0}), labels_.at(static_cast<size_t>(index)), key(index), {}};
+  }
+  std::string key(int64_t index) const override { return "labelled[" + std::to_string(index) + "]"; }
+  std::optional<int64_t> max_label() const override {
+    if (!known_) return std::nullopt;
+    return *std::max_element(labels_.begin(), labels_.end());
+  }
+
+ private:
+  std::vector<int64_t> labels_;
+  bool known_;
+};
+
+// Regression: offsets were added in int64 (undefined behaviour, negative labels in practice).
+TEST(MixSourceTest, LabelOffsetsNeverWrap) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  const auto known = std::make_shared<LabelledSource>(std::vector<int64_t>{3, -1, 7}, true);
+  try {
+    MixSource({counting("a", 2), known}, {1, 1}, MixStop::kFirstExhausted, 0, {0, kMax - 6});
+    FAIL() << "expected a ConfigError";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_EQ(e.cause(),
+              "Mix: label_offsets[1] (9223372036854775801) plus the largest label of sources[1] (7) is "
+              "beyond int64 (9223372036854775807)");
+  }
+  const MixSource edge({known}, {1}, MixStop::kFirstExhausted, 0, {kMax - 7});
+  EXPECT_EQ(edge.read(2).label, kMax);
+  EXPECT_EQ(edge.read(1).label, -1);  // Unlabelled stays so.
+  EXPECT_EQ(edge.max_label(), kMax);
+  // A mixture's largest label is its parts', offsets added; unknown if one part's is.
+  const auto small = std::make_shared<LabelledSource>(std::vector<int64_t>{0, 1, 2}, true);
+  const MixSource outer({std::make_shared<MixSource>(edge), small}, {1, 1}, MixStop::kFirstExhausted);
+  EXPECT_EQ(outer.max_label(), kMax);
+  EXPECT_EQ(MixSource({small, counting("b", 3)}, {1, 1}, MixStop::kFirstExhausted).max_label(), std::nullopt);
+  EXPECT_THROW(MixSource({std::make_shared<MixSource>(edge)}, {1}, MixStop::kFirstExhausted, 0, {1}), Error);
+  // Labels known only once read: the read that would wrap is the sample's error.
+  const auto unknown = std::make_shared<LabelledSource>(std::vector<int64_t>{1, kMax}, false);
+  const MixSource late({unknown}, {1}, MixStop::kFirstExhausted, 0, {1});
+  EXPECT_EQ(late.max_label(), std::nullopt);
+  EXPECT_EQ(late.read(0).label, 2);
+  try {
+    late.read(1);
+    FAIL() << "expected a ReadError";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kRead);
+    EXPECT_EQ(e.key(), "labelled[1]");
+    EXPECT_EQ(e.cause(), "label 9223372036854775807 plus label_offsets[0] (1) is beyond int64 (9223372036854775807)");
+  }
+}
+
+TEST(MixSourceTest, LocateGivesThePartAndItsOwnIndex) {
+  const MixSource mix({counting("a", 3), counting("b", 2)}, {1, 3}, MixStop::kAllExhausted);
+  for (int64_t index = 0; index < mix.size(); ++index) {
+    const auto [part, local] = mix.locate(index);
+    EXPECT_EQ(mix.key(index), std::string(part == 0 ? "a:" : "b:") + std::to_string(local));
+  }
+  EXPECT_THROW(mix.locate(-1), Error);
+  EXPECT_THROW(mix.locate(mix.size()), Error);
 }
 
 }  // namespace

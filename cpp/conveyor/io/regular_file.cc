@@ -34,7 +34,25 @@ const char* file_type(mode_t mode) {
 
 }  // namespace
 
+void check_path(std::string_view path, std::string_view what) {
+  const size_t nul = path.find('\0');
+  if (nul == std::string_view::npos) return;
+  std::string shown;
+  for (const char c : path) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      constexpr char kHex[] = "0123456789abcdef";
+      shown += {'\\', 'x', kHex[byte >> 4], kHex[byte & 0xf]};
+    } else {
+      shown += c;
+    }
+  }
+  throw Error(ErrorKind::kConfig, std::string(what) + " contains a NUL byte at position " + std::to_string(nul) +
+                                      " ('" + shown + "'); file names cannot hold one");
+}
+
 RegularFile::RegularFile(const std::string& path) : path_(path) {
+  check_path(path, "path");
   // O_NONBLOCK, then fstat on the descriptor: opening a FIFO for reading
   // blocks until a writer appears, forever if none does. stat() before a
   // blocking open would race with the path being replaced in between; the

@@ -3,9 +3,17 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace conveyor {
+
+/// Refuses a path holding a NUL byte: the C string the system would get ends
+/// there, so "c.png\0junk" would open "c.png". Throws Error{kConfig} naming
+/// `what` (e.g. "paths[3]"), the position and the path (control bytes
+/// escaped as \xNN). Every path the io layer opens goes through it
+/// (RegularFile, FileSource, TarShardSource).
+void check_path(std::string_view path, std::string_view what);
 
 /// A regular file open for reading at any offset (positional reads: POSIX
 /// `pread`). The sources that read parts of large files read each sample's
@@ -35,7 +43,8 @@ class RegularFile {
   /// Opens `path` for reading. Only regular files are accepted: a FIFO,
   /// socket or device is refused by name ("not a regular file (a FIFO)")
   /// without blocking, a directory with "Is a directory". Throws Error{kRead}
-  /// naming `path` (the system's reason when the open fails).
+  /// naming `path` (the system's reason when the open fails); Error{kConfig}
+  /// for a path holding a NUL byte (check_path).
   explicit RegularFile(const std::string& path);
   ~RegularFile();
   RegularFile(const RegularFile&) = delete;

@@ -74,5 +74,28 @@ TEST_F(RegularFileTest, NonRegularFilesAreRefusedByName) {
   expect_refused((dir_ / "missing").string(), (dir_ / "missing").string() + ": No such file or directory");
 }
 
+// Regression: the C string ended at the NUL, so "c.png\0junk" opened "c.png".
+TEST_F(RegularFileTest, PathsWithANulByteAreRefusedNamingThem) {
+  const std::string good = write("c.png", "pixels");
+  const std::string bad = good + std::string("\0junk\n", 6);
+  const std::string shown = good + "\\x00junk\\x0a";
+  const std::string message = "path contains a NUL byte at position " + std::to_string(good.size()) + " ('" + shown +
+                              "'); file names " + "cannot hold one";
+  for (int reader = 0; reader < 3; ++reader) {
+    try {
+      if (reader == 0) RegularFile file(bad);
+      if (reader == 1) read_file(bad);
+      if (reader == 2) FileSource({good, bad});
+      ADD_FAILURE() << "expected: " << message;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+      EXPECT_EQ(e.key(), "");
+      EXPECT_EQ(e.cause(), reader == 2 ? "paths[1]" + message.substr(4) : message);
+    }
+  }
+  EXPECT_NO_THROW(check_path(good, "path"));
+  EXPECT_NO_THROW(check_path("caf\xc3\xa9 \xff.jpg", "path"));  // Any other byte is the file system's.
+}
+
 }  // namespace
 }  // namespace conveyor

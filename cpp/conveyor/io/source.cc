@@ -35,6 +35,8 @@ FileSource::FileSource(std::vector<std::string> paths, std::vector<int64_t> labe
   };
   check_count(labels_.size(), "labels");
   check_count(boxes_.size(), "boxes");
+  for (size_t i = 0; i < paths_.size(); ++i) check_path(paths_[i], "paths[" + std::to_string(i) + "]");
+  if (!labels_.empty()) max_label_ = *std::max_element(labels_.begin(), labels_.end());
   if (remote_ != nullptr) {
     check_config(remote_->store != nullptr, "FileSource: remote access without a store");
     remote_->retry.validate();

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -91,6 +92,10 @@ class Source {
     (void)index;
     return 0;
   }
+  /// The largest label read() can return (-1 when no sample has a label), or
+  /// nullopt when labels are only known once read (PythonSource, the
+  /// default). A mixture checks its label offsets against it (MixSource).
+  virtual std::optional<int64_t> max_label() const { return std::nullopt; }
 };
 
 /// Reads a whole regular file into memory. Throws Error{kRead} naming `path`
@@ -105,7 +110,8 @@ Bytes read_file(const std::string& path);
 class FileSource final : public Source {
  public:
   /// `labels` is empty (every label -1) or has one entry per path; so has
-  /// `boxes` (each file's objects, for detection) when not empty.
+  /// `boxes` (each file's objects, for detection) when not empty. Throws
+  /// Error{kConfig} naming "paths[i]" for a path holding a NUL byte (check_path).
   explicit FileSource(std::vector<std::string> paths, std::vector<int64_t> labels = {},
                       std::vector<std::vector<BoundingBox>> boxes = {},
                       std::shared_ptr<const RemoteAccess> remote = nullptr);
@@ -115,10 +121,12 @@ class FileSource final : public Source {
   std::string key(int64_t index) const override;
   /// True unless a path is a URL read through `remote`.
   bool local_reads() const override { return local_; }
+  std::optional<int64_t> max_label() const override { return max_label_; }
 
  private:
   std::vector<std::string> paths_;
   std::vector<int64_t> labels_;
+  int64_t max_label_ = -1;
   std::vector<std::vector<BoundingBox>> boxes_;
   std::shared_ptr<const RemoteAccess> remote_;
   bool local_ = true;

@@ -217,6 +217,7 @@ struct TarShardSource::Index {
   std::vector<std::string> field_names;
   std::vector<Field> fields;
   std::vector<Sample> samples;
+  int64_t max_label = -1;  // Over samples; -1 when none has a cls.
 
   uint32_t intern(const std::string& name) {
     auto it = std::find(field_names.begin(), field_names.end(), name);
@@ -466,13 +467,17 @@ TarShardSource::TarShardSource(std::vector<std::string> shards, std::shared_ptr<
     check_config(remote->store != nullptr, "TarShards: remote access without a store");
     remote->retry.validate();
   }
+  for (size_t i = 0; i < shards.size(); ++i) check_path(shards[i], "TarShards: shards[" + std::to_string(i) + "]");
   auto index = std::make_unique<Index>();
   index->remote = std::move(remote);
   for (const auto& path : shards) index->add_shard(path);
   check_config(!index->samples.empty(),
                "TarShards: the shards hold no samples (" + shards.front() + (shards.size() > 1 ? ", ..." : "") + ")");
+  for (const Index::Sample& sample : index->samples) index->max_label = std::max(index->max_label, sample.label);
   index_ = std::move(index);
 }
+
+std::optional<int64_t> TarShardSource::max_label() const { return index_->max_label; }
 
 TarShardSource::~TarShardSource() = default;
 

@@ -47,7 +47,8 @@ class TarShardSource final : public Source {
   /// (and the member, once known) when a shard is missing, unreadable,
   /// truncated or has a corrupt header, or when a sample has no image field, a
   /// duplicate field or a malformed `cls`; Error{kConfig} when `shards` is
-  /// empty or holds no samples. Shards that are URLs are read through
+  /// empty or holds no samples, or a path holds a NUL byte (check_path,
+  /// naming "TarShards: shards[i]"). Shards that are URLs are read through
   /// `remote` (when given; without it a URL is opened as a file path).
   explicit TarShardSource(std::vector<std::string> shards, std::shared_ptr<const RemoteAccess> remote = nullptr);
   ~TarShardSource() override;
@@ -61,6 +62,7 @@ class TarShardSource final : public Source {
   std::vector<int64_t> shard_starts() const override;
   /// True unless a shard is a URL read through `remote`.
   bool local_reads() const override;
+  std::optional<int64_t> max_label() const override;
 
   /// Field names of sample `index` in member order, e.g. {"cls", "jpg", "json"}.
   std::vector<std::string> fields(int64_t index) const;

@@ -145,6 +145,8 @@ TEST_F(TarShardsTest, GroupsMembersIntoSamplesAcrossShards) {
   EXPECT_EQ(as_string(r2.data), "WEBP-2");
   EXPECT_EQ(r2.label, -1);
   EXPECT_EQ(source.key(2), path("b.tar") + ":s2.webp");
+  EXPECT_EQ(source.max_label(), 7);
+  EXPECT_EQ(TarShardSource({path("b.tar")}).max_label(), -1);
   try {
     source.field(2, "json");
     FAIL();
@@ -445,6 +447,18 @@ TEST_F(TarShardsTest, HoldsNoDescriptorAndNamesTheMemberOfADeletedShard) {
 TEST_F(TarShardsTest, FifoIsRefusedByName) {
   ASSERT_EQ(::mkfifo(path("fifo.tar").c_str(), 0600), 0);
   expect_error({path("fifo.tar")}, ErrorKind::kRead, path("fifo.tar") + ": not a regular file (a FIFO)");
+}
+
+// Regression: the C string ended at the NUL, so "a.tar\0x" opened "a.tar".
+TEST_F(TarShardsTest, PathWithANulByteIsAConfigErrorNamingIt) {
+  TarWriter t;
+  t.file("s0.jpg", "J");
+  t.end();
+  t.save(path("a.tar"));
+  const std::string bad = path("a.tar") + std::string("\0x", 2);
+  expect_error({path("a.tar"), bad}, ErrorKind::kConfig,
+               "TarShards: shards[1] contains a NUL byte at position " + std::to_string(path("a.tar").size()) + " ('" +
+                   path("a.tar") + "\\x00x'); file names cannot hold one");
 }
 
 // Bad input never crashes: every truncation and single-byte corruption of a

@@ -38,6 +38,12 @@ struct RawImageShape {
   int channels = 0;  ///< 1 (grayscale) or 3 (RGB).
 };
 
+/// The RawImageShape of samples of `height` × `width` × `channels`, sizes as a
+/// source knows them (an array's shape, an IDX header: 64-bit). Throws
+/// Error{kConfig} naming them unless the sides are in [1, INT_MAX] (the
+/// pipeline's int sides) and channels is 1 or 3; nothing is narrowed before.
+RawImageShape raw_image_shape(int64_t height, int64_t width, int64_t channels);
+
 /// Reads the header only. Throws Error{kDecode} for unknown, corrupt or
 /// truncated headers and Error{kTooLarge} above `max_pixels` (height * width).
 /// Thread-safe (pure function).

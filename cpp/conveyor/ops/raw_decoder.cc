@@ -1,5 +1,6 @@
 #include "conveyor/ops/raw_decoder.h"
 
+#include <limits>
 #include <string>
 
 #include "conveyor/core/checked_size.h"
@@ -65,3 +66,18 @@ std::unique_ptr<ImageDecoder> open_raw(std::span<const uint8_t> data, const RawI
 }
 
 }  // namespace conveyor::detail
+
+namespace conveyor {
+
+RawImageShape raw_image_shape(int64_t height, int64_t width, int64_t channels) {
+  const auto size = std::to_string(height) + "x" + std::to_string(width) + "x" + std::to_string(channels);
+  check_config(channels == 1 || channels == 3, "raw images need 1 or 3 channels, got " + size);
+  check_config(height > 0 && width > 0, "raw images need positive height and width, got " + size);
+  constexpr int64_t kMaxSide = std::numeric_limits<int>::max();
+  check_config(height <= kMaxSide && width <= kMaxSide, "raw image sides must be at most " + std::to_string(kMaxSide) +
+                                                            " (the engine's int), got " + std::to_string(height) + "x" +
+                                                            std::to_string(width));
+  return {static_cast<int>(height), static_cast<int>(width), static_cast<int>(channels)};
+}
+
+}  // namespace conveyor

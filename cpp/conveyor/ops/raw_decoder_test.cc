@@ -81,6 +81,30 @@ TEST(RawDecoderTest, WrongSizeIsADecodeError) {
   }
 }
 
+// Regression: the Python binding took the sides as int, so an array of
+// 2**31 + 1 rows was nanobind's TypeError, not a named error.
+TEST(RawDecoderTest, RawImageShapeChecksSidesBeforeNarrowing) {
+  const RawImageShape shape = raw_image_shape(28, 28, 1);
+  EXPECT_EQ(shape.height, 28);
+  EXPECT_EQ(shape.width, 28);
+  EXPECT_EQ(shape.channels, 1);
+  EXPECT_EQ(raw_image_shape(2147483647, 1, 3).height, 2147483647);
+  const auto cause = [](int64_t h, int64_t w, int64_t c) {
+    try {
+      raw_image_shape(h, w, c);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+      return e.cause();
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(cause(2147483649, 1, 1), "raw image sides must be at most 2147483647 (the engine's int), got 2147483649x1");
+  EXPECT_EQ(cause(1, int64_t{1} << 32, 3),
+            "raw image sides must be at most 2147483647 (the engine's int), got 1x4294967296");
+  EXPECT_EQ(cause(2, 2, (int64_t{1} << 32) + 1), "raw images need 1 or 3 channels, got 2x2x4294967297");
+  EXPECT_EQ(cause(0, 2, 1), "raw images need positive height and width, got 0x2x1");
+}
+
 TEST(RawDecoderTest, BadShapeIsAConfigErrorAndMaxPixelsApplies) {
   try {
     ImagePipeline p({}, {DType::kUInt8, Layout::kHWC, 1}, kDefaultMaxPixels, raw(2, 2, 4));

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import math
 import os
 from collections.abc import Sequence
 from typing import Any, Optional, Union
@@ -9,6 +11,7 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from conveyor import _conveyor
+from conveyor._checks import INT64_MAX, INT64_MIN, check_int
 from conveyor.errors import ConfigError, ReadError, _printable_path
 from conveyor.sources.base import PathLike, Source
 
@@ -16,34 +19,90 @@ from conveyor.sources.base import PathLike, Source
 TENSOR_DTYPES = ("uint8", "int64", "float16", "float32")
 
 
+def _read_error(path: str, cause: str) -> ReadError:
+    return ReadError(f"{_printable_path(path)}: {cause}", key=path, cause=cause)
+
+
 def _load_npy(path: str, what: str) -> np.ndarray:
-    """The ``.npy`` file at ``path``, memory-mapped (nothing is read but its header)."""
+    """The ``.npy`` file at ``path``, memory-mapped read-only (nothing is read
+    but its header). The engine opens it, as every file conveyor reads: a
+    FIFO or device is refused by name, never waited on. The header's size
+    (shape × item size) is checked against the file's before it is mapped."""
+    _conveyor.check_path(os.fsencode(path), f"ArraySource: {what}")
     try:
-        array = np.load(path, mmap_mode="r", allow_pickle=False)
-    except FileNotFoundError as e:
-        raise ReadError(f"{_printable_path(path)}: not found", key=path, cause="not found") from e
-    except (OSError, ValueError, EOFError) as e:
-        raise ReadError(f"{_printable_path(path)}: not a .npy file ({e})", key=path, cause=str(e)) from e
-    if not isinstance(array, np.memmap):
-        raise ConfigError(
-            f"ArraySource: {what} {_printable_path(path)} is not a .npy file (an .npz archive?)"
-        )
-    return array
+        descriptor = _conveyor.open_regular_file(os.fsencode(path))
+    except ReadError as e:
+        if e.cause == os.strerror(errno.ENOENT):
+            raise _read_error(path, "not found") from None
+        raise
+    with os.fdopen(descriptor, "rb") as f:
+        try:
+            version = np.lib.format.read_magic(f)
+            # Version 3 differs from 2 only by a UTF-8 header, which matters
+            # only for field names (structured dtypes are refused below).
+            read_header = (
+                np.lib.format.read_array_header_1_0
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0
+            )
+            shape, fortran_order, dtype = read_header(f)
+        except (OSError, ValueError, EOFError) as e:
+            f.seek(0)
+            if f.read(4) == b"PK\x03\x04":
+                raise ConfigError(
+                    f"ArraySource: {what} {_printable_path(path)} is not a .npy file (an .npz archive?)"
+                ) from None
+            raise _read_error(path, f"not a .npy file ({e})") from e
+        if dtype.hasobject:
+            raise ConfigError(
+                f"ArraySource: {what} {_printable_path(path)} holds Python objects ({dtype}), which are "
+                "never loaded (numpy's allow_pickle=False)"
+            )
+        offset, size = f.tell(), os.fstat(f.fileno()).st_size
+        needed = math.prod(shape) * dtype.itemsize  # Python ints: never wraps.
+        if offset + needed > size:
+            layout = "×".join(map(str, shape)) or "a scalar"
+            raise _read_error(
+                path,
+                f"truncated .npy file: the header says {layout} {dtype} ({needed} bytes from offset "
+                f"{offset}), the file has {size} bytes",
+            )
+        if needed == 0:  # mmap refuses a length of 0.
+            return np.empty(shape, dtype, order="F" if fortran_order else "C")
+        return np.memmap(f, dtype, "r", offset, shape, "F" if fortran_order else "C")
 
 
 def _as_labels(labels: Any, count: int) -> list[int]:
+    """The labels as the engine takes them (int64), each checked: Python or
+    numpy integers (not bools) in the int64 range, never cast (a uint64
+    2**64 - 1 would become -1, "no label")."""
     if labels is None:
         return []
     if isinstance(labels, (str, bytes, os.PathLike)):
         labels = _load_npy(os.fsdecode(labels), "labels")
-    array = np.asarray(labels)
-    if array.ndim != 1 or array.dtype.kind not in "iu":
+    if not isinstance(labels, np.ndarray):
+        try:
+            items = list(labels)
+        except TypeError:
+            what = type(labels).__name__
+            raise ConfigError(
+                f"ArraySource: labels must be a 1-D integer array or a list of ints, got {what}"
+            ) from None
+        if len(items) != count:
+            raise ConfigError(f"ArraySource: labels has {len(items)} entries for {count} images")
+        return [check_int(label, f"ArraySource: labels[{i}]") for i, label in enumerate(items)]
+    if labels.ndim != 1 or labels.dtype.kind not in "iu":
         raise ConfigError(
-            f"ArraySource: labels must be a 1-D integer array, got {array.dtype} of shape {array.shape}"
+            f"ArraySource: labels must be a 1-D integer array, got {labels.dtype} of shape {labels.shape}"
         )
-    if len(array) != count:
-        raise ConfigError(f"ArraySource: labels has {len(array)} entries for {count} images")
-    return array.astype(np.int64).tolist()
+    if len(labels) != count:
+        raise ConfigError(f"ArraySource: labels has {len(labels)} entries for {count} images")
+    if labels.dtype.kind == "u" and labels.dtype.itemsize == 8:
+        beyond = np.flatnonzero(labels > np.uint64(INT64_MAX))
+        if len(beyond):
+            i = int(beyond[0])
+            check_int(int(labels[i]), f"ArraySource: labels[{i}]", minimum=INT64_MIN, maximum=INT64_MAX)
+    return labels.astype(np.int64).tolist()
 
 
 class ArraySource(Source):
@@ -58,8 +117,8 @@ class ArraySource(Source):
     ConfigError. Tensor dtypes: uint8, int64, float16, float32 (convert others
     with ``astype``).
 
-    A path opens the ``.npy`` file with ``numpy.load(mmap_mode="r")`` to read
-    its header (``images`` is that memmap); the Loader then reads each sample
+    A path opens the ``.npy`` file to read its header, checked against the
+    file's size, and maps it read-only (``images`` is that memmap); the Loader then reads each sample
     with a positional read, so a file larger than memory is never loaded and
     the resident memory stays flat. An in-memory array is read in place (a
     non-contiguous one is copied once); it must not change while a Loader
@@ -72,9 +131,14 @@ class ArraySource(Source):
 
     Raises:
         ConfigError: an array with no sample, a dtype that is not supported,
-            an object or Fortran-order ``.npy`` file, or labels that are not 1-D
-            integers with one entry per sample.
-        ReadError: a path that does not exist or is not a ``.npy`` file, naming it.
+            an object or Fortran-order ``.npy`` file, image sides beyond the
+            engine's int (2**31 - 1), a path holding a NUL byte, or labels
+            that are not 1-D integers with one entry per sample (a label
+            outside int64, e.g. a uint64 2**64 - 1, or a bool, names
+            ``labels[i]``; labels are never cast).
+        ReadError: a path that does not exist, is not a regular file (a FIFO
+            is refused, never waited on), is not a ``.npy`` file or is shorter
+            than its header says, naming it.
     """
 
     def __init__(
@@ -106,8 +170,14 @@ class ArraySource(Source):
                 f"N×H×W×C (C = 1 or 3) or N×H×W; tensors are {', '.join(TENSOR_DTYPES)} "
                 "(convert with astype)"
             )
+        if self.raw_shape is not None:
+            try:  # The engine's rule for raw image sizes (its int sides), named here.
+                _conveyor.raw_image_shape(*self.raw_shape)
+            except ConfigError as e:
+                where = self._name() if path is None else _printable_path(path)
+                raise ConfigError(f"ArraySource: {where}: {e}") from None
         label_list = _as_labels(labels, len(images))
-        sample_bytes = int(np.prod(self.sample_shape, dtype=np.int64)) * images.dtype.itemsize
+        sample_bytes = math.prod(self.sample_shape) * images.dtype.itemsize  # Python ints: never wraps.
         if sample_bytes == 0:
             raise ConfigError(f"ArraySource: samples of shape {self.sample_shape} hold no value")
         if path is not None:

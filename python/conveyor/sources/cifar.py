@@ -2,20 +2,85 @@
 
 from __future__ import annotations
 
+import bz2
+import errno
+import gzip
 import io
+import lzma
 import os
 import pickle
+import pickletools
+import posixpath
+import reprlib
 import tarfile
 from collections.abc import Sequence
 from typing import Any, Optional
 
 import numpy as np
 
+from conveyor import _conveyor
+from conveyor._checks import is_int
 from conveyor.errors import ConfigError, ReadError, _printable_path
 from conveyor.sources.arrays import ArraySource
 from conveyor.sources.base import PathLike
 
 _SIDE = 32
+
+# The largest official batch is CIFAR-100's "train": 50 000 images of 3 072
+# bytes, with two labels and a file name each (155 MB). A file or archive
+# member larger than 50 000 × 4 096 bytes is not a batch, and is refused
+# before it is read (a /dev/zero would otherwise be read until MemoryError).
+_MAX_BATCH_BYTES = 50_000 * 4_096
+# The pickle's opcodes are scanned before it is unpickled (_check_pickle): the
+# official layout nests a few levels (dict → list → str; the array's
+# reconstruction tuples: 7 levels), and takes about 4 opcodes per image
+# (a label or two, a file name and its memo entry).
+_MAX_NESTING = 32
+_MAX_OPCODES = 50_000 * 16
+# Links followed inside an archive before it is called a loop.
+_MAX_LINKS = 8
+# The official tarballs hold under 10 members and decompress to under 200 MB.
+_MAX_MEMBERS = 1_000
+_MAX_ARCHIVE_BYTES = 1 << 30
+# The compressions tarfile's "r:*" reads, by their magic bytes.
+_COMPRESSIONS = (
+    (b"\x1f\x8b", lambda f: gzip.GzipFile(fileobj=f, mode="rb")),
+    (b"BZh", bz2.BZ2File),
+    (b"\xfd7zXZ\x00", lzma.LZMAFile),
+)
+
+
+class _Bounded:
+    """A (decompressed) file that refuses to be read or sought past ``limit``
+    bytes, for tarfile: a header claiming gigabytes is refused before
+    anything is allocated for it."""
+
+    def __init__(self, stream: Any, limit: int) -> None:
+        self._stream, self._limit = stream, limit
+
+    def _check(self, end: int) -> None:
+        if end > self._limit:
+            raise OSError(f"more than {self._limit} bytes once decompressed: not a CIFAR python archive")
+
+    def read(self, size: Optional[int] = -1) -> bytes:
+        position = self._stream.tell()
+        if size is None or size < 0:
+            data = self._stream.read(self._limit - position + 1)
+            self._check(position + len(data))
+            return data
+        self._check(position + size)
+        return self._stream.read(size)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_CUR:
+            offset, whence = self._stream.tell() + offset, io.SEEK_SET
+        if whence == io.SEEK_SET:
+            self._check(offset)
+        return self._stream.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._stream.tell()
+
 
 # What the official batches (numpy arrays pickled by Python 2) may refer to;
 # anything else in a "batch" is refused, so that opening one runs no code.
@@ -37,22 +102,106 @@ class _BatchUnpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
+# Opcodes that change the object below their arguments instead of making one.
+_IN_PLACE = frozenset({"APPEND", "APPENDS", "SETITEM", "SETITEMS", "ADDITEMS", "BUILD"})
+
+
+def _check_pickle(data: bytes) -> Optional[str]:
+    """Why the pickle ``data`` is not one of the official layout's shape, or
+    None. Unpickling builds containers without recursion, but a deeply nested
+    result is not harmless: CPython's unpickler crashes (SIGSEGV) on 300 000
+    nested tuples and a repr of 50 000 raises RecursionError. So the opcode
+    stream is walked first, without building anything (``pickletools.genops``,
+    iterative), following each object's nesting depth through the stack and
+    the memo: at most ``_MAX_OPCODES`` opcodes and ``_MAX_NESTING`` levels.
+    A container filled after it was put in another (only memo references can
+    do that: cycles, or nesting the walk could not follow) is refused too,
+    as the official batches never do it."""
+    depth: list[int] = []  # By object id.
+    contained: list[bool] = []  # By object id: already inside another object.
+    stack: list[Optional[int]] = []  # Object ids; None is a mark.
+    memo: dict[int, int] = {}
+    try:
+        for count, (opcode, arg, position) in enumerate(pickletools.genops(data), 1):
+            if count > _MAX_OPCODES:
+                return f"more than {_MAX_OPCODES} pickle opcodes"
+            name = opcode.name
+            if name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):
+                if not stack or stack[-1] is None:
+                    return f"corrupt pickle: {name} at byte {position} with nothing to store"
+                memo[len(memo) if name == "MEMOIZE" else arg] = stack[-1]
+                continue
+            if name in ("GET", "BINGET", "LONG_BINGET"):
+                if arg not in memo:
+                    return f"corrupt pickle: {name} at byte {position} of a memo entry never stored"
+                stack.append(memo[arg])
+                continue
+            if name == "DUP" and stack:
+                stack.append(stack[-1])
+                continue
+            if name == "MARK":
+                stack.append(None)
+                continue
+            if name == "POP" and stack and stack[-1] is None:
+                stack.pop()  # As CPython's unpickler: POP above a mark discards the mark.
+                continue
+            before = opcode.stack_before
+            children: list[int] = []
+            if pickletools.markobject in before:
+                while stack and stack[-1] is not None:
+                    children.append(stack.pop())  # type: ignore[arg-type]
+                if not stack:
+                    return f"corrupt pickle: {name} at byte {position} without a mark"
+                stack.pop()
+                fixed = before.index(pickletools.markobject)
+            else:
+                fixed = len(before)
+            if fixed > len(stack) or None in stack[len(stack) - fixed :]:
+                return f"corrupt pickle: {name} at byte {position} with too few objects on the stack"
+            below: list[int] = stack[len(stack) - fixed :]  # type: ignore[assignment]
+            del stack[len(stack) - fixed :]
+            if name == "STOP":
+                return None
+            if not opcode.stack_after:
+                continue
+            if name in _IN_PLACE:
+                target, children = below[0], below[1:] + children
+                if children and contained[target]:
+                    return (
+                        "a pickled container is changed after it was put in another: not the official layout"
+                    )
+            else:
+                children = below + children
+                depth.append(0)
+                contained.append(False)
+                target = len(depth) - 1
+            for child in children:
+                contained[child] = True
+                depth[target] = max(depth[target], depth[child] + 1)
+            if depth[target] > _MAX_NESTING:
+                return f"the pickle nests deeper than {_MAX_NESTING} levels"
+            stack.extend([target] * len(opcode.stack_after))
+    except ValueError as e:  # genops: an unknown opcode, a truncated argument, no STOP.
+        return f"corrupt pickle: {e}"
+    return None
+
+
 class _Files:
     """The batch files of an extracted folder or of the official tarball."""
 
     def __init__(self, root: str, folder: str, archive: str, name: str) -> None:
+        _conveyor.check_path(os.fsencode(root), f"{name}: root")
         self.folder = os.path.join(root, folder)
         self.archive_path = os.path.join(root, archive)
         self._folder_name = folder
         self._tar: Optional[tarfile.TarFile] = None
+        self._members: dict[str, tarfile.TarInfo] = {}
+        self._streams: list[Any] = []  # What the archive is read through, closed with it.
         if os.path.isdir(self.folder):
             self.where = self.folder
-        elif os.path.isfile(self.archive_path):
+        elif os.path.lexists(self.archive_path):
             self.where = self.archive_path
-            try:
-                self._tar = tarfile.open(self.archive_path, "r:*")
-            except (OSError, tarfile.TarError, EOFError) as e:
-                raise self._error(self.archive_path, f"not a readable tar archive ({e})") from e
+            self._open_archive()
         else:
             raise ConfigError(
                 f"{name}: neither the folder {_printable_path(self.folder)} nor the archive "
@@ -63,32 +212,106 @@ class _Files:
     def _error(key: str, cause: str) -> ReadError:
         return ReadError(f"{_printable_path(key)}: {cause}", key=key, cause=cause)
 
+    def _open_archive(self) -> None:
+        """Opens the tarball through the engine (a regular file only) and lists
+        its members, bounded: at most _MAX_ARCHIVE_BYTES once decompressed
+        (checked before each read, so a small archive of zeros cannot make
+        tarfile allocate gigabytes for one header) and _MAX_MEMBERS members."""
+        path = self.archive_path
+        raw = os.fdopen(_conveyor.open_regular_file(os.fsencode(path)), "rb")
+        self._streams.append(raw)
+        try:
+            magic = raw.read(6)
+            raw.seek(0)
+            stream: Any = raw
+            for prefix, opener in _COMPRESSIONS:
+                if magic.startswith(prefix):
+                    stream = opener(raw)
+                    self._streams.append(stream)
+            self._tar = tarfile.open(fileobj=_Bounded(stream, _MAX_ARCHIVE_BYTES), mode="r:")
+            for count, member in enumerate(self._tar, 1):
+                if count > _MAX_MEMBERS:
+                    raise self._error(path, f"more than {_MAX_MEMBERS} members: not a CIFAR python archive")
+                self._members[member.name] = member  # The last of a name wins, as tarfile's getmember.
+        except ReadError:
+            self.close()
+            raise
+        except (OSError, tarfile.TarError, EOFError) as e:
+            self.close()
+            raise self._error(path, f"not a readable tar archive ({e})") from e
+
+    @staticmethod
+    def _too_large(key: str, size: int) -> ReadError:
+        return _Files._error(
+            key,
+            f"not a CIFAR python batch ({size} bytes; the official batches are at most {_MAX_BATCH_BYTES})",
+        )
+
+    def _read_file(self, key: str) -> bytes:
+        # Opened by the engine, as every file conveyor reads: a FIFO or device
+        # is refused by name (never waited on, never read without end).
+        try:
+            descriptor = _conveyor.open_regular_file(os.fsencode(key))
+        except ReadError as e:
+            if e.cause == os.strerror(errno.ENOENT):
+                raise self._error(key, "not found") from None
+            raise
+        with os.fdopen(descriptor, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > _MAX_BATCH_BYTES:
+                raise self._too_large(key, size)
+            try:
+                data = f.read(_MAX_BATCH_BYTES + 1)  # Bounded even if the file grows meanwhile.
+            except OSError as e:
+                raise self._error(key, e.strerror or str(e)) from e
+        if len(data) > _MAX_BATCH_BYTES:
+            raise self._too_large(key, len(data))
+        return data
+
+    def _member(self, name: str, key: str) -> tarfile.TarInfo:
+        """The regular member ``name`` of the archive, links followed within
+        the archive only (never to the file system), at most _MAX_LINKS."""
+        find = self._members.get
+        member = find(name)
+        if member is None:
+            raise self._error(key, "not found in the archive")
+        for _ in range(_MAX_LINKS + 1):
+            if member.isreg():
+                return member
+            if not (member.issym() or member.islnk()):
+                kinds = {tarfile.DIRTYPE: "a directory", tarfile.FIFOTYPE: "a FIFO", tarfile.CHRTYPE:
+                         "a character device", tarfile.BLKTYPE: "a block device"}  # fmt: skip
+                kind = kinds.get(member.type, f"type {member.type!r}")
+                raise self._error(key, f"not a regular file in the archive ({kind})")
+            # A symbolic link is relative to its folder, a hard link to the archive's root.
+            target = member.linkname
+            if member.issym():
+                target = posixpath.normpath(posixpath.join(posixpath.dirname(member.name), target))
+            member = find(target)
+            if member is None:
+                raise self._error(key, f"a link to {target!r}, which is not in the archive")
+        raise self._error(key, f"more than {_MAX_LINKS} levels of links in the archive (a loop?)")
+
     def load(self, file: str) -> tuple[str, dict[str, Any]]:
         """The unpickled dict of the batch ``file`` and the key naming it."""
         if self._tar is None:
             key = os.path.join(self.folder, file)
-            try:
-                with open(key, "rb") as f:
-                    data = f.read()
-            except FileNotFoundError:
-                raise self._error(key, "not found") from None
-            except OSError as e:
-                raise self._error(key, e.strerror or str(e)) from e
+            data = self._read_file(key)
         else:
-            member = f"{self._folder_name}/{file}"
-            key = f"{self.archive_path}:{member}"
+            member_name = f"{self._folder_name}/{file}"
+            key = f"{self.archive_path}:{member_name}"
+            member = self._member(member_name, key)
+            if member.size > _MAX_BATCH_BYTES:
+                raise self._too_large(key, member.size)
             try:
                 extracted = self._tar.extractfile(member)
-            except KeyError:
-                raise self._error(key, "not found in the archive") from None
-            except (OSError, tarfile.TarError, EOFError) as e:
-                raise self._error(key, f"unreadable ({e})") from e
-            if extracted is None:
-                raise self._error(key, "not a regular file")
-            try:
+                assert extracted is not None  # A regular member.
                 data = extracted.read()
             except (OSError, tarfile.TarError, EOFError) as e:
                 raise self._error(key, f"unreadable ({e})") from e
+        problem = _check_pickle(data)
+        if problem is not None:
+            raise self._error(key, f"not a CIFAR python batch ({problem})")
         try:
             entry = _BatchUnpickler(io.BytesIO(data), encoding="latin1").load()
         except Exception as e:  # noqa: BLE001 - any failure of a corrupt pickle is this sample file's error.
@@ -102,6 +325,9 @@ class _Files:
     def close(self) -> None:
         if self._tar is not None:
             self._tar.close()
+        for stream in reversed(self._streams):  # tarfile leaves a given file open.
+            stream.close()
+        self._streams.clear()
 
 
 class CIFAR10(ArraySource):
@@ -118,10 +344,22 @@ class CIFAR10(ArraySource):
     split is held in memory (150 MB for the training set), as torchvision does.
     Keys (in errors) are ``<folder or archive>[i]``.
 
+    Files are read as nothing in them can take the process down: a batch
+    that is not a regular file (a FIFO, a device) is refused by name, never
+    waited on; one larger than the largest official batch (204 800 000
+    bytes, checked before reading) is refused; the pickle's opcodes are
+    walked before it is unpickled, and nesting deeper than the layout needs
+    (32 levels) is refused (CPython's unpickler crashes on 300 000);
+    links in the tarball are followed within it only, 8 at most.
+
     Raises:
-        ConfigError: neither the folder nor the archive exists in ``root``.
-        ReadError: a batch or the meta file is missing, not a valid pickle,
-            or has the wrong content (e.g. data not N×3072 uint8), naming it.
+        ConfigError: neither the folder nor the archive exists in ``root``;
+            ``root`` holds a NUL byte.
+        ReadError: a batch or the meta file is missing, not a regular file,
+            too large, not a valid pickle or nested too deep, a link loop in
+            the archive, or has the wrong content (data not N×3072 uint8, a
+            label that is not an int in [0, classes): ``'labels'[3] must be
+            an int, got float 1.7``), naming the file (and the entry).
     """
 
     base_folder = "cifar-10-batches-py"
@@ -136,13 +374,13 @@ class CIFAR10(ArraySource):
         self._check_arguments()
         files = _Files(self.root, self.base_folder, self.archive, type(self).__name__)
         try:
+            key, meta = files.load(self.meta_file)
+            #: Class names, from the meta file.
+            self.classes: list[str] = self._classes(key, meta)
             batches = [
                 self._read_batch(*files.load(name))
                 for name in (self.train_list if self.train else self.test_list)
             ]
-            key, meta = files.load(self.meta_file)
-            #: Class names, from the meta file.
-            self.classes: list[str] = self._classes(key, meta)
         finally:
             files.close()
         count = sum(len(labels) for _, labels in batches)
@@ -154,10 +392,6 @@ class CIFAR10(ArraySource):
             start += len(pixels)
         #: Labels in sample order.
         self.targets: list[int] = [label for _, labels in batches for label in labels]
-        bad = next((label for label in self.targets if not 0 <= label < len(self.classes)), None)
-        if bad is not None:
-            cause = f"label {bad} is not a class index (the meta file names {len(self.classes)} classes)"
-            raise ReadError(f"{_printable_path(files.where)}: {cause}", key=files.where, cause=cause)
         self._where = files.where
         #: Class name -> index.
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
@@ -194,10 +428,27 @@ class CIFAR10(ArraySource):
             shape = getattr(pixels, "shape", None)
             dtype = getattr(pixels, "dtype", type(pixels).__name__)
             raise fail(f"'data' must be N×3072 uint8, got {dtype} of shape {shape}")
-        try:
+        # Integers as they are: never int() of a float, a bool, a str, nor the
+        # keys of a dict.
+        if isinstance(labels, np.ndarray) and labels.ndim == 1 and labels.dtype.kind in "iu":
+            label_list = labels.tolist()
+        elif isinstance(labels, (list, tuple)):
+            for i, label in enumerate(labels):
+                if not is_int(label):
+                    shown = reprlib.repr(label)
+                    raise fail(f"{self.labels_key!r}[{i}] must be an int, got {type(label).__name__} {shown}")
             label_list = [int(label) for label in labels]
-        except (TypeError, ValueError) as e:
-            raise fail(f"{self.labels_key!r} must be a list of integers ({e})") from e
+        else:
+            what = type(labels).__name__
+            if isinstance(labels, np.ndarray):
+                what = f"a {labels.dtype} array of shape {labels.shape}"
+            raise fail(f"{self.labels_key!r} must be a list of integers, got {what}")
+        for i, label in enumerate(label_list):
+            if not 0 <= label < len(self.classes):
+                raise fail(
+                    f"{self.labels_key!r}[{i}] = {label} is not a class index "
+                    f"(the meta file names {len(self.classes)} classes)"
+                )
         if len(label_list) != len(pixels):
             raise fail(f"{len(pixels)} images but {len(label_list)} {self.labels_key}")
         return pixels, label_list

@@ -32,12 +32,16 @@ class CocoDetection(FileList):
             malformed (naming it and the entry, e.g. ``annotations[3].bbox``),
             including ids beyond int64 (``annotations[3].category_id``) and
             NaN or infinite numbers (not valid JSON).
-        ConfigError: the file lists no image.
+        ConfigError: the file lists no image; a path holds a NUL byte
+            (``images_dir``, ``annotation_json``, or a ``file_name``: naming
+            ``paths[i]``).
     """
 
     def __init__(self, images_dir: PathLike, annotation_json: PathLike) -> None:
         self.images_dir = os.fsdecode(images_dir)
         self.annotation_json = os.fsdecode(annotation_json)
+        for name in ("images_dir", "annotation_json"):
+            _conveyor.check_path(os.fsencode(getattr(self, name)), f"CocoDetection: {name}")
         coco = _conveyor.read_coco(os.fsencode(self.annotation_json))
         self._images: list[_conveyor.CocoImage] = coco.images
         if not self._images:

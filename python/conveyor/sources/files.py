@@ -78,12 +78,14 @@ class FileList(Source):
             URLs (credentials, endpoint, ...), as ``fsspec.filesystem`` takes them.
 
     Raises:
-        ConfigError: ``paths`` is a single path or empty; a label is not an
-            integer in the int64 range (naming ``labels[i]``; floats and
-            strings are refused, not truncated); a box is not four finite
-            numbers and an integer (naming ``boxes[i][j]``); or ``labels`` or
-            ``boxes`` has the wrong length; a URL's protocol has no fsspec
-            backend installed (naming the package to install).
+        ConfigError: ``paths`` is a single path or empty; a path holds a
+            NUL byte (naming ``paths[i]``: the system would open the path up
+            to it); a label is not an integer in the int64 range (naming
+            ``labels[i]``; floats and strings are refused, not truncated);
+            a box is not four finite numbers and an integer (naming
+            ``boxes[i][j]``); or ``labels`` or ``boxes`` has the wrong
+            length; a URL's protocol has no fsspec backend installed (naming
+            the package to install).
     """
 
     #: Class names by index, when known (ImageFolder, from_csv with class names).
@@ -128,7 +130,12 @@ class FileList(Source):
         self._boxes = [[tuple(box) for box in objects] for objects in boxes] if boxes is not None else None
         remote = remote_arguments(self.paths, retry, storage_options, "FileList")
         self._remote = bool(remote)
-        self._source = _conveyor.FileSource(fs_paths(self.paths), self.labels or [], checked_boxes, **remote)
+        try:  # The engine checks the paths (a NUL byte names paths[i]).
+            self._source = _conveyor.FileSource(
+                fs_paths(self.paths), self.labels or [], checked_boxes, **remote
+            )
+        except ConfigError as e:
+            raise ConfigError(f"{type(self).__name__}: {e}") from None
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -172,8 +179,12 @@ class FileList(Source):
             delimiter: the field separator; None sniffs it from the header
                 row (the most frequent of comma, tab and semicolon).
             classes: the class names, in index order. Without it, labels that
-                are all integers are taken as they are, and any other labels
-                are class names mapped to indices in sorted order.
+                are all plain integers (ASCII digits, an optional "-") are
+                taken as they are, and any other labels are class names
+                mapped to indices in sorted order; a label Python's ``int()``
+                would read but that is not plain (``1_0``, a fullwidth
+                ``３``, ``+3``) is refused, naming its line: pass ``classes``
+                to take it as a name.
 
         The result's ``classes`` and ``class_to_idx`` list the class names and
         their indices (None for integer labels).
@@ -182,9 +193,9 @@ class FileList(Source):
             ReadError: the CSV file can't be read or is not a regular file (a
                 FIFO is refused, not waited on).
             ConfigError: an empty file, a missing column, a row with the wrong
-                number of fields, an empty path or label, a class not in
-                ``classes``, a label out of the int64 range (naming ``file:line``),
-                or no rows.
+                number of fields, an empty path or label, a path holding a NUL
+                byte, a class not in ``classes``, a label out of the int64
+                range or not a plain integer (naming ``file:line``), or no rows.
         """
         csv_path = os.fsdecode(path)
         shown = _printable_path(csv_path)
@@ -232,6 +243,7 @@ class FileList(Source):
             file = row[path_index].strip()
             if not file:
                 raise ConfigError(f"{shown}:{line}: empty path")
+            _conveyor.check_path(os.fsencode(file), f"{shown}:{line}: path")
             # A URL stays a URL: joined onto the folder it would be a local path.
             paths.append(file if is_url(file) else os.path.join(folder, file))
             if label_index is not None:
@@ -251,6 +263,13 @@ class FileList(Source):
                 )
             names = [str(name) for name in classes]
         elif not all(_is_integer(label) for _, label in texts):
+            for line, label in texts:
+                if _int_would_read(label) and not _is_integer(label):
+                    raise ConfigError(
+                        f"{shown}:{line}: label {label!r} is neither a plain integer (ASCII digits, an "
+                        "optional '-') nor a class name: write it in ASCII digits, or pass classes= to take "
+                        "it as a name"
+                    )
             names = sorted({label for _, label in texts})
         if names is None:
             labels = [check_int(int(label), f"{shown}:{line}: label") for line, label in texts]
@@ -269,7 +288,17 @@ class FileList(Source):
         return result
 
 
+_DIGITS = frozenset("0123456789")
+
+
 def _is_integer(text: str) -> bool:
+    """A plain integer label: ASCII digits with an optional "-" (as a tar
+    shard's ``cls``), never what else ``int()`` reads ("1_0", "３", "+3")."""
+    digits = text[1:] if text.startswith("-") else text
+    return bool(digits) and all(c in _DIGITS for c in digits)
+
+
+def _int_would_read(text: str) -> bool:
     try:
         int(text)
     except ValueError:
@@ -291,7 +320,8 @@ class ImageFolder(FileList):
     all of which the decoders read; pass ``extensions`` to take only some.
 
     Raises:
-        ConfigError: root does not exist, has no class folders, or no images;
+        ConfigError: root does not exist (or holds a NUL byte), has no class
+            folders, or no images;
             a class folder has no image and ``allow_empty`` is False; or
             ``extensions`` lists one the decoders do not read.
     """
@@ -300,6 +330,7 @@ class ImageFolder(FileList):
         self, root: PathLike, extensions: Optional[Sequence[str]] = None, allow_empty: bool = False
     ) -> None:
         self.root = os.fsdecode(root)
+        _conveyor.check_path(os.fsencode(self.root), "ImageFolder: root")
         if not os.path.isdir(self.root):
             raise ConfigError(f"ImageFolder: {_printable_path(self.root)} is not a directory")
         if isinstance(extensions, str):

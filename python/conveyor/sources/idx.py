@@ -6,8 +6,10 @@ import os
 from collections.abc import Sequence
 from typing import Any, Optional
 
+import numpy as np
+
 from conveyor import _conveyor
-from conveyor.errors import ConfigError, ReadError
+from conveyor.errors import ConfigError, ReadError, _printable_path
 from conveyor.sources.base import PathLike, Source
 
 
@@ -73,9 +75,14 @@ class MNIST(Source):
     batches (layout "CHW") or N×28×28×1 ("HWC"). ``source[i]`` is
     ``(28×28×1 uint8 array, label)``.
 
+    ``source[i]`` of an IDX file of other than 1 or 3 channels gives its
+    H×W×C uint8 tensor as stored.
+
     Raises:
         ReadError: a file is missing, or not a valid IDX file (naming it).
-        ConfigError: the image and label files disagree on the sample count.
+        ConfigError: the image and label files disagree on the sample count;
+            image sides beyond the engine's int (2**31 - 1, naming the file);
+            ``root`` holds a NUL byte.
     """
 
     #: Sub-folder of ``root`` that torchvision uses.
@@ -87,6 +94,7 @@ class MNIST(Source):
 
     def __init__(self, root: PathLike, train: bool = True) -> None:
         self.root = os.fsdecode(root)
+        _conveyor.check_path(os.fsencode(self.root), f"{type(self).__name__}: root")
         self.train = bool(train)
         prefix = "train" if self.train else "t10k"
         folders = [self.root, os.path.join(self.root, self.folder, "raw")]
@@ -95,6 +103,13 @@ class MNIST(Source):
         self._source = _conveyor.IdxSource(os.fsencode(self.images_path), os.fsencode(self.labels_path))
         if len(self._source) == 0:
             raise ConfigError(f"{type(self).__name__}: {self.images_path} holds no samples")
+        if self.raw_shape is not None:
+            try:  # The engine's rule for raw image sizes (its int sides), named here.
+                _conveyor.raw_image_shape(*self.raw_shape)
+            except ConfigError as e:
+                raise ConfigError(
+                    f"{type(self).__name__}: {_printable_path(self.images_path)}: {e}"
+                ) from None
 
     def __len__(self) -> int:
         return len(self._source)
@@ -114,6 +129,11 @@ class MNIST(Source):
 
     def _engine_source(self) -> _conveyor.Source:
         return self._source
+
+    def _decode_sample(self, index: int, data: bytes, key: str) -> Any:
+        if self.raw_shape is None:  # A raw tensor (not 1 or 3 channels): as stored.
+            return np.frombuffer(data, np.uint8).reshape(self.sample_shape).copy()
+        return super()._decode_sample(index, data, key)
 
     def _sample_transform(self, transforms: Sequence[Any], **output: Any) -> _conveyor.SampleTransform:
         if self.raw_shape is None:

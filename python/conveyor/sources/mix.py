@@ -43,13 +43,19 @@ class Mix(Source):
             its samples at least once (smaller sources repeat).
             ``"never"``: after ``epoch_size`` positions (sources repeat as needed).
         epoch_size: positions per epoch; only (and required) with ``stop="never"``.
-        label_offsets: one integer per source added to its labels (e.g. to
-            keep two datasets' classes apart); None leaves labels as they are.
+        label_offsets: one integer per source added to its labels >= 0 (e.g.
+            to keep two datasets' classes apart); None leaves labels as they
+            are. Labels never wrap: an offset that, added to its source's
+            largest label, passes 2**63 - 1 is a ConfigError naming it; for a
+            PythonSource, whose labels are only known once read, such a label
+            is a ReadError naming the sample.
 
     All sources must give samples of one kind (encoded images, or raw tensors
     of one shape); detection sources (boxes) are not supported in a mixture.
     ``Loader.stats()["samples_per_source"]`` counts the samples each source
-    gave in the current epoch.
+    gave in the current epoch. ``mix[i]`` gives sample ``i`` as its source's
+    own ``[i]`` does (a tensor, raw pixels, a decoded image), the label offset
+    added.
 
     Raises:
         ConfigError: naming the bad argument.
@@ -128,6 +134,16 @@ class Mix(Source):
 
     def _engine_source(self) -> _conveyor.Source:
         return self._source
+
+    # source[i]: each sample as its own source gives it (a tensor, raw pixels
+    # or a decoded image), the label with its offset.
+    def _decode_sample(self, index: int, data: bytes, key: str) -> Any:
+        part, local = self._source.locate(index)
+        return self.sources[part]._decode_sample(local, data, key)
+
+    def _target(self, index: int, label: int) -> Any:
+        part, local = self._source.locate(index)
+        return self.sources[part]._target(local, label)
 
     def _sample_transform(self, transforms: Sequence[Any], **output: Any) -> _conveyor.SampleTransform:
         return self.sources[0]._sample_transform(transforms, **output)
