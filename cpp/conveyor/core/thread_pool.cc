@@ -46,7 +46,9 @@ ThreadPool::ThreadPool(int num_threads, std::string name, ThreadStarter start)
   }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { shutdown(); }
+
+void ThreadPool::shutdown() noexcept {
   std::lock_guard resize_lock(resize_mu_);
   stop_and_join();
 }

@@ -23,9 +23,8 @@ namespace conveyor {
 /// they are running (never in the middle of one); no queued task is dropped.
 ///
 /// Thread-safety: submit(), resize(), size(), running() and queued() may be
-/// called from any thread, including from a task. The destructor discards
-/// tasks not yet started, waits for running ones and joins every thread; it
-/// must not be called from a pool thread.
+/// called from any thread, including from a task. The destructor shuts the
+/// pool down (shutdown()); it must not be called from a pool thread.
 class ThreadPool {
  public:
   /// Starts one thread running `body` and returns it; throws (as std::thread
@@ -73,6 +72,14 @@ class ThreadPool {
 
   /// Number of tasks queued and not yet started.
   size_t queued() const;
+
+  /// Discards the tasks not yet started, waits for the running ones and joins
+  /// every thread; submit() is a no-op from then on. Idempotent; the
+  /// destructor calls it. Two pools whose tasks submit to each other are
+  /// shut down both before either is destroyed: a thread of one may be
+  /// inside the other's submit() until it is joined. Must not be called from
+  /// a pool thread.
+  void shutdown() noexcept;
 
   /// Default size of a cpu pool: the CPUs this process may use
   /// (usable_cpu_count(): affinity and cgroup quota), at least 1.

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <system_error>
@@ -291,6 +292,37 @@ TEST(ThreadPoolResizeTest, DestroyedRightAfterResizesJoinsEveryThread) {
     }
   }
   EXPECT_EQ(exited.load(), made.load());
+}
+
+TEST(ThreadPoolTest, PoolsSubmittingToEachOtherShutDownBeforeEitherIsDestroyed) {
+  // The Loader's two pools hand work to each other; a thread of one can be
+  // inside the other's submit() when the work stops. After shutdown() of
+  // both, nothing runs and nothing is queued: destroying them then races
+  // with nothing (TSan checks this; destroying one first did race).
+  for (int round = 0; round < 50; ++round) {
+    auto a = std::make_unique<ThreadPool>(2, "a");
+    auto b = std::make_unique<ThreadPool>(2, "b");
+    std::atomic<bool> stop{false};
+    std::function<void()> to_b, to_a;
+    to_b = [&] {
+      if (!stop) b->submit(to_a);
+    };
+    to_a = [&] {
+      if (!stop) a->submit(to_b);
+    };
+    for (int i = 0; i < 4; ++i) a->submit(to_b);
+    std::this_thread::yield();
+    stop = true;
+    a->shutdown();
+    b->shutdown();
+    EXPECT_EQ(a->queued(), 0u);
+    EXPECT_EQ(b->queued(), 0u);
+    a->submit([] { FAIL() << "ran after shutdown"; });
+    EXPECT_EQ(a->queued(), 0u);
+    a->shutdown();  // Idempotent.
+    a.reset();
+    b.reset();
+  }
 }
 
 }  // namespace

@@ -511,6 +511,12 @@ void Loader::close() {
     closed_ = true;
   }
   // No task runs (stop_locked waited) and none can start: joining is safe.
+  // Both pools are joined before either is destroyed: a cpu thread hands
+  // slow reads to the io pool and an io thread its record to the cpu pool,
+  // and the last such hand-off of the epoch may still be inside the other
+  // pool's submit() (TSan saw it) after its task ran and ended the epoch.
+  io_pool_->shutdown();
+  cpu_pool_->shutdown();
   io_pool_.reset();
   cpu_pool_.reset();
 }
