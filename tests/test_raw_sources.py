@@ -766,3 +766,59 @@ def test_mnist_image_side_beyond_the_engine_is_a_config_error_naming_it(tmp_path
         f"MNIST: {tmp_path / 'train-images-idx3-ubyte'}: raw image sides must be at most 2147483647 "
         f"(the engine's int), got 1x{side}"
     )
+
+
+CIFAR_MUTATIONS = """
+import json, pickletools, random, sys
+from pathlib import Path
+import conveyor
+from conveyor.sources import CIFAR10
+
+root = Path(sys.argv[1])
+batch = root / "cifar-10-batches-py" / "data_batch_1"
+valid = batch.read_bytes()
+opcodes = [op.code.encode("latin1") for op in pickletools.opcodes]
+rng = random.Random(int(sys.argv[2]))
+outcomes = {}
+for i in range(int(sys.argv[3])):
+    data = bytearray(valid)
+    for _ in range(rng.randint(1, 4)):
+        kind = rng.randrange(5)
+        at = rng.randrange(len(data) + 1)
+        if kind == 0 and data:  # Flip a byte.
+            data[min(at, len(data) - 1)] ^= 1 << rng.randrange(8)
+        elif kind == 1:  # Cut the rest.
+            del data[at:]
+        elif kind == 2:  # Insert opcodes, sometimes many of one (deep nesting).
+            data[at:at] = rng.choice(opcodes) * (rng.choice([1, 2, 50, 5000]))
+        elif kind == 3 and data:  # Repeat a slice.
+            end = min(len(data), at + rng.randint(1, 64))
+            data[at:at] = data[at:end] * rng.randint(2, 40)
+        else:  # Random bytes.
+            data[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 16)))
+    batch.write_bytes(bytes(data))
+    try:
+        CIFAR10(root, train=True)
+        outcomes["read"] = outcomes.get("read", 0) + 1
+    except conveyor.ReadError as e:
+        assert e.key == str(batch), (i, e.key)
+        assert str(e).startswith(f"{batch}: "), (i, str(e))
+        outcomes["ReadError"] = outcomes.get("ReadError", 0) + 1
+print(json.dumps(sorted(outcomes.items())))
+"""
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_mutated_cifar_batches_are_read_or_refused_naming_the_file(tmp_path: Path, seed: int):
+    # A fuzz of the CIFAR reader (Python: outside the libFuzzer targets):
+    # valid batches with flipped bytes, cuts, inserted opcodes (runs of one
+    # opcode nest deeply) and repeated slices, each either read or refused
+    # with a ReadError naming the batch file; never another exception, a
+    # crash or a hang (a child process with a timeout). Seeded: the same
+    # inputs on every run.
+    write_cifar10(tmp_path)
+    done = run_python(CIFAR_MUTATIONS, str(tmp_path), str(seed), "300")
+    assert done.returncode == 0, f"child exited with {done.returncode}\n{done.stdout}\n{done.stderr}"
+    outcomes = dict(json.loads(done.stdout))
+    assert sum(outcomes.values()) == 300
+    assert outcomes.get("ReadError", 0) > 100, outcomes  # The mutations mostly break the batch.
