@@ -11,13 +11,14 @@ import math
 
 import numpy as np
 import pytest
+from PIL import Image
 
 import conveyor
 from conftest import run_python
 from conveyor import _conveyor
 from conveyor import transforms as T
 from conveyor.errors import ConfigError, TooLargeError
-from conveyor.sources import ArraySource
+from conveyor.sources import ArraySource, FileList
 from conveyor.transforms import functional as F
 
 IMAGES = np.arange(4 * 32 * 48 * 3, dtype=np.uint64).astype(np.uint8).reshape(4, 32, 48, 3)
@@ -245,3 +246,32 @@ def test_random_choice_takes_huge_probabilities_as_weights():
     ]
     assert all(np.array_equal(a, b) for a, b in zip(*batches))
     assert all(math.isclose(float(row.sum()), 1.0, rel_tol=1e-6) for batch in batches[0] for row in batch)
+
+
+def test_grayscale_1_takes_the_loader_argument_its_error_names(tmp_path):
+    # "pass channels=1 to the loader" named an argument the Loader did not have.
+    rng = np.random.default_rng(5)
+    paths = []
+    for i in range(4):
+        paths.append(str(tmp_path / f"{i}.png"))
+        Image.fromarray(rng.integers(0, 256, (6, 9, 3), dtype=np.uint8)).save(paths[-1])
+    source = FileList(paths)
+    with pytest.raises(ConfigError, match=r"pass channels=1 to the loader \(or num_output_channels=3\)$"):
+        conveyor.Loader(source, [T.Grayscale(1), T.CenterCrop((6, 9))], batch_size=2)
+    loader = conveyor.Loader(
+        source, [T.Grayscale(1), T.CenterCrop((6, 9))], batch_size=4, dtype="uint8", channels=1
+    )
+    images, _ = next(iter(loader))
+    assert tuple(images.shape) == (4, 1, 6, 9)
+    # PNGs are decoded to one channel as PIL's convert("L") (torchvision's
+    # Grayscale on a PIL image) computes it, within the decoder's rounding.
+    for image, path in zip(images.numpy(), paths):
+        expected = np.asarray(Image.open(path).convert("L"), dtype=np.int16)
+        assert np.abs(image[0].astype(np.int16) - expected).max() <= 1
+    # A raw source's channels are its own: the loader does not convert them.
+    with pytest.raises(ConfigError) as info:
+        conveyor.Loader(ArraySource(IMAGES), [T.Grayscale(1)], batch_size=2, channels=1)
+    assert str(info.value) == (
+        "channels=1: ArraySource's samples are raw pixels of 3 channel(s), which the loader does not "
+        "convert; leave channels unset"
+    )

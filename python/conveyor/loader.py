@@ -112,6 +112,12 @@ class Loader:
             ``ToDtype``/... imply, else "float32"; a dtype given that disagrees
             with them is a ConfigError.
         layout: "CHW" (default) or "HWC".
+        channels: 3 (RGB) or 1 (grayscale): the channels images are decoded
+            to. None: 3, or a raw-pixel source's own (MNIST: 1; a raw source
+            cannot be given another). ``T.Grayscale(1)`` needs
+            ``channels=1``: each image is then decoded straight to one
+            channel (the decoders' own conversion, as torchvision's
+            ``decode_image(mode=ImageReadMode.GRAY)``).
         memory_format: ``torch.channels_last`` gives N×C×H×W batches with
             channels-last strides: a zero-copy view of the engine's N×H×W×C
             buffer (what a channels_last model takes without a copy). None or
@@ -176,6 +182,7 @@ class Loader:
         progress: bool = False,
         dtype: Union[str, Any, None] = None,
         layout: str = "CHW",
+        channels: Optional[int] = None,
         memory_format: Any = None,
         max_pixels: int = DEFAULT_MAX_PIXELS,
         rank: Optional[int] = None,
@@ -263,9 +270,11 @@ class Loader:
         self._seed = seed
         self._device = _parse_device(device)
         self._pin = _is_cuda(self._device) if pin_memory is None else bool(pin_memory)
-        transform = source._sample_transform(
-            steps, dtype=dtype, layout="HWC" if channels_last else layout, max_pixels=max_pixels
-        )
+        output: dict[str, Any] = {"dtype": dtype, "layout": "HWC" if channels_last else layout}
+        output["max_pixels"] = max_pixels
+        if channels is not None:
+            output["channels"] = channels
+        transform = source._sample_transform(steps, **output)
         self._engine = _conveyor.Loader(
             source._engine_source(),
             transform,

@@ -210,9 +210,12 @@ class ArraySource(Source):
     def _sample_transform(self, transforms: Sequence[Any], **output: Any) -> _conveyor.SampleTransform:
         if self.raw_shape is not None:
             return super()._sample_transform(transforms, **output)
-        if transforms:
+        if transforms or output.get("channels") is not None:
+            what = "leave channels unset"
+            if transforms:
+                what = "image transforms do not apply; pass transforms=None"
             raise ConfigError(
                 f"ArraySource: samples are {self.dtype} tensors of shape {self.sample_shape}, not images "
-                "(uint8 N×H×W×C, C = 1 or 3): image transforms do not apply; pass transforms=None"
+                f"(uint8 N×H×W×C, C = 1 or 3): {what}"
             )
         return _conveyor.TensorCopyTransform(list(self.sample_shape), self.dtype.name)

@@ -10,7 +10,7 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from conveyor import _conveyor
-from conveyor.errors import DecodeError
+from conveyor.errors import ConfigError, DecodeError
 
 PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
@@ -100,15 +100,21 @@ class Source:
 
     def _sample_transform(self, transforms: Sequence[Any], **output: Any) -> _conveyor.SampleTransform:
         """The engine transform for this source's samples; ``output`` holds
-        dtype, layout and max_pixels as given to the Loader."""
+        dtype, layout, max_pixels and (when given) channels as given to the Loader."""
         from conveyor.transforms import compile_pipeline
 
         # The Loader batches samples of any size (as lists of tensors), and
         # writes them into batch buffers its threads do not read again.
         if self.raw_shape is not None:
+            channels = output.pop("channels", self.raw_shape[2])
+            if channels != self.raw_shape[2]:
+                raise ConfigError(
+                    f"channels={channels!r}: {type(self).__name__}'s samples are raw pixels of "
+                    f"{self.raw_shape[2]} channel(s), which the loader does not convert; leave channels unset"
+                )
             return compile_pipeline(
                 transforms,
-                channels=self.raw_shape[2],
+                channels=channels,
                 raw_shape=self.raw_shape,
                 variable_size=True,
                 stream_output=True,

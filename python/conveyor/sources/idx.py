@@ -41,6 +41,11 @@ def _raw_transform(
             raise ConfigError("raw-pixel sources support a single Normalize")
         mean = [float(v) for v in _as_list(transform.mean)]
         std = [float(v) for v in _as_list(transform.std)]
+    if output.get("channels") is not None:
+        raise ConfigError(
+            f"channels={output['channels']!r}: the samples are raw tensors of shape {tuple(sample_shape)}, "
+            "not images; leave channels unset"
+        )
     dtype = str(output.get("dtype", "float32")).replace("torch.", "")
     if dtype not in ("uint8", "float32"):
         raise ConfigError(f"raw-pixel sources produce uint8 or float32, not {dtype}")
