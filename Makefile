@@ -126,7 +126,7 @@ asan-python: setup
 # first: each is an input that once crashed.
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD := build/fuzz
-FUZZERS := image_decode_fuzzer image_pipeline_fuzzer tar_shards_fuzzer idx_fuzzer coco_fuzzer
+FUZZERS := image_decode_fuzzer image_pipeline_fuzzer tar_shards_fuzzer idx_fuzzer coco_fuzzer image_function_fuzzer
 FUZZ_SEED ?=
 FUZZ_FLAGS := -rss_limit_mb=2048 -timeout=20 -max_len=65536 -print_final_stats=1 $(FUZZ_SEED)
 
@@ -152,7 +152,7 @@ fuzz: fuzz-build
 	  grep -E '^stat::number_of_executed_units|^Done' build/fuzz-artifacts/$$f.log | tr '\n' ' '; echo; \
 	done
 
-# The short run of `make test` (5 targets x 12 s), with a fixed seed so that
+# The short run of `make test` (each target for 12 s), with a fixed seed so that
 # CI explores the same inputs each time: new findings come from `make fuzz`,
 # not from a random CI failure.
 fuzz-smoke:

@@ -9,7 +9,7 @@ formats' variants: JPEG baseline/progressive/grayscale/CMYK/subsamplings/EXIF
 orientations/restart markers, PNG colour types and depths/interlacing, WebP
 lossy/lossless/alpha/animated/EXIF, TIFF compressions/depths/layouts, formats
 that must be refused, tar shards in ustar, GNU and pax formats, and IDX file
-pairs (plain and named ``.gz``). The output is deterministic; existing files
+pairs (plain and named ``.gz``), and each image function on a few shapes. The output is deterministic; existing files
 are overwritten.
 """
 
@@ -239,6 +239,29 @@ def coco_seeds() -> dict[str, bytes]:
     return {name: text.encode() for name, text in seeds.items()}
 
 
+# The image function target's functions, in its table's order (registered names, sorted).
+IMAGE_FUNCTIONS = 24
+
+
+def image_function_seeds() -> dict[str, bytes]:
+    """Each image function on a few shapes (RGB, gray, empty, a huge side),
+    its arguments small integers or fractions, then the pixels."""
+    rng = np.random.default_rng(7)
+    seeds = {}
+    for function in range(IMAGE_FUNCTIONS):
+        for shape_name, (height, width, channels) in {
+            "rgb": (8, 12, 3),
+            "gray": (5, 9, 1),
+            "empty": (0, 4, 3),
+            "huge": (250, 1, 3),
+        }.items():
+            # 16 numbers: (7, v) is the integer v, (2, v) is v / 64.
+            numbers = b"".join(bytes([7, 1 + k % 5]) if k % 3 else bytes([2, 32 + k]) for k in range(16))
+            pixels = rng.integers(0, 256, size=96 * 3, dtype=np.uint8).tobytes()
+            seeds[f"{function:02d}-{shape_name}"] = bytes([function, height, width, channels, 1]) + numbers + pixels
+    return seeds
+
+
 def _with_config(data: bytes, name: str) -> bytes:
     """Appends the pipeline target's 8 configuration bytes (from the seed's name)."""
     return data + hashlib.sha256(name.encode()).digest()[:PIPELINE_CONFIG_BYTES]
@@ -258,6 +281,7 @@ def main(argv: list[str]) -> int:
         "tar_shards_fuzzer": tar_seeds(images),
         "idx_fuzzer": idx_seeds(),
         "coco_fuzzer": coco_seeds(),
+        "image_function_fuzzer": image_function_seeds(),
     }
     for target, seeds in corpora.items():
         folder = out / target

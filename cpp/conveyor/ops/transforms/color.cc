@@ -447,7 +447,8 @@ void solarize(Image& image, double threshold) {
   // that vectorises.
   const float t = std::ceil(static_cast<float>(threshold));
   if (t > 255) return;
-  const int cut = std::max(static_cast<int>(t), 0);
+  // Compared before the conversion: a float below int's range has no int (UB).
+  const int cut = t <= 0 ? 0 : static_cast<int>(t);
   uint8_t* px = image.pixels.data();
   const size_t n = image.pixels.size();
   for (size_t i = 0; i < n; ++i) px[i] = px[i] >= cut ? static_cast<uint8_t>(255 - px[i]) : px[i];

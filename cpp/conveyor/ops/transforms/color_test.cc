@@ -214,6 +214,7 @@ TEST(ColorKernelTest, InvertPosterizeSolarize) {
   EXPECT_EQ(run(solarize, make_image(1, 3, 1, {127, 128, 200}), 128), (Pixels{127, 127, 55}));
   EXPECT_EQ(run(solarize, make_image(1, 3, 1, {127, 128, 200}), 127.5), (Pixels{127, 127, 55}));
   EXPECT_EQ(run(solarize, make_image(1, 2, 1, {0, 255}), -1), (Pixels{255, 0}));
+  EXPECT_EQ(run(solarize, make_image(1, 2, 1, {0, 255}), -1.44e17), (Pixels{255, 0}));  // Below int: UB once.
   // The threshold is compared in float32: 127.000001 is 127.
   EXPECT_EQ(run(solarize, make_image(1, 3, 1, {126, 127, 128}), 127.000001), (Pixels{126, 128, 127}));
   EXPECT_EQ(run(solarize, make_image(1, 2, 1, {0, 255}), 255), (Pixels{0, 0}));

@@ -5,8 +5,10 @@
 #include <cmath>
 #include <cstring>
 #include <opencv2/core.hpp>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "conveyor/core/checked_size.h"
 #include "conveyor/core/error.h"
@@ -29,8 +31,9 @@ int cv_border(PadMode mode) {
   return cv::BORDER_CONSTANT;
 }
 
-// Padding [left, top, right, bottom], each a non-negative int.
-std::array<int, 4> read_padding(TransformArgs& args, std::vector<double> fallback) {
+// Padding [left, top, right, bottom], each a non-negative int; required
+// without a fallback.
+std::array<int, 4> read_padding(TransformArgs& args, std::optional<std::vector<double>> fallback) {
   const std::vector<double> values = args.numbers("padding", 4, std::move(fallback));
   std::array<int, 4> padding{};
   for (size_t i = 0; i < 4; ++i) {
@@ -276,7 +279,7 @@ void crop_boxes(std::vector<BoundingBox>* boxes, double top, double left, int he
 
 std::unique_ptr<const TransformStep> make_pad_step(const TransformParams& params) {
   TransformArgs args("Pad", params);
-  const std::array<int, 4> padding = read_padding(args, {});
+  const std::array<int, 4> padding = read_padding(args, std::nullopt);
   FillArg fill = FillArg::read(args);
   const PadMode mode = read_pad_mode(args);
   args.finish();
@@ -319,7 +322,7 @@ void center_crop_function(const TransformParams& params, SampleImage& sample) {
 
 void pad_function(const TransformParams& params, SampleImage& sample) {
   TransformArgs args("pad", params);
-  const std::array<int, 4> padding = read_padding(args, {});
+  const std::array<int, 4> padding = read_padding(args, std::nullopt);
   const FillArg fill = FillArg::read(args);
   const PadMode mode = read_pad_mode(args);
   args.finish();

@@ -222,6 +222,23 @@ TEST(ImageFunctionTest, EveryFunctionRefusesAnEmptyImageBeforeRunning) {
   }
 }
 
+TEST(ImageFunctionTest, EveryFunctionWithoutItsArgumentsRunsOrNamesTheMissingOne) {
+  // pad without padding once read past an empty fallback (found by fuzzing).
+  const Image image = testing::make_pattern(6, 7);
+  for (const std::string& name : registered_image_function_names()) {
+    const auto [kind, message] = error_of([&] {
+      apply_image_function({name, {}}, image.pixels.data(), 6, 7, 3, 1000);
+    });
+    if (message == "accepted") continue;
+    EXPECT_EQ(kind, ErrorKind::kConfig) << name;
+    EXPECT_EQ(message.rfind(name + ": ", 0), 0u) << message;  // "...: padding is required", "...: give ...".
+  }
+  EXPECT_EQ(error_of([&] {
+              apply_image_function({"pad", {}}, image.pixels.data(), 6, 7, 3);
+            }).second,
+            "pad: padding is required");
+}
+
 TEST(ImageFunctionTest, ASideBeyondAnIntOrTheLimitIsRefusedBeforeAnyRead) {
   // 2**32 + 3 rows once wrapped to 3. The pixels are never read: one byte here.
   const uint8_t pixel[1] = {0};
