@@ -29,7 +29,7 @@ from conveyor import transforms as T
 SIZE = (32, 32)
 # Mean/max absolute difference allowed between conveyor's Resize (OpenCV
 # INTER_AREA) and PIL's antialiased bilinear resize, per uint8 channel value;
-# DESIGN.md measures means of 0.4-1.6 on photos.
+# means of 0.4-1.6 were measured on photos when the tolerance was set.
 MEAN_TOLERANCE = 3.0
 MAX_TOLERANCE = 48
 

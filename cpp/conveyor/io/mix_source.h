@@ -19,7 +19,7 @@ enum class MixStop {
 };
 
 /// Several sources drawn from with fixed weights, as one source whose order
-/// is random access (DESIGN.md decision 15): which part feeds a position is a
+/// is random access (docs/design/decisions.md, decision 15): which part feeds a position is a
 /// function of (seed, epoch, position) alone, so a mixture shuffles, shards
 /// across ranks and resumes exactly (also at another world size) like a
 /// single source, with the same output for any thread count.

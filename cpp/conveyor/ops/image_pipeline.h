@@ -68,8 +68,8 @@ struct ImagePipelineOptions {
 /// once. One output pass (the last flip, pointwise steps through per-channel
 /// tables, dtype, layout) writes into the batch slot. Pointwise steps
 /// (Normalize) must come after every geometric and image step. Decodes JPEG,
-/// PNG and WebP, detected from the bytes, or takes raw pixels of a shape
-/// given in the options (ImagePipelineOptions::raw_input).
+/// PNG, WebP, TIFF, BMP, PNM and GIF, detected from the bytes, or takes raw
+/// pixels of a shape given in the options (ImagePipelineOptions::raw_input).
 ///
 /// Thread-safety: immutable after construction; apply() may run concurrently.
 class ImagePipeline final : public SampleTransform {
