@@ -49,6 +49,7 @@ STATS_KEYS = {
     "demand_per_second",
     "read_latency_seconds",
     "process_time_seconds",
+    "latency_spread_seconds",
     "usable_cores",
     "other_cores",
     "memory_budget",

@@ -230,6 +230,7 @@ void bind_pipeline(nb::module_& m) {
       .def_ro("demand_per_second", &LoaderStats::demand_per_second)
       .def_ro("read_latency_seconds", &LoaderStats::read_latency_seconds)
       .def_ro("process_time_seconds", &LoaderStats::process_time_seconds)
+      .def_ro("latency_spread_seconds", &LoaderStats::latency_spread_seconds)
       .def_ro("usable_cores", &LoaderStats::usable_cores)
       .def_ro("other_cores", &LoaderStats::other_cores)
       .def_ro("memory_budget", &LoaderStats::memory_budget);

@@ -596,8 +596,8 @@ class Loader:
         (``threads_running``, ``io_threads_running``), ``autotune_reason`` (why
         the last change), ``autotune_changes``, autotune's estimates
         (``demand_per_second``, ``read_latency_seconds``,
-        ``process_time_seconds``) and its limits (``usable_cores``,
-        ``memory_budget``)."""
+        ``process_time_seconds``, ``latency_spread_seconds``, ``other_cores``)
+        and its limits (``usable_cores``, ``memory_budget``)."""
         engine_stats = self._engine.stats()
         stats: dict[str, Any] = {name: getattr(engine_stats, name) for name in _STATS}
         wall, wait = float(stats["wall_seconds"]), float(stats["wait_seconds"])

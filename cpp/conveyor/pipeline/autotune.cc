@@ -131,6 +131,7 @@ AutotuneEstimates AutotuneController::estimates() const {
   e.read_seconds = read_.value();
   e.process_seconds = process_.value();
   e.stall = stall_.value();
+  e.spread_seconds = spread_.value();
   if (others_windows_ >= kOtherCoresWindows) {
     e.other_cores = std::max(0.0, others_.value());
     e.cores_left_to_others = cores_taken_;
@@ -525,6 +526,8 @@ std::optional<AutotuneSettings> LoaderAutotune::observe(int64_t now_ns, const Au
       w.read_seconds, static_cast<double>(std::max<int64_t>(0, c.read_lock_wait_ns - s.read_lock_wait_ns)) * 1e-9);
   w.samples_processed = c.processed - s.processed;
   w.process_seconds = static_cast<double>(c.process_ns - s.process_ns) * 1e-9;
+  w.read_p90_seconds = percentile_between(c.read_latency, s.read_latency, 0.9) * 1e-9;
+  w.process_p90_seconds = percentile_between(c.process_latency, s.process_latency, 0.9) * 1e-9;
   w.batches_ready = c.batches_ready;
   if (measure_cpu_) {
     const int64_t process_cpu = process_cpu_ns();

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "conveyor/core/latency_histogram.h"
+
 namespace conveyor {
 
 /// The three settings the autotune controller chooses (each >= 1).
@@ -111,6 +113,9 @@ struct AutotuneEstimates {
   /// Cores kept from the cpu threads for the rest of the process: other_cores
   /// rounded, with hysteresis (docs/design/autotune.md); 0 until known.
   int cores_left_to_others = 0;
+  /// How far the slow reads and decodes run past the mean (p90 - mean of
+  /// reads + of decode and transforms), smoothed; 0 until measured.
+  double spread_seconds = 0;
 };
 
 /// Chooses cpu threads, reads in flight and prefetch so that the consumer
@@ -215,6 +220,8 @@ struct AutotuneCounters {
   int64_t process_cpu_ns = 0;         ///< CPU time of the threads running decode + transforms, summed over the samples.
   int64_t consumer_run_delay_ns = 0;  ///< The consumer thread's wait for a core between its next() calls.
   int64_t batches_ready = 0;          ///< Complete batches waiting now (not cumulative).
+  LatencyHistogram::Counts read_latency{};     ///< Each read's latency (a window's p90 is read from two).
+  LatencyHistogram::Counts process_latency{};  ///< Each decode + transforms' time.
 };
 
 /// What autotune reports through Loader::stats().

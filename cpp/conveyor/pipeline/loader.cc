@@ -741,7 +741,9 @@ std::optional<Record> Loader::read_sample(const std::shared_ptr<EpochRun>& run, 
   }
   read_cpu_ns_ += thread_cpu_ns() - cpu_started;
   read_lock_wait_ns_ += thread_lock_wait_ns() - lock_wait_started;
-  read_ns_ += steady_ns() - started;
+  const int64_t read_ns = steady_ns() - started;
+  read_ns_ += read_ns;
+  read_latency_.record(read_ns);
   ++samples_read_;
   if (error) {
     std::lock_guard lock(mu_);
@@ -792,7 +794,9 @@ void Loader::process_task(const std::shared_ptr<EpochRun>& run, SlotTicket task,
     error = SampleError{ErrorKind::kInternal, e.what(), record.key};
   }
   process_cpu_ns_ += thread_cpu_ns() - cpu_started;
-  process_ns_ += steady_ns() - started;
+  const int64_t process_ns = steady_ns() - started;
+  process_ns_ += process_ns;
+  process_latency_.record(process_ns);
   ++samples_processed_;
   if (!error) ++part_samples_[static_cast<size_t>(source_->part_of(sample))];
   std::lock_guard lock(mu_);
@@ -1054,6 +1058,7 @@ LoaderStats Loader::stats() const {
   stats.demand_per_second = std::isinf(autotune.estimates.demand_per_second) ? 0 : autotune.estimates.demand_per_second;
   stats.read_latency_seconds = autotune.estimates.read_seconds;
   stats.process_time_seconds = autotune.estimates.process_seconds;
+  stats.latency_spread_seconds = autotune.estimates.spread_seconds;
   stats.usable_cores = autotune.usable_cores;
   stats.other_cores = autotune.estimates.other_cores;
   stats.memory_budget = memory_budget_;
@@ -1080,6 +1085,8 @@ AutotuneCounters Loader::autotune_counters_locked(int64_t waiting_since_ns) cons
   c.read_lock_wait_ns = read_lock_wait_ns_;
   c.process_cpu_ns = process_cpu_ns_;
   c.consumer_run_delay_ns = consumer_run_delay_ns_;
+  c.read_latency = read_latency_.snapshot();
+  c.process_latency = process_latency_.snapshot();
   if (run_ != nullptr) {
     for (const auto& batch : run_->batches) c.batches_ready += run_->complete(batch) ? 1 : 0;
   }

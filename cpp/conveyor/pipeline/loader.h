@@ -16,6 +16,7 @@
 #include "conveyor/core/buffer_pool.h"
 #include "conveyor/core/dtype.h"
 #include "conveyor/core/error.h"
+#include "conveyor/core/latency_histogram.h"
 #include "conveyor/core/sample_transform.h"
 #include "conveyor/core/thread_pool.h"
 #include "conveyor/io/source.h"
@@ -111,7 +112,11 @@ struct LoaderStats {
   double demand_per_second = 0;     ///< Samples/s the consumer asks for (autotune's estimate; 0 = unknown).
   double read_latency_seconds = 0;  ///< Smoothed read time per sample (autotune's estimate).
   double process_time_seconds = 0;  ///< Smoothed decode + transform time per sample on one thread.
-  int usable_cores = 0;             ///< The limit of cpu threads (affinity, cgroup quota).
+  /// How far slow samples run past the mean (p90 - mean of reads + of
+  /// decode and transforms, smoothed): autotune prefetches enough batches
+  /// to ride it out. 0 until measured.
+  double latency_spread_seconds = 0;
+  int usable_cores = 0;  ///< The limit of cpu threads (affinity, cgroup quota).
   /// Cores the rest of the process (the model, the training loop) uses, as
   /// autotune estimates it (0 until known); autotune keeps them from the cpu threads.
   double other_cores = 0;
@@ -293,6 +298,8 @@ class Loader {
   std::atomic<int64_t> read_cpu_ns_{0};                  // Thread CPU time of reads (autotune: the loader's own CPU).
   std::atomic<int64_t> read_lock_wait_ns_{0};            // Reads' wait for the GIL (thread_lock_wait_ns()).
   std::atomic<int64_t> process_cpu_ns_{0};               // Thread CPU time of decode + transforms.
+  LatencyHistogram read_latency_;                        // Each read's latency (autotune's spread).
+  LatencyHistogram process_latency_;                     // Each decode + transforms' time.
   int64_t wait_ns_ = 0;                                  // Guarded by mu_.
   int64_t batches_delivered_ = 0;                        // Guarded by mu_.
   int64_t consumer_steps_ = 0;                           // Guarded by mu_ (autotune's demand).
