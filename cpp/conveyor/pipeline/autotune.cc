@@ -157,7 +157,7 @@ void AutotuneController::validate(const AutotuneWindow& w) const {
   non_negative(w.process_seconds, "process_seconds");
   non_negative(w.process_p90_seconds, "process_p90_seconds");
   non_negative(static_cast<double>(w.batches_ready), "batches_ready");
-  non_negative(w.process_cpu_seconds, "process_cpu_seconds");
+  non_negative(w.whole_process_cpu_seconds, "whole_process_cpu_seconds");
   non_negative(w.loader_cpu_seconds, "loader_cpu_seconds");
   non_negative(w.consumer_run_delay_seconds, "consumer_run_delay_seconds");
   non_negative(w.read_lock_wait_seconds, "read_lock_wait_seconds");
@@ -175,13 +175,65 @@ void AutotuneController::validate(const AutotuneWindow& w) const {
   non_negative(static_cast<double>(w.limits.memory_budget_bytes), "memory_budget_bytes");
 }
 
+// What one update() works on: the window's model (the smoothed estimates
+// and the limits derived from them), the settings as they change, and why.
+struct AutotuneController::Step {
+  const AutotuneWindow& w;
+  double batch = 1;  // batch_size_ as a double.
+  double stall = 0;  // This window's stall fraction.
+  bool feedback_allowed = false;
+  bool demand_known = false;
+  double demand = 0;     // Samples per second the consumer asks for (inf: no time between next() calls).
+  double read = 0;       // Smoothed read latency.
+  double process = 0;    // Smoothed decode + transforms time.
+  double jitter = 0;     // Smoothed latency spread.
+  double lock_wait = 0;  // The part of `read` spent queueing for the GIL.
+  bool reads_lock_bound = false;
+  bool tunable[3] = {false, false, false};
+  int value[3] = {1, 1, 1};  // The settings as this update changes them.
+  int limit[3] = {1, 1, 1};
+  std::string cpu_limit_why;
+  double prefetch_cap = 1;  // Prefetch as far as it may go: its limit, or the pinned value.
+  double flow = 0;          // The rate to provision for: the demand, within what the limits can deliver.
+  bool need_known[3] = {false, false, false};
+  bool touched[3] = {false, false, false};
+  std::vector<std::string> reasons;
+  std::string note;  // Why nothing grew although the consumer waits.
+};
+
 AutotuneDecision AutotuneController::update(const AutotuneWindow& w) {
   validate(w);
-  const AutotuneOptions& o = options_;
-  const double batch = static_cast<double>(batch_size_);
   now_ += w.seconds;
+  Step s{w};
+  s.batch = static_cast<double>(batch_size_);
+  smooth(s);
+  model(s);
+  apply_limits(s);
+  const bool grew = feed_forward(s);
+  feedback(s, grew);
+  // Calm for a dwell time: the stall corrections relax towards pure Little's law.
+  const AutotuneOptions& o = options_;
+  if (calm_seconds_ >= o.shrink_dwell_seconds) {
+    for (Knob& k : knobs_) k.gain = std::max(1.0, k.gain * std::exp(-w.seconds / (2 * o.shrink_dwell_seconds + 1e-9)));
+  }
 
-  // --- smoothing --------------------------------------------------------------
+  AutotuneDecision d;
+  d.settings = {s.value[kCpu], s.value[kIo], s.value[kPrefetch]};
+  d.changed = !(d.settings == w.current);
+  if (!s.reasons.empty()) {
+    for (size_t i = 0; i < s.reasons.size(); ++i) d.reason += (i ? "; " : "") + s.reasons[i];
+    last_reason_ = d.reason;
+  } else {
+    d.reason = s.note;
+  }
+  window_ = std::min(o.max_window_seconds, 2 * window_);
+  d.next_window_seconds = window_;
+  return d;
+}
+
+void AutotuneController::smooth(Step& s) {
+  const AutotuneWindow& w = s.w;
+  const AutotuneOptions& o = options_;
   const double decay = std::exp(-w.seconds / o.smoothing_seconds);
   step_.add(w.consumer_step_seconds, static_cast<double>(w.consumer_steps), decay, 2);
   // A step needs 4 reads in the window, or as many as can be in flight: with
@@ -204,9 +256,9 @@ AutotuneDecision AutotuneController::update(const AutotuneWindow& w) {
   }
   if (spread_measured) spread_.add(spread, 1, decay, kInf);
 
-  const double stall = std::min(1.0, w.wait_seconds / w.seconds);
+  s.stall = std::min(1.0, w.wait_seconds / w.seconds);
   // The window in which the epoch's first batch arrives still shows the fill.
-  const bool feedback_allowed = !warming_up_;
+  s.feedback_allowed = !warming_up_;
   if (w.batches_taken > 0) warming_up_ = false;
   // The rest of the process: the CPU time it used per second of window, plus
   // the time its consumer thread waited for a core (what it wanted and did
@@ -214,22 +266,26 @@ AutotuneDecision AutotuneController::update(const AutotuneWindow& w) {
   // epoch's first batch is awaited (the consumer is idle then, not by
   // choice). A window may come out slightly negative (a task's CPU time
   // counts when it ends, the process's as it runs): it averages out.
-  if (feedback_allowed) {
-    others_.add(w.process_cpu_seconds - w.loader_cpu_seconds + w.consumer_run_delay_seconds, w.seconds, decay, kInf);
+  if (s.feedback_allowed) {
+    others_.add(w.whole_process_cpu_seconds - w.loader_cpu_seconds + w.consumer_run_delay_seconds, w.seconds, decay,
+                kInf);
     if (w.consumer_steps > 0 && others_windows_ < kOtherCoresWindows) ++others_windows_;
   }
-  if (stall <= o.stall_target / 4 && w.batches_ready >= 1) {
+  if (s.stall <= o.stall_target / 4 && w.batches_ready >= 1) {
     calm_seconds_ += w.seconds;
   } else {
     calm_seconds_ = 0;
   }
+}
 
-  // --- model --------------------------------------------------------------------
-  const bool demand_known = step_.known();
-  const double demand = !demand_known ? 0 : step_.value() > 0 ? batch / step_.value() : kInf;
-  const double read = read_.value();
-  const double process = process_.value();
-  const double jitter = spread_.value();
+void AutotuneController::model(Step& s) {
+  const AutotuneWindow& w = s.w;
+  const AutotuneOptions& o = options_;
+  s.demand_known = step_.known();
+  s.demand = !s.demand_known ? 0 : step_.value() > 0 ? s.batch / step_.value() : kInf;
+  s.read = read_.value();
+  s.process = process_.value();
+  s.jitter = spread_.value();
   // Reads that mostly queue for a lock the rest of the process needs (the
   // GIL of a Python dataset): spare ones only lengthen that queue and take
   // the lock from the training loop, so they are shed after a short calm
@@ -238,211 +294,205 @@ AutotuneDecision AutotuneController::update(const AutotuneWindow& w) {
   // the training loop, not the reads, holds the lock, fewer reads would
   // not wait less. When the reads queue behind each other, each shed
   // shortens the latency and the next one goes further.
-  const double lock_wait = std::min(read, read_lock_wait_.value());
-  const bool reads_lock_bound = read > 0 && lock_wait >= kLockBoundShare * read;
+  s.lock_wait = std::min(s.read, read_lock_wait_.value());
+  s.reads_lock_bound = s.read > 0 && s.lock_wait >= kLockBoundShare * s.read;
 
-  const AutotuneSettings cur = w.current;
-  const bool tunable[3] = {o.tune_cpu_threads, o.tune_io_threads, o.tune_prefetch};
-  int value[3] = {cur.cpu_threads, cur.io_threads, cur.prefetch};
+  const AutotuneSettings& cur = w.current;
+  s.tunable[kCpu] = o.tune_cpu_threads;
+  s.tunable[kIo] = o.tune_io_threads;
+  s.tunable[kPrefetch] = o.tune_prefetch;
+  s.value[kCpu] = cur.cpu_threads;
+  s.value[kIo] = cur.io_threads;
+  s.value[kPrefetch] = cur.prefetch;
   const int64_t budget_batches = w.limits.memory_budget_bytes / w.limits.batch_bytes;
-  int limit[3];
   // The cores the rest of the process uses are not the loader's: the cpu
   // threads get at most usable - others (rounded, with hysteresis), at least 1.
   if (others_windows_ >= kOtherCoresWindows) {
     const double others = std::clamp(others_.value(), 0.0, static_cast<double>(w.limits.usable_cores));
     if (std::abs(others - cores_taken_) > 0.5 + kCoresHysteresis) cores_taken_ = static_cast<int>(std::lround(others));
   }
-  limit[kCpu] = std::clamp(w.limits.usable_cores - cores_taken_, 1, w.limits.usable_cores);
-  const std::string cpu_limit_why =
+  s.limit[kCpu] = std::clamp(w.limits.usable_cores - cores_taken_, 1, w.limits.usable_cores);
+  s.cpu_limit_why =
       "usable cores " + std::to_string(w.limits.usable_cores) +
       (cores_taken_ > 0 ? " - " + format_fixed(std::max(0.0, others_.value()), 2) + " wanted by the rest of the process"
                         : std::string());
-  limit[kPrefetch] = static_cast<int>(std::clamp<int64_t>(budget_batches, 1, kMaxSetting));
+  s.limit[kPrefetch] = static_cast<int>(std::clamp<int64_t>(budget_batches, 1, kMaxSetting));
   // Reads need a slot of a batch buffer: more io threads than slots would idle.
-  const double prefetch_cap = o.tune_prefetch ? limit[kPrefetch] : cur.prefetch;
-  limit[kIo] =
-      static_cast<int>(std::clamp<double>(std::min<double>(o.max_io_threads, prefetch_cap * batch), 1, kMaxSetting));
+  s.prefetch_cap = o.tune_prefetch ? s.limit[kPrefetch] : cur.prefetch;
+  s.limit[kIo] = static_cast<int>(
+      std::clamp<double>(std::min<double>(o.max_io_threads, s.prefetch_cap * s.batch), 1, kMaxSetting));
 
   // The flow to provision for: the demand, but never more than the pipeline
   // could deliver at its limits (an insatiable consumer gets every core, and
   // only the reads and buffers those cores can use).
-  double flow = demand;
-  if (process > 0) flow = std::min(flow, (o.tune_cpu_threads ? limit[kCpu] : cur.cpu_threads) / process);
-  if (read > 0) flow = std::min(flow, limit[kIo] / read);
-  if (read + process > 0) flow = std::min(flow, prefetch_cap * batch / (read + process));
+  s.flow = s.demand;
+  if (s.process > 0) s.flow = std::min(s.flow, (o.tune_cpu_threads ? s.limit[kCpu] : cur.cpu_threads) / s.process);
+  if (s.read > 0) s.flow = std::min(s.flow, s.limit[kIo] / s.read);
+  if (s.read + s.process > 0) s.flow = std::min(s.flow, s.prefetch_cap * s.batch / (s.read + s.process));
+  s.need_known[kCpu] = s.demand_known && process_.known();
+  s.need_known[kIo] = s.demand_known && read_.known();
+  s.need_known[kPrefetch] = s.demand_known;
+}
 
+double AutotuneController::need(const Step& s, int which) const {
   // Little's law: busy servers = arrival rate x service time.
-  const bool need_known[3] = {demand_known && process_.known(), demand_known && read_.known(), demand_known};
-  auto need = [&](int which) {
-    switch (which) {
-      case kCpu:
-        return flow * process;
-      case kIo:
-        return flow * read;
-      default:
-        return flow * (read + process) / batch;  // Batches in flight.
-    }
-  };
-  auto target = [&](int which, double factor) {
-    if (std::isinf(flow)) {
-      // Nothing takes time (yet): every thread, and a slot for each plus a reserve.
-      if (which != kPrefetch) return limit[which];
-      return std::clamp(ceil_setting((value[kCpu] + value[kIo]) / batch) + 2, 1, limit[which]);
-    }
-    const double n = need(which);
-    int t = ceil_setting(n * factor * knobs_[which].gain);
-    // Prefetch also holds the batch being consumed and a reserve against the
-    // variability of production: enough for 2 x the latency spread of demand.
-    if (which == kPrefetch) t = ceil_setting(t + 1.0 + std::ceil(2 * jitter * flow / batch - 1e-9));
-    return std::clamp(t, 1, limit[which]);
-  };
-  auto explain = [&](int which) {
-    const double n = need(which);
-    switch (which) {
-      case kCpu:
-        return " (rate " + rate(flow) + " x process " + ms(process) + " = " + format_general(n, 2) + " threads)";
-      case kIo:
-        return " (rate " + rate(flow) + " x read " + ms(read) +
-               (reads_lock_bound ? ", " + ms(lock_wait) + " of it queueing for the GIL," : std::string()) + " = " +
-               format_general(n, 2) + " reads)";
-      default:
-        return " (rate " + rate(flow) + " x (read + process) " + ms(read + process) + " = " + format_general(n, 2) +
-               " batches in flight; spread " + ms(jitter) + ")";
-    }
-  };
+  switch (which) {
+    case kCpu:
+      return s.flow * s.process;
+    case kIo:
+      return s.flow * s.read;
+    default:
+      return s.flow * (s.read + s.process) / s.batch;  // Batches in flight.
+  }
+}
 
-  std::vector<std::string> reasons;
-  std::string note;  // Why nothing grew although the consumer waits.
-  bool touched[3] = {false, false, false};
-  auto set = [&](int which, int v, const std::string& why, const std::string& detail = {}) {
-    reasons.push_back(why + ": " + knob_name(which) + " " + std::to_string(value[which]) + " -> " + std::to_string(v) +
-                      detail);
-    value[which] = v;
-    touched[which] = true;
-    knobs_[which].last_change = now_;
-  };
+int AutotuneController::target(const Step& s, int which, double factor) const {
+  if (std::isinf(s.flow)) {
+    // Nothing takes time (yet): every thread, and a slot for each plus a reserve.
+    if (which != kPrefetch) return s.limit[which];
+    return std::clamp(ceil_setting((s.value[kCpu] + s.value[kIo]) / s.batch) + 2, 1, s.limit[which]);
+  }
+  int t = ceil_setting(need(s, which) * factor * knobs_[which].gain);
+  // Prefetch also holds the batch being consumed and a reserve against the
+  // variability of production: enough for 2 x the latency spread of demand.
+  if (which == kPrefetch) t = ceil_setting(t + 1.0 + std::ceil(2 * s.jitter * s.flow / s.batch - 1e-9));
+  return std::clamp(t, 1, s.limit[which]);
+}
 
-  // --- limits: always, at once --------------------------------------------------
+std::string AutotuneController::explain(const Step& s, int which) const {
+  const double n = need(s, which);
+  switch (which) {
+    case kCpu:
+      return " (rate " + rate(s.flow) + " x process " + ms(s.process) + " = " + format_general(n, 2) + " threads)";
+    case kIo:
+      return " (rate " + rate(s.flow) + " x read " + ms(s.read) +
+             (s.reads_lock_bound ? ", " + ms(s.lock_wait) + " of it queueing for the GIL," : std::string()) + " = " +
+             format_general(n, 2) + " reads)";
+    default:
+      return " (rate " + rate(s.flow) + " x (read + process) " + ms(s.read + s.process) + " = " + format_general(n, 2) +
+             " batches in flight; spread " + ms(s.jitter) + ")";
+  }
+}
+
+void AutotuneController::set(Step& s, int which, int v, const std::string& why, const std::string& detail) {
+  s.reasons.push_back(why + ": " + knob_name(which) + " " + std::to_string(s.value[which]) + " -> " +
+                      std::to_string(v) + detail);
+  s.value[which] = v;
+  s.touched[which] = true;
+  knobs_[which].last_change = now_;
+}
+
+void AutotuneController::apply_limits(Step& s) {
+  // Always, at once.
   for (int i = 0; i < 3; ++i) {
-    if (!tunable[i] || value[i] <= limit[i]) continue;
+    if (!s.tunable[i] || s.value[i] <= s.limit[i]) continue;
     std::string why;
     if (i == kCpu) {
-      why = cpu_limit_why;
+      why = s.cpu_limit_why;
     } else if (i == kPrefetch) {
-      why = "memory budget " + format_general(w.limits.memory_budget_bytes / 1048576.0, 3) + " MiB / " +
-            format_general(w.limits.batch_bytes / 1048576.0, 3) + " MiB per batch";
+      why = "memory budget " + format_general(s.w.limits.memory_budget_bytes / 1048576.0, 3) + " MiB / " +
+            format_general(s.w.limits.batch_bytes / 1048576.0, 3) + " MiB per batch";
     } else {
-      why = "io limit " + std::to_string(limit[i]);
+      why = "io limit " + std::to_string(s.limit[i]);
     }
-    set(i, limit[i], why);
+    set(s, i, s.limit[i], why);
   }
+}
 
-  // --- feed-forward: Little's law with hysteresis ----------------------------------
-  // Grow when below the target with `headroom`, shrink when above the target
-  // with headroom x band; either lands in the band's centre (headroom x
-  // sqrt(band)), so the next change needs the need to move by sqrt(band).
+bool AutotuneController::feed_forward(Step& s) {
+  // Little's law with hysteresis: grow when below the target with
+  // `headroom`, shrink when above the target with headroom x band; either
+  // lands in the band's centre (headroom x sqrt(band)), so the next change
+  // needs the need to move by sqrt(band).
+  const AutotuneOptions& o = options_;
   const double centre = o.headroom * std::sqrt(o.shrink_band);
   bool grew = false;
   for (int i = 0; i < 3; ++i) {
-    if (!tunable[i] || touched[i] || !need_known[i]) continue;
+    if (!s.tunable[i] || s.touched[i] || !s.need_known[i]) continue;
     Knob& k = knobs_[i];
-    if (target(i, o.headroom) > value[i]) {
-      set(i, target(i, centre), "demand", explain(i));
+    if (target(s, i, o.headroom) > s.value[i]) {
+      set(s, i, target(s, i, centre), "demand", explain(s, i));
       k.last_grow = now_;
       grew = true;
       continue;
     }
-    // Lock-bound reads (above) go after a short calm, a quarter at a time.
-    const bool shed = i == kIo && reads_lock_bound;
+    // Lock-bound reads (see model()) go after a short calm, a quarter at a time.
+    const bool shed = i == kIo && s.reads_lock_bound;
     const double shrink_dwell = shed ? o.lock_bound_shrink_dwell_seconds : o.shrink_dwell_seconds;
     if (calm_seconds_ < shrink_dwell || now_ - k.last_change < shrink_dwell) continue;
-    if (target(i, o.headroom * o.shrink_band) >= value[i]) continue;  // Inside the dead band.
-    int v = std::max(target(i, centre), shed ? (value[i] + 3) / 4 : (value[i] + 1) / 2);
+    if (target(s, i, o.headroom * o.shrink_band) >= s.value[i]) continue;  // Inside the dead band.
+    int v = std::max(target(s, i, centre), shed ? (s.value[i] + 3) / 4 : (s.value[i] + 1) / 2);
     if (now_ < k.floor_until) v = std::max(v, k.floor);
-    if (v >= value[i]) continue;
-    k.before_shrink = value[i];
+    if (v >= s.value[i]) continue;
+    k.before_shrink = s.value[i];
     k.last_shrink = now_;
-    set(i, v, "idle", explain(i));
+    set(s, i, v, "idle", explain(s, i));
   }
+  return grew;
+}
 
-  // --- feedback: the consumer waits although the model says it should not --------
+void AutotuneController::feedback(Step& s, bool grew) {
+  // The consumer waits although the model says it should not.
+  const AutotuneOptions& o = options_;
   double last_grow = -kInf;
   for (const Knob& k : knobs_) last_grow = std::max(last_grow, k.last_grow);
   // Wait for the effect of the last growth: the pipeline must refill (a few
   // service times and batch periods) before a stall says anything new.
-  const double batch_period = demand_known && !std::isinf(demand) && demand > 0 ? batch / demand : 0;
-  const double dwell = std::clamp(2 * (read + process) + 2 * batch_period, o.first_window_seconds,
+  const double batch_period = s.demand_known && !std::isinf(s.demand) && s.demand > 0 ? s.batch / s.demand : 0;
+  const double dwell = std::clamp(2 * (s.read + s.process) + 2 * batch_period, o.first_window_seconds,
                                   std::max(o.first_window_seconds, o.shrink_dwell_seconds));
-  if (feedback_allowed && demand_known && !grew && stall > o.stall_target && now_ - last_grow >= dwell) {
-    // The stage with the least capacity is the bottleneck. Below the demand,
-    // it alone explains the stall (at its limit, nothing else would help).
-    // Within the headroom band, it is the most loaded stage: it queues. Above
-    // the band, the stall comes from variability (bursts, a slow read holding
-    // its batch back), which ready batches absorb, so prefetch goes first.
-    // The model can be wrong, so the others follow, each at most up to
-    // max_gain x its model target: growth from stall alone is bounded.
-    double capacity[3];
-    capacity[kCpu] = process > 0 ? std::min(value[kCpu], w.limits.usable_cores) / process : kInf;
-    capacity[kIo] = read > 0 ? value[kIo] / read : kInf;
-    capacity[kPrefetch] = read + process > 0 ? value[kPrefetch] * batch / (read + process) : kInf;
-    std::vector<int> order = {kPrefetch, kCpu, kIo};
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return capacity[a] < capacity[b]; });
-    if (capacity[order[0]] < demand) {
-      order.resize(1);
-    } else if (capacity[order[0]] >= demand * o.headroom * o.shrink_band) {
-      std::stable_partition(order.begin(), order.end(), [](int i) { return i == kPrefetch; });
+  if (!s.feedback_allowed || !s.demand_known || grew || s.stall <= o.stall_target || now_ - last_grow < dwell) return;
+  // The stage with the least capacity is the bottleneck. Below the demand,
+  // it alone explains the stall (at its limit, nothing else would help).
+  // Within the headroom band, it is the most loaded stage: it queues. Above
+  // the band, the stall comes from variability (bursts, a slow read holding
+  // its batch back), which ready batches absorb, so prefetch goes first.
+  // The model can be wrong, so the others follow, each at most up to
+  // max_gain x its model target: growth from stall alone is bounded.
+  double capacity[3];
+  capacity[kCpu] = s.process > 0 ? std::min(s.value[kCpu], s.w.limits.usable_cores) / s.process : kInf;
+  capacity[kIo] = s.read > 0 ? s.value[kIo] / s.read : kInf;
+  capacity[kPrefetch] = s.read + s.process > 0 ? s.value[kPrefetch] * s.batch / (s.read + s.process) : kInf;
+  std::vector<int> order = {kPrefetch, kCpu, kIo};
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return capacity[a] < capacity[b]; });
+  if (capacity[order[0]] < s.demand) {
+    order.resize(1);
+  } else if (capacity[order[0]] >= s.demand * o.headroom * o.shrink_band) {
+    std::stable_partition(order.begin(), order.end(), [](int i) { return i == kPrefetch; });
+  }
+  const std::string why =
+      "stall " + format_fixed(s.stall * 100, 1) + "% > " + format_general(o.stall_target * 100) + "%";
+  int chosen = -1;
+  for (int i : order) {
+    if (s.tunable[i] && s.value[i] < s.limit[i] && knobs_[i].gain * 1.25 <= o.max_gain * (1 + 1e-9)) {
+      chosen = i;
+      break;
     }
-    const std::string why =
-        "stall " + format_fixed(stall * 100, 1) + "% > " + format_general(o.stall_target * 100) + "%";
-    int chosen = -1;
-    for (int i : order) {
-      if (tunable[i] && value[i] < limit[i] && knobs_[i].gain * 1.25 <= o.max_gain * (1 + 1e-9)) {
-        chosen = i;
-        break;
-      }
-    }
-    if (chosen < 0) {
-      const int b = order[0];
-      const std::string knob = knob_name(b);
-      note = !tunable[b]            ? why + ": " + knob + " pinned at " + std::to_string(value[b])
-             : value[b] >= limit[b] ? why + ": " + knob + " at the limit " + std::to_string(limit[b]) +
-                                          (b == kCpu && cores_taken_ > 0 ? " (" + cpu_limit_why + ")" : std::string())
+  }
+  if (chosen < 0) {
+    const int b = order[0];
+    const std::string knob = knob_name(b);
+    s.note = !s.tunable[b] ? why + ": " + knob + " pinned at " + std::to_string(s.value[b])
+             : s.value[b] >= s.limit[b]
+                 ? why + ": " + knob + " at the limit " + std::to_string(s.limit[b]) +
+                       (b == kCpu && cores_taken_ > 0 ? " (" + s.cpu_limit_why + ")" : std::string())
              : order.size() == 1 ? why + ": " + knob + " at " + format_general(o.max_gain) + " x its model target"
                                  : why + ": every setting at " + format_general(o.max_gain) + " x its model target";
-    } else {
-      Knob& k = knobs_[chosen];
-      k.gain *= 1.25;
-      const int v = std::min(limit[chosen], std::max(target(chosen, o.headroom), value[chosen] + 1));
-      if (now_ - k.last_shrink <= o.regret_seconds && k.before_shrink > 0) {
-        // The last shrink caused this: never below where it was, for a while
-        // that doubles each time (a bounded number of such cycles).
-        k.floor = k.before_shrink;
-        k.floor_until = now_ + k.backoff;
-        k.backoff = std::min(o.max_backoff_seconds, std::max(2 * k.backoff, o.shrink_dwell_seconds));
-        k.before_shrink = 0;
-      }
-      set(chosen, v, why, explain(chosen));
-      k.last_grow = now_;
-    }
+    return;
   }
-
-  // Calm for a dwell time: the stall corrections relax towards pure Little's law.
-  if (calm_seconds_ >= o.shrink_dwell_seconds) {
-    for (Knob& k : knobs_) k.gain = std::max(1.0, k.gain * std::exp(-w.seconds / (2 * o.shrink_dwell_seconds + 1e-9)));
+  Knob& k = knobs_[chosen];
+  k.gain *= 1.25;
+  const int v = std::min(s.limit[chosen], std::max(target(s, chosen, o.headroom), s.value[chosen] + 1));
+  if (now_ - k.last_shrink <= o.regret_seconds && k.before_shrink > 0) {
+    // The last shrink caused this: never below where it was, for a while
+    // that doubles each time (a bounded number of such cycles).
+    k.floor = k.before_shrink;
+    k.floor_until = now_ + k.backoff;
+    k.backoff = std::min(o.max_backoff_seconds, std::max(2 * k.backoff, o.shrink_dwell_seconds));
+    k.before_shrink = 0;
   }
-
-  AutotuneDecision d;
-  d.settings = {value[kCpu], value[kIo], value[kPrefetch]};
-  d.changed = !(d.settings == cur);
-  if (!reasons.empty()) {
-    for (size_t i = 0; i < reasons.size(); ++i) d.reason += (i ? "; " : "") + reasons[i];
-    last_reason_ = d.reason;
-  } else {
-    d.reason = note;
-  }
-  window_ = std::min(o.max_window_seconds, 2 * window_);
-  d.next_window_seconds = window_;
-  return d;
+  set(s, chosen, v, why, explain(s, chosen));
+  k.last_grow = now_;
 }
 
 // --- LoaderAutotune ----------------------------------------------------------------
@@ -531,7 +581,7 @@ std::optional<AutotuneSettings> LoaderAutotune::observe(int64_t now_ns, const Au
   w.batches_ready = c.batches_ready;
   if (measure_cpu_) {
     const int64_t process_cpu = process_cpu_ns();
-    w.process_cpu_seconds =
+    w.whole_process_cpu_seconds =
         static_cast<double>(std::max<int64_t>(0, process_cpu - window_start_process_cpu_ns_)) * 1e-9;
     w.loader_cpu_seconds = static_cast<double>(std::max<int64_t>(
                                0, (c.read_cpu_ns - s.read_cpu_ns) + (c.process_cpu_ns - s.process_cpu_ns))) *

@@ -59,8 +59,8 @@ struct AutotuneWindow {
   // process's, and the loader's own (its threads' CPU time in reads and in
   // decode + transforms). The difference is what the rest of the process
   // (the model, the training loop) uses; both 0 = not measured (no limit).
-  double process_cpu_seconds = 0;  ///< The whole process (CLOCK_PROCESS_CPUTIME_ID).
-  double loader_cpu_seconds = 0;   ///< The loader's reads + processing (CLOCK_THREAD_CPUTIME_ID around each task).
+  double whole_process_cpu_seconds = 0;  ///< The whole process (CLOCK_PROCESS_CPUTIME_ID).
+  double loader_cpu_seconds = 0;  ///< The loader's reads + processing (CLOCK_THREAD_CPUTIME_ID around each task).
   /// Time the consumer's thread was ready to run but waited for a core
   /// (thread_run_delay_ns() at each next()): CPU the rest of the process
   /// wanted and did not get. 0 = not measured.
@@ -182,8 +182,19 @@ class AutotuneController {
     double backoff = 0;
   };
   enum Which { kCpu = 0, kIo = 1, kPrefetch = 2 };
+  struct Step;  // One update()'s model and changes (autotune.cc).
 
   void validate(const AutotuneWindow& window) const;
+  // update()'s steps, in order (docs/design/autotune.md, "The control rule").
+  void smooth(Step& s);               // 1. The smoothed estimates; calm time; the rest of the process.
+  void model(Step& s);                // The demand, service times, limits and the flow to provision for.
+  void apply_limits(Step& s);         // 2. A setting above its limit goes down at once.
+  bool feed_forward(Step& s);         // 3. Little's law with hysteresis; true when a setting grew.
+  void feedback(Step& s, bool grew);  // 4. A stall the model does not explain grows the bottleneck.
+  double need(const Step& s, int which) const;
+  int target(const Step& s, int which, double factor) const;
+  std::string explain(const Step& s, int which) const;
+  void set(Step& s, int which, int v, const std::string& why, const std::string& detail = {});
 
   const int64_t batch_size_;
   const AutotuneOptions options_;

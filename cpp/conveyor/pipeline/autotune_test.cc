@@ -716,7 +716,7 @@ AutotuneWindow busy_window(AutotuneSettings current, double process, double othe
   w.process_seconds = 40 * process;
   w.batches_ready = 1;
   w.loader_cpu_seconds = 40 * process;
-  w.process_cpu_seconds = w.loader_cpu_seconds + others * w.seconds;
+  w.whole_process_cpu_seconds = w.loader_cpu_seconds + others * w.seconds;
   return w;
 }
 
@@ -824,7 +824,7 @@ TEST(AutotuneController, WithoutOtherCpuNothingChanges) {
     w.wait_seconds = i % 7 == 0 ? 0.02 : 0.0;
     AutotuneWindow v = w;
     v.current = b;
-    v.process_cpu_seconds = 0;
+    v.whole_process_cpu_seconds = 0;
     v.loader_cpu_seconds = 0;
     const AutotuneDecision da = measured.update(w), db = unmeasured.update(v);
     ASSERT_EQ(da.settings, db.settings) << i;
@@ -917,8 +917,8 @@ TEST(AutotuneController, InvalidWindowsNameTheField) {
   EXPECT_EQ(message(w), "autotune window: read_lock_wait_seconds must be >= 0, got -0.001");
   w.read_lock_wait_seconds = 0;
   w.read_seconds = 0;
-  w.process_cpu_seconds = -0.5;
-  EXPECT_EQ(message(w), "autotune window: process_cpu_seconds must be >= 0, got -0.5");
+  w.whole_process_cpu_seconds = -0.5;
+  EXPECT_EQ(message(w), "autotune window: whole_process_cpu_seconds must be >= 0, got -0.5");
   EXPECT_EQ(message(window(0.1, {0, 1, 1}, limits)), "autotune window: cpu_threads must be >= 1, got 0");
   EXPECT_EQ(message(window(0.1, {1, 1, 1}, {0, 1, 1})), "autotune window: usable_cores must be >= 1, got 0");
   EXPECT_DOUBLE_EQ(c.elapsed_seconds(), 0);  // Rejected windows do not count.
