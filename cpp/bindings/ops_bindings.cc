@@ -61,6 +61,7 @@ void bind_ops(nb::module_& m) {
         "The names of the registered C++ transforms (what a Python Transform's `name` refers to).");
   m.def("registered_image_functions", &registered_image_function_names,
         "The names of the registered image functions (what conveyor.transforms.functional calls).");
+  m.attr("DEFAULT_MAX_PIXELS") = kDefaultMaxPixels;
   m.def(
       "apply_image_function",
       [](const std::string& name, const TransformParams& params,

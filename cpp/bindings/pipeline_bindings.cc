@@ -248,6 +248,7 @@ void bind_pipeline(nb::module_& m) {
       .def_ro_static("MAX_EPOCH", &Loader::kMaxEpoch)
       .def_prop_ro("num_samples", &Loader::num_samples)
       .def_prop_ro("num_batches", &Loader::num_batches)
+      .def("batches_after", &Loader::batches_after, nb::arg("position"), nb::arg("segment_start"))
       .def_prop_ro("threads", [](const PythonOwnedLoader& l) { return l.options().threads; })
       .def_prop_ro("io_threads", [](const PythonOwnedLoader& l) { return l.options().io_threads; })
       .def("segment_samples", &Loader::segment_samples, nb::arg("segment_start"))

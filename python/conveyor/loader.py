@@ -260,7 +260,6 @@ class Loader:
         self.source = source
         self.batch_size = batch_size
         self.progress = progress
-        self._drop_last = drop_last
         self._world_size = world_size
         self._padded_targets = targets == "padded"
         self._xyxy = box_format == "xyxy"
@@ -323,8 +322,7 @@ class Loader:
 
     def _batches_after(self, position: int, segment: int = 0) -> int:
         # The batches an epoch gives from `position` of this rank's order on.
-        left, size = self._engine.segment_samples(segment) - position, self.batch_size
-        return left // size if self._drop_last else -(-left // size)
+        return int(self._engine.batches_after(position, segment))
 
     def __iter__(self) -> Iterator[Batch]:
         """Starts a pass over the epoch ``self.epoch`` (from the position loaded

@@ -8,7 +8,8 @@
 
 namespace conveyor {
 
-/// Default decompression-bomb limit, as PIL's Image.MAX_IMAGE_PIXELS.
+/// Default decompression-bomb limit: where PIL refuses an image
+/// (DecompressionBombError, above twice Image.MAX_IMAGE_PIXELS).
 inline constexpr int64_t kDefaultMaxPixels = 178956970;
 
 /// Image container formats conveyor decodes (kUnknown: anything else).

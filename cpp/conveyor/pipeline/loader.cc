@@ -526,6 +526,14 @@ int64_t Loader::num_batches() const noexcept {
   return options_.drop_last ? samples_per_epoch_ / b : ceil_div(samples_per_epoch_, b);
 }
 
+int64_t Loader::batches_after(int64_t position, int64_t segment_start) const {
+  const int64_t samples = segment_samples(segment_start);
+  check_config(position >= 0 && position <= samples,
+               "position " + std::to_string(position) + " is outside the " + std::to_string(samples) + " samples");
+  const int64_t left = samples - position, b = options_.batch_size;
+  return options_.drop_last ? left / b : ceil_div(left, b);
+}
+
 int64_t Loader::segment_samples(int64_t segment_start) const {
   const int64_t n = source_->epoch_size();
   check_config(

@@ -178,6 +178,11 @@ class Loader {
   int64_t segment_samples(int64_t segment_start) const;
   /// Batches in one epoch for this rank (before any skipped samples).
   int64_t num_batches() const noexcept;
+  /// Batches this rank gets from position `position` of its order on, in
+  /// the part of an epoch after `segment_start` (see segment_samples): what
+  /// is left of a resumed epoch (before any skipped samples). Throws
+  /// Error{kConfig} when `position` is outside that part's samples.
+  int64_t batches_after(int64_t position, int64_t segment_start) const;
   const LoaderOptions& options() const noexcept { return options_; }
   SampleSpec sample_spec() const { return spec_; }
 

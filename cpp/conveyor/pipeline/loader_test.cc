@@ -153,6 +153,11 @@ TEST(LoaderTest, UnshuffledOrderAndDropLast) {
   o.drop_last = true;
   Loader loader(std::make_shared<MemorySource>(25), std::make_shared<IndexTransform>(), o);
   EXPECT_EQ(loader.num_batches(), 2);
+  EXPECT_EQ(loader.batches_after(0, 0), 2);
+  EXPECT_EQ(loader.batches_after(5, 0), 2);  // 20 samples left: two full batches.
+  EXPECT_EQ(loader.batches_after(6, 0), 1);
+  EXPECT_EQ(loader.batches_after(25, 0), 0);
+  EXPECT_THROW(loader.batches_after(26, 0), Error);
   Epoch epoch = run_epoch(loader, 0);
   std::vector<int64_t> expected(20);
   for (int i = 0; i < 20; ++i) expected[static_cast<size_t>(i)] = i;

@@ -14,8 +14,10 @@ from conveyor.errors import ConfigError
 
 __all__ = ["DEFAULT_MAX_PIXELS", "SizeArg", "Transform", "compile_pipeline", "transform_chain"]
 
-#: PIL's Image.MAX_IMAGE_PIXELS: images with more pixels raise TooLargeError.
-DEFAULT_MAX_PIXELS = 178956970
+#: Where PIL refuses an image as a decompression bomb (twice
+#: Image.MAX_IMAGE_PIXELS): images with more pixels raise TooLargeError
+#: (the engine's kDefaultMaxPixels).
+DEFAULT_MAX_PIXELS: int = _conveyor.DEFAULT_MAX_PIXELS
 
 SizeArg = Union[int, Sequence[int]]
 
