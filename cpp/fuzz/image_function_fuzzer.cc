@@ -3,8 +3,9 @@
 // huge sides, 0 to 4 channels) with arguments drawn from the input: the
 // numbers any argument can take (negative, zero, huge, fractional, NaN).
 //
-// Input: byte 0 picks the function, bytes 1-4 the shape, the rest are the
-// arguments' numbers (2 bytes each, see number_at) then the pixels.
+// Input: byte 0 picks the function, bytes 1-3 the shape, byte 4 the
+// arguments left out (bit k: argument k), the rest are the arguments'
+// numbers (2 bytes each, see number_at) then the pixels.
 //
 // Contract checked: the call returns an image whose pixels match its size
 // (sides >= 1, at most kMaxPixels, 1 or 3 channels) or throws
@@ -16,6 +17,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <memory>
@@ -103,17 +105,30 @@ int64_t side_at(uint8_t b) {
 
 }  // namespace
 
+// The table above must name every registered function, so that a new one is
+// fuzzed too: checked once, before the first input.
+extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
+  std::vector<std::string> names;
+  for (const Function& f : functions()) names.emplace_back(f.name);
+  if (names != conveyor::registered_image_function_names()) {
+    std::fprintf(stderr, "image_function_fuzzer: its table does not list every registered image function\n");
+    std::abort();
+  }
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using conveyor::ErrorKind;
   if (size < 5) return 0;
   const Function& function = functions()[data[0] % functions().size()];
   const int64_t height = side_at(data[1]), width = side_at(data[2]);
   const int64_t channels = data[3] % 5;
-  const bool omit_args = data[4] % 8 == 0;  // Missing arguments must be named too.
+  const uint8_t omitted = data[4];  // Bit k leaves argument k out: a missing one must be named too.
   size_t at = 5;
   conveyor::TransformParams params;
-  for (const Arg& arg : function.args) {
-    if (omit_args && at % 3 == 0) continue;
+  for (size_t k = 0; k < function.args.size(); ++k) {
+    const Arg& arg = function.args[k];
+    if (k < 8 && (omitted >> k) & 1) continue;
     const size_t count = arg.count > 0 ? arg.count : 1 + (at % 4);
     std::vector<double> values;
     for (size_t i = 0; i < count && at + 2 <= size; ++i, at += 2) values.push_back(number_at(data + at));
@@ -124,7 +139,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool fits = height >= 1 && width >= 1 && width <= kMaxPixels / height;
   const size_t pixel_bytes =
       fits ? static_cast<size_t>(height * width * channels) : (size > at ? static_cast<size_t>(size - at) : 0);
-  std::unique_ptr<uint8_t[]> pixels(new uint8_t[pixel_bytes + 1]);
+  // Exactly pixel_bytes (new of 0 bytes is a valid, unreadable pointer).
+  std::unique_ptr<uint8_t[]> pixels(new uint8_t[pixel_bytes]);
   for (size_t i = 0; i < pixel_bytes; ++i) pixels[i] = at + i < size ? data[at + i] : static_cast<uint8_t>(i * 31);
   try {
     const conveyor::Image out =

@@ -9,8 +9,8 @@ formats' variants: JPEG baseline/progressive/grayscale/CMYK/subsamplings/EXIF
 orientations/restart markers, PNG colour types and depths/interlacing, WebP
 lossy/lossless/alpha/animated/EXIF, TIFF compressions/depths/layouts, formats
 that must be refused, tar shards in ustar, GNU and pax formats, and IDX file
-pairs (plain and named ``.gz``), and each image function on a few shapes. The output is deterministic; existing files
-are overwritten.
+pairs (plain and named ``.gz``), and each image function on a few shapes.
+The output is deterministic; existing files are overwritten.
 """
 
 from __future__ import annotations
@@ -239,7 +239,8 @@ def coco_seeds() -> dict[str, bytes]:
     return {name: text.encode() for name, text in seeds.items()}
 
 
-# The image function target's functions, in its table's order (registered names, sorted).
+# The image function target's functions, in its table's order (the registered
+# names, sorted; the target checks its table against them when it starts).
 IMAGE_FUNCTIONS = 24
 
 
@@ -258,7 +259,8 @@ def image_function_seeds() -> dict[str, bytes]:
             # 16 numbers: (7, v) is the integer v, (2, v) is v / 64.
             numbers = b"".join(bytes([7, 1 + k % 5]) if k % 3 else bytes([2, 32 + k]) for k in range(16))
             pixels = rng.integers(0, 256, size=96 * 3, dtype=np.uint8).tobytes()
-            seeds[f"{function:02d}-{shape_name}"] = bytes([function, height, width, channels, 1]) + numbers + pixels
+            header = bytes([function, height, width, channels, 0])  # 0: no argument left out.
+            seeds[f"{function:02d}-{shape_name}"] = header + numbers + pixels
     return seeds
 
 

@@ -269,20 +269,20 @@ TEST(ImagePipelineTest, EveryImageStepsNewSizeIsCheckedAgainstMaxPixels) {
     return {ErrorKind::kInternal, "accepted"};
   };
   EXPECT_EQ(error_of({"pad", {{"padding", {50, 50, 50, 50}}, {"padding_mode", {2}}}}, 3000),
-            std::pair(ErrorKind::kTooLarge, std::string("Pad would make an image of 148x132 pixels, more than "
+            std::pair(ErrorKind::kTooLarge, std::string("Pad: an image of 148x132 pixels, more than "
                                                         "max_pixels (3000)")));
   EXPECT_EQ(error_of({"random_rotation", {{"degrees", {45, 45}}, {"expand", {1}}}}, 3000),
-            std::pair(ErrorKind::kTooLarge, std::string("RandomRotation would make an image of 58x58 pixels, more "
+            std::pair(ErrorKind::kTooLarge, std::string("RandomRotation: an image of 58x58 pixels, more "
                                                         "than max_pixels (3000)")));
   EXPECT_EQ(error_of({"random_rotation", {{"degrees", {30, 30}}, {"expand", {1}}, {"center", {3e9, 3e9}}}},
                      kDefaultMaxPixels),
             std::pair(ErrorKind::kConfig,
-                      std::string("RandomRotation would make an image of 0x0 pixels: each side must be at least 1")));
+                      std::string("RandomRotation: an image of 0x0 pixels (each side must be at least 1)")));
   TransformSpec grows{"Lambda(grow)", {}, [](SampleImage& sample) {
                         sample.image = {100, 100, 3, std::vector<uint8_t>(100 * 100 * 3)};
                       }};
   EXPECT_EQ(error_of(grows, 3000),
-            std::pair(ErrorKind::kTooLarge, std::string("Lambda(grow) would make an image of 100x100 pixels, more "
+            std::pair(ErrorKind::kTooLarge, std::string("Lambda(grow): an image of 100x100 pixels, more "
                                                         "than max_pixels (3000)")));
   // A function's result is checked before it is copied in, too.
   TransformSpec wide{"Lambda(wide)", {}, [](SampleImage& sample) {

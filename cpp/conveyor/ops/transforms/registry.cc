@@ -200,14 +200,15 @@ std::vector<int> TransformArgs::sizes(std::string_view arg, std::vector<size_t> 
 }
 
 void check_image_size(int64_t height, int64_t width, int64_t max_pixels, std::string_view what) {
-  const std::string size = std::to_string(width) + "x" + std::to_string(height);
-  if (height < 1 || width < 1) {
-    throw Error(ErrorKind::kConfig,
-                std::string(what) + " would make an image of " + size + " pixels: each side must be at least 1");
+  const std::string image =
+      std::string(what) + ": an image of " + std::to_string(width) + "x" + std::to_string(height) + " pixels";
+  if (height < 1 || width < 1) throw Error(ErrorKind::kConfig, image + " (each side must be at least 1)");
+  constexpr int64_t kMaxSide = std::numeric_limits<int>::max();  // Image sides are ints.
+  if (height > kMaxSide || width > kMaxSide) {
+    throw Error(ErrorKind::kTooLarge, image + ", a side longer than " + std::to_string(kMaxSide));
   }
   if (width > max_pixels / height) {  // height * width > max_pixels, without the product's overflow.
-    throw Error(ErrorKind::kTooLarge, std::string(what) + " would make an image of " + size +
-                                          " pixels, more than max_pixels (" + std::to_string(max_pixels) + ")");
+    throw Error(ErrorKind::kTooLarge, image + ", more than max_pixels (" + std::to_string(max_pixels) + ")");
   }
 }
 
@@ -286,14 +287,9 @@ void apply_image_function(const TransformSpec& spec, SampleImage& sample) {
 
 Image apply_image_function(const TransformSpec& spec, const uint8_t* pixels, int64_t height, int64_t width,
                            int64_t channels, int64_t max_pixels) {
-  const std::string sides = "height " + std::to_string(height) + ", width " + std::to_string(width);
   check_config(channels == 1 || channels == 3,
                spec.name + ": image must have 1 or 3 channels, got " + std::to_string(channels));
-  check_config(height >= 1 && width >= 1, spec.name + ": the image is empty (" + sides + ")");
-  if (width > max_pixels / height) {
-    throw Error(ErrorKind::kTooLarge, spec.name + ": the image (" + sides + ") has more than max_pixels (" +
-                                          std::to_string(max_pixels) + ") pixels");
-  }
+  check_image_size(height, width, max_pixels, spec.name);
   SampleImage sample;
   sample.max_pixels = max_pixels;
   sample.image = {static_cast<int>(height), static_cast<int>(width), static_cast<int>(channels),

@@ -146,12 +146,14 @@ struct SampleImage {
   void check_size(int64_t height, int64_t width, std::string_view what) const;
 };
 
-/// The one check of every image size the transforms make (the pipeline's
+/// The one check of every image size the transforms meet (the pipeline's
 /// intermediate images, each step's new image, a user function's result,
-/// the functional API's input): throws Error{kConfig, "<what> would make an
-/// image of WxH pixels: each side must be at least 1"} when a side is below
-/// 1, Error{kTooLarge, "... more than max_pixels (N)"} when height x width
-/// exceeds `max_pixels` (>= 1). Thread-safe.
+/// the functional API's input), before the image is allocated (or read):
+/// throws Error{kConfig, "<what>: an image of WxH pixels (each side must be
+/// at least 1)"} when a side is below 1, Error{kTooLarge} when a side does
+/// not fit in an int ("..., a side longer than 2147483647") or height x
+/// width exceeds `max_pixels` (>= 1; "..., more than max_pixels (N)").
+/// Thread-safe.
 void check_image_size(int64_t height, int64_t width, int64_t max_pixels, std::string_view what);
 
 /// What a step of kind kOutput works on: one sample's output as written into
@@ -283,9 +285,9 @@ void apply_image_function(const TransformSpec& spec, SampleImage& sample);
 /// The functional API's entry: apply_image_function on a copy of the HWC
 /// image `pixels` (height x width x channels, packed rows, borrowed for the
 /// call); returns the result. The image is checked first, naming the
-/// function: Error{kConfig} for channels other than 1 or 3 or an empty
-/// image, Error{kTooLarge} above `max_pixels` (>= 1; by default the
-/// decoders' limit), which also bounds what the function makes. Thread-safe.
+/// function: Error{kConfig} for channels other than 1 or 3, then
+/// check_image_size against `max_pixels` (>= 1; by default the decoders'
+/// limit), which also bounds what the function makes. Thread-safe.
 Image apply_image_function(const TransformSpec& spec, const uint8_t* pixels, int64_t height, int64_t width,
                            int64_t channels, int64_t max_pixels = kDefaultMaxPixels);
 

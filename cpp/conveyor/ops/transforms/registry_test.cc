@@ -216,8 +216,8 @@ TEST(ImageFunctionTest, EveryFunctionRefusesAnEmptyImageBeforeRunning) {
     for (const auto& [height, width] : {std::pair{0, 3}, std::pair{3, 0}, std::pair{0, 0}}) {
       const auto [kind, message] = error_of([&] { apply_image_function({name, {}}, pixel, height, width, 3); });
       EXPECT_EQ(kind, ErrorKind::kConfig) << name;
-      EXPECT_EQ(message, name + ": the image is empty (height " + std::to_string(height) + ", width " +
-                             std::to_string(width) + ")");
+      EXPECT_EQ(message, name + ": an image of " + std::to_string(width) + "x" + std::to_string(height) +
+                             " pixels (each side must be at least 1)");
     }
   }
 }
@@ -246,8 +246,7 @@ TEST(ImageFunctionTest, ASideBeyondAnIntOrTheLimitIsRefusedBeforeAnyRead) {
               apply_image_function({"invert", {}}, pixel, (int64_t{1} << 32) + 3, 1, 1);
             }),
             std::pair(ErrorKind::kTooLarge,
-                      std::string("invert: the image (height 4294967299, width 1) has more than max_pixels "
-                                  "(178956970) pixels")));
+                      std::string("invert: an image of 1x4294967299 pixels, a side longer than 2147483647")));
   EXPECT_EQ(error_of([&] {
               apply_image_function({"invert", {}}, pixel, 100, 100, 1, 5000);
             }).first,
@@ -266,7 +265,7 @@ TEST(ImageFunctionTest, WhatAFunctionMakesIsCheckedBeforeItIsAllocated) {
   // 60032 x 60048 pixels would be 10.8 GB: refused by size, not by the allocator.
   EXPECT_EQ(call("pad", {{"padding", {30000, 30000, 30000, 30000}}, {"padding_mode", {2}}}),
             std::pair(ErrorKind::kTooLarge,
-                      std::string("pad would make an image of 60048x60032 pixels, more than max_pixels (100000)")));
+                      std::string("pad: an image of 60048x60032 pixels, more than max_pixels (100000)")));
   EXPECT_EQ(call("crop", {{"top", {0}}, {"left", {0}}, {"size", {1000, 1000}}}).first, ErrorKind::kTooLarge);
   EXPECT_EQ(call("center_crop", {{"output_size", {1000, 1000}}}).first, ErrorKind::kTooLarge);
   EXPECT_EQ(call("resize", {{"size", {1000, 1000}}}).first, ErrorKind::kTooLarge);
@@ -274,25 +273,26 @@ TEST(ImageFunctionTest, WhatAFunctionMakesIsCheckedBeforeItIsAllocated) {
       call("resized_crop", {{"top", {0}}, {"left", {0}}, {"height", {8}}, {"width", {8}}, {"size", {999, 999}}}).first,
       ErrorKind::kTooLarge);
   // A center this far away leaves float32 no digit of the expanded size.
-  EXPECT_EQ(call("rotate", {{"angle", {30}}, {"expand", {1}}, {"center", {3e9, 3e9}}}),
-            std::pair(ErrorKind::kConfig,
-                      std::string("rotate would make an image of 0x0 pixels: each side must be at least 1")));
+  EXPECT_EQ(
+      call("rotate", {{"angle", {30}}, {"expand", {1}}, {"center", {3e9, 3e9}}}),
+      std::pair(ErrorKind::kConfig, std::string("rotate: an image of 0x0 pixels (each side must be at least 1)")));
   EXPECT_EQ(call("rotate", {{"angle", {45}}, {"expand", {1}}}).second,
             "accepted");  // 57 x 57 (the max_pixels of this test allow it).
 }
 
 TEST(ImageFunctionTest, TheSizeCheckNamesTheSizeAndNeverOverflows) {
   EXPECT_EQ(error_of([] { check_image_size(5, 0, 100, "Pad"); }),
-            std::pair(ErrorKind::kConfig, std::string("Pad would make an image of 0x5 pixels: each side must be at "
-                                                      "least 1")));
+            std::pair(ErrorKind::kConfig, std::string("Pad: an image of 0x5 pixels (each side must be at least 1)")));
   EXPECT_EQ(error_of([] { check_image_size(11, 10, 100, "Pad"); }),
-            std::pair(ErrorKind::kTooLarge, std::string("Pad would make an image of 10x11 pixels, more than "
+            std::pair(ErrorKind::kTooLarge, std::string("Pad: an image of 10x11 pixels, more than "
                                                         "max_pixels (100)")));
   EXPECT_EQ(error_of([] { check_image_size(10, 10, 100, "Pad"); }).second, "accepted");
-  // A product that would overflow int64_t, under the largest limit.
-  EXPECT_EQ(error_of([] {
-              check_image_size(int64_t{1} << 40, int64_t{1} << 40, std::numeric_limits<int64_t>::max(), "x");
-            }).first,
+  // A side past an int under the largest limit (Pad once narrowed it): refused.
+  EXPECT_EQ(error_of([] { check_image_size(int64_t{1} << 31, 1, std::numeric_limits<int64_t>::max(), "Pad"); }),
+            std::pair(ErrorKind::kTooLarge,
+                      std::string("Pad: an image of 1x2147483648 pixels, a side longer than 2147483647")));
+  // A product that would overflow int64_t, under the largest limit: sides fit, the product does not.
+  EXPECT_EQ(error_of([] { check_image_size(int64_t{1} << 30, int64_t{1} << 30, (int64_t{1} << 60) - 1, "x"); }).first,
             ErrorKind::kTooLarge);
 }
 
