@@ -108,7 +108,7 @@ std::string FetchFailure::describe() const {
     case Kind::kCancelled:
       return with("cancelled");
     case Kind::kTooLarge:
-      return with("too large (more than " + std::to_string(kMaxRemoteReadBytes) + " bytes)");
+      return with("too large");
     case Kind::kOther:
       break;
   }
@@ -134,6 +134,14 @@ FetchError::FetchError(FetchFailure failure) : std::runtime_error(failure.descri
 
 Bytes RemoteAccess::read(const std::string& url, uint64_t offset, int64_t size, const std::string& key) const {
   std::vector<uint8_t> data = with_retries(retry, key, [&] { return store->read(url, offset, size); });
+  if (data.size() > static_cast<uint64_t>(kMaxRemoteReadBytes)) {
+    throw Error(ErrorKind::kRead,
+                FetchFailure{FetchFailure::Kind::kTooLarge, 0,
+                             std::to_string(data.size()) + " bytes, more than the " +
+                                 std::to_string(kMaxRemoteReadBytes) + " bytes a read may return"}
+                    .describe(),
+                key);
+  }
   if (size >= 0 && data.size() != static_cast<uint64_t>(size)) {
     throw Error(ErrorKind::kRead,
                 "expected " + std::to_string(size) + " bytes at offset " + std::to_string(offset) + ", got " +

@@ -16,10 +16,13 @@ namespace conveyor {
 /// the file system: "https://host/a.jpg", "s3://bucket/a.tar".
 bool is_url(std::string_view path);
 
-/// The most bytes one remote read may return: a RemoteStore refuses a reply
+/// The most bytes one remote read may return. A RemoteStore refuses a reply
 /// whose declared length (Content-Length) is larger before reading its body,
-/// and stops reading a body of no declared length past it (FetchFailure
-/// kTooLarge). A server that streams without end cannot grow the process.
+/// and reads a body of no declared length no further than one byte past it
+/// (FetchFailure kTooLarge), so that a server that streams without end
+/// cannot grow the process; RemoteAccess::read refuses a larger result from
+/// any store (a store that cannot bound its reads, such as fsspec's whole
+/// reads, is then checked after the fact).
 inline constexpr int64_t kMaxRemoteReadBytes = int64_t{1} << 31;
 
 /// How remote reads retry transient failures. An attempt that fails with a

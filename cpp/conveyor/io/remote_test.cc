@@ -97,7 +97,7 @@ TEST(RemoteTest, Classification) {
   EXPECT_EQ(FetchFailure({Kind::kTimeout, 0, "read"}).describe(), "timed out: read");
   EXPECT_EQ(FetchFailure({Kind::kConnection, 0, ""}).describe(), "connection failed");
   EXPECT_EQ(FetchFailure({Kind::kTooLarge, 0, "Content-Length: 1000000000000000"}).describe(),
-            "too large (more than 2147483648 bytes): Content-Length: 1000000000000000");
+            "too large: Content-Length: 1000000000000000");
 }
 
 TEST(RemoteTest, TransientFailuresAreRetriedThenSucceed) {

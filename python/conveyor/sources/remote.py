@@ -257,17 +257,27 @@ class _FsspecStore:
     def read(self, url: str, offset: int, size: int) -> Any:
         protocol = _protocol(url)
         fs = self._filesystems[protocol]
+        limit = _conveyor.MAX_REMOTE_READ_BYTES
+        if size > limit:
+            return _too_large(f"{size} bytes asked for")
+        # A whole object is one plain GET (a range would change what servers
+        # answer, e.g. 416 for an empty object): fsspec reads its body whole,
+        # so its size is checked after (the http(s) client bounds it before).
         start, end = (None, None) if size < 0 else (offset, offset + size)
         try:
             if size == 0:
                 return b""
             if getattr(fs, "async_impl", False):
-                return self._wait(
+                data = self._wait(
                     asyncio.run_coroutine_threadsafe(fs._cat_file(url, start=start, end=end), fs.loop)
                 )
-            return fs.cat_file(url, start=start, end=end)
+            else:
+                data = fs.cat_file(url, start=start, end=end)
         except Exception as e:
             return _failure(e, protocol)
+        if not isinstance(data, tuple) and len(data) > limit:
+            return _too_large("the object")
+        return data
 
     def size(self, url: str) -> Any:
         protocol = _protocol(url)
@@ -302,6 +312,16 @@ class _FsspecStore:
 # Redirects an HTTP read follows (as fsspec's client does) before failing.
 _MAX_REDIRECTS = 5
 _REDIRECTS = (301, 302, 303, 307, 308)
+
+
+# What one read of a reply's body asks for (a bounded read is a loop of them).
+_BODY_PIECE_BYTES = 1 << 20
+
+
+def _too_large(what: str) -> tuple[str, int, str]:
+    """The failure of a read larger than MAX_REMOTE_READ_BYTES."""
+    limit = _conveyor.MAX_REMOTE_READ_BYTES
+    return ("too_large", 0, f"{what}, more than the {limit} bytes a read may return")
 
 
 class _HttpStore:
@@ -381,8 +401,8 @@ class _HttpStore:
                 if body is None:  # Larger than any read may be: the rest is never read.
                     connection.close()
                     length = response.getheader("Content-Length")
-                    what = f"Content-Length: {length}" if length else "a body of no declared length"
-                    return ("too_large", 0, what)
+                    declared = f"Content-Length: {length}" if length else "a body of no declared length"
+                    return _too_large(declared)
                 if response.will_close:
                     connection.close()
                 return (
@@ -411,14 +431,21 @@ class _HttpStore:
     @staticmethod
     def _bounded_body(response: http.client.HTTPResponse) -> Optional[bytes]:
         """The body, or None when it is larger than MAX_REMOTE_READ_BYTES:
-        refused by its declared length before reading, else (chunked) read
-        no further than one byte past the limit."""
+        refused by its declared length before reading, else (chunked, or no
+        length) read in pieces no further than one byte past the limit (one
+        read of the limit would reserve that much memory up front)."""
         limit = _conveyor.MAX_REMOTE_READ_BYTES
         length = response.getheader("Content-Length")
         if length is not None and length.strip().isdigit() and int(length) > limit:
             return None
-        body = response.read(limit + 1)
-        return None if len(body) > limit else body
+        pieces, total = [], 0
+        while total <= limit:
+            piece = response.read(min(_BODY_PIECE_BYTES, limit + 1 - total))
+            if not piece:
+                return b"".join(pieces)
+            pieces.append(piece)
+            total += len(piece)
+        return None
 
     def _connect(self, parts: urllib.parse.SplitResult) -> http.client.HTTPConnection:
         if parts.scheme == "https":
