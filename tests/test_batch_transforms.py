@@ -282,3 +282,21 @@ def test_a_callable_that_does_not_return_a_pair_is_named(color_folder):
 
     with pytest.raises(conveyor.ConfigError, match=r"batch_transforms\[0\]: broken returned Tensor"):
         next(iter(make_loader(color_folder, [broken])))
+
+
+def test_a_batch_mix_of_channels_last_batches_mixes_the_same_pixels():
+    # memory_format=torch.channels_last batches are N×H×W×C buffers: the mix
+    # was told they were N×C×H×W (the user's layout) and pasted other pixels.
+    images = np.random.default_rng(0).integers(0, 256, (8, 12, 16, 3), dtype=np.uint8)
+    source = conveyor.sources.ArraySource(images, np.arange(8) % 4)
+    common = {"batch_size": 4, "batch_transforms": [T.CutMix(num_classes=4)], "seed": 1, "dtype": "uint8"}
+
+    def batches(**options):
+        loader = conveyor.Loader(source, [], **common, **options)
+        return [(images.contiguous().numpy().copy(), labels.numpy().copy()) for images, labels in loader]
+
+    plain, channels_last = batches(), batches(memory_format=torch.channels_last)
+    assert len(plain) == len(channels_last) == 2
+    for (a, la), (b, lb) in zip(plain, channels_last):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(la, lb)

@@ -116,6 +116,7 @@ class PythonOwnedLoader final : public Loader {
  public:
   using Loader::Loader;
   ~PythonOwnedLoader() {
+    if (on_own_thread()) return;  // ~Loader says why it cannot go on (the Python layer avoids it).
     nb::gil_scoped_release release;
     close();
   }
@@ -278,6 +279,8 @@ void bind_pipeline(nb::module_& m) {
       .def("stop", &Loader::stop, nb::call_guard<nb::gil_scoped_release>())
       .def("close", &Loader::close, nb::call_guard<nb::gil_scoped_release>())
       .def("skipped", &Loader::skipped, nb::call_guard<nb::gil_scoped_release>())
+      .def("on_own_thread", &Loader::on_own_thread,
+           "True when called from one of the loader's own threads (its source's read, a transform).")
       .def("check_not_reentered", &Loader::check_not_reentered, nb::arg("call"),
            "Raises ConfigError naming `call` when called from one of the loader's own threads.")
       .def("set_parallelism", &Loader::set_parallelism, nb::arg("threads") = 0, nb::arg("io_threads") = 0,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Callable, Optional, Union
@@ -20,8 +21,8 @@ from conveyor.errors import ConfigError
 from conveyor.sources import Mix, Source
 from conveyor.sources.remote import REMOTE_IO_THREADS
 from conveyor.transforms import DEFAULT_MAX_PIXELS, Transform
-from conveyor.transforms.base import transform_chain
 from conveyor.transforms.batch import BatchFunction, BatchTransform, split_batch_transforms
+from conveyor.transforms.pipeline import transform_chain
 
 try:  # torch is optional: without it batches are numpy arrays.
     import torch
@@ -269,8 +270,9 @@ class Loader:
         self._seed = seed
         self._device = _parse_device(device)
         self._pin = _is_cuda(self._device) if pin_memory is None else bool(pin_memory)
-        output: dict[str, Any] = {"dtype": dtype, "layout": "HWC" if channels_last else layout}
-        output["max_pixels"] = max_pixels
+        # The engine's layout: channels_last batches are N×H×W×C buffers seen as N×C×H×W.
+        engine_layout = "HWC" if channels_last else layout
+        output: dict[str, Any] = {"dtype": dtype, "layout": engine_layout, "max_pixels": max_pixels}
         if channels is not None:
             output["channels"] = channels
         transform = source._sample_transform(steps, **output)
@@ -290,7 +292,7 @@ class Loader:
                 rank=rank,
                 world_size=world_size,
                 shuffle_buffer=source.shuffle_buffer or 0,
-                batch_mix=_batch_mix_spec(batch_mix, source, layout),
+                batch_mix=_batch_mix_spec(batch_mix, source, engine_layout),
             ),
             **({"allocator": _pinned_allocator()} if self._pin else {}),
         )
@@ -308,7 +310,7 @@ class Loader:
         self._last_address = 0  # Engine buffer address of the last batch (for checks).
         self._closed = False
         # Workers stop when the loader is garbage collected, even without close().
-        self._finalizer = weakref.finalize(self, _conveyor.Loader.close, self._engine)
+        self._finalizer = weakref.finalize(self, _close_engine, self._engine)
 
     # --- iteration ---------------------------------------------------------------
 
@@ -423,7 +425,9 @@ class Loader:
                 self._update_bar(bar, 0, refresh=True)
                 bar.close()
                 bar.write(self._summary(epoch), file=sys.stderr)
-            if iteration == self._iteration:
+            # A pass driven from one of the engine's threads (a transform that
+            # calls next() on it) was refused: stopping there would wait for itself.
+            if iteration == self._iteration and not self._engine.on_own_thread():
                 self._engine.stop()
 
     def _targets(self, batch: _conveyor.Batch, labels: Any) -> Any:
@@ -820,6 +824,17 @@ def _options(**fields: Any) -> _conveyor.LoaderOptions:
 
 # The fields of the engine's LoaderStats, in declaration order: the keys of stats().
 # The engine's scalar counters; samples_per_part is reported for a Mix only (samples_per_source).
+def _close_engine(engine: _conveyor.Loader) -> None:
+    """Closes an engine whose Loader was collected. The collection may run on
+    one of the engine's own threads (a garbage collection inside a transform
+    or a dataset's __getitem__), where closing would wait for itself: it is
+    then closed from a thread of its own, which holds it until it is done."""
+    if engine.on_own_thread():
+        threading.Thread(target=engine.close, name="conveyor-close", daemon=True).start()
+    else:
+        engine.close()
+
+
 _STATS = tuple(
     name
     for name, value in vars(_conveyor.LoaderStats).items()

@@ -545,11 +545,11 @@ LoaderAutotune::LoaderAutotune(int64_t batch_size, int64_t batch_bytes, int64_t 
   chosen_.prefetch = tune_[2] ? initial.prefetch : pinned.prefetch;
 }
 
-void LoaderAutotune::begin_epoch(int64_t now_ns) {
+void LoaderAutotune::begin_epoch(int64_t now_ns, const AutotuneCounters& start) {
   controller_.begin_epoch();
   epoch_started_ns_ = now_ns;
   window_start_ns_ = now_ns;
-  window_start_ = {};
+  window_start_ = start;
   window_start_process_cpu_ns_ = measure_cpu_ ? process_cpu_ns() : 0;
   window_end_ns_ = now_ns + static_cast<int64_t>(controller_.next_window_seconds() * 1e9);
 }

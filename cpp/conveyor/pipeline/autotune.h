@@ -289,8 +289,10 @@ class LoaderAutotune {
   /// The settings to start the pools with.
   AutotuneSettings initial_settings() const { return chosen_; }
 
-  /// An epoch starts at `now_ns` with the counters reset to zero.
-  void begin_epoch(int64_t now_ns);
+  /// An epoch starts at `now_ns` with the counters at `start`: zero, but for
+  /// the latency histograms, which count across epochs (the epoch's first
+  /// window is measured from their snapshot here).
+  void begin_epoch(int64_t now_ns, const AutotuneCounters& start = {});
 
   /// When the current window ends (steady clock, ns); the Loader calls
   /// observe() at or after it.

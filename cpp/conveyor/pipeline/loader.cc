@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <iterator>
 #include <limits>
@@ -312,24 +314,51 @@ LoaderOptions validated(LoaderOptions options, const Source& source) {
   return options;
 }
 
-// The memory budget: the option, else the default. An explicit one must hold
-// the batches a pinned prefetch needs, and at least two (one being prepared,
-// one with the consumer).
 // The batch mix as the user wrote it: MixUp, CutMix, or RandomChoice of them.
 std::string mix_name(const BatchMixSpec& spec) {
   return spec.options.size() == 1 ? std::string(mix_kind_name(spec.options.front().kind)) : "RandomChoice";
 }
 
-int64_t memory_budget_for(const LoaderOptions& options, size_t batch_bytes) {
-  if (options.memory_budget == 0) return default_memory_budget_bytes();
+// A batch's soft labels (batch_size x num_classes float32; 0 without a
+// batch mix): memory each batch holds beside its images.
+int64_t soft_label_bytes(const LoaderOptions& options) {
+  if (!options.batch_mix) return 0;
+  const std::string what = mix_name(*options.batch_mix) + ": the soft labels of a batch";
+  // A num_classes below 1 is check_batch_mix's to name.
+  const int64_t classes = std::max<int64_t>(0, options.batch_mix->num_classes);
+  return checked_mul(checked_mul(options.batch_size, classes, what), 4, what);
+}
+
+// The bytes of one batch that the memory budget counts: its images and its
+// soft labels.
+int64_t batch_bytes(const LoaderOptions& options, size_t buffer_bytes) {
+  return checked_add(static_cast<int64_t>(buffer_bytes), soft_label_bytes(options), "the bytes of a batch");
+}
+
+// The memory budget: the option, else the default. It must hold a batch
+// mix's soft labels of one batch (they are allocated per batch, whatever the
+// prefetch), and an explicit one the batches a pinned prefetch needs, at
+// least two (one being prepared, one with the consumer).
+int64_t memory_budget_for(const LoaderOptions& options, size_t buffer_bytes) {
+  const int64_t budget = options.memory_budget == 0 ? default_memory_budget_bytes() : options.memory_budget;
+  const int64_t soft = soft_label_bytes(options);
+  if (options.batch_mix) {
+    check_config(soft <= budget, mix_name(*options.batch_mix) + ": num_classes " +
+                                     std::to_string(options.batch_mix->num_classes) + " makes soft labels of " +
+                                     std::to_string(soft) +
+                                     " bytes per batch (batch_size x num_classes float32), more than memory_budget (" +
+                                     std::to_string(budget) + " bytes)");
+  }
+  if (options.memory_budget == 0) return budget;
+  const int64_t bytes = batch_bytes(options, buffer_bytes);
   const int64_t batches = std::max<int64_t>(2, options.prefetch + int64_t{1});
-  const double needed = static_cast<double>(batches) * static_cast<double>(batch_bytes);
-  check_config(static_cast<double>(options.memory_budget) >= needed,
-               "memory_budget " + std::to_string(options.memory_budget) + " bytes cannot hold " +
-                   std::to_string(batches) + " batches of " + std::to_string(batch_bytes) + " bytes" +
+  const double needed = static_cast<double>(batches) * static_cast<double>(bytes);
+  check_config(static_cast<double>(budget) >= needed,
+               "memory_budget " + std::to_string(budget) + " bytes cannot hold " + std::to_string(batches) +
+                   " batches of " + std::to_string(bytes) + " bytes" +
                    (options.prefetch > 0 ? " (prefetch " + std::to_string(options.prefetch) + " + the consumer's)"
                                          : " (one being prepared, one with the consumer)"));
-  return options.memory_budget;
+  return budget;
 }
 
 // a / b rounded up, for a >= 0, b >= 1 (a + b - 1 could overflow).
@@ -423,26 +452,14 @@ Loader::Loader(std::shared_ptr<const Source> source, std::shared_ptr<const Sampl
       part_samples_(static_cast<size_t>(std::max(1, source_->parts()))),
       memory_budget_(memory_budget_for(options_, pool_.buffer_bytes())),
       autotune_(std::make_unique<LoaderAutotune>(
-          options_.batch_size, static_cast<int64_t>(pool_.buffer_bytes()), memory_budget_,
+          options_.batch_size, batch_bytes(options_, pool_.buffer_bytes()), memory_budget_,
           AutotuneSettings{options_.threads, options_.io_threads, options_.prefetch}, options_.autotune)),
       settings_(autotune_->initial_settings()),
       sample_pool_(options_.allocator),
       cpu_pool_(start_pool(settings_.cpu_threads, "conveyor-cpu", "threads")),
       io_pool_(start_pool(settings_.io_threads, "conveyor-io", "io_threads")) {
   check_config(sample_bytes_ > 0 || !transform_->fixed_shape(), "the transform produces empty samples");
-  if (options_.batch_mix) {
-    const BatchMixSpec& mix = *options_.batch_mix;
-    check_batch_mix(mix, spec_);
-    // Each batch's soft labels (batch_size x num_classes float32) are memory too.
-    const std::string what = mix_name(mix) + ": the soft labels of a batch";
-    const int64_t soft_label_bytes = checked_mul(checked_mul(options_.batch_size, mix.num_classes, what), 4, what);
-    check_config(soft_label_bytes <= memory_budget_, mix_name(mix) + ": num_classes " +
-                                                         std::to_string(mix.num_classes) + " makes soft labels of " +
-                                                         std::to_string(soft_label_bytes) +
-                                                         " bytes per batch (batch_size x num_classes float32), more "
-                                                         "than memory_budget (" +
-                                                         std::to_string(memory_budget_) + " bytes)");
-  }
+  if (options_.batch_mix) check_batch_mix(*options_.batch_mix, spec_);
   check_config(samples_per_epoch_ > 0,
                "world_size " + std::to_string(options_.world_size) + " leaves no sample for each rank with drop_last");
 }
@@ -460,6 +477,13 @@ Loader::~Loader() {
     (void)mu_storage_.release();
     (void)cv_storage_.release();
     return;
+  }
+  if (on_own_thread()) {
+    std::fputs(
+        "conveyor: a Loader was destroyed on one of its own threads (inside its source's read or a "
+        "transform), where it cannot wait for them to finish; aborting\n",
+        stderr);
+    std::abort();
   }
   close();
 }
@@ -484,8 +508,10 @@ class TaskScope {
 
 }  // namespace
 
+bool Loader::on_own_thread() const noexcept { return t_task_of == this; }
+
 void Loader::check_not_reentered(std::string_view call) const {
-  if (t_task_of == this) {
+  if (on_own_thread()) {
     throw Error(ErrorKind::kConfig, std::string(call) +
                                         " was called from one of the loader's own threads (in the source's read or "
                                         "a transform), where it would wait for that thread to finish: call it from "
@@ -521,17 +547,23 @@ void Loader::close() {
   cpu_pool_.reset();
 }
 
-int64_t Loader::num_batches() const noexcept {
+int64_t Loader::num_batches() const noexcept { return batches_of(samples_per_epoch_); }
+
+int64_t Loader::batches_of(int64_t samples) const noexcept {
   const int64_t b = options_.batch_size;
-  return options_.drop_last ? samples_per_epoch_ / b : ceil_div(samples_per_epoch_, b);
+  return options_.drop_last ? samples / b : ceil_div(samples, b);
+}
+
+void Loader::check_start_position(int64_t position, int64_t samples) {
+  check_config(
+      position >= 0 && position <= samples,
+      "start position " + std::to_string(position) + " is outside the epoch's " + std::to_string(samples) + " samples");
 }
 
 int64_t Loader::batches_after(int64_t position, int64_t segment_start) const {
   const int64_t samples = segment_samples(segment_start);
-  check_config(position >= 0 && position <= samples,
-               "position " + std::to_string(position) + " is outside the " + std::to_string(samples) + " samples");
-  const int64_t left = samples - position, b = options_.batch_size;
-  return options_.drop_last ? left / b : ceil_div(left, b);
+  check_start_position(position, samples);
+  return batches_of(samples - position);
 }
 
 int64_t Loader::segment_samples(int64_t segment_start) const {
@@ -576,9 +608,7 @@ void Loader::start_epoch(int64_t epoch, int64_t start_position, int64_t start_ba
   check_not_forked();
   check_not_reentered("start_epoch()");
   const int64_t samples = segment_samples(segment_start);
-  check_config(start_position >= 0 && start_position <= samples, "start position " + std::to_string(start_position) +
-                                                                     " is outside the epoch's " +
-                                                                     std::to_string(samples) + " samples");
+  check_start_position(start_position, samples);
   check_config(start_batch >= 0, "start batch must be >= 0");
   check_config(epoch >= 0 && epoch <= kMaxEpoch,
                "epoch " + std::to_string(epoch) + " is outside [0, " + std::to_string(kMaxEpoch) + "]");
@@ -616,7 +646,7 @@ void Loader::start_epoch(int64_t epoch, int64_t start_position, int64_t start_ba
   wait_ns_ = 0;
   batches_delivered_ = 0;
   epoch_started_ = std::chrono::steady_clock::now();
-  autotune_->begin_epoch(steady_ns());
+  autotune_->begin_epoch(steady_ns(), autotune_counters_locked(0));
   issue_locked(*run);
 }
 
@@ -690,16 +720,19 @@ bool Loader::reads_inline() const noexcept {
   // A read that may wait on a network (timeouts, retries, backoff) must not
   // hold a cpu thread: other reads could not start meanwhile.
   if (!local_reads_) return false;
-  const int64_t reads = samples_read_.load(std::memory_order_relaxed);
-  const int64_t processed = samples_processed_.load(std::memory_order_relaxed);
-  // Until both are measured (an epoch's start), inline: each cpu thread reads
-  // at most one sample before the first one is processed; a slow read then
-  // sends the rest to the io pool (the tasks queued meanwhile pass their
-  // reads on when they start).
+  return detail::reads_are_quick(
+      samples_read_.load(std::memory_order_relaxed), read_ns_.load(std::memory_order_relaxed),
+      samples_processed_.load(std::memory_order_relaxed), process_ns_.load(std::memory_order_relaxed));
+}
+
+bool detail::reads_are_quick(int64_t reads, int64_t read_ns, int64_t processed, int64_t process_ns) noexcept {
+  // Until both are measured, inline: each cpu thread reads at most one
+  // sample before the first one is processed; a slow read then sends the
+  // rest to the io pool (the tasks queued meanwhile pass their reads on when
+  // they start).
   if (reads == 0 || processed == 0) return true;
-  const int64_t latency = read_ns_.load(std::memory_order_relaxed) / reads;
-  return latency <= kInlineReadNs ||
-         latency * kInlineReadShare <= process_ns_.load(std::memory_order_relaxed) / processed;
+  const int64_t latency = read_ns / reads;
+  return latency <= kInlineReadNs || latency * kInlineReadShare <= process_ns / processed;
 }
 
 void Loader::sample_task(const std::shared_ptr<EpochRun>& run, SlotTicket task) {

@@ -131,6 +131,20 @@ struct NextResult {
 };
 
 namespace detail {
+
+/// A mean read of at most this many ns is quick (reads_are_quick)...
+inline constexpr int64_t kInlineReadNs = 50'000;
+/// ... and so is one of at most 1/kInlineReadShare of the mean decode + transforms.
+inline constexpr int64_t kInlineReadShare = 8;
+
+/// Whether reads are quick enough to run on the cpu thread that decodes the
+/// sample, from this epoch's measurements (`reads` reads taking `read_ns` in
+/// all, `processed` decodes + transforms taking `process_ns`): until both
+/// are measured (an epoch's start), yes; then by the two rules above:
+/// waiting for the read then costs a cpu thread less than handing the
+/// sample between two threads does. Pure.
+bool reads_are_quick(int64_t reads, int64_t read_ns, int64_t processed, int64_t process_ns) noexcept;
+
 struct EpochRun;
 struct SampleError;
 struct SlotTicket;
@@ -164,7 +178,11 @@ class Loader {
   /// order cannot fit in the machine's memory, or when the OS refuses a thread
   /// (the threads already started are joined first).
   Loader(std::shared_ptr<const Source> source, std::shared_ptr<const SampleTransform> transform, LoaderOptions options);
-  /// close(): stops the epoch and joins every thread.
+  /// close(): stops the epoch and joins every thread. Destroying a Loader on
+  /// one of its own threads (from inside its source's read or a transform)
+  /// cannot wait for that thread: it aborts the process with a message, as
+  /// a std::thread destroyed while joinable does (the Python layer closes a
+  /// loader collected there from another thread).
   ~Loader();
 
   Loader(const Loader&) = delete;
@@ -181,7 +199,8 @@ class Loader {
   /// Batches this rank gets from position `position` of its order on, in
   /// the part of an epoch after `segment_start` (see segment_samples): what
   /// is left of a resumed epoch (before any skipped samples). Throws
-  /// Error{kConfig} when `position` is outside that part's samples.
+  /// Error{kConfig} when `position` is outside that part's samples. Any
+  /// thread (it reads only the options).
   int64_t batches_after(int64_t position, int64_t segment_start) const;
   const LoaderOptions& options() const noexcept { return options_; }
   SampleSpec sample_spec() const { return spec_; }
@@ -222,12 +241,15 @@ class Loader {
   /// Error{kConfig} once closed. May be called from any thread.
   void set_parallelism(int threads, int io_threads, int prefetch);
 
-  /// Throws Error{kConfig} naming `call` (e.g. "close()") when the calling
-  /// thread is one of this loader's own (running a read, a transform or a
-  /// batch mix), where start_epoch(), next(), stop(), close() and
-  /// set_parallelism() would wait for that thread to finish, i.e. forever;
-  /// they call it first. A layer above calls it before changing its own
-  /// state for such a call. Any thread.
+  /// True when the calling thread is one of this loader's own, running a
+  /// read, a transform or a batch mix for it. Any thread.
+  bool on_own_thread() const noexcept;
+
+  /// Throws Error{kConfig} naming `call` (e.g. "close()") when on_own_thread(),
+  /// where start_epoch(), next(), stop(), close() and set_parallelism() would
+  /// wait for that thread to finish, i.e. forever; they call it first. A
+  /// layer above calls it before changing its own state for such a call.
+  /// Any thread.
   void check_not_reentered(std::string_view call) const;
 
   /// Autotune's trace lines since the last call (its decisions with their
@@ -237,17 +259,16 @@ class Loader {
   std::vector<SkippedSample> skipped() const;
 
  private:
+  // Batches of `samples` samples (drop_last drops a partial one).
+  int64_t batches_of(int64_t samples) const noexcept;
+  // Throws the start_epoch() error when `position` is outside [0, samples].
+  static void check_start_position(int64_t position, int64_t samples);
   void issue_locked(detail::EpochRun& run);
   void issue_unguarded_locked(detail::EpochRun& run);
   // Where a sample's read runs: on the cpu thread that then decodes it
   // (sample_task) when the source's reads are local (Source::local_reads) and
-  // quick, else on the io pool (read_task),
-  // which hands the record to the cpu pool. Reads are quick when their mean
-  // latency this epoch is at most kInlineReadNs, or at most 1/kInlineReadShare
-  // of the mean decode + transform time: then waiting for the read costs a
-  // cpu thread less than handing the sample between two threads does.
-  static constexpr int64_t kInlineReadNs = 50'000;
-  static constexpr int64_t kInlineReadShare = 8;
+  // quick (detail::reads_are_quick), else on the io pool (read_task), which
+  // hands the record to the cpu pool.
   bool reads_inline() const noexcept;
   void sample_task(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task);
   void read_task(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task);

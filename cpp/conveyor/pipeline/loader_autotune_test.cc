@@ -315,6 +315,26 @@ TEST(LoaderAutotuneTest, TheSpreadOfReadTimesIsMeasured) {
   EXPECT_GT(spread, 0.005);
 }
 
+TEST(LoaderAutotuneTest, AnEpochsFirstWindowSeesOnlyItsOwnLatencies) {
+  // The latency histograms count across epochs; an epoch's first window is
+  // measured from their snapshot at its start, not from empty ones (which
+  // once gave it the p90 of every earlier epoch).
+  LatencyHistogram reads;
+  for (int i = 0; i < 1000; ++i) reads.record(1'000'000'000);  // Earlier epochs: 1 s reads.
+  AutotuneCounters start;
+  start.read_latency = reads.snapshot();
+  for (int i = 0; i < 100; ++i) reads.record(1'000'000);  // This epoch's window: 1 ms reads.
+  LoaderAutotune autotune(8, 1024, int64_t{1} << 30, AutotuneSettings{0, 0, 0}, fast_autotune(), [] { return 2; });
+  const int64_t now = 1'000'000'000;
+  autotune.begin_epoch(now, start);
+  AutotuneCounters end = start;
+  end.read_latency = reads.snapshot();
+  end.reads = 100;
+  end.read_ns = 100 * 1'000'000;
+  autotune.observe(autotune.window_end_ns(), end, autotune.initial_settings());
+  EXPECT_LT(autotune.status().estimates.spread_seconds, 0.125e-3);  // The histogram's resolution of 1 ms.
+}
+
 TEST(LoaderAutotuneTest, TheReadsLockWaitIsCountedExactly) {
   // Read i waits 1000 + i ns and reports that wait as lock wait, as the
   // bindings do for the GIL (a wait reported but not spent could exceed the

@@ -239,7 +239,23 @@ TEST(LoaderTest, QuickReadsRunOnTheCpuThreadThatDecodesTheSample) {
   const Epoch epoch = run_epoch(loader, 0);
   ASSERT_EQ(epoch.samples().size(), 96u);
   ASSERT_EQ(log.read_by.size(), 96u);
-  for (const auto& [sample, reader] : log.read_by) EXPECT_EQ(reader, log.processed_by.at(sample)) << sample;
+  // Which reads the rule sends inline follows the measured times, so a read
+  // that a loaded machine delays sends the next few to the io pool (TSan
+  // beside a CPU burner did): the rule is checked exactly below; here, that
+  // the reads it keeps inline run on the decoding thread.
+  int inline_reads = 0;
+  for (const auto& [sample, reader] : log.read_by) inline_reads += reader == log.processed_by.at(sample);
+  EXPECT_GT(inline_reads, 0);
+}
+
+TEST(LoaderTest, ReadsAreQuickWhileUnmeasuredThenByTheirShareOfTheDecode) {
+  EXPECT_TRUE(detail::reads_are_quick(0, 0, 0, 0));           // An epoch's start.
+  EXPECT_TRUE(detail::reads_are_quick(5, 5'000'000, 0, 0));   // Decodes not measured yet.
+  EXPECT_TRUE(detail::reads_are_quick(10, 500'000, 10, 0));   // 50 us reads: quick whatever the decode.
+  EXPECT_FALSE(detail::reads_are_quick(10, 510'000, 10, 0));  // 51 us against nothing.
+  // 300 us reads against 2 ms decodes: 1/6.7 of them, not quick; against 2.4 ms, 1/8: quick.
+  EXPECT_FALSE(detail::reads_are_quick(10, 3'000'000, 10, 20'000'000));
+  EXPECT_TRUE(detail::reads_are_quick(10, 3'000'000, 10, 24'000'000));
 }
 
 TEST(LoaderTest, ReadsThatMayWaitOnANetworkStayOnTheIoPool) {
