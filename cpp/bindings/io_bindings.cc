@@ -1,4 +1,3 @@
-#include <fcntl.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/array.h>
@@ -7,9 +6,6 @@
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
-
-#include <cerrno>
-#include <cstring>
 
 #include "bindings.h"
 #include "conveyor/core/cancellation.h"
@@ -265,14 +261,8 @@ void bind_io(nb::module_& m) {
       "open_regular_file",
       [](const nb::bytes& path) {
         const std::string file = from_path(path);
-        int descriptor = -1;
-        {
-          nb::gil_scoped_release release;
-          const RegularFile opened(file);
-          descriptor = ::fcntl(opened.descriptor(), F_DUPFD_CLOEXEC, 0);
-          if (descriptor < 0) throw Error(ErrorKind::kRead, std::strerror(errno), file);
-        }
-        return descriptor;
+        nb::gil_scoped_release release;
+        return RegularFile(file).release();
       },
       nb::arg("path"),
       "A new descriptor (the caller closes it) of the regular file os.fsencode(path) open for reading, checked as "

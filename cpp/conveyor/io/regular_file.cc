@@ -83,7 +83,15 @@ RegularFile::RegularFile(const std::string& path) : path_(path) {
                static_cast<int64_t>(info.st_mtim.tv_sec) * 1'000'000'000 + info.st_mtim.tv_nsec};
 }
 
-RegularFile::~RegularFile() { ::close(fd_); }
+RegularFile::~RegularFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+int RegularFile::release() noexcept {
+  const int fd = fd_;
+  fd_ = -1;
+  return fd;
+}
 
 uint64_t RegularFile::read_at_most(uint64_t offset, std::span<uint8_t> out, const std::string& key) const {
   uint64_t done = 0;

@@ -60,6 +60,11 @@ class RegularFile {
   /// gzdopen on a dup of it); owned by this object.
   int descriptor() const noexcept { return fd_; }
 
+  /// Gives the descriptor up: the caller owns (and closes) it from then on,
+  /// and this object reads nothing more. For a layer that reads the file its
+  /// own way (Python's file objects) after it was opened and checked here.
+  int release() noexcept;
+
   /// Reads exactly `out.size()` bytes at `offset`. Throws Error{kRead} naming
   /// `key` when the file now ends before them ("file shrank/truncated after it
   /// was opened: expected N bytes at offset O, got M") or the read fails.

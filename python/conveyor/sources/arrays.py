@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import math
 import os
 from collections.abc import Sequence
@@ -12,15 +11,11 @@ import numpy as np
 
 from conveyor import _conveyor
 from conveyor._checks import INT64_MAX, INT64_MIN, check_int
-from conveyor.errors import ConfigError, ReadError, _printable_path
-from conveyor.sources.base import PathLike, Source
+from conveyor.errors import ConfigError, _printable_path
+from conveyor.sources.base import PathLike, Source, open_regular_file, read_error
 
 #: Element types a tensor sample may have: those of the engine's batches.
 TENSOR_DTYPES = ("uint8", "int64", "float16", "float32")
-
-
-def _read_error(path: str, cause: str) -> ReadError:
-    return ReadError(f"{_printable_path(path)}: {cause}", key=path, cause=cause)
 
 
 def _load_npy(path: str, what: str) -> np.ndarray:
@@ -29,13 +24,7 @@ def _load_npy(path: str, what: str) -> np.ndarray:
     FIFO or device is refused by name, never waited on. The header's size
     (shape × item size) is checked against the file's before it is mapped."""
     _conveyor.check_path(os.fsencode(path), f"ArraySource: {what}")
-    try:
-        descriptor = _conveyor.open_regular_file(os.fsencode(path))
-    except ReadError as e:
-        if e.cause == os.strerror(errno.ENOENT):
-            raise _read_error(path, "not found") from None
-        raise
-    with os.fdopen(descriptor, "rb") as f:
+    with open_regular_file(path) as f:
         try:
             version = np.lib.format.read_magic(f)
             # Version 3 differs from 2 only by a UTF-8 header, which matters
@@ -52,7 +41,7 @@ def _load_npy(path: str, what: str) -> np.ndarray:
                 raise ConfigError(
                     f"ArraySource: {what} {_printable_path(path)} is not a .npy file (an .npz archive?)"
                 ) from None
-            raise _read_error(path, f"not a .npy file ({e})") from e
+            raise read_error(path, f"not a .npy file ({e})") from e
         if dtype.hasobject:
             raise ConfigError(
                 f"ArraySource: {what} {_printable_path(path)} holds Python objects ({dtype}), which are "
@@ -62,7 +51,7 @@ def _load_npy(path: str, what: str) -> np.ndarray:
         needed = math.prod(shape) * dtype.itemsize  # Python ints: never wraps.
         if offset + needed > size:
             layout = "×".join(map(str, shape)) or "a scalar"
-            raise _read_error(
+            raise read_error(
                 path,
                 f"truncated .npy file: the header says {layout} {dtype} ({needed} bytes from offset "
                 f"{offset}), the file has {size} bytes",

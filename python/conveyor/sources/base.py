@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import operator
 import os
 from collections.abc import Sequence
-from typing import Any, Optional, Union
+from typing import IO, Any, Optional, Union
 
 import numpy as np
 
 from conveyor import _conveyor
-from conveyor.errors import ConfigError, DecodeError
+from conveyor.errors import ConfigError, DecodeError, ReadError, _printable_path
 
 PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
@@ -40,6 +41,24 @@ def check_index(index: Any, size: int, name: str) -> int:
     if not 0 <= position < size:
         raise IndexError(f"{name} index {index} is out of range for {size} samples")
     return position
+
+
+def read_error(key: str, cause: str) -> ReadError:
+    """A ReadError naming ``key`` (a path, or ``archive:member``) and ``cause``."""
+    return ReadError(f"{_printable_path(key)}: {cause}", key=key, cause=cause)
+
+
+def open_regular_file(path: str) -> IO[bytes]:
+    """``path`` open for reading, opened by the engine as every file conveyor
+    reads: a FIFO, socket or device is refused by name (never waited on, never
+    read without end). Raises ReadError naming it ("not found" when missing)."""
+    try:
+        descriptor = _conveyor.open_regular_file(os.fsencode(path))
+    except ReadError as e:
+        if e.cause == os.strerror(errno.ENOENT):
+            raise read_error(path, "not found") from None
+        raise
+    return os.fdopen(descriptor, "rb")
 
 
 class Source:

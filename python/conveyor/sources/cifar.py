@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import bz2
-import errno
 import gzip
 import io
 import lzma
@@ -22,7 +21,7 @@ from conveyor import _conveyor
 from conveyor._checks import is_int
 from conveyor.errors import ConfigError, ReadError, _printable_path
 from conveyor.sources.arrays import ArraySource
-from conveyor.sources.base import PathLike
+from conveyor.sources.base import PathLike, open_regular_file, read_error
 
 _SIDE = 32
 
@@ -208,17 +207,13 @@ class _Files:
                 f"{_printable_path(self.archive_path)} exists (nothing is downloaded)"
             )
 
-    @staticmethod
-    def _error(key: str, cause: str) -> ReadError:
-        return ReadError(f"{_printable_path(key)}: {cause}", key=key, cause=cause)
-
     def _open_archive(self) -> None:
         """Opens the tarball through the engine (a regular file only) and lists
         its members, bounded: at most _MAX_ARCHIVE_BYTES once decompressed
         (checked before each read, so a small archive of zeros cannot make
         tarfile allocate gigabytes for one header) and _MAX_MEMBERS members."""
         path = self.archive_path
-        raw = os.fdopen(_conveyor.open_regular_file(os.fsencode(path)), "rb")
+        raw = open_regular_file(path)
         self._streams.append(raw)
         try:
             magic = raw.read(6)
@@ -231,39 +226,31 @@ class _Files:
             self._tar = tarfile.open(fileobj=_Bounded(stream, _MAX_ARCHIVE_BYTES), mode="r:")
             for count, member in enumerate(self._tar, 1):
                 if count > _MAX_MEMBERS:
-                    raise self._error(path, f"more than {_MAX_MEMBERS} members: not a CIFAR python archive")
+                    raise read_error(path, f"more than {_MAX_MEMBERS} members: not a CIFAR python archive")
                 self._members[member.name] = member  # The last of a name wins, as tarfile's getmember.
         except ReadError:
             self.close()
             raise
         except (OSError, tarfile.TarError, EOFError) as e:
             self.close()
-            raise self._error(path, f"not a readable tar archive ({e})") from e
+            raise read_error(path, f"not a readable tar archive ({e})") from e
 
     @staticmethod
     def _too_large(key: str, size: int) -> ReadError:
-        return _Files._error(
+        return read_error(
             key,
             f"not a CIFAR python batch ({size} bytes; the official batches are at most {_MAX_BATCH_BYTES})",
         )
 
     def _read_file(self, key: str) -> bytes:
-        # Opened by the engine, as every file conveyor reads: a FIFO or device
-        # is refused by name (never waited on, never read without end).
-        try:
-            descriptor = _conveyor.open_regular_file(os.fsencode(key))
-        except ReadError as e:
-            if e.cause == os.strerror(errno.ENOENT):
-                raise self._error(key, "not found") from None
-            raise
-        with os.fdopen(descriptor, "rb") as f:
+        with open_regular_file(key) as f:
             size = os.fstat(f.fileno()).st_size
             if size > _MAX_BATCH_BYTES:
                 raise self._too_large(key, size)
             try:
                 data = f.read(_MAX_BATCH_BYTES + 1)  # Bounded even if the file grows meanwhile.
             except OSError as e:
-                raise self._error(key, e.strerror or str(e)) from e
+                raise read_error(key, e.strerror or str(e)) from e
         if len(data) > _MAX_BATCH_BYTES:
             raise self._too_large(key, len(data))
         return data
@@ -274,7 +261,7 @@ class _Files:
         find = self._members.get
         member = find(name)
         if member is None:
-            raise self._error(key, "not found in the archive")
+            raise read_error(key, "not found in the archive")
         for _ in range(_MAX_LINKS + 1):
             if member.isreg():
                 return member
@@ -282,15 +269,15 @@ class _Files:
                 kinds = {tarfile.DIRTYPE: "a directory", tarfile.FIFOTYPE: "a FIFO", tarfile.CHRTYPE:
                          "a character device", tarfile.BLKTYPE: "a block device"}  # fmt: skip
                 kind = kinds.get(member.type, f"type {member.type!r}")
-                raise self._error(key, f"not a regular file in the archive ({kind})")
+                raise read_error(key, f"not a regular file in the archive ({kind})")
             # A symbolic link is relative to its folder, a hard link to the archive's root.
             target = member.linkname
             if member.issym():
                 target = posixpath.normpath(posixpath.join(posixpath.dirname(member.name), target))
             member = find(target)
             if member is None:
-                raise self._error(key, f"a link to {target!r}, which is not in the archive")
-        raise self._error(key, f"more than {_MAX_LINKS} levels of links in the archive (a loop?)")
+                raise read_error(key, f"a link to {target!r}, which is not in the archive")
+        raise read_error(key, f"more than {_MAX_LINKS} levels of links in the archive (a loop?)")
 
     def load(self, file: str) -> tuple[str, dict[str, Any]]:
         """The unpickled dict of the batch ``file`` and the key naming it."""
@@ -308,18 +295,18 @@ class _Files:
                 assert extracted is not None  # A regular member.
                 data = extracted.read()
             except (OSError, tarfile.TarError, EOFError) as e:
-                raise self._error(key, f"unreadable ({e})") from e
+                raise read_error(key, f"unreadable ({e})") from e
         problem = _check_pickle(data)
         if problem is not None:
-            raise self._error(key, f"not a CIFAR python batch ({problem})")
+            raise read_error(key, f"not a CIFAR python batch ({problem})")
         try:
             entry = _BatchUnpickler(io.BytesIO(data), encoding="latin1").load()
         except Exception as e:  # noqa: BLE001 - any failure of a corrupt pickle is this sample file's error.
-            raise self._error(
+            raise read_error(
                 key, f"not a CIFAR python batch (corrupt pickle: {type(e).__name__}: {e})"
             ) from e
         if not isinstance(entry, dict):
-            raise self._error(key, f"not a CIFAR python batch (a pickled {type(entry).__name__}, not a dict)")
+            raise read_error(key, f"not a CIFAR python batch (a pickled {type(entry).__name__}, not a dict)")
         return key, {k.decode("latin1") if isinstance(k, bytes) else k: v for k, v in entry.items()}
 
     def close(self) -> None:
@@ -413,7 +400,7 @@ class CIFAR10(ArraySource):
 
     def _read_batch(self, key: str, entry: dict[str, Any]) -> tuple[np.ndarray, list[int]]:
         def fail(cause: str) -> ReadError:
-            return ReadError(f"{_printable_path(key)}: {cause}", key=key, cause=cause)
+            return read_error(key, cause)
 
         for name in ("data", self.labels_key):
             if name not in entry:
@@ -456,8 +443,7 @@ class CIFAR10(ArraySource):
     def _classes(self, key: str, meta: dict[str, Any]) -> list[str]:
         names = meta.get(self.names_key)
         if not isinstance(names, (list, tuple)) or not all(isinstance(n, (str, bytes)) for n in names):
-            cause = f"not a CIFAR meta file: no list {self.names_key!r}"
-            raise ReadError(f"{_printable_path(key)}: {cause}", key=key, cause=cause)
+            raise read_error(key, f"not a CIFAR meta file: no list {self.names_key!r}")
         return [n.decode("latin1") if isinstance(n, bytes) else n for n in names]
 
 
