@@ -5,6 +5,7 @@ everything it patched."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -148,9 +149,11 @@ def test_stops_an_hour_long_script_after_steps_and_restores_everything():
 
 def test_seconds_limit_stops_at_a_step_end():
     torch.backends.cudnn.benchmark = True
+    # A process's first optimizer step imports torch._dynamo (seconds on a
+    # loaded machine): imported here, so that the script steps well within
+    # the limit (a script that takes no step by then is stopped where it is).
+    importlib.import_module("torch._dynamo")
     before = patched_state()
-    # Long enough for the first step (a process's first imports torch._dynamo):
-    # a script that takes no step by the limit is stopped where it is.
     report, code = doctor.run_script(str(SCRIPTS / "forever.py"), steps=None, seconds=5)
     assert code == 0
     assert report.obs.stopped.startswith("stopped after ") and report.obs.stopped.endswith("(--seconds 5)")

@@ -151,12 +151,19 @@ def _stop_must_wait(frame: Any) -> bool:
     """Whether a stop raised where ``frame`` runs would land in the doctor's own
     bookkeeping, or in an import: a module left partly initialised breaks every
     later import of it in this process (torch._dynamo, imported by the first
-    optimizer step, takes a second)."""
-    if frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_DOCTOR_FILES):
-        return True
+    optimizer step, takes a second). The doctor's bookkeeping is any doctor
+    frame between ``frame`` and the user's code that called into it (a hook
+    that calls torch: the innermost frame is torch's, the hook's is below);
+    the runner's frames below the user's code do not count."""
+    in_user_code = False
     while frame is not None:
-        if frame.f_code.co_filename.startswith("<frozen importlib"):
+        filename = frame.f_code.co_filename
+        if filename.startswith("<frozen importlib"):
             return True
+        if not in_user_code:
+            if os.path.abspath(filename).startswith(_DOCTOR_FILES):
+                return True
+            in_user_code = is_user_file(filename)
         frame = frame.f_back
     return False
 
