@@ -268,7 +268,7 @@ def test_a_python_thread_that_ran_a_lambda_chain_ends_cleanly(tmp_path):
         CHILD_SETUP
         + """
 import io, threading
-from conveyor.transforms.base import compile_pipeline
+from conveyor.transforms import compile_pipeline
 buffer = io.BytesIO()
 Image.fromarray(np.full((20, 20, 3), 9, np.uint8)).save(buffer, format="PNG")
 pipeline = compile_pipeline(chain(lambda image: image + 1), dtype="uint8", layout="HWC")

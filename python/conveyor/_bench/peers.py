@@ -110,10 +110,10 @@ def ffcv_beton_path(data: str, limit: Optional[int]) -> str:
 def _files(spec: dict[str, Any]) -> tuple[list[str], list[int]]:
     """The image files and labels that conveyor's side reads for ``spec``."""
     import conveyor
-    from conveyor._bench.worker import _spread
+    from conveyor._bench.subset import spread
 
     folder = conveyor.sources.ImageFolder(spec["data"])
-    keep = _spread(len(folder), spec.get("limit"))
+    keep = spread(len(folder), spec.get("limit"))
     return [folder.paths[i] for i in keep], [int(folder.labels[i]) for i in keep]
 
 

@@ -19,6 +19,8 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any, Callable, Optional
 
+from conveyor._bench.subset import spread
+
 RESULT_PREFIX = "RESULT "
 
 Spec = dict[str, Any]
@@ -33,13 +35,6 @@ def _conveyor_image_transforms(case: str) -> list[Any]:
     return [T.Resize(256), T.CenterCrop(224), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
 
 
-def _spread(count: int, limit: Optional[int]) -> list[int]:
-    """``limit`` indices spread evenly over ``range(count)`` (all when None)."""
-    if limit is None or limit >= count:
-        return list(range(count))
-    return [i * count // limit for i in range(limit)]
-
-
 def _image_loader(spec: Spec) -> Iterable[Any]:
     from conveyor._bench import peers
 
@@ -50,7 +45,7 @@ def _image_loader(spec: Spec) -> Iterable[Any]:
         import conveyor
 
         folder = conveyor.sources.ImageFolder(spec["data"])
-        keep = _spread(len(folder), spec.get("limit"))
+        keep = spread(len(folder), spec.get("limit"))
         source = conveyor.sources.FileList([folder.paths[i] for i in keep], [folder.labels[i] for i in keep])
         return conveyor.Loader(
             source,
@@ -66,7 +61,7 @@ def _image_loader(spec: Spec) -> Iterable[Any]:
 
     transform = reference.train_transform() if train else reference.eval_transform()
     dataset = reference.image_folder(spec["data"], transform)
-    dataset = torch.utils.data.Subset(dataset, _spread(len(dataset), spec.get("limit")))
+    dataset = torch.utils.data.Subset(dataset, spread(len(dataset), spec.get("limit")))
     return torch.utils.data.DataLoader(
         dataset, batch_size=spec["batch_size"], shuffle=train, num_workers=spec["workers"], pin_memory=False
     )
@@ -204,7 +199,7 @@ def _remote_loader(spec: Spec, files: list[str], labels: list[int]) -> Iterable[
 
     if spec["latency_ms"] is None:  # Local files: the throughput bench's dataset.
         dataset = reference.image_folder(spec["data"], reference.train_transform())
-        dataset = torch.utils.data.Subset(dataset, _spread(len(dataset), spec.get("limit")))
+        dataset = torch.utils.data.Subset(dataset, spread(len(dataset), spec.get("limit")))
     else:
         dataset = reference.UrlImages(files, labels, reference.train_transform())
     return torch.utils.data.DataLoader(
@@ -221,7 +216,7 @@ def remote(spec: Spec) -> dict[str, Any]:
     from conveyor._bench.reference import ImageFolderDataset
 
     samples = ImageFolderDataset(spec["data"], lambda image: image).samples
-    samples = [samples[i] for i in _spread(len(samples), spec.get("limit"))]
+    samples = [samples[i] for i in spread(len(samples), spec.get("limit"))]
     labels = [label for _, label in samples]
     if spec["latency_ms"] is None:
         return _epoch(lambda: _remote_loader(spec, [path for path, _ in samples], labels))

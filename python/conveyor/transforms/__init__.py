@@ -13,7 +13,7 @@ Example::
 """
 
 from conveyor.transforms.auto_augment import AugMix, AutoAugment, RandAugment, TrivialAugmentWide
-from conveyor.transforms.base import DEFAULT_MAX_PIXELS, Transform, compile_pipeline
+from conveyor.transforms.base import DEFAULT_MAX_PIXELS, Transform
 from conveyor.transforms.batch import BatchTransform, CutMix, MixUp, RandomChoice
 from conveyor.transforms.color import (
     ColorJitter,
@@ -42,6 +42,7 @@ from conveyor.transforms.geometry import (
     RandomVerticalFlip,
     Resize,
 )
+from conveyor.transforms.pipeline import compile_pipeline
 from conveyor.transforms.torchvision import from_torchvision
 
 __all__ = [

@@ -9,7 +9,7 @@ import statistics
 
 from conveyor.doctor.observations import LoaderInfo, Observations
 from conveyor.doctor.report import Finding
-from conveyor.doctor.rules import rule
+from conveyor.doctor.rules.registry import rule
 
 #: Share of step time spent waiting for data from which a stall is reported.
 STALL_SHARE = 0.15

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from conveyor.doctor.observations import Observations
 from conveyor.doctor.report import Finding
-from conveyor.doctor.rules import rule
+from conveyor.doctor.rules.registry import rule
 
 
 @rule

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from conveyor.doctor.observations import Observations
 from conveyor.doctor.report import Finding
-from conveyor.doctor.rules import rule
+from conveyor.doctor.rules.registry import rule
 
 NOT_MEASURED = "needs a CUDA device to measure"
 
