@@ -15,7 +15,7 @@ APT_PACKAGES := build-essential pkg-config libturbojpeg0-dev libjpeg62-turbo-dev
 	libopencv-imgproc-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev zlib1g-dev clang clang-format libclang-rt-14-dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test test-fast setup build cpp-test py-test parity-test asan tsan asan-python fuzz fuzz-build fuzz-smoke lint format bench-cpp bench-peers clean
+.PHONY: demo test test-fast setup build cpp-test py-test parity-test asan tsan asan-python fuzz fuzz-build fuzz-smoke stress lint format bench-cpp bench-peers clean
 
 # --- set-up -------------------------------------------------------------------
 $(STAMPS)/apt: Makefile
@@ -205,6 +205,29 @@ bench-peers: build $(STAMPS)/peers-venv
 	@$(PY) -m conveyor make-dataset $(DEMO_DATA) --images $(DEMO_IMAGES) --quiet-if-present
 	@$(PEERS_PY) -m conveyor bench throughput --peers --data $(DEMO_DATA) \
 	  --json bench-results/peers.json --plot bench-results/peers.png $(PEERS_ARGS)
+
+# --- flaky tests: the suites again and again on a busy machine ---------------------------
+# `make stress` runs the C++ suites STRESS_RUNS times under ASan and under TSan
+# (ctest -j$(JOBS)) and the Python suite STRESS_PY_RUNS times, each beside a CPU
+# burner (one busy process per core), as CI's machine can be. A test that fails
+# in one run of many depends on timing or on other processes: fix it. The logs
+# of failing runs stay in build/stress/.
+STRESS_RUNS ?= 20
+STRESS_PY_RUNS ?= 5
+stress: asan tsan build
+	@mkdir -p build/stress; \
+	burners=""; for i in $$(seq $(JOBS)); do (while :; do :; done) & burners="$$burners $$!"; done; \
+	trap "kill $$burners" EXIT; failed=0; \
+	for tree in asan tsan; do for i in $$(seq $(STRESS_RUNS)); do \
+	  log=build/stress/$$tree-$$i.log; \
+	  if ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 TSAN_OPTIONS=halt_on_error=1 \
+	     ctest --test-dir build/$$tree --output-on-failure -j $(JOBS) >$$log 2>&1; then rm $$log; \
+	  else failed=1; echo "$$tree run $$i:"; grep -E '^ +[0-9]+ - ' $$log; fi; \
+	done; echo "$$tree: $(STRESS_RUNS) runs"; done; \
+	for i in $$(seq $(STRESS_PY_RUNS)); do log=build/stress/python-$$i.log; \
+	  if $(PY) -m pytest -q -p no:cacheprovider tests --ignore=tests/parity >$$log 2>&1; then rm $$log; \
+	  else failed=1; echo "python run $$i:"; grep -E '^(FAILED|ERROR)' $$log; fi; \
+	done; echo "python: $(STRESS_PY_RUNS) runs"; exit $$failed
 
 # --- developer helpers ---------------------------------------------------------------
 lint: setup
