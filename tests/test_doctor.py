@@ -171,7 +171,11 @@ def test_crash_restores_everything_and_keeps_what_was_seen(capsys):
     assert report.obs.error.endswith("RuntimeError: planted failure\n")
     assert f'crash.py", line {marker("crash.py", "crash")}' in report.obs.error
     assert f'crash.py", line {marker("crash.py", "crash")}' in capsys.readouterr().err
-    assert report.rule_ids() == ["zero-grad"]
+    # The planted rule; the timing rules judge from the 2 steps measured here,
+    # where one step delayed by a loaded machine decides (dataloader-no-workers
+    # fired once in 5 runs beside a CPU burner): they are not this test's.
+    assert "zero-grad" in report.rule_ids()
+    assert set(report.rule_ids()) <= {"zero-grad", "dataloader-no-workers", "input-stall"}
     assert report.findings[0].site.line == marker("crash.py", "zero-grad")
     assert patched_state() == before
 
