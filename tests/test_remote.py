@@ -447,13 +447,17 @@ class _EndlessServer:
         self._server.server_close()
 
 
+def _read_error_of(url: str) -> ReadError:
+    """The ReadError loading the one sample at ``url`` raises."""
+    with pytest.raises(ReadError) as error:
+        list(conveyor.Loader(FileList([url], retry=FAST_RETRY), [T.Resize((8, 8))], batch_size=1))
+    return error.value
+
+
 def test_a_declared_length_past_the_cap_is_a_named_read_error_before_any_body():
     # Content-Length: 10**15 once ended in a MemoryError.
     with _EndlessServer(declared=True) as server:
-        source = FileList([server.url()], retry=FAST_RETRY)
-        with pytest.raises(ReadError) as error:
-            list(conveyor.Loader(source, [T.Resize((8, 8))], batch_size=1))
-        assert str(error.value) == (
+        assert str(_read_error_of(server.url())) == (
             f"{server.url()}: too large: Content-Length: 1000000000000000, more than the 2147483648 bytes "
             "a read may return"
         )
@@ -467,10 +471,7 @@ def test_a_body_without_end_is_read_no_further_than_the_cap(monkeypatch):
 
     monkeypatch.setattr(_conveyor, "MAX_REMOTE_READ_BYTES", 1 << 20)
     with _EndlessServer(declared=False) as server:
-        source = FileList([server.url()], retry=FAST_RETRY)
-        with pytest.raises(ReadError) as error:
-            list(conveyor.Loader(source, [T.Resize((8, 8))], batch_size=1))
-        assert str(error.value) == (
+        assert str(_read_error_of(server.url())) == (
             f"{server.url()}: too large: a body of no declared length, more than the 1048576 bytes a read "
             "may return"
         )
