@@ -15,7 +15,7 @@ APT_PACKAGES := build-essential pkg-config libturbojpeg0-dev libjpeg62-turbo-dev
 	libopencv-imgproc-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev zlib1g-dev clang clang-format libclang-rt-14-dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test test-fast setup build cpp-test py-test parity-test asan tsan asan-python fuzz fuzz-build fuzz-smoke stress lint format bench-cpp bench-peers clean
+.PHONY: demo test test-fast setup build gpu-check gpu-deps cpp-test py-test parity-test asan tsan asan-python fuzz fuzz-build fuzz-smoke stress lint format bench-cpp bench-peers clean
 
 # --- set-up -------------------------------------------------------------------
 $(STAMPS)/apt: Makefile
@@ -52,7 +52,7 @@ demo: build
 	@$(PY) -m conveyor make-dataset $(DEMO_DATA) --images $(DEMO_IMAGES) --quiet-if-present
 	@$(PY) -m conveyor bench all --data $(DEMO_DATA) --json bench-results/demo.json --plot bench-results/demo.png
 
-test: test-fast asan tsan fuzz-smoke
+test: test-fast asan tsan fuzz-smoke gpu-check
 
 test-fast: cpp-test py-test parity-test
 
@@ -205,6 +205,32 @@ bench-peers: build $(STAMPS)/peers-venv
 	@$(PY) -m conveyor make-dataset $(DEMO_DATA) --images $(DEMO_IMAGES) --quiet-if-present
 	@$(PEERS_PY) -m conveyor bench throughput --peers --data $(DEMO_DATA) \
 	  --json bench-results/peers.json --plot bench-results/peers.png $(PEERS_ARGS)
+
+# --- the GPU device check (bench/gpu_check.py) ---------------------------------------
+# `make gpu-deps` gathers here what a GPU machine without our Debian libraries
+# and without network needs to build conveyor: the .deb files (unpacked there
+# under a prefix in /tmp, never into /) and the wheels of pure-Python
+# dependencies. On that machine, carrying build/gpu-deps:
+#   python3 bench/gpu_check.py --deps build/gpu-deps --out "$$OUT"
+# `make gpu-check` (part of `make test`) runs the same check here, without a
+# GPU: the CUDA tests that need none, the GPU benchmarks in --smoke mode on the
+# CPU, and says what it skipped.
+GPU_DEBS := libturbojpeg0-dev libturbojpeg0 libjpeg62-turbo-dev libjpeg62-turbo libspng-dev libspng0 \
+	libwebp-dev libwebp7 libwebpdemux2 libwebpmux3 libtiff-dev libtiff6 libtiffxx6 libdeflate-dev libdeflate0 \
+	libjbig-dev libjbig0 liblerc-dev liblerc4 liblzma-dev liblzma5 libzstd-dev libzstd1 libgif-dev libgif7 \
+	libopencv-core-dev libopencv-core406 libopencv-imgproc-dev libopencv-imgproc406 libtbb12 libblas3 liblapack3 \
+	libgfortran5 libquadmath0 libx11-6 libxau6 libxcb1 libxdmcp6 libbsd0 libmd0 libglvnd0 libglx0 \
+	nlohmann-json3-dev zlib1g-dev zlib1g pkgconf pkgconf-bin libpkgconf3
+gpu-deps: $(STAMPS)/venv
+	@mkdir -p build/gpu-deps
+	@cd build/gpu-deps && { apt-get download $(GPU_DEBS) >/dev/null 2>&1 || \
+	  { $(SUDO) apt-get update -qq && apt-get download $(GPU_DEBS) >/dev/null 2>&1; }; }
+	@$(PY) -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: -d build/gpu-deps \
+	  "$$(grep -o 'braceexpand[^"]*' pyproject.toml)" 2>&1 | grep -v 'is ignored: it is neither'; exit $${PIPESTATUS[0]}
+	@echo "build/gpu-deps: $$(ls build/gpu-deps | wc -l) files, $$(du -sh build/gpu-deps | cut -f1)"
+
+gpu-check: build
+	@$(PY) bench/gpu_check.py --out build/gpu-check
 
 # --- flaky tests: the suites again and again on a busy machine ---------------------------
 # `make stress` runs the C++ suites STRESS_RUNS times under ASan and under TSan

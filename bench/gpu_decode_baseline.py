@@ -1,0 +1,185 @@
+"""What GPU decode has to beat, measured on the GPU machine: the ImageNet
+train chain on conveyor's CPU path with every core and with 2, and
+torchvision's batched ``decode_jpeg(device="cuda")`` followed by v2
+transforms on the GPU tensors.
+
+    python3 bench/gpu_decode_baseline.py --json decode.json
+
+Figures: images/s and CPU seconds per image of each (the process's user +
+system time over the run), so that images/s per CPU core can be compared:
+GPU nodes share few cores among 8 GPUs. torchvision reads the files into
+memory before the clock starts (its most favourable case). Also lists the
+CUDA image libraries the machine has (nvJPEG, nvImageCodec), which GPU
+decode will load at run time.
+
+``--device cpu --smoke`` runs the conveyor part with tiny sizes on the CPU
+(the torchvision GPU part is skipped): how ``make gpu-check`` keeps this
+script working without a GPU. It never asserts on time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import resource
+import tempfile
+import time
+from typing import Any, Callable
+
+import torch
+
+import conveyor
+from conveyor import transforms as T
+from conveyor.dataset import make_dataset
+from conveyor.sources import ImageFolder
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+LIBRARY_DIRS = [
+    "/usr/local/cuda/lib64",
+    "/usr/local/cuda/targets/x86_64-linux/lib",
+    "/usr/lib/x86_64-linux-gnu",
+]
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(run: Callable[[], int]) -> dict[str, Any]:
+    """Runs ``run`` (which returns the images it timed after its own warm-up)
+    and reports images/s and CPU seconds per image."""
+    cpu, wall = cpu_seconds(), time.perf_counter()
+    images = run()
+    wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
+    return {
+        "images": images,
+        "seconds": wall,
+        "images_per_s": images / wall,
+        "cpu_seconds_per_image": cpu / images,
+        "images_per_s_per_cpu_core": images / cpu,
+    }
+
+
+def conveyor_path(data: str, threads: int, args: argparse.Namespace) -> dict[str, Any]:
+    chain = [T.RandomResizedCrop(args.size), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)]
+    loader = conveyor.Loader(
+        ImageFolder(data), chain, batch_size=args.batch_size, shuffle=True, seed=0, threads=threads
+    )
+    next(iter(loader))  # Warm-up: threads started, files in the page cache.
+
+    def run() -> int:
+        images = 0
+        for epoch in range(1, 1 + args.epochs):
+            loader.set_epoch(epoch)
+            images += sum(len(batch) for batch, _ in loader)
+        return images
+
+    result = timed(run)
+    result["threads"] = threads
+    loader.close()
+    return result
+
+
+def torchvision_gpu(data: str, args: argparse.Namespace) -> dict[str, Any]:
+    import torchvision
+    from torchvision.io import decode_jpeg
+    from torchvision.transforms import v2
+
+    files = sorted(glob.glob(os.path.join(data, "*", "*.jpg")))
+    encoded = [torchvision.io.read_file(f) for f in files]
+    per_image = v2.Compose([v2.RandomResizedCrop(args.size, antialias=True), v2.RandomHorizontalFlip()])
+    mean = torch.tensor(MEAN, device="cuda").view(1, 3, 1, 1)
+    std = torch.tensor(STD, device="cuda").view(1, 3, 1, 1)
+    batches = [encoded[i : i + args.batch_size] for i in range(0, len(encoded), args.batch_size)]
+
+    def one(batch: list[torch.Tensor]) -> torch.Tensor:
+        decoded = decode_jpeg(batch, device="cuda")
+        stacked = torch.stack([per_image(image) for image in decoded]).float().div_(255)
+        return stacked.sub_(mean).div_(std)
+
+    for batch in batches[:2]:
+        one(batch)
+    torch.cuda.synchronize()
+
+    def run() -> int:
+        images = 0
+        for _ in range(args.epochs):
+            for batch in batches:
+                one(batch)
+                images += len(batch)
+        torch.cuda.synchronize()
+        return images
+
+    result = timed(run)
+    result["torchvision"] = torchvision.__version__
+    return result
+
+
+def cuda_image_libraries() -> list[str]:
+    found = set()
+    for folder in LIBRARY_DIRS:
+        for pattern in ("libnvjpeg*.so*", "libnvimgcodec*.so*"):
+            found.update(glob.glob(os.path.join(folder, pattern)))
+    try:
+        import site
+
+        for folder in site.getsitepackages():
+            found.update(glob.glob(os.path.join(folder, "nvidia", "**", "libnv*jpeg*.so*"), recursive=True))
+            found.update(
+                glob.glob(os.path.join(folder, "nvidia", "**", "libnvimgcodec*.so*"), recursive=True)
+            )
+    except AttributeError:
+        pass
+    return sorted(found)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--data", help="image folder (default: generated in a temporary folder)")
+    parser.add_argument("--images", type=int, default=2048)
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--epochs", type=int, default=2, help="timed epochs of each (default 2)")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, CPU parts only")
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args()
+    if args.smoke:
+        args.images, args.batch_size, args.size, args.epochs = 24, 8, 32, 1
+    cores = len(os.sched_getaffinity(0))
+    results: dict[str, Any] = {
+        "torch": torch.__version__,
+        "cpus": cores,
+        "smoke": args.smoke,
+        "cuda_image_libraries": cuda_image_libraries(),
+    }
+    if args.device == "cuda":
+        results["gpu"] = torch.cuda.get_device_name()
+    parts: list[tuple[str, Callable[[str], dict[str, Any]]]] = [
+        ("conveyor_cpu_all_threads", lambda data: conveyor_path(data, cores, args)),
+        ("conveyor_cpu_2_threads", lambda data: conveyor_path(data, 2, args)),
+    ]
+    if args.device == "cuda":
+        parts.append(("torchvision_gpu_decode", lambda data: torchvision_gpu(data, args)))
+    with tempfile.TemporaryDirectory() as scratch:
+        data = args.data or os.path.join(scratch, "data")
+        if args.data is None:
+            make_dataset(data, args.images)
+        for name, run in parts:
+            began = time.perf_counter()
+            try:
+                results[name] = run(data)
+            except Exception as error:  # Recorded; the other parts still run.
+                results[name] = {"error": f"{type(error).__name__}: {error}"}
+            print(f"{name}: {results[name]} ({time.perf_counter() - began:.1f} s)", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0 if all("error" not in results[name] for name, _ in parts) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

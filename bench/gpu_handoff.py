@@ -1,0 +1,233 @@
+"""ResNet-50 trained from conveyor's CPU path on a GPU, against the same
+model trained on synthetic data already on the GPU: is the GPU fed?
+
+    python3 bench/gpu_handoff.py --json handoff.json
+
+Measures, in one run, on a generated ImageNet-like JPEG folder (made with
+conveyor.dataset.make_dataset unless ``--data`` is given):
+
+* the loader alone: the ImageNet train chain (RandomResizedCrop 224, flip,
+  Normalize; float32, channels_last) on every usable CPU, images/s;
+* synthetic: torchvision's ResNet-50 (random weights), bf16 autocast,
+  channels_last, SGD with momentum, ``cudnn.benchmark``, batch 256, on a
+  fixed batch already on the GPU, images/s;
+* fed: the same training fed by ``Loader(device="cuda")``: images/s, its
+  ratio to synthetic, and the input stall (the share of the wall time the
+  loop spent waiting in ``next()``); ``torch.cuda.memory_allocated()`` after
+  the warm-up and at the end (flat means nothing accumulates).
+
+``--device cpu --smoke`` runs every path with a tiny model and tiny sizes on
+the CPU (the timings mean nothing): how ``make gpu-check`` keeps this script
+working on machines without a GPU. It never asserts on time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+from typing import Any
+
+import torch
+from torch import nn
+
+import conveyor
+from conveyor import transforms as T
+from conveyor.dataset import make_dataset
+from conveyor.sources import ImageFolder
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def train_chain(size: int) -> list[Any]:
+    return [T.RandomResizedCrop(size), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)]
+
+
+def make_model(smoke: bool, device: torch.device) -> nn.Module:
+    if smoke:
+        model: nn.Module = nn.Sequential(
+            nn.Conv2d(3, 8, 3, stride=2), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10)
+        )
+    else:
+        import torchvision
+
+        model = torchvision.models.resnet50(weights=None)
+    return model.to(device, memory_format=torch.channels_last)
+
+
+class Trainer:
+    """One training step of the model: bf16 autocast on CUDA, SGD with momentum."""
+
+    def __init__(self, model: nn.Module, device: torch.device) -> None:
+        self.model, self.device = model, device
+        fused = {"fused": True} if device.type == "cuda" else {}
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, **fused)
+        self.loss = nn.CrossEntropyLoss()
+
+    def step(self, images: torch.Tensor, labels: torch.Tensor) -> None:
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
+            loss = self.loss(self.model(images), labels)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def loader_alone(data: str, args: argparse.Namespace) -> dict[str, Any]:
+    loader = conveyor.Loader(
+        ImageFolder(data),
+        train_chain(args.size),
+        batch_size=args.batch_size,
+        shuffle=True,
+        seed=0,
+        memory_format=torch.channels_last,
+    )
+    images, start = 0, 0.0
+    for epoch in range(args.loader_epochs):
+        loader.set_epoch(epoch)
+        for step, (batch, _) in enumerate(loader):
+            if epoch == 0 and step == 1:
+                images, start = 0, time.perf_counter()  # From the second batch: threads started.
+            images += len(batch)
+    seconds = time.perf_counter() - start
+    stats = loader.stats()
+    loader.close()
+    return {
+        "images_per_s": images / seconds,
+        "images": images,
+        "seconds": seconds,
+        "threads": stats.get("threads"),
+    }
+
+
+def synthetic(trainer: Trainer, args: argparse.Namespace) -> dict[str, Any]:
+    device = trainer.device
+    images = torch.randn(args.batch_size, 3, args.size, args.size, device=device)
+    images = images.contiguous(memory_format=torch.channels_last)
+    labels = torch.randint(0, 10, (args.batch_size,), device=device)
+    for _ in range(args.warmup):
+        trainer.step(images, labels)
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        trainer.step(images, labels)
+    sync(device)
+    seconds = time.perf_counter() - start
+    return {"images_per_s": args.steps * args.batch_size / seconds, "seconds": seconds}
+
+
+def fed(trainer: Trainer, data: str, args: argparse.Namespace) -> dict[str, Any]:
+    device = trainer.device
+    loader = conveyor.Loader(
+        ImageFolder(data),
+        train_chain(args.size),
+        batch_size=args.batch_size,
+        shuffle=True,
+        seed=0,
+        drop_last=True,
+        device=device,
+        memory_format=torch.channels_last,
+    )
+    steps, waited, start, epoch = 0, 0.0, 0.0, 0
+    memory: dict[str, int] = {}
+    total = args.warmup + args.steps
+    while steps < total:
+        loader.set_epoch(epoch)
+        batches = iter(loader)
+        while steps < total:
+            before = time.perf_counter()
+            try:
+                images, labels = next(batches)
+            except StopIteration:
+                break
+            if steps >= args.warmup:
+                waited += time.perf_counter() - before
+            trainer.step(images, labels)
+            steps += 1
+            if steps == args.warmup:
+                sync(device)
+                if device.type == "cuda":
+                    memory["after_warmup"] = torch.cuda.memory_allocated(device)
+                start = time.perf_counter()
+        epoch += 1
+    sync(device)
+    seconds = time.perf_counter() - start
+    if device.type == "cuda":
+        memory["at_end"] = torch.cuda.memory_allocated(device)
+    stats = loader.stats()
+    loader.close()
+    return {
+        "images_per_s": args.steps * args.batch_size / seconds,
+        "seconds": seconds,
+        "input_stall": waited / seconds,
+        "memory_allocated": memory,
+        "threads": stats.get("threads"),
+        "io_threads": stats.get("io_threads"),
+        "prefetch": stats.get("prefetch"),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--data", help="image folder (default: generated in a temporary folder)")
+    parser.add_argument("--images", type=int, default=3072, help="images to generate (default 3072)")
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--warmup", type=int, default=10, help="steps before timing (default 10)")
+    parser.add_argument("--steps", type=int, default=30, help="timed steps (default 30)")
+    parser.add_argument("--loader-epochs", type=int, default=2)
+    parser.add_argument("--smoke", action="store_true", help="tiny model and sizes: checks the paths only")
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args()
+    if args.smoke:
+        args.images, args.batch_size, args.size, args.warmup, args.steps = 24, 4, 32, 1, 2
+    device = torch.device(args.device)
+    torch.backends.cudnn.benchmark = True
+    results: dict[str, Any] = {
+        "torch": torch.__version__,
+        "conveyor": conveyor.__version__,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
+        "cpus": len(os.sched_getaffinity(0)),
+        "batch_size": args.batch_size,
+        "size": args.size,
+        "steps": args.steps,
+        "smoke": args.smoke,
+    }
+    with tempfile.TemporaryDirectory() as scratch:
+        data = args.data
+        if data is None:
+            data = os.path.join(scratch, "data")
+            began = time.perf_counter()
+            make_dataset(data, args.images)
+            results["dataset"] = {"images": args.images, "seconds": time.perf_counter() - began}
+        trainer = Trainer(make_model(args.smoke, device), device)
+        for name, run in (
+            ("loader_alone", lambda: loader_alone(data, args)),
+            ("synthetic", lambda: synthetic(trainer, args)),
+            ("fed", lambda: fed(trainer, data, args)),
+        ):
+            began = time.perf_counter()
+            try:
+                results[name] = run()
+            except Exception as error:  # Recorded; the other parts still run.
+                results[name] = {"error": f"{type(error).__name__}: {error}"}
+            print(f"{name}: {results[name]} ({time.perf_counter() - began:.1f} s)", flush=True)
+    if "images_per_s" in results["fed"] and "images_per_s" in results["synthetic"]:
+        results["fed_over_synthetic"] = results["fed"]["images_per_s"] / results["synthetic"]["images_per_s"]
+        print(f"fed / synthetic: {results['fed_over_synthetic']:.3f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0 if all("error" not in results[k] for k in ("loader_alone", "synthetic", "fed")) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
