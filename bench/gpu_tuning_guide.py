@@ -27,8 +27,6 @@ its error in the JSON and the next part still runs. Never asserts on time.
 from __future__ import annotations
 
 import argparse
-import functools
-import importlib.util
 import json
 import os
 import platform
@@ -99,48 +97,6 @@ SMOKE = {
 
 
 # --- the doctor ---------------------------------------------------------------------
-
-
-@functools.cache
-def import_doctor() -> tuple[Any, str]:
-    """conveyor.doctor and how it was imported (the second value says it).
-
-    The doctor is Python, but importing the conveyor package also imports its
-    C++ extension and the packages its sources use (braceexpand, tqdm). Where
-    one of those cannot load (the extension built for another Python version,
-    a package not installed on a GPU machine without network), a stand-in
-    (a MagicMock) takes its place: the doctor's rules never call them here
-    (the engine serves only a torchvision-folder trial). Nothing is stood in
-    for when everything imports."""
-    if importlib.util.find_spec("conveyor") is None:  # Run from a checkout without PYTHONPATH.
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-    from unittest import mock
-
-    stand_ins: dict[str, str] = {}  # module -> why
-    while True:
-        try:
-            import conveyor.doctor.runner  # noqa: F401  (imports torch, the extension, the sources)
-
-            break
-        except ImportError as error:
-            missing = error.name if isinstance(error, ModuleNotFoundError) else None
-            if not missing or missing.split(".")[0] in ("torch", "conveyor"):
-                missing = "conveyor._conveyor"  # The extension (or what it failed to load).
-            if missing in stand_ins or len(stand_ins) >= 5:
-                raise
-            stand_ins[missing] = f"{type(error).__name__}: {error}"
-        # The half-imported package, to import again; not the extension once loaded
-        # (nanobind aborts the process when a module registers its types twice).
-        for name in [n for n in sys.modules if n.split(".")[0] == "conveyor" and n != "conveyor._conveyor"]:
-            del sys.modules[name]
-        for name in stand_ins:
-            sys.modules[name] = mock.MagicMock(name=f"{name} (stand-in)")
-    how = "conveyor imported as it is"
-    if stand_ins:
-        how = "the doctor ran with stand-ins for what did not import: " + "; ".join(
-            f"{name} ({why})" for name, why in stand_ins.items()
-        )
-    return sys.modules["conveyor.doctor"], how
 
 
 # --- part 2's conv net, data and training loop ---------------------------------------
@@ -471,8 +427,8 @@ def part_convnet(args: argparse.Namespace, device: torch.device) -> dict[str, An
     # The doctor: the naive loop, each one-fix loop and the all-fixes loop.
     doctor_runs: dict[str, Any] = {}
     try:
-        doctor, how = import_doctor()
-        result["doctor_import"] = how
+        import conveyor.doctor as doctor
+
         for v in variants:
             if v.kind == "all-but":
                 continue
@@ -533,7 +489,6 @@ def part_mnist(args: argparse.Namespace, device: torch.device) -> dict[str, Any]
             previous = None
         result["variants"].append(entry)
     try:
-        result["doctor_import"] = import_doctor()[1]
         findings = doctor_findings(variants[0], dataset, batch_size, "cuda", device)
         result["doctor_naive"] = {"findings": findings, "rules": sorted({f.split(" ")[0] for f in findings})}
     except Exception:
