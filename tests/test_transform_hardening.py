@@ -78,10 +78,7 @@ def test_a_side_beyond_an_int_is_too_large_not_wrapped():
     # (2**32 + 3) x 1 x 1 once came back as (3, 1, 1). np.zeros does not touch the 4 GB.
     with pytest.raises(TooLargeError) as info:
         F.invert(np.zeros((2**32 + 3, 1, 1), np.uint8))
-    assert (
-        str(info.value)
-        == "invert: an image of 1x4294967299 pixels, a side longer than 2147483647"
-    )
+    assert str(info.value) == "invert: an image of 1x4294967299 pixels, a side longer than 2147483647"
     with pytest.raises(ConfigError, match=r"^invert: image must have 1 or 3 channels, got 4$"):
         F.invert(np.zeros((3, 3, 4), np.uint8))
 
@@ -90,9 +87,7 @@ def test_what_a_functional_op_makes_is_bounded_before_it_is_allocated():
     image = IMAGES[0]
     with pytest.raises(TooLargeError) as info:
         F.pad(image, 30000, padding_mode="reflect")  # 10.8 GB once ended in InternalError: std::bad_alloc.
-    assert (
-        str(info.value) == "pad: an image of 60048x60032 pixels, more than max_pixels (178956970)"
-    )
+    assert str(info.value) == "pad: an image of 60048x60032 pixels, more than max_pixels (178956970)"
     with pytest.raises(TooLargeError, match=r"^crop: an image of 100000x100000 pixels"):
         F.crop(image, 0, 0, 100000, 100000)
     with pytest.raises(TooLargeError, match=r"^resize: an image of 100000x100000 pixels"):
@@ -121,17 +116,11 @@ def test_every_step_of_a_pipeline_is_bounded_by_max_pixels():
         assert str(error) == f"images[0]: {made}, more than max_pixels (3000)"
     error = first_error([T.Pad(30000, padding_mode="reflect"), T.Resize((8, 8))])
     assert isinstance(error, TooLargeError)
-    assert (
-        str(error)
-        == "images[0]: Pad: an image of 60048x60032 pixels, more than max_pixels (178956970)"
-    )
+    assert str(error) == "images[0]: Pad: an image of 60048x60032 pixels, more than max_pixels (178956970)"
     # An empty image from a step is named too (it was an InternalError).
     error = first_error([T.RandomRotation((30, 30), expand=True, center=(3e9, 3e9)), T.Resize((8, 8))])
     assert isinstance(error, ConfigError)
-    assert (
-        str(error)
-        == "images[0]: RandomRotation: an image of 0x0 pixels (each side must be at least 1)"
-    )
+    assert str(error) == "images[0]: RandomRotation: an image of 0x0 pixels (each side must be at least 1)"
 
 
 REENTRY = """
