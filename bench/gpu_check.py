@@ -244,9 +244,9 @@ def build(check: Check, deps: Path, env: dict[str, str], jobs: int) -> Optional[
         f"-DCMAKE_MODULE_LINKER_FLAGS=-Wl,-rpath-link,{rpath_link}",
     ]  # fmt: skip
     compile_ = ["cmake", "--build", str(build_dir), "-j", str(jobs), "--target", "_conveyor"]
-    steps = [check.run("configure", configure, env, timeout=180)]
+    steps = [check.run("configure", configure, env, timeout=120)]
     if steps[0]["status"] == 0:
-        steps.append(check.run("compile", compile_, env, timeout=600))
+        steps.append(check.run("compile", compile_, env, timeout=240))
     check.summary["build"] = {"steps": steps, "packages": len(debs)}
     return libraries if all(step["status"] == 0 for step in steps) else None
 
@@ -286,7 +286,7 @@ def main() -> int:
             "tests",
             [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", f"--junitxml={junit}",
              "tests/test_cuda_device.py", "tests/test_cuda_path.py"],
-            env, timeout=300,
+            env, timeout=180,
         )  # fmt: skip
         if junit.exists():
             tests.update(junit_counts(junit))
@@ -298,9 +298,9 @@ def main() -> int:
         if not gpu:
             check.skip("the GPU benchmarks at full size", "no CUDA device: run with --smoke on the CPU")
         for name, script, timeout in (
-            ("handoff", "bench/gpu_handoff.py", 300),
-            ("guide", "bench/gpu_tuning_guide.py", 240),
-            ("decode", "bench/gpu_decode_baseline.py", 180),
+            ("handoff", "bench/gpu_handoff.py", 150),
+            ("guide", "bench/gpu_tuning_guide.py", 150),
+            ("decode", "bench/gpu_decode_baseline.py", 90),
         ):
             result_file = args.out / f"{name}.json"
             step = check.run(name, [sys.executable, script, *smoke, "--json", str(result_file)], env, timeout)
