@@ -265,6 +265,11 @@ def main() -> int:
     parser.add_argument("--out", required=True, type=Path, help="folder for gpu-check.json and the log")
     parser.add_argument("--deps", type=Path, help="build/gpu-deps (make gpu-deps): build against these first")
     parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument(
+        "--only",
+        default="tests,handoff,guide,decode",
+        help="comma-separated steps after the build (default: all)",
+    )
     args = parser.parse_args()
     check = Check(args.out)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -280,7 +285,8 @@ def main() -> int:
         check.skip("build", "no --deps: the extension already built here is used")
     wheels = sorted(str(w) for w in (args.deps or Path("/nonexistent")).glob("*.whl"))
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), *wheels, env.get("PYTHONPATH", "")])
-    if ok:
+    only = set(args.only.split(","))
+    if ok and "tests" in only:
         junit = args.out / "tests.xml"
         tests = check.run(
             "tests",
@@ -294,6 +300,7 @@ def main() -> int:
         ok = tests["status"] == 0
         if not gpu:
             check.skip("the real-GPU tests (tests/test_cuda_device.py)", "no CUDA device")
+    if ok:
         smoke = [] if gpu else ["--device", "cpu", "--smoke"]
         if not gpu:
             check.skip("the GPU benchmarks at full size", "no CUDA device: run with --smoke on the CPU")
@@ -302,6 +309,8 @@ def main() -> int:
             ("guide", "bench/gpu_tuning_guide.py", 150),
             ("decode", "bench/gpu_decode_baseline.py", 90),
         ):
+            if name not in only:
+                continue
             result_file = args.out / f"{name}.json"
             step = check.run(name, [sys.executable, script, *smoke, "--json", str(result_file)], env, timeout)
             if result_file.exists():

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import platform
 import tempfile
@@ -123,21 +124,49 @@ def synthetic(trainer: Trainer, args: argparse.Namespace) -> dict[str, Any]:
     return {"images_per_s": args.steps * args.batch_size / seconds, "seconds": seconds}
 
 
-def fed(trainer: Trainer, data: str, args: argparse.Namespace) -> dict[str, Any]:
+def parse_variant(text: str) -> dict[str, Any]:
+    """``"auto"`` or comma-separated Loader arguments: ``"threads=8,prefetch=4"``,
+    ``"dtype=uint8"`` (the chain then ends before Normalize, which the step
+    does on the GPU)."""
+    if text == "auto":
+        return {}
+    options: dict[str, Any] = {}
+    for item in text.split(","):
+        key, value = item.split("=")
+        options[key] = int(value) if value.isdigit() else value
+    return options
+
+
+def fed(trainer: Trainer, data: str, args: argparse.Namespace, variant: str) -> dict[str, Any]:
     device = trainer.device
+    options = parse_variant(variant)
+    chain = train_chain(args.size)
+    normalize = None
+    if options.get("dtype") == "uint8":
+        chain = chain[:-1]
+        mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1) * 255
+        std = torch.tensor(STD, device=device).view(1, 3, 1, 1) * 255
+
+        def normalize(images: torch.Tensor) -> torch.Tensor:
+            return (images.float() - mean) / std
+
     loader = conveyor.Loader(
         ImageFolder(data),
-        train_chain(args.size),
+        chain,
         batch_size=args.batch_size,
         shuffle=True,
         seed=0,
         drop_last=True,
         device=device,
         memory_format=torch.channels_last,
+        **options,
     )
+    engine = loader._engine = TimedEngine(loader._engine)
+    trace = AutotuneTrace()
     steps, waited, start, epoch = 0, 0.0, 0.0, 0
+    engine_wait_at_start = 0.0
     memory: dict[str, int] = {}
-    total = args.warmup + args.steps
+    total = args.fed_warmup + args.steps
     while steps < total:
         loader.set_epoch(epoch)
         batches = iter(loader)
@@ -147,14 +176,15 @@ def fed(trainer: Trainer, data: str, args: argparse.Namespace) -> dict[str, Any]
                 images, labels = next(batches)
             except StopIteration:
                 break
-            if steps >= args.warmup:
+            if steps >= args.fed_warmup:
                 waited += time.perf_counter() - before
-            trainer.step(images, labels)
+            trainer.step(normalize(images) if normalize else images, labels)
             steps += 1
-            if steps == args.warmup:
+            if steps == args.fed_warmup:
                 sync(device)
                 if device.type == "cuda":
                     memory["after_warmup"] = torch.cuda.memory_allocated(device)
+                engine_wait_at_start = engine.seconds
                 start = time.perf_counter()
         epoch += 1
     sync(device)
@@ -163,15 +193,57 @@ def fed(trainer: Trainer, data: str, args: argparse.Namespace) -> dict[str, Any]
         memory["at_end"] = torch.cuda.memory_allocated(device)
     stats = loader.stats()
     loader.close()
+    trace.close()
     return {
+        "autotune_trace": trace.lines[-40:],
+        "variant": variant,
         "images_per_s": args.steps * args.batch_size / seconds,
         "seconds": seconds,
+        # The share of the wall time spent in next(): waiting for the engine,
+        # plus the hand-over (pinning labels, queuing copies, waiting for the
+        # previous copy's event).
         "input_stall": waited / seconds,
+        "engine_wait_share": (engine.seconds - engine_wait_at_start) / seconds,
         "memory_allocated": memory,
-        "threads": stats.get("threads"),
-        "io_threads": stats.get("io_threads"),
-        "prefetch": stats.get("prefetch"),
+        "stats_at_end": {k: v for k, v in stats.items() if isinstance(v, (int, float, str))},
     }
+
+
+class AutotuneTrace(logging.Handler):
+    """Collects the "conveyor.autotune" log lines (autotune's decisions) while open."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+        self.logger = logging.getLogger("conveyor.autotune")
+        self.logger.setLevel(logging.INFO)
+        self.logger.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{time.perf_counter():.2f} {record.getMessage()}")
+
+    def close(self) -> None:
+        self.logger.removeHandler(self)
+        super().close()
+
+
+class TimedEngine:
+    """The Loader's engine with the time its consumer spends in ``next()``
+    counted (a diagnosis: how much of the input stall is waiting for a batch
+    the CPU threads have not finished, and how much is the hand-over)."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine, self.seconds = engine, 0.0
+
+    def next(self, timeout: float) -> Any:
+        began = time.perf_counter()
+        try:
+            return self.engine.next(timeout)
+        finally:
+            self.seconds += time.perf_counter() - began
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
 
 
 def main() -> int:
@@ -181,14 +253,22 @@ def main() -> int:
     parser.add_argument("--images", type=int, default=3072, help="images to generate (default 3072)")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--size", type=int, default=224)
-    parser.add_argument("--warmup", type=int, default=10, help="steps before timing (default 10)")
-    parser.add_argument("--steps", type=int, default=30, help="timed steps (default 30)")
+    parser.add_argument("--warmup", type=int, default=10, help="synthetic steps before timing (default 10)")
+    parser.add_argument(
+        "--fed-warmup", type=int, default=40, help="fed steps before timing, autotune settling (default 40)"
+    )
+    parser.add_argument(
+        "--fed",
+        default="auto;threads=12;threads=8;dtype=uint8",
+        help="';'-separated fed variants (parse_variant)",
+    )
+    parser.add_argument("--steps", type=int, default=50, help="timed steps (default 50)")
     parser.add_argument("--loader-epochs", type=int, default=2)
     parser.add_argument("--smoke", action="store_true", help="tiny model and sizes: checks the paths only")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     if args.smoke:
-        args.images, args.batch_size, args.size, args.warmup, args.steps = 24, 4, 32, 1, 2
+        args.images, args.batch_size, args.size, args.warmup, args.fed_warmup, args.steps = 24, 4, 32, 1, 1, 2
     device = torch.device(args.device)
     torch.backends.cudnn.benchmark = True
     results: dict[str, Any] = {
@@ -209,24 +289,32 @@ def main() -> int:
             make_dataset(data, args.images)
             results["dataset"] = {"images": args.images, "seconds": time.perf_counter() - began}
         trainer = Trainer(make_model(args.smoke, device), device)
-        for name, run in (
+        parts: list[tuple[str, Any]] = [
             ("loader_alone", lambda: loader_alone(data, args)),
             ("synthetic", lambda: synthetic(trainer, args)),
-            ("fed", lambda: fed(trainer, data, args)),
-        ):
+        ]
+        for variant in args.fed.split(";"):
+            parts.append((f"fed_{variant}", lambda variant=variant: fed(trainer, data, args, variant)))
+        for name, run in parts:
             began = time.perf_counter()
             try:
                 results[name] = run()
             except Exception as error:  # Recorded; the other parts still run.
                 results[name] = {"error": f"{type(error).__name__}: {error}"}
             print(f"{name}: {results[name]} ({time.perf_counter() - began:.1f} s)", flush=True)
-    if "images_per_s" in results["fed"] and "images_per_s" in results["synthetic"]:
-        results["fed_over_synthetic"] = results["fed"]["images_per_s"] / results["synthetic"]["images_per_s"]
-        print(f"fed / synthetic: {results['fed_over_synthetic']:.3f}")
+    for name, _ in parts:
+        if (
+            name.startswith("fed_")
+            and "images_per_s" in results[name]
+            and "images_per_s" in results["synthetic"]
+        ):
+            ratio = results[name]["images_per_s"] / results["synthetic"]["images_per_s"]
+            results[name]["over_synthetic"] = ratio
+            print(f"{name} / synthetic: {ratio:.3f}, input stall {results[name]['input_stall']:.1%}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
-    return 0 if all("error" not in results[k] for k in ("loader_alone", "synthetic", "fed")) else 1
+    return 0 if all("error" not in results[name] for name, _ in parts) else 1
 
 
 if __name__ == "__main__":
