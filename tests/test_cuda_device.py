@@ -185,6 +185,7 @@ def test_device_memory_is_flat_over_1000_steps(color_folder):
     # epoch 124 (step 996).
     loader = make_loader(color_folder, device="cuda", transforms=[T.Resize((32, 32))])
     assert len(loader) == 8
+    torch.cuda.empty_cache()  # What earlier tests left cached is not this loop's.
     steps, epoch = 0, 0
     allocated, reserved = [], []
     while steps < 1000:
