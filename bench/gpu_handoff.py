@@ -38,7 +38,7 @@ from torch import nn
 import conveyor
 from conveyor import transforms as T
 from conveyor.dataset import make_dataset
-from conveyor.sources import ImageFolder
+from conveyor.sources import FileList, ImageFolder
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -81,9 +81,16 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def source(data: str, args: argparse.Namespace) -> FileList:
+    """The folder's files listed ``--repeat`` times: epochs long enough that
+    the timed steps see no epoch boundary, without generating more images."""
+    folder = ImageFolder(data)
+    return FileList(folder.paths * args.repeat, list(folder.labels) * args.repeat)
+
+
 def loader_alone(data: str, args: argparse.Namespace) -> dict[str, Any]:
     loader = conveyor.Loader(
-        ImageFolder(data),
+        source(data, args),
         train_chain(args.size),
         batch_size=args.batch_size,
         shuffle=True,
@@ -151,7 +158,7 @@ def fed(trainer: Trainer, data: str, args: argparse.Namespace, variant: str) -> 
             return (images.float() - mean) / std
 
     loader = conveyor.Loader(
-        ImageFolder(data),
+        source(data, args),
         chain,
         batch_size=args.batch_size,
         shuffle=True,
@@ -184,6 +191,7 @@ def fed(trainer: Trainer, data: str, args: argparse.Namespace, variant: str) -> 
                 sync(device)
                 if device.type == "cuda":
                     memory["after_warmup"] = torch.cuda.memory_allocated(device)
+                    memory["reserved_after_warmup"] = torch.cuda.memory_reserved(device)
                 engine_wait_at_start = engine.seconds
                 start = time.perf_counter()
         epoch += 1
@@ -191,6 +199,7 @@ def fed(trainer: Trainer, data: str, args: argparse.Namespace, variant: str) -> 
     seconds = time.perf_counter() - start
     if device.type == "cuda":
         memory["at_end"] = torch.cuda.memory_allocated(device)
+        memory["reserved_at_end"] = torch.cuda.memory_reserved(device)
     stats = loader.stats()
     loader.close()
     trace.close()
@@ -251,6 +260,7 @@ def main() -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--data", help="image folder (default: generated in a temporary folder)")
     parser.add_argument("--images", type=int, default=3072, help="images to generate (default 3072)")
+    parser.add_argument("--repeat", type=int, default=10, help="times each file is listed (default 10)")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--warmup", type=int, default=10, help="synthetic steps before timing (default 10)")
@@ -259,16 +269,17 @@ def main() -> int:
     )
     parser.add_argument(
         "--fed",
-        default="auto;threads=12;threads=8;dtype=uint8",
+        default="auto;threads=12;dtype=uint8",
         help="';'-separated fed variants (parse_variant)",
     )
     parser.add_argument("--steps", type=int, default=50, help="timed steps (default 50)")
-    parser.add_argument("--loader-epochs", type=int, default=2)
+    parser.add_argument("--loader-epochs", type=int, default=1)
     parser.add_argument("--smoke", action="store_true", help="tiny model and sizes: checks the paths only")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     if args.smoke:
         args.images, args.batch_size, args.size, args.warmup, args.fed_warmup, args.steps = 24, 4, 32, 1, 1, 2
+        args.repeat = 1
     device = torch.device(args.device)
     torch.backends.cudnn.benchmark = True
     results: dict[str, Any] = {

@@ -50,8 +50,8 @@ class FakeDevice:
             return FakeTensor(f"pinned:{tensor.name}", tensor.value)
         return tensor.clone()
 
-    def new_stream(self) -> str:
-        self.log.append(("new_stream", None))
+    def copy_stream(self) -> str:
+        self.log.append(("copy_stream", None))
         return "side"
 
     def current_stream(self) -> str:
@@ -133,7 +133,7 @@ def test_copy_of_the_next_batch_is_issued_before_a_batch_is_handed_over():
         device.log.append(("delivered", images.name))
     log = [entry for entry in device.log if entry[0] != "release"]
     assert log == [
-        ("new_stream", None),
+        ("copy_stream", None),
         ("copy", "images0"), ("copy", "labels0"), ("record_event", 0),
         ("copy", "images1"), ("copy", "labels1"), ("record_event", 1),
         ("wait_event", 0), ("record_stream", "cuda:images0"), ("record_stream", "cuda:labels0"),
@@ -172,7 +172,7 @@ def test_labels_are_pinned_before_their_copy_when_pinning():
     first = device.log[: device.log.index(("record_event", 0)) + 1]
     # The images come from the pinned allocator already: only the labels are pinned.
     assert first == [
-        ("new_stream", None),
+        ("copy_stream", None),
         ("pin", "labels0"),
         ("copy", "images0"),
         ("copy", "pinned:labels0"),
@@ -286,6 +286,18 @@ def test_loader_batches_through_the_cuda_path_match_the_cpu_path(color_folder, f
         "world_size": 1,
         "segment_start": 0,
     }
+
+
+def test_one_device_and_its_copy_stream_serve_every_pass_of_a_loader(color_folder, fake_cuda, monkeypatch):
+    # A stream per pass would leave each pass's device blocks cached in the
+    # allocator's pool for that stream (seen on a GPU: memory_reserved grew).
+    made = []
+    monkeypatch.setattr(conveyor._device, "TorchCuda", lambda device: made.append(device) or fake_cuda)
+    loader = make_loader(color_folder, device="cuda")
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        assert len(list(loader)) == 8
+    assert len(made) == 1 and fake_cuda.log.count(("copy_stream", None)) == 3
 
 
 def test_loader_on_the_cuda_path_delivers_the_batches_before_a_bad_sample(tmp_path, color_folder, fake_cuda):

@@ -1,7 +1,7 @@
 """Batches to a CUDA device one batch ahead, on a side stream.
 
 ``prefetch`` is the Loader's hand-over for ``device="cuda"``: batch k+1's
-host-to-device copy is issued on a side stream before batch k is handed over,
+host-to-device copy is issued on a side stream (one per Loader) before batch k is handed over,
 so the copy overlaps the consumer's work on batch k. It is written against
 ``DeviceOps``, the few operations it needs from the device; ``TorchCuda``
 implements them with torch.cuda streams and events, and a test can pass a fake
@@ -44,8 +44,10 @@ class DeviceOps(Protocol):
         """A copy of host ``tensor`` in page-locked memory."""
         ...
 
-    def new_stream(self) -> Any:
-        """A new stream for the copies."""
+    def copy_stream(self) -> Any:
+        """The stream the copies are queued on: the same one on every call.
+        (The caching allocator keeps freed blocks per stream: a new stream per
+        pass would leave each pass's blocks cached and unused.)"""
         ...
 
     def current_stream(self) -> Any:
@@ -82,6 +84,7 @@ class TorchCuda:
 
         self._torch = torch
         self.device = device
+        self._copy_stream: Any = None
 
     def is_tensor(self, value: Any) -> bool:  # noqa: D102 - documented in DeviceOps.
         return isinstance(value, self._torch.Tensor)
@@ -89,8 +92,10 @@ class TorchCuda:
     def pin(self, tensor: Any) -> Any:  # noqa: D102
         return tensor.pin_memory()
 
-    def new_stream(self) -> Any:  # noqa: D102
-        return self._torch.cuda.Stream(self.device)
+    def copy_stream(self) -> Any:  # noqa: D102
+        if self._copy_stream is None:
+            self._copy_stream = self._torch.cuda.Stream(self.device)
+        return self._copy_stream
 
     def current_stream(self) -> Any:  # noqa: D102
         return self._torch.cuda.current_stream(self.device)
@@ -141,7 +146,7 @@ def prefetch(batches: Iterator[Marked], ops: DeviceOps, *, pin: bool) -> Iterato
         pin: copy the labels and targets into page-locked memory before their
             copy (the images must already be page-locked).
     """
-    stream = ops.new_stream()
+    stream = ops.copy_stream()
     # Per batch issued and not yet handed over: (host tensors, device batch, copy event).
     in_flight: deque[tuple[Any, Marked, Any]] = deque()
     try:

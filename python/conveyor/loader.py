@@ -309,6 +309,7 @@ class Loader:
         self._delivered = 0  # Images handed out in the pass under way (for images/s).
         self._last_address = 0  # Engine buffer address of the last batch (for checks).
         self._closed = False
+        self._cuda: Optional[_device.TorchCuda] = None  # device="cuda": made at the first iter().
         # Workers stop when the loader is garbage collected, even without close().
         self._finalizer = weakref.finalize(self, _close_engine, self._engine)
 
@@ -343,7 +344,9 @@ class Loader:
         self._delivered = 0
         batches = self._batches(self._iteration, epoch, self._running_start, self._running_segment)
         if _is_cuda(self._device):
-            batches = _device.prefetch(batches, _device.TorchCuda(self._device), pin=self._pin)
+            if self._cuda is None:  # One per Loader: its copy stream serves every pass.
+                self._cuda = _device.TorchCuda(self._device)
+            batches = _device.prefetch(batches, self._cuda, pin=self._pin)
         elif self._device is not None:
             device = self._device
             batches = (
