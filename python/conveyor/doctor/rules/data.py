@@ -134,9 +134,9 @@ def pin_memory(obs: Observations) -> list[Finding]:
             "Copies from pageable memory are staged through a pinned buffer and cannot overlap "
             "compute; pinned batches copy faster and asynchronously with non_blocking=True.",
             "DataLoader(..., pin_memory=True)",
-            "not measured here",
-            "the host-to-device copy time shrinks (the guide reports up to ~2x faster copies); "
-            "needs a CUDA device to measure",
+            "estimated",
+            "1.30x per step for the guide's MNIST example; 1.01x alone and 1.12x beside the other fixes "
+            "for a ResNet-18-like net fed from pageable batches; measured on an H200 (docs/doctor.md)",
         )
         for loader in obs.loaders
         if loader.kind == "DataLoader" and not loader.pin_memory and loader.batches
@@ -187,7 +187,7 @@ def blocking_copy(obs: Observations) -> list[Finding]:
     return [
         Finding(
             "blocking-copy",
-            "medium",
+            "low",
             "host-to-device copies without non_blocking=True",
             f"{entry.blocking} of {entry.count} {entry.name} calls here were blocking, "
             f"in {len(entry.steps)} steps",
@@ -195,8 +195,9 @@ def blocking_copy(obs: Observations) -> list[Finding]:
             "A blocking copy makes the CPU wait until the copy finished, so it cannot queue the "
             "next kernels; with pinned memory non_blocking=True copies overlap compute.",
             "x = x.to(device, non_blocking=True)  # with DataLoader(..., pin_memory=True)",
-            "not measured here",
-            "the copy overlaps compute instead of adding to the step; needs a CUDA device to measure",
+            "estimated",
+            "1.00x alone and 1.04x beside the other fixes for a ResNet-18-like net: the copy overlaps "
+            "compute only with pinned memory too; measured on an H200 (docs/doctor.md)",
             {"blocking_copies": entry.blocking, "copies": entry.count},
         )
         for site, entry in obs.copies.items()
