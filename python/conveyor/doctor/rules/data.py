@@ -135,8 +135,9 @@ def pin_memory(obs: Observations) -> list[Finding]:
             "compute; pinned batches copy faster and asynchronously with non_blocking=True.",
             "DataLoader(..., pin_memory=True)",
             "estimated",
-            "1.30x per step for the guide's MNIST example; 1.01x alone and 1.12x beside the other fixes "
-            "for a ResNet-18-like net fed from pageable batches; measured on an H200 (docs/doctor.md)",
+            "1.11-1.30x per step for the guide's MNIST example; 1.00-1.01x alone and 1.06-1.12x beside "
+            "the other fixes for a ResNet-18-like net fed from pageable batches; measured on an H200 "
+            "(docs/doctor.md)",
         )
         for loader in obs.loaders
         if loader.kind == "DataLoader" and not loader.pin_memory and loader.batches
@@ -196,8 +197,9 @@ def blocking_copy(obs: Observations) -> list[Finding]:
             "next kernels; with pinned memory non_blocking=True copies overlap compute.",
             "x = x.to(device, non_blocking=True)  # with DataLoader(..., pin_memory=True)",
             "estimated",
-            "1.00x alone and 1.04x beside the other fixes for a ResNet-18-like net: the copy overlaps "
-            "compute only with pinned memory too; measured on an H200 (docs/doctor.md)",
+            "1.00x alone and 1.00-1.04x beside the other fixes for a ResNet-18-like net, 1.00-1.40x "
+            "after pin_memory for the guide's MNIST example: it pays only with pinned memory; measured "
+            "on an H200 (docs/doctor.md)",
             {"blocking_copies": entry.blocking, "copies": entry.count},
         )
         for site, entry in obs.copies.items()

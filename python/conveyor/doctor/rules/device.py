@@ -32,8 +32,8 @@ def cudnn_benchmark(obs: Observations) -> list[Finding]:
             "and keep the fastest.",
             "torch.backends.cudnn.benchmark = True  # once, before the training loop",
             "estimated",
-            f"1.00x for a ResNet-18-like net (cuDNN's heuristics already chose well), 1.12x per step "
-            f"for the guide's MNIST example; {MEASURED_ON}",
+            f"no gain for a ResNet-18-like net (1.00x alone, 0.92-0.98x beside the other fixes: "
+            f"cuDNN's heuristics already chose as well); {MEASURED_ON}",
             {"input_shapes": len(m.input_shapes), "calls": m.train_calls},
         )
         for m in obs.models
@@ -59,8 +59,8 @@ def no_autocast(obs: Observations) -> list[Finding]:
             "    loss = loss_fn(model(x), y)\n"
             "# float16 also needs torch.amp.GradScaler",
             "estimated",
-            f"1.18x alone and 1.22x beside the other fixes for a ResNet-18-like net (float32 "
-            f"convolutions already ran in TF32); 0.76x (slower) for the guide's tiny MNIST net; "
+            f"1.18-1.19x alone and 1.22-1.33x beside the other fixes for a ResNet-18-like net (float32 "
+            f"convolutions already ran in TF32); slower (0.76-0.84x) for the guide's tiny MNIST net; "
             f"{MEASURED_ON}",
             {"training_calls": m.train_calls},
         )
@@ -88,8 +88,8 @@ def channels_last(obs: Observations) -> list[Finding]:
             "model = model.to(memory_format=torch.channels_last)\n"
             "x = x.to(device, memory_format=torch.channels_last, non_blocking=True)",
             "estimated",
-            f"1.50x alone and 1.66x beside the other fixes for a ResNet-18-like net; 0.99x for the "
-            f"guide's MNIST net (two small convolutions); {MEASURED_ON}",
+            f"1.50-1.52x alone and 1.66-1.82x beside the other fixes for a ResNet-18-like net; "
+            f"none or slower (0.82-0.99x) for the guide's MNIST net (two small convolutions); {MEASURED_ON}",
             {"training_calls": m.train_calls, "autocast_calls": m.autocast_calls},
         )
         for m in obs.models
@@ -115,8 +115,8 @@ def host_sync(obs: Observations) -> list[Finding]:
             "running_loss += loss.detach()  # stays on the device\n"
             "# read it (.item()) every N steps or at the end of the epoch",
             "estimated",
-            f"1.03x alone and 1.05x beside the other fixes for a ResNet-18-like net (one .item() per "
-            f"step); more where the step is short or syncs often; {MEASURED_ON}",
+            f"1.02-1.03x alone and 1.05-1.11x beside the other fixes for a ResNet-18-like net (one "
+            f".item() per step); more where steps are short or sync often; {MEASURED_ON}",
             {"calls": entry.count, "steps_with_calls": len(entry.steps)},
         )
         for site, entry in obs.syncs.items()
@@ -133,8 +133,8 @@ def optimizer_not_fused(obs: Observations) -> list[Finding]:
             fix, gain_kind, gain = (
                 f"torch.optim.{o.name}(params, ..., fused=True)",
                 "estimated",
-                f"1.01x alone and 1.08x beside the other fixes for Adam on a ResNet-18-like net "
-                f"(11 M parameters); {MEASURED_ON}",
+                f"1.00-1.01x alone and 1.02-1.08x beside the other fixes for Adam on a ResNet-18-like "
+                f"net (11 M parameters); {MEASURED_ON}",
             )
         elif o.foreach is False and not o.fused:
             fix, gain_kind, gain = (
