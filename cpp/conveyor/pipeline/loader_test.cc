@@ -796,7 +796,9 @@ TEST(LoaderReentryTest, ALoadersOwnThreadCallingBackIntoItIsRefusedNotADeadlock)
       {"start_epoch()", [](Loader& l) { l.start_epoch(1); }},
       {"set_parallelism()", [](Loader& l) { l.set_parallelism(1, 1, 1); }},
   };
-  for (const auto& [name, call] : calls) {
+  for (const auto& entry : calls) {
+    const auto& name = entry.first;
+    const auto& call = entry.second;  // Not a structured binding: clang 14 cannot capture those.
     Loader* self = nullptr;
     LoaderOptions o = options(4, 2, 2, 2);
     o.shuffle = false;  // Sample 0 fails first.

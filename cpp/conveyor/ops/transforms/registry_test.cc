@@ -213,7 +213,8 @@ TEST(ImageFunctionTest, EveryFunctionRefusesAnEmptyImageBeforeRunning) {
   // spin: the entry refuses them for every function, whatever its arguments.
   const uint8_t pixel[3] = {1, 2, 3};
   for (const std::string& name : registered_image_function_names()) {
-    for (const auto& [height, width] : {std::pair{0, 3}, std::pair{3, 0}, std::pair{0, 0}}) {
+    for (const auto& size : {std::pair{0, 3}, std::pair{3, 0}, std::pair{0, 0}}) {
+      const int height = size.first, width = size.second;  // Captured: clang 14 cannot capture bindings.
       const auto [kind, message] = error_of([&] { apply_image_function({name, {}}, pixel, height, width, 3); });
       EXPECT_EQ(kind, ErrorKind::kConfig) << name;
       EXPECT_EQ(message, name + ": an image of " + std::to_string(width) + "x" + std::to_string(height) +
