@@ -87,3 +87,19 @@ def test_import_conveyor_imports_no_tooling(tmp_path):
     result = run_blocked(code)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "(1, 3, 8, 8)\n[]\n"
+
+
+def test_the_api_doc_names_every_bench_command():
+    import argparse
+    from pathlib import Path
+
+    from conveyor import bench
+
+    parser = argparse.ArgumentParser()
+    bench.add_commands(parser.add_subparsers())
+    (command,) = [a for a in parser._subparsers._group_actions[0].choices.values()]
+    benches = command._subparsers._group_actions[0].choices
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text()
+    section = doc[doc.index("## Command line") :]
+    assert len(benches) >= 8
+    assert [name for name in benches if f"`{name}`" not in section] == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import warnings
 
 import pytest
@@ -196,36 +197,112 @@ def test_pin_memory_without_cuda_warns_once_and_continues(color_folder):
         load(color_folder, [T.Resize((16, 16))], pin_memory=True)  # Once only.
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "message"),
-    [
-        (
-            {"persistent_workers": True},
-            "persistent_workers=True is a DataLoader argument: conveyor's threads already live as long as "
-            "the Loader (started once, reused by every epoch); remove the argument",
-        ),
-        (
-            {"prefetch_factor": 4},
-            "prefetch_factor=4 is a DataLoader argument: conveyor prefetches whole batches, not batches per "
-            "worker; use prefetch= (batches prepared ahead of the consumer)",
-        ),
-        (
-            {"worker_init_fn": print},
-            "worker_init_fn=<built-in function print> is a DataLoader argument: conveyor has no worker "
-            "processes to set up: its workers are native threads in this process; seed with seed= (or "
-            "torch.manual_seed) and set up state before making the Loader",
-        ),
-        (
-            {"collate_fn": list},
-            "collate_fn=<class 'list'> is a DataLoader argument: conveyor writes each sample straight into "
-            "the batch (no collate step); change each (images, labels) batch in the training loop instead",
-        ),
-    ],
-)
-def test_dataloader_only_arguments_say_what_conveyor_does_instead(color_folder, kwargs, message):
+def test_dataloader_arguments_with_nothing_to_change_are_accepted(color_folder):
+    chain = [T.RandomResizedCrop(16), T.RandomHorizontalFlip()]
+    expected = cloned(load(color_folder, chain))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Not even a warning.
+        loader = load(
+            color_folder,
+            chain,
+            persistent_workers=True,
+            multiprocessing_context="spawn",
+            in_order=False,
+            timeout=60,
+        )
+    assert_same(cloned(loader), expected)  # In order, whatever in_order says.
+    with pytest.raises(conveyor.ConfigError, match="^persistent_workers must be True or False, got 'yes'$"):
+        load(color_folder, chain, persistent_workers="yes")
+
+
+def test_prefetch_factor_keeps_as_many_batches_ahead_as_a_dataloader(color_folder):
+    loader = load(color_folder, [T.Resize((16, 16))], num_workers=2, prefetch_factor=3)
+    stats = loader.stats()
+    assert stats["prefetch"] == 6 and stats["prefetch_auto"] is False and stats["threads"] == 2
+    assert load(color_folder, [T.Resize((16, 16))], prefetch_factor=3).stats()["prefetch"] == 3
     with pytest.raises(conveyor.ConfigError) as info:
-        load(color_folder, [T.Resize((16, 16))], **kwargs)
-    assert str(info.value) == message
+        load(color_folder, [T.Resize((16, 16))], prefetch=2, prefetch_factor=3)
+    assert str(info.value) == (
+        "give prefetch or prefetch_factor (DataLoader's batches per worker), not both: got prefetch=2, "
+        "prefetch_factor=3"
+    )
+    with pytest.raises(conveyor.ConfigError, match="^prefetch_factor must be >= 1, got 0$"):
+        load(color_folder, [T.Resize((16, 16))], prefetch_factor=0)
+
+
+def test_worker_init_fn_is_never_called_and_says_so_once(color_folder):
+    called = []
+    message = (
+        "worker_init_fn is not called: conveyor has no worker processes (its workers are native threads in "
+        "this process); seed with seed= or torch.manual_seed and set up state before making the Loader"
+    )
+    with pytest.warns(UserWarning) as record:
+        loader = load(color_folder, [T.Resize((16, 16))], worker_init_fn=called.append)
+    assert [str(w.message) for w in record] == [message] and record[0].filename == __file__
+    assert len(cloned(loader)) == 8 and called == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load(color_folder, [T.Resize((16, 16))], worker_init_fn=called.append)  # Once only.
+
+
+def test_num_workers_above_the_usable_cpus_warns_as_a_dataloader_does(color_folder):
+    usable = conveyor._conveyor.default_cpu_threads()
+    with pytest.warns(UserWarning) as record:
+        loader = load(color_folder, [T.Resize((16, 16))], num_workers=usable + 3)
+    assert record[0].filename == __file__
+    assert [str(w.message) for w in record] == [
+        f"num_workers={usable + 3} is more than the {usable} CPUs this process may use: the threads would "
+        "take turns on them (leave num_workers out: conveyor chooses within the usable CPUs)"
+    ]
+    assert loader.stats()["threads"] == usable + 3  # As asked: a pinned count.
+
+
+def test_collate_fn_says_what_to_do_instead(color_folder):
+    with pytest.raises(conveyor.ConfigError) as info:
+        load(color_folder, [T.Resize((16, 16))], collate_fn=list)
+    assert str(info.value) == (
+        "collate_fn=<class 'list'> is a DataLoader argument conveyor does not support yet: conveyor writes "
+        "each sample straight into the batch (no collate step); change each (images, labels) batch in the "
+        "training loop instead"
+    )
+
+
+def test_a_generator_seeds_the_loader_as_it_seeds_a_dataloader(color_folder):
+    chain = [T.RandomResizedCrop(16), T.RandomHorizontalFlip()]
+    loader = load(color_folder, chain, seed=None, generator=torch.Generator().manual_seed(77))
+    assert loader.state_dict()["seed"] == 77
+    assert_same(cloned(loader), cloned(load(color_folder, chain, seed=77)))
+    with pytest.raises(conveyor.ConfigError, match="^give seed or generator, not both: got seed=3 and a"):
+        load(color_folder, chain, seed=3, generator=torch.Generator())
+    with pytest.raises(conveyor.ConfigError, match="^generator must be a torch.Generator, got int$"):
+        load(color_folder, chain, seed=None, generator=5)
+
+
+def test_a_batch_that_takes_longer_than_timeout_raises_naming_the_wait(color_folder):
+    def slow(image):
+        time.sleep(0.5)
+        return image
+
+    loader = load(color_folder, [T.Resize((16, 16)), T.Lambda(slow)], threads=1, timeout=0.2)
+    with pytest.raises(conveyor.WaitTimeoutError) as info:
+        next(iter(loader))
+    assert isinstance(info.value, TimeoutError) and isinstance(info.value, conveyor.Error)
+    assert str(info.value).startswith(
+        "no batch within timeout=0.2 s: epoch 0, batch 1 (samples read "
+    ) and str(info.value).endswith(
+        "this epoch; a read or a transform is slower than the timeout allows, or the source stalls)"
+    )
+    loader.close()
+    # Without a timeout the same loader waits as long as it takes.
+    assert len(list(load(color_folder, [T.Resize((16, 16)), T.Lambda(slow)], threads=8))) == 8
+    with pytest.raises(conveyor.ConfigError, match="^timeout must be a number of seconds >= 0"):
+        load(color_folder, [T.Resize((16, 16))], timeout=-1)
+
+
+def test_the_dataloader_attributes_are_there(color_folder):
+    loader = load(color_folder, [T.Resize((16, 16))], drop_last=True)
+    assert loader.dataset is loader.source and len(loader.dataset) == 30
+    assert (loader.batch_size, loader.drop_last, loader.timeout) == (4, True, 0.0)
 
 
 # --- torch's seed and dtypes ------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from conveyor.errors import (
     InternalError,
     ReadError,
     TooLargeError,
+    WaitTimeoutError,
 )
 from conveyor.loader import Loader
 
@@ -30,6 +31,7 @@ __all__ = [
     "Loader",
     "ReadError",
     "TooLargeError",
+    "WaitTimeoutError",
     "sources",
     "transforms",
 ]

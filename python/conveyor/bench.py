@@ -51,8 +51,9 @@ QUICK_CIFAR = 1024
 REMOTE_IMAGES = 1024
 #: Latencies (ms) added by the server in ``bench remote``; None: local files.
 REMOTE_LATENCIES: tuple[Optional[float], ...] = (None, 0.0, 20.0, 100.0)
-#: conveyor's io_threads default for local files, also run over URLs in
+#: A pinned pool of io threads sized for local files, also run over URLs in
 #: ``bench remote`` to show what the remote default (REMOTE_IO_THREADS) buys.
+#: (The local default is autotuned: it starts at 16 reads in flight.)
 LOCAL_IO_THREADS = 32
 RUN_TIMEOUT_S = 1800
 #: The small CNN trains on one thread on both sides: on a shared machine, torch's

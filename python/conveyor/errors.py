@@ -50,6 +50,10 @@ class InternalError(Error):
     """An unexpected failure inside conveyor or a user callback."""
 
 
+class WaitTimeoutError(Error, TimeoutError):
+    """No batch came within the Loader's ``timeout`` (DataLoader's argument)."""
+
+
 _BY_KIND = {
     "config": ConfigError,
     "read": ReadError,

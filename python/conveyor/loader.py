@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Callable, Optional, Union
@@ -17,7 +18,7 @@ import numpy
 
 from conveyor import _conveyor, _device
 from conveyor._checks import INT64_MAX, INT_MAX, UINT64_MAX, check_bool, check_int, is_bool, warn_once
-from conveyor.errors import ConfigError
+from conveyor.errors import ConfigError, WaitTimeoutError
 from conveyor.sources import Mix, Source
 from conveyor.sources.remote import REMOTE_IO_THREADS
 from conveyor.transforms import DEFAULT_MAX_PIXELS, Transform
@@ -140,9 +141,21 @@ class Loader:
         box_format: how target boxes are given, in pixels of the transformed
             image: "xywh" (COCO's x, y, width, height; the default) or "xyxy"
             (x1, y1, x2, y2: what torchvision's detection models take).
-        persistent_workers, prefetch_factor, worker_init_fn, collate_fn:
-            DataLoader arguments with no conveyor counterpart: passing one is
-            a ConfigError that says what conveyor does instead.
+        timeout: DataLoader's: seconds to wait for one batch before raising
+            ``WaitTimeoutError``; 0 (the default) waits as long as it takes.
+        generator: DataLoader's: a ``torch.Generator`` whose ``initial_seed()``
+            is the seed (give ``seed`` or ``generator``, not both).
+        persistent_workers, multiprocessing_context, in_order: DataLoader
+            arguments with nothing to change here, accepted as they are: the
+            threads already live as long as the Loader, there are no worker
+            processes, and batches always come in order.
+        prefetch_factor: DataLoader's batches ahead per worker: pins
+            ``prefetch`` at ``prefetch_factor * max(1, num_workers)``, the
+            batches a DataLoader keeps ahead (give it or ``prefetch``).
+        worker_init_fn: never called (no worker processes); a warning says so
+            once.
+        collate_fn: not supported yet (conveyor writes each sample straight
+            into the batch): a ConfigError that says what to do instead.
 
     Each batch is ``(images, labels)``: ``images`` N×C×H×W (or N×H×W×C),
     ``labels`` int64 of length N; torch tensors, or numpy arrays without torch.
@@ -191,9 +204,13 @@ class Loader:
         targets: str = "list",
         box_format: str = "xywh",
         batch_transforms: Union[BatchTransform, Sequence[Union[BatchTransform, BatchFunction]], None] = None,
+        timeout: float = 0,
+        generator: Any = None,
         persistent_workers: Optional[bool] = None,
         prefetch_factor: Optional[int] = None,
         worker_init_fn: Optional[Callable[[int], None]] = None,
+        multiprocessing_context: Any = None,
+        in_order: bool = True,
         collate_fn: Optional[Callable[[Any], Any]] = None,
     ) -> None:
         if not isinstance(source, Source):
@@ -202,14 +219,19 @@ class Loader:
                 "wrap a map-style dataset returning bytes in conveyor.sources.PythonSource"
             )
         # DataLoader's argument names and torch's conventions, in one place.
-        threads = _dataloader_arguments(
+        threads, prefetch = _dataloader_arguments(
             threads,
             num_workers,
+            prefetch,
             persistent_workers=persistent_workers,
             prefetch_factor=prefetch_factor,
             worker_init_fn=worker_init_fn,
+            multiprocessing_context=multiprocessing_context,
+            in_order=in_order,
             collate_fn=collate_fn,
         )
+        self.timeout = _timeout(timeout)
+        seed = _generator_seed(generator, seed)
         self._seed_from_torch = seed is None and torch is not None
         seed = _default_seed() if seed is None else seed
         steps, implied_dtype = transform_chain(transforms)
@@ -260,6 +282,7 @@ class Loader:
 
         self.source = source
         self.batch_size = batch_size
+        self.drop_last = drop_last
         self.progress = progress
         self._world_size = world_size
         self._padded_targets = targets == "padded"
@@ -384,6 +407,14 @@ class Loader:
         self._count_pass(iteration, epoch)
         self._epoch_finished(epoch)
 
+    def _raise_wait_timeout(self, epoch: int) -> None:
+        stats = self._engine.stats()
+        raise WaitTimeoutError(
+            f"no batch within timeout={self.timeout:g} s: epoch {epoch}, batch {self._batches_done + 1} "
+            f"(samples read {stats.samples_read}, processed {stats.samples_processed} this epoch; "
+            "a read or a transform is slower than the timeout allows, or the source stalls)"
+        )
+
     def _count_pass(self, iteration: int, epoch: int) -> None:
         # The pass counts as its epoch: the next iter() runs the next one
         # (unless set_epoch() or load_state_dict() chose another meanwhile).
@@ -394,10 +425,14 @@ class Loader:
     def _batches(self, iteration: int, epoch: int, start: int, segment: int) -> Iterator[_Marked]:
         bar = self._progress_bar(epoch, start, segment) if self.progress else None
         try:
+            waiting_since = time.monotonic()
             while iteration == self._iteration:
                 batch = self._engine.next(_WAIT_SLICE_SECONDS)
-                if batch is False:
-                    continue  # Timed out: Python handles pending signals here.
+                if batch is False:  # Timed out: Python handles pending signals here.
+                    if self.timeout and time.monotonic() - waiting_since >= self.timeout:
+                        self._raise_wait_timeout(epoch)
+                    continue
+                waiting_since = time.monotonic()
                 if batch is None:
                     return
                 self._last_address = batch.address
@@ -492,6 +527,11 @@ class Loader:
     def epoch(self) -> int:
         """The epoch the next ``iter()`` runs."""
         return self._epoch
+
+    @property
+    def dataset(self) -> Source:
+        """The source (DataLoader's name for what it loads from)."""
+        return self.source
 
     def state_dict(self) -> dict[str, int]:
         """Where the epoch stands, in its global order: small, picklable, the
@@ -679,35 +719,89 @@ def _progress_text(stats: Mapping[str, Any]) -> str:
 
 
 # What conveyor does instead of each DataLoader argument it has no counterpart for.
-_DATALOADER_ONLY = {
-    "persistent_workers": "conveyor's threads already live as long as the Loader (started once, reused "
-    "by every epoch); remove the argument",
-    "prefetch_factor": "conveyor prefetches whole batches, not batches per worker; use prefetch= "
-    "(batches prepared ahead of the consumer)",
-    "worker_init_fn": "conveyor has no worker processes to set up: its workers are native threads in "
-    "this process; seed with seed= (or torch.manual_seed) and set up state before making the Loader",
-    "collate_fn": "conveyor writes each sample straight into the batch (no collate step); change each "
-    "(images, labels) batch in the training loop instead",
-}
+_COLLATE_FN = (
+    "collate_fn={!r} is a DataLoader argument conveyor does not support yet: conveyor writes each "
+    "sample straight into the batch (no collate step); change each (images, labels) batch in the "
+    "training loop instead"
+)
 
 
 def _dataloader_arguments(
-    threads: Union[int, str, None], num_workers: Optional[int], **refused: Any
-) -> Union[int, str, None]:
-    """``threads`` from DataLoader's names: num_workers is its alias (0, the
-    DataLoader's "load in the training process", is one thread); the
-    arguments conveyor has no counterpart for are refused, saying why."""
-    for name, value in refused.items():
-        if value is not None:
-            raise ConfigError(f"{name}={value!r} is a DataLoader argument: {_DATALOADER_ONLY[name]}")
-    if num_workers is None:
-        return threads
-    if threads is not None and threads != AUTO:
-        raise ConfigError(
-            f"give threads or num_workers (its DataLoader name), not both: got threads={threads!r}, "
-            f"num_workers={num_workers!r}"
+    threads: Union[int, str, None],
+    num_workers: Optional[int],
+    prefetch: Union[int, str],
+    *,
+    persistent_workers: Optional[bool],
+    prefetch_factor: Optional[int],
+    worker_init_fn: Optional[Callable[[int], None]],
+    multiprocessing_context: Any,
+    in_order: bool,
+    collate_fn: Optional[Callable[[Any], Any]],
+) -> tuple[Union[int, str, None], Union[int, str]]:
+    """``threads`` and ``prefetch`` from DataLoader's names: num_workers is
+    threads' alias (0, the DataLoader's "load in the training process", is one
+    thread) and prefetch_factor sets prefetch; the arguments with nothing to
+    change here are accepted (see the class docstring)."""
+    del multiprocessing_context  # No worker processes: any context is fine.
+    if persistent_workers is not None:
+        check_bool(persistent_workers, "persistent_workers")
+    check_bool(in_order, "in_order")
+    if collate_fn is not None:
+        raise ConfigError(_COLLATE_FN.format(collate_fn))
+    if worker_init_fn is not None:
+        warn_once(
+            "worker_init_fn",
+            "worker_init_fn is not called: conveyor has no worker processes (its workers are native "
+            "threads in this process); seed with seed= or torch.manual_seed and set up state before "
+            "making the Loader",
+            stacklevel=4,  # The Loader(...) call.
         )
-    return max(1, check_int(num_workers, "num_workers", minimum=0, maximum=INT_MAX))
+    workers = None
+    if num_workers is not None:
+        workers = check_int(num_workers, "num_workers", minimum=0, maximum=INT_MAX)
+    if workers is not None:
+        if threads is not None and threads != AUTO:
+            raise ConfigError(
+                f"give threads or num_workers (its DataLoader name), not both: got threads={threads!r}, "
+                f"num_workers={num_workers!r}"
+            )
+        usable = _conveyor.default_cpu_threads()
+        if workers > usable:
+            warn_once(
+                "num_workers",
+                f"num_workers={workers} is more than the {usable} CPUs this process may use: the threads "
+                "would take turns on them (leave num_workers out: conveyor chooses within the usable CPUs)",
+                stacklevel=4,
+            )
+        threads = max(1, workers)
+    if prefetch_factor is not None:
+        factor = check_int(prefetch_factor, "prefetch_factor", minimum=1, maximum=INT_MAX)
+        if prefetch != AUTO:
+            raise ConfigError(
+                f"give prefetch or prefetch_factor (DataLoader's batches per worker), not both: got "
+                f"prefetch={prefetch!r}, prefetch_factor={prefetch_factor!r}"
+            )
+        prefetch = min(INT_MAX, factor * max(1, workers or 0))
+    return threads, prefetch
+
+
+def _timeout(timeout: Any) -> float:
+    if is_bool(timeout) or not isinstance(timeout, (int, float)) or not 0 <= timeout < float("inf"):
+        raise ConfigError(
+            f"timeout must be a number of seconds >= 0 (0: wait as long as it takes), got {timeout!r}"
+        )
+    return float(timeout)
+
+
+def _generator_seed(generator: Any, seed: Optional[int]) -> Optional[int]:
+    """The seed a ``torch.Generator`` stands for, as DataLoader's ``generator=`` seeds its shuffle."""
+    if generator is None:
+        return seed
+    if torch is None or not isinstance(generator, torch.Generator):
+        raise ConfigError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    if seed is not None:
+        raise ConfigError(f"give seed or generator, not both: got seed={seed!r} and a generator")
+    return int(generator.initial_seed())
 
 
 def _default_seed() -> int:
