@@ -137,3 +137,19 @@ def test_box_format_xyxy_gives_corners(coco):
     assert padded["boxes"][0].tolist() == [[85.0, 0.0, 100.0, 15.0], [0.0, 0.0, 0.0, 0.0]]
     with pytest.raises(conveyor.ConfigError, match="^box_format must be 'xywh' or 'xyxy', got 'cxcywh'$"):
         conveyor.Loader(coco, transforms, box_format="cxcywh")
+
+
+def test_collate_fn_gets_each_image_with_its_target(coco):
+    def collate(samples):
+        return [
+            (tuple(image.shape), target["image_id"], target["boxes"].tolist()) for image, target in samples
+        ]
+
+    ((_, targets),) = batches(coco, [T.Resize((50, 100))])
+    (got,) = batches(coco, [T.Resize((50, 100))], collate_fn=collate)
+    assert got == [((3, 50, 100), t["image_id"], t["boxes"].tolist()) for t in targets]
+    assert [len(boxes) for _, _, boxes in got] == [1, 2, 0]  # Images 1, 2, 3 of the fixture.
+    with pytest.raises(
+        conveyor.ConfigError, match="^collate_fn takes the samples one by one; targets='padded'"
+    ):
+        batches(coco, [T.Resize((50, 100))], targets="padded", collate_fn=collate)

@@ -257,16 +257,6 @@ def test_num_workers_above_the_usable_cpus_warns_as_a_dataloader_does(color_fold
     assert loader.stats()["threads"] == usable + 3  # As asked: a pinned count.
 
 
-def test_collate_fn_says_what_to_do_instead(color_folder):
-    with pytest.raises(conveyor.ConfigError) as info:
-        load(color_folder, [T.Resize((16, 16))], collate_fn=list)
-    assert str(info.value) == (
-        "collate_fn=<class 'list'> is a DataLoader argument conveyor does not support yet: conveyor writes "
-        "each sample straight into the batch (no collate step); change each (images, labels) batch in the "
-        "training loop instead"
-    )
-
-
 def test_a_generator_seeds_the_loader_as_it_seeds_a_dataloader(color_folder):
     chain = [T.RandomResizedCrop(16), T.RandomHorizontalFlip()]
     loader = load(color_folder, chain, seed=None, generator=torch.Generator().manual_seed(77))
@@ -488,3 +478,43 @@ def test_normalize_on_the_0_255_scale_warns_once():
         warnings.simplefilter("error")
         T.Normalize([123.675, 116.28, 103.53], [58.395, 57.12, 57.375])
         T.Normalize(MEAN, STD)
+
+
+def test_collate_fn_gets_the_samples_and_its_result_is_the_batch(color_folder):
+    from torch.utils.data import default_collate
+
+    chain = [T.RandomResizedCrop(16), T.RandomHorizontalFlip()]
+    expected = cloned(load(color_folder, chain))
+    got = [(x.clone(), y.clone()) for x, y in load(color_folder, chain, collate_fn=default_collate)]
+    assert_same(got, expected)
+
+    seen = []
+
+    def as_dict(samples):
+        seen.append([(tuple(image.shape), int(label)) for image, label in samples])
+        return {"image": torch.stack([image for image, _ in samples]), "label": [int(y) for _, y in samples]}
+
+    batches = list(load(color_folder, chain, collate_fn=as_dict))
+    assert len(batches) == len(expected) == 8 and len(seen) == 8
+    for batch, (images, labels), samples in zip(batches, expected, seen):
+        assert torch.equal(batch["image"], images) and batch["label"] == labels.tolist()
+        assert samples == [((3, 16, 16), label) for label in labels.tolist()]
+
+
+def test_collate_fn_runs_after_the_batch_functions_and_must_be_callable(color_folder):
+    def double(images, labels):
+        return images * 2, labels + 100
+
+    batches = list(
+        load(
+            color_folder,
+            [T.Resize((16, 16))],
+            batch_transforms=[double],
+            collate_fn=lambda s: [y for _, y in s],
+        )
+    )
+    assert [int(y) for y in batches[0]] == [
+        int(y) + 100 for y in cloned(load(color_folder, [T.Resize((16, 16))]))[0][1]
+    ]
+    with pytest.raises(conveyor.ConfigError, match="^collate_fn must be callable, got str$"):
+        load(color_folder, [T.Resize((16, 16))], collate_fn="stack")

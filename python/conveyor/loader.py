@@ -48,8 +48,11 @@ _LAYOUTS = ("CHW", "HWC")
 # How long one wait for a batch lasts before Python gets to check for signals
 # (KeyboardInterrupt); the engine keeps working meanwhile.
 _WAIT_SLICE_SECONDS = 0.05
+# In place of the labels once collate_fn has made the batch one object.
+_COLLATED = object()
 
-Batch = tuple[Any, Any]
+#: (images, labels or targets); with collate_fn, what it returns.
+Batch = Any
 Stat = Union[int, float, bool, str]
 # A batch with (end position, batches done) for the resume state.
 _Marked = tuple[Any, Any, tuple[int, int]]
@@ -154,8 +157,13 @@ class Loader:
             batches a DataLoader keeps ahead (give it or ``prefetch``).
         worker_init_fn: never called (no worker processes); a warning says so
             once.
-        collate_fn: not supported yet (conveyor writes each sample straight
-            into the batch): a ConfigError that says what to do instead.
+        collate_fn: DataLoader's: called on each batch as the list of its
+            samples, ``(image, label)`` pairs (``(image, target)`` for sources
+            with boxes), after ``batch_transforms``; the loader then yields
+            what it returns (moved to ``device``: tensors in dicts, lists and
+            tuples too). The images are views of the batch (no copy until the
+            function makes one). Default: the batch as ``(images, labels)``,
+            written straight into one buffer (no collate step).
 
     Each batch is ``(images, labels)``: ``images`` N×C×H×W (or N×H×W×C),
     ``labels`` int64 of length N; torch tensors, or numpy arrays without torch.
@@ -228,9 +236,16 @@ class Loader:
             worker_init_fn=worker_init_fn,
             multiprocessing_context=multiprocessing_context,
             in_order=in_order,
-            collate_fn=collate_fn,
         )
         self.timeout = _timeout(timeout)
+        if collate_fn is not None and not callable(collate_fn):
+            raise ConfigError(f"collate_fn must be callable, got {type(collate_fn).__name__}")
+        if collate_fn is not None and targets == "padded":
+            raise ConfigError(
+                "collate_fn takes the samples one by one; targets='padded' pads them into one dict: "
+                "use targets='list' (or no collate_fn)"
+            )
+        self.collate_fn = collate_fn
         seed = _generator_seed(generator, seed)
         self._seed_from_torch = seed is None and torch is not None
         seed = _default_seed() if seed is None else seed
@@ -392,7 +407,7 @@ class Loader:
             handed += 1
             if handed == 2:
                 self._count_pass(iteration, epoch)
-            yield images, second
+            yield images if second is _COLLATED else (images, second)
             # Hold no batch while waiting for the next: memory_budget counts
             # only the one the user holds.
             del images, second
@@ -456,6 +471,8 @@ class Loader:
                     second = _from_numpy(soft_labels)
                 for i, function in self._batch_functions:
                     images, second = _call_batch_function(i, function, images, second)
+                if self.collate_fn is not None:
+                    images, second = self.collate_fn(list(zip(images, second))), _COLLATED
                 yield images, second, mark
                 del batch, images, labels, second  # See _deliver.
         finally:
@@ -719,13 +736,6 @@ def _progress_text(stats: Mapping[str, Any]) -> str:
 
 
 # What conveyor does instead of each DataLoader argument it has no counterpart for.
-_COLLATE_FN = (
-    "collate_fn={!r} is a DataLoader argument conveyor does not support yet: conveyor writes each "
-    "sample straight into the batch (no collate step); change each (images, labels) batch in the "
-    "training loop instead"
-)
-
-
 def _dataloader_arguments(
     threads: Union[int, str, None],
     num_workers: Optional[int],
@@ -736,7 +746,6 @@ def _dataloader_arguments(
     worker_init_fn: Optional[Callable[[int], None]],
     multiprocessing_context: Any,
     in_order: bool,
-    collate_fn: Optional[Callable[[Any], Any]],
 ) -> tuple[Union[int, str, None], Union[int, str]]:
     """``threads`` and ``prefetch`` from DataLoader's names: num_workers is
     threads' alias (0, the DataLoader's "load in the training process", is one
@@ -746,8 +755,6 @@ def _dataloader_arguments(
     if persistent_workers is not None:
         check_bool(persistent_workers, "persistent_workers")
     check_bool(in_order, "in_order")
-    if collate_fn is not None:
-        raise ConfigError(_COLLATE_FN.format(collate_fn))
     if worker_init_fn is not None:
         warn_once(
             "worker_init_fn",
