@@ -103,3 +103,17 @@ def test_the_api_doc_names_every_bench_command():
     section = doc[doc.index("## Command line") :]
     assert len(benches) >= 8
     assert [name for name in benches if f"`{name}`" not in section] == []
+
+
+def test_doctor_plot_without_matplotlib_says_so_before_running_the_script(tmp_path):
+    marker = tmp_path / "ran"
+    script = tmp_path / "train.py"
+    script.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    arguments = ["doctor", "--plot", str(tmp_path / "steps.png"), "--", str(script)]
+    result = run_blocked(f"from conveyor.cli import main\nraise SystemExit(main({arguments!r}))")
+    assert result.returncode == 1, result.stderr
+    assert result.stderr == (
+        "conveyor doctor: needs the Python package 'matplotlib', which is not installed "
+        "(pip install 'conveyor[bench]')\n"
+    )
+    assert not marker.exists()

@@ -58,6 +58,11 @@ def add_commands(subparsers: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     from conveyor.doctor.runner import run_script
 
+    if args.plot:
+        # Before the script runs, not after: a missing matplotlib is named now
+        # (conveyor.cli says which package) instead of after the whole run.
+        import matplotlib  # noqa: F401
+
     steps = None if args.seconds is not None else (args.steps or 50)
     report, code = run_script(
         args.script, args.script_args, steps=steps, seconds=args.seconds, target=args.target
