@@ -278,7 +278,7 @@ def test_a_batch_that_takes_longer_than_timeout_raises_naming_the_wait(color_fol
         next(iter(loader))
     assert isinstance(info.value, TimeoutError) and isinstance(info.value, conveyor.Error)
     assert str(info.value).startswith(
-        "no batch within timeout=0.2 s: epoch 0, batch 1 (samples read "
+        "no batch within timeout=0.2 s in epoch 0, after 0 batch(es) handed out (samples read "
     ) and str(info.value).endswith(
         "this epoch; a read or a transform is slower than the timeout allows, or the source stalls)"
     )

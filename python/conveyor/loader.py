@@ -425,9 +425,10 @@ class Loader:
     def _raise_wait_timeout(self, epoch: int) -> None:
         stats = self._engine.stats()
         raise WaitTimeoutError(
-            f"no batch within timeout={self.timeout:g} s: epoch {epoch}, batch {self._batches_done + 1} "
-            f"(samples read {stats.samples_read}, processed {stats.samples_processed} this epoch; "
-            "a read or a transform is slower than the timeout allows, or the source stalls)"
+            f"no batch within timeout={self.timeout:g} s in epoch {epoch}, after {self._batches_done} "
+            f"batch(es) handed out (samples read {stats.samples_read}, processed "
+            f"{stats.samples_processed} this epoch; a read or a transform is slower than the timeout "
+            "allows, or the source stalls)"
         )
 
     def _count_pass(self, iteration: int, epoch: int) -> None:
@@ -735,7 +736,6 @@ def _progress_text(stats: Mapping[str, Any]) -> str:
     )
 
 
-# What conveyor does instead of each DataLoader argument it has no counterpart for.
 def _dataloader_arguments(
     threads: Union[int, str, None],
     num_workers: Optional[int],
@@ -766,7 +766,6 @@ def _dataloader_arguments(
     workers = None
     if num_workers is not None:
         workers = check_int(num_workers, "num_workers", minimum=0, maximum=INT_MAX)
-    if workers is not None:
         if threads is not None and threads != AUTO:
             raise ConfigError(
                 f"give threads or num_workers (its DataLoader name), not both: got threads={threads!r}, "
