@@ -18,6 +18,7 @@ from skimage import data
 import conveyor
 from conftest import tiff_bytes
 from conveyor import _conveyor
+from conveyor.sources import FileList
 
 
 def photo(name="astronaut", size=None):
@@ -400,3 +401,32 @@ def test_gray_output_of_colour_images_through_a_resizing_pipeline(fmt):
     pipeline = T.compile_pipeline([T.Resize((20, 30))], dtype="uint8", layout="HWC", channels=1)
     ours = np.asarray(pipeline.apply(colour, 0, 0, 0))
     np.testing.assert_array_equal(ours, np.asarray(pipeline.apply(gray, 0, 0, 0)))
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG", "WEBP", "TIFF"])
+def test_the_loader_matches_torchvisions_image_folder_with_exif_orientation_off(tmp_path, fmt):
+    # torchvision's ImageFolder opens with PIL and converts: the EXIF tag is
+    # left out, a TIFF's own Orientation tag is applied (PIL applies it).
+    options = {"JPEG": {"quality": 95, "subsampling": 0}, "WEBP": {"lossless": True}}.get(fmt, {})
+    paths = []
+    for orientation in range(1, 9):
+        path = tmp_path / f"{orientation}.{fmt.lower()}"
+        if fmt == "TIFF":
+            path.write_bytes(tiff_bytes(U8[..., :3], 2, orientation=orientation))
+        else:
+            exif = Image.Exif()
+            exif[0x0112] = orientation
+            path.write_bytes(encode(photo("chelsea", (60, 40)), fmt, exif=exif, **options))
+        paths.append(path)
+
+    def images(**kwargs):
+        loader = conveyor.Loader(FileList(paths), batch_size=8, dtype="uint8", layout="HWC", **kwargs)
+        ((batch, _),) = list(loader)
+        return [image.numpy() for image in batch]
+
+    stored = images(exif_orientation=False)
+    turned = images()
+    for path, ours, default in zip(paths, stored, turned):
+        with Image.open(path) as opened:
+            np.testing.assert_array_equal(ours, np.asarray(opened.convert("RGB")), err_msg=path.name)
+        np.testing.assert_array_equal(default, pil_rgb(path.read_bytes()), err_msg=path.name)

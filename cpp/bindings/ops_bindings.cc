@@ -84,8 +84,8 @@ void bind_ops(nb::module_& m) {
           "__init__",
           [](ImagePipeline* self, const std::vector<nb::tuple>& transforms, const std::string& dtype,
              const std::string& layout, int channels, int64_t max_pixels, bool crop_decode, bool dct_scale,
-             double dct_margin, std::optional<std::array<int64_t, 3>> raw_shape, bool variable_size,
-             bool stream_output) {
+             double dct_margin, std::optional<std::array<int64_t, 3>> raw_shape, bool variable_size, bool stream_output,
+             bool exif_orientation) {
             ImageOutputSpec output{parse_dtype(dtype), parse_layout(layout), channels};
             // (name, params) of a registered transform, or (name, {}, function): a user function (T.Lambda).
             std::vector<TransformSpec> specs;
@@ -104,6 +104,7 @@ void bind_ops(nb::module_& m) {
             options.dct_margin = dct_margin;
             options.variable_size = variable_size;
             options.stream_output = stream_output;
+            options.exif_orientation = exif_orientation;
             if (raw_shape) options.raw_input = raw_image_shape((*raw_shape)[0], (*raw_shape)[1], (*raw_shape)[2]);
             new (self) ImagePipeline(std::move(specs), output, max_pixels, options);
           },
@@ -111,6 +112,7 @@ void bind_ops(nb::module_& m) {
           nb::arg("channels") = 3, nb::arg("max_pixels") = kDefaultMaxPixels, nb::arg("crop_decode") = true,
           nb::arg("dct_scale") = true, nb::arg("dct_margin") = ImagePipelineOptions{}.dct_margin,
           nb::arg("raw_shape") = nb::none(), nb::arg("variable_size") = false, nb::arg("stream_output") = false,
+          nb::arg("exif_orientation") = ImagePipelineOptions{}.exif_orientation,
           "raw_shape: (height, width, channels) when inputs are raw uint8 pixels of that shape, not encoded images; "
           "stream_output: write float32 CHW outputs with streaming stores (for outputs not read again soon).")
       .def(

@@ -129,6 +129,11 @@ class Loader:
             ``torch.contiguous_format``: contiguous batches. Needs torch and
             ``layout="CHW"``.
         max_pixels: images whose header claims more pixels raise TooLargeError.
+        exif_orientation: turn each JPEG, PNG and WebP image as its EXIF
+            orientation tag says (default, as PIL's ``ImageOps.exif_transpose``);
+            False gives the stored pixels, as torchvision's ImageFolder does
+            (PIL's open + ``convert("RGB")`` leaves the tag out). A TIFF's own
+            Orientation tag is applied either way, as PIL applies it.
         rank, world_size: this process's share of each epoch; default from
             torch.distributed when initialized, else 0 and 1.
         targets: for sources with boxes (CocoDetection): "list" gives per
@@ -207,6 +212,7 @@ class Loader:
         channels: Optional[int] = None,
         memory_format: Any = None,
         max_pixels: int = DEFAULT_MAX_PIXELS,
+        exif_orientation: bool = True,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
         targets: str = "list",
@@ -311,6 +317,8 @@ class Loader:
         # The engine's layout: channels_last batches are N×H×W×C buffers seen as N×C×H×W.
         engine_layout = "HWC" if channels_last else layout
         output: dict[str, Any] = {"dtype": dtype, "layout": engine_layout, "max_pixels": max_pixels}
+        if not check_bool(exif_orientation, "exif_orientation"):
+            output["exif_orientation"] = False
         if channels is not None:
             output["channels"] = channels
         transform = source._sample_transform(steps, **output)

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "conveyor/core/checked_size.h"
 #include "conveyor/core/error.h"
@@ -11,6 +12,7 @@
 #include "conveyor/ops/gif_decoder.h"
 #include "conveyor/ops/image_decoder.h"
 #include "conveyor/ops/jpeg_decoder.h"
+#include "conveyor/ops/orientation.h"
 #include "conveyor/ops/png_decoder.h"
 #include "conveyor/ops/pnm_decoder.h"
 #include "conveyor/ops/tiff_decoder.h"
@@ -98,6 +100,13 @@ Image decode_image(std::span<const uint8_t> data, int channels, int64_t max_pixe
 }
 
 namespace detail {
+
+void ImageDecoder::ignore_exif_orientation() noexcept {
+  if (!orientation_is_exif_) return;
+  if (transposes(orientation_)) std::swap(info_.width, info_.height);
+  orientation_ = 1;
+  info_.orientation = 1;
+}
 
 std::unique_ptr<ImageDecoder> open_image_decoder(std::span<const uint8_t> data, int64_t max_pixels) {
   switch (detect_image_format(data)) {

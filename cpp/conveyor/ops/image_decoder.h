@@ -73,8 +73,20 @@ class ImageDecoder {
   /// `scratch`. Throws Error{kDecode} on corrupt or truncated data.
   virtual Decoded decode(const DecodeRequest& request, Scratch& scratch) = 0;
 
+  /// From now on an EXIF orientation tag (JPEG, PNG, WebP) is left out: the
+  /// stored pixels come as they are, as PIL's open + convert() gives them
+  /// (torchvision's ImageFolder), and info() gives their size and orientation
+  /// 1. A TIFF's own Orientation tag stays applied, as PIL applies it when
+  /// it loads the image. Call before decode().
+  void ignore_exif_orientation() noexcept;
+
  protected:
   ImageInfo info_;
+  /// The orientation decode() applies (1..8): set by each format's decoder
+  /// from its tag, 1 where the format has none.
+  int orientation_ = 1;
+  /// Whether orientation_ comes from an EXIF block (not TIFF's own tag).
+  bool orientation_is_exif_ = true;
 };
 
 /// Opens the decoder for `data`'s format (from magic bytes) and checks

@@ -546,6 +546,7 @@ void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* fi
   // (crop window, DCT scaling) and resampled once.
   auto decoder = plan.options.raw_input ? detail::open_raw(input, *plan.options.raw_input, plan.max_pixels)
                                         : detail::open_image_decoder(input, plan.max_pixels);
+  if (!plan.options.exif_orientation) decoder->ignore_exif_orientation();
   const ImageInfo& info = decoder->info();
   const size_t last = plan.groups.size() - 1;
   std::optional<Size2D> out_size;

@@ -56,6 +56,11 @@ struct ImagePipelineOptions {
   /// loader's batch buffers: what conveyor::Loader's sources ask for), slower
   /// when the same output is rewritten while it is in cache. Same values.
   bool stream_output = false;
+  /// Apply the EXIF orientation tag (as PIL's ImageOps.exif_transpose);
+  /// false: the stored pixels as they are, as torchvision's ImageFolder (PIL's
+  /// open + convert) gives them. A TIFF's own Orientation tag is applied
+  /// either way, as PIL applies it.
+  bool exif_orientation = true;
 };
 
 /// A transform chain planned once per loader: each TransformSpec becomes a

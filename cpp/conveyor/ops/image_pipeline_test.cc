@@ -80,6 +80,23 @@ TEST(ImagePipelineTest, CropWindowDecodeEqualsFullDecodeThenCrop) {
   }
 }
 
+TEST(ImagePipelineTest, WithoutExifOrientationTheStoredPixelsComeOut) {
+  // As torchvision's ImageFolder (PIL's convert) gives them: the tag is left out.
+  const auto jpeg = encode_jpeg(make_pattern(40, 60), 95, 444);
+  const std::vector<TransformSpec> crop = {CenterCropSpec{{40, 40}}};
+  ImagePipelineOptions stored;
+  stored.exif_orientation = false;
+  const ImagePipeline plain(crop, {DType::kUInt8, Layout::kHWC});
+  const ImagePipeline as_stored(crop, {DType::kUInt8, Layout::kHWC}, kDefaultMaxPixels, stored);
+  const auto expected = run<uint8_t>(plain, jpeg);
+  for (int orientation = 1; orientation <= 8; ++orientation) {
+    const auto data = with_exif_orientation(jpeg, orientation);
+    EXPECT_EQ(run<uint8_t>(as_stored, data), expected) << "orientation " << orientation;
+    // Applied by default: a 40x60 image turned by 6 (90 degrees) is 60x40, whose centre differs.
+    if (orientation != 1) EXPECT_NE(run<uint8_t>(plain, data), expected) << "orientation " << orientation;
+  }
+}
+
 TEST(ImagePipelineTest, DctScaledDecodeIsCloseToFullDecode) {
   const auto jpeg = encode_jpeg(make_pattern(480, 640), 95, 444);
   const std::vector<TransformSpec> t = {ResizeSpec{0, {60, 80}}};

@@ -185,7 +185,6 @@ class JpegDecoder final : public ImageDecoder {
 
   jpeg_decompress_struct cinfo_;
   ErrorManager err_;
-  int orientation_ = 1;
 };
 
 }  // namespace

@@ -58,7 +58,6 @@ class PngDecoder final : public ImageDecoder {
   }
 
   spng_ctx* ctx_ = nullptr;
-  int orientation_ = 1;
 };
 
 }  // namespace

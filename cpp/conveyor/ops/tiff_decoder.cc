@@ -166,6 +166,7 @@ class TiffDecoder final : public ImageDecoder {
       alpha_ = colour;
     }
     orientation_ = orientation >= 1 && orientation <= 8 ? orientation : 1;
+    orientation_is_exif_ = false;  // TIFF's own tag: PIL applies it when it loads the image.
     info_.format = ImageFormat::kTiff;
     info_.orientation = orientation_;
     info_.width = transposes(orientation_) ? height_ : width_;
@@ -333,7 +334,6 @@ class TiffDecoder final : public ImageDecoder {
   uint16_t bits_ = 1, samples_ = 1, photometric_ = PHOTOMETRIC_MINISBLACK;
   bool separate_ = false;
   int alpha_ = 0;  // Index of an associated alpha sample; 0 when none.
-  int orientation_ = 1;
   uint8_t palette_[3 * 256] = {};
 };
 

@@ -120,7 +120,6 @@ class WebpDecoder final : public ImageDecoder {
   int canvas_w_ = 0, canvas_h_ = 0;
   int frame_x_ = 0, frame_y_ = 0, frame_w_ = 0, frame_h_ = 0;
   bool animated_ = false;
-  int orientation_ = 1;
 };
 
 }  // namespace

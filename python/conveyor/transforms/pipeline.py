@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import Optional, Union
 
 from conveyor import _conveyor
-from conveyor._checks import is_int
+from conveyor._checks import check_bool, is_int
 from conveyor.errors import ConfigError
 from conveyor.transforms import torchvision
 from conveyor.transforms.base import DEFAULT_MAX_PIXELS, Transform
@@ -71,6 +71,7 @@ def compile_pipeline(
     raw_shape: Optional[tuple[int, int, int]] = None,
     variable_size: bool = False,
     stream_output: bool = False,
+    exif_orientation: bool = True,
 ) -> _conveyor.SampleTransform:
     """Plan ``transforms`` once into the engine's image pipeline.
 
@@ -93,6 +94,10 @@ def compile_pipeline(
             that is not read again soon (the Loader's batch buffers, which
             is what the Loader asks for), slower when the same output memory
             is rewritten while it is in cache. The values are the same.
+        exif_orientation: turn each image as its EXIF orientation tag says,
+            as PIL's ``ImageOps.exif_transpose``; False: the stored pixels as
+            they are, as torchvision's ImageFolder gives them (a TIFF's own
+            Orientation tag is applied either way, as PIL applies it).
 
     Raises:
         ConfigError: an unknown transform, an invalid argument, or (without
@@ -118,5 +123,6 @@ def compile_pipeline(
         max_pixels=int(max_pixels),
         raw_shape=raw_shape,
         variable_size=bool(variable_size),
+        exif_orientation=check_bool(exif_orientation, "exif_orientation"),
         stream_output=bool(stream_output),
     )
