@@ -93,7 +93,9 @@ TEST(ImagePipelineTest, WithoutExifOrientationTheStoredPixelsComeOut) {
     const auto data = with_exif_orientation(jpeg, orientation);
     EXPECT_EQ(run<uint8_t>(as_stored, data), expected) << "orientation " << orientation;
     // Applied by default: a 40x60 image turned by 6 (90 degrees) is 60x40, whose centre differs.
-    if (orientation != 1) EXPECT_NE(run<uint8_t>(plain, data), expected) << "orientation " << orientation;
+    if (orientation != 1) {
+      EXPECT_NE(run<uint8_t>(plain, data), expected) << "orientation " << orientation;
+    }
   }
 }
 
