@@ -221,7 +221,7 @@ def test_stats(color_folder):
         ({"memory_budget": 0}, "memory_budget must be >= 1, got 0"),
         ({"memory_budget": 100}, "memory_budget 100 bytes cannot hold 2 batches of"),
         ({"on_error": "ignore"}, "on_error must be 'raise' or 'skip', got 'ignore'"),
-        ({"dtype": "int32"}, "dtype must be one of uint8, float16, float32, got 'int32'"),
+        ({"dtype": "int32"}, "dtype must be one of uint8, float16, float32, bfloat16, got 'int32'"),
         ({"layout": "NCHW"}, "layout must be 'CHW' or 'HWC', got 'NCHW'"),
         ({"rank": 2, "world_size": 2}, "rank must be < world_size, got rank 2 of 2"),
         ({"device": "cuda"}, "device='cuda' but CUDA is not available"),

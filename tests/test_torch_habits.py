@@ -94,6 +94,7 @@ def test_type_conversions_set_the_dtype(color_folder):
         ([fake("PILToTensor")], "uint8"),
         ([fake("ToImage")], "uint8"),
         ([fake("ToImage"), fake("ToDtype", dtype=torch.float16, scale=True)], "float16"),
+        ([fake("ToImage"), fake("ToDtype", dtype=torch.bfloat16, scale=True)], "bfloat16"),
         ([fake("PILToTensor"), fake("ConvertImageDtype", dtype=torch.float32)], "float32"),
         ([], None),
     ]
@@ -333,7 +334,13 @@ def test_the_default_seed_without_torch_is_documented(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("dtype", "name"), [(torch.float16, "float16"), (torch.float32, "float32"), (torch.uint8, "uint8")]
+    ("dtype", "name"),
+    [
+        (torch.float16, "float16"),
+        (torch.float32, "float32"),
+        (torch.uint8, "uint8"),
+        (torch.bfloat16, "bfloat16"),
+    ],
 )
 def test_torch_dtypes_work_as_the_strings(color_folder, dtype, name):
     chain = [T.Resize((16, 16))]
@@ -344,7 +351,25 @@ def test_torch_dtypes_work_as_the_strings(color_folder, dtype, name):
 def test_other_torch_dtypes_are_refused(color_folder):
     with pytest.raises(conveyor.ConfigError) as info:
         load(color_folder, [T.Resize((16, 16))], dtype=torch.int32)
-    assert str(info.value) == "dtype must be one of uint8, float16, float32 (or torch's), got torch.int32"
+    assert str(info.value) == (
+        "dtype must be one of uint8, float16, float32, bfloat16 (or torch's), got torch.int32"
+    )
+
+
+@pytest.mark.parametrize("batch_transforms", [None, T.MixUp(alpha=1.0, num_classes=3)])
+def test_bfloat16_batches_are_the_float32_batches_rounded_as_torch_rounds(color_folder, batch_transforms):
+    erasing = T.RandomErasing(p=0.5, value=[-1.5, 0.1, 300.7])  # Its fill is rounded like the pixels.
+    chain = [T.RandomResizedCrop(16), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD), erasing]
+    f32 = cloned(load(color_folder, chain, batch_transforms=batch_transforms))
+    bf16 = cloned(load(color_folder, chain, dtype=torch.bfloat16, batch_transforms=batch_transforms))
+    assert bf16[0][0].dtype == torch.bfloat16
+    if batch_transforms is None:
+        assert_same([(x.bfloat16(), y) for x, y in f32], bf16)
+    else:  # MixUp blends in bfloat16 arithmetic, rounding after each op as torch on bfloat16 tensors.
+        for (x, y), (b, by) in zip(f32, bf16):
+            assert torch.equal(y, by)
+            # Four roundings at most apart: bfloat16 keeps 8 significant bits.
+            torch.testing.assert_close(b.float(), x.bfloat16().float(), rtol=4 * 2**-8, atol=4 * 2**-8)
 
 
 # --- passes: peeks and a second iter() ---------------------------------------------------------------

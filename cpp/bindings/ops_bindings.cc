@@ -39,6 +39,8 @@ std::span<const uint8_t> as_span(const nb::bytes& data) {
 
 // A numpy array owning `storage` (a heap buffer of its bytes).
 Array to_numpy(std::unique_ptr<uint8_t[]> storage, const std::vector<int64_t>& shape, DType dtype) {
+  check_config(dtype != DType::kBFloat16,
+               "numpy has no bfloat16: a single sample comes as numpy; batches of the Loader come as torch tensors");
   nb::dlpack::dtype type = nb::dtype<uint8_t>();
   if (dtype == DType::kFloat32) type = nb::dtype<float>();
   if (dtype == DType::kFloat16) type = {static_cast<uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};

@@ -29,6 +29,8 @@ nb::dlpack::dtype to_dlpack(DType dtype) {
       return {static_cast<uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
     case DType::kFloat32:
       return nb::dtype<float>();
+    case DType::kBFloat16:
+      return {static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat), 16, 1};
   }
   return nb::dtype<uint8_t>();
 }

@@ -22,6 +22,7 @@ from conveyor.errors import ConfigError, WaitTimeoutError
 from conveyor.sources import Mix, Source
 from conveyor.sources.remote import REMOTE_IO_THREADS
 from conveyor.transforms import DEFAULT_MAX_PIXELS, Transform
+from conveyor.transforms.base import OUTPUT_DTYPES
 from conveyor.transforms.batch import BatchFunction, BatchTransform, split_batch_transforms
 from conveyor.transforms.pipeline import transform_chain
 
@@ -41,7 +42,7 @@ _autotune_log = logging.getLogger("conveyor.autotune")
 # autotune while training (docs/design/autotune.md); an int pins a value.
 AUTO = "auto"
 
-_DTYPES = ("uint8", "float16", "float32")
+_DTYPES = OUTPUT_DTYPES
 #: Without torch, seed=None means this seed.
 DEFAULT_SEED = 0
 _LAYOUTS = ("CHW", "HWC")
@@ -111,8 +112,9 @@ class Loader:
         on_error: "raise" (the first bad sample raises, naming it) or "skip"
             (bad samples are left out, counted in stats() and listed by skipped()).
         progress: show a tqdm bar per epoch (images/s, input stall).
-        dtype: "float32", "float16" or "uint8" (0..255, no Normalize), or the
-            torch dtypes ``torch.float32``/``torch.float16``/``torch.uint8``.
+        dtype: "float32", "float16", "bfloat16" or "uint8" (0..255, no
+            Normalize), or the torch dtypes ``torch.float32``/``torch.float16``/
+            ``torch.bfloat16``/``torch.uint8``.
             None (the default): what a torchvision pipeline's ``ToTensor``/
             ``ToDtype``/... imply, else "float32"; a dtype given that disagrees
             with them is a ConfigError.

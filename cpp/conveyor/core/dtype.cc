@@ -17,15 +17,18 @@ std::string_view dtype_name(DType dtype) noexcept {
       return "float16";
     case DType::kFloat32:
       return "float32";
+    case DType::kBFloat16:
+      return "bfloat16";
   }
   return "uint8";
 }
 
 DType parse_dtype(std::string_view name) {
-  for (DType dtype : {DType::kUInt8, DType::kInt64, DType::kFloat16, DType::kFloat32}) {
+  for (DType dtype : {DType::kUInt8, DType::kInt64, DType::kFloat16, DType::kFloat32, DType::kBFloat16}) {
     if (name == dtype_name(dtype)) return dtype;
   }
-  throw Error(ErrorKind::kConfig, "unknown dtype '" + std::string(name) + "' (uint8, int64, float16 or float32)");
+  throw Error(ErrorKind::kConfig,
+              "unknown dtype '" + std::string(name) + "' (uint8, int64, float16, float32 or bfloat16)");
 }
 
 namespace {

@@ -8,7 +8,7 @@
 namespace conveyor {
 
 /// Element type of a batch tensor.
-enum class DType { kUInt8, kInt64, kFloat16, kFloat32 };
+enum class DType { kUInt8, kInt64, kFloat16, kFloat32, kBFloat16 };
 
 /// Size of one element of `dtype` in bytes.
 constexpr size_t dtype_size(DType dtype) noexcept {
@@ -16,6 +16,7 @@ constexpr size_t dtype_size(DType dtype) noexcept {
     case DType::kUInt8:
       return 1;
     case DType::kFloat16:
+    case DType::kBFloat16:
       return 2;
     case DType::kFloat32:
       return 4;
@@ -25,7 +26,7 @@ constexpr size_t dtype_size(DType dtype) noexcept {
   return 1;
 }
 
-/// "uint8", "int64", "float16" or "float32".
+/// "uint8", "int64", "float16", "float32" or "bfloat16".
 std::string_view dtype_name(DType dtype) noexcept;
 
 /// The DType named `name` (as dtype_name() spells it); throws Error{kConfig}

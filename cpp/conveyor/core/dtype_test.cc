@@ -8,10 +8,11 @@ namespace conveyor {
 namespace {
 
 TEST(DTypeTest, NamesRoundTrip) {
-  for (DType dtype : {DType::kUInt8, DType::kInt64, DType::kFloat16, DType::kFloat32}) {
+  for (DType dtype : {DType::kUInt8, DType::kInt64, DType::kFloat16, DType::kFloat32, DType::kBFloat16}) {
     EXPECT_EQ(parse_dtype(dtype_name(dtype)), dtype);
   }
   EXPECT_EQ((SampleSpec{{3, 4, 5}, DType::kFloat16}.num_bytes()), 120u);
+  EXPECT_EQ((SampleSpec{{3, 4, 5}, DType::kBFloat16}.num_bytes()), 120u);
 }
 
 TEST(DTypeTest, UnknownNameIsAConfigError) {
@@ -20,7 +21,7 @@ TEST(DTypeTest, UnknownNameIsAConfigError) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kConfig);
-    EXPECT_STREQ(e.what(), "unknown dtype 'int32' (uint8, int64, float16 or float32)");
+    EXPECT_STREQ(e.what(), "unknown dtype 'int32' (uint8, int64, float16, float32 or bfloat16)");
   }
 }
 

@@ -54,4 +54,19 @@ float half_to_float(uint16_t half) noexcept {
   return result;
 }
 
+uint16_t float_to_bfloat16(float value) noexcept {
+  uint32_t x;
+  std::memcpy(&x, &value, sizeof(x));
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x0040u);  // NaN: keep it quiet.
+  x += 0x7fffu + ((x >> 16) & 1u);  // Round to nearest, ties to even (may carry into the exponent: rounds up to inf).
+  return static_cast<uint16_t>(x >> 16);
+}
+
+float bfloat16_to_float(uint16_t value) noexcept {
+  const uint32_t x = static_cast<uint32_t>(value) << 16;
+  float f;
+  std::memcpy(&f, &x, sizeof(f));
+  return f;
+}
+
 }  // namespace conveyor

@@ -50,12 +50,14 @@ void mix_floats(const float* own, const float* rolled, float* out, int64_t count
   }
 }
 
-void mix_halves(const uint16_t* own, const uint16_t* rolled, uint16_t* out, int64_t count, float own_weight,
-                float rolled_weight) {
+// 16-bit floats (half or bfloat16, by `to`/`from`), rounded after each op as torch computes them.
+template <uint16_t (*to)(float) noexcept, float (*from)(uint16_t) noexcept>
+void mix_16bit(const uint16_t* own, const uint16_t* rolled, uint16_t* out, int64_t count, float own_weight,
+               float rolled_weight) {
   for (int64_t i = 0; i < count; ++i) {
-    const uint16_t a = float_to_half(half_to_float(rolled[i]) * rolled_weight);
-    const uint16_t b = float_to_half(half_to_float(own[i]) * own_weight);
-    out[i] = float_to_half(half_to_float(a) + half_to_float(b));
+    const uint16_t a = to(from(rolled[i]) * rolled_weight);
+    const uint16_t b = to(from(own[i]) * own_weight);
+    out[i] = to(from(a) + from(b));
   }
 }
 
@@ -109,12 +111,14 @@ void check_batch_mix(const BatchMixSpec& spec, const SampleSpec& sample) {
   check_config(sample.shape.size() == 3, what + ": samples must be images (C x H x W or H x W x C), got " +
                                              std::to_string(sample.shape.size()) + " dimension(s)");
   for (int64_t d : sample.shape) check_config(d >= 1, what + ": samples must have a fixed size");
+  check_config(sample.dtype == DType::kUInt8 || sample.dtype == DType::kFloat16 || sample.dtype == DType::kFloat32 ||
+                   sample.dtype == DType::kBFloat16,
+               what + ": the output dtype must be uint8, float16, float32 or bfloat16, got " +
+                   std::string(dtype_name(sample.dtype)));
   check_config(
-      sample.dtype == DType::kUInt8 || sample.dtype == DType::kFloat16 || sample.dtype == DType::kFloat32,
-      what + ": the output dtype must be uint8, float16 or float32, got " + std::string(dtype_name(sample.dtype)));
-  check_config(!(mixup && sample.dtype == DType::kUInt8),
-               "MixUp needs a float dtype (float32 or float16): it blends pixel values, which uint8 cannot hold "
-               "(torchvision raises too); CutMix works on uint8");
+      !(mixup && sample.dtype == DType::kUInt8),
+      "MixUp needs a float dtype (float32, float16 or bfloat16): it blends pixel values, which uint8 cannot hold "
+      "(torchvision raises too); CutMix works on uint8");
   checked_mul(sample.num_elements(), 1, "batch mix: the sample size");
 }
 
@@ -237,8 +241,13 @@ void apply_batch_mix(const BatchMixParams& params, const BatchMixSpec& spec, con
       mix_floats(reinterpret_cast<const float*>(own), reinterpret_cast<const float*>(rolled),
                  reinterpret_cast<float*>(own), count, own_weight, rolled_weight);
     } else if (sample.dtype == DType::kFloat16) {
-      mix_halves(reinterpret_cast<const uint16_t*>(own), reinterpret_cast<const uint16_t*>(rolled),
-                 reinterpret_cast<uint16_t*>(own), count, own_weight, rolled_weight);
+      mix_16bit<float_to_half, half_to_float>(reinterpret_cast<const uint16_t*>(own),
+                                              reinterpret_cast<const uint16_t*>(rolled),
+                                              reinterpret_cast<uint16_t*>(own), count, own_weight, rolled_weight);
+    } else if (sample.dtype == DType::kBFloat16) {
+      mix_16bit<float_to_bfloat16, bfloat16_to_float>(
+          reinterpret_cast<const uint16_t*>(own), reinterpret_cast<const uint16_t*>(rolled),
+          reinterpret_cast<uint16_t*>(own), count, own_weight, rolled_weight);
     } else {
       throw Error(ErrorKind::kInternal, "MixUp on " + std::string(dtype_name(sample.dtype)) + " samples");
     }

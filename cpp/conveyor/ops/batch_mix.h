@@ -34,7 +34,7 @@ struct BatchMixSpec {
 /// Throws Error{kConfig} naming the argument when `spec` cannot mix batches of
 /// `sample`s: no option, alpha <= 0 or not finite, bad probabilities,
 /// num_classes < 1, a sample that is not 3-D, a dtype other than uint8,
-/// float16 or float32, or MixUp on uint8 (torchvision refuses it too:
+/// float16, float32 or bfloat16, or MixUp on uint8 (torchvision refuses it too:
 /// "result type Float can't be cast to the desired output type Byte").
 void check_batch_mix(const BatchMixSpec& spec, const SampleSpec& sample);
 

@@ -207,6 +207,7 @@ struct ImagePipeline::Plan {
   }
   std::vector<uint8_t> lut_u8;
   std::vector<uint16_t> lut_f16;
+  std::vector<uint16_t> lut_bf16;
   std::vector<float> lut_f32;
   // lut_f32 as vector arithmetic (float32 CHW output whose pointwise steps
   // are at most one Normalize), used when no per-sample tables come first.
@@ -368,6 +369,9 @@ struct ImagePipeline::Plan {
       case DType::kFloat16:
         write_output<uint16_t>(image, flip, output.layout, composed(lut_f16, pending), out, options.stream_output);
         break;
+      case DType::kBFloat16:
+        write_output<uint16_t>(image, flip, output.layout, composed(lut_bf16, pending), out, options.stream_output);
+        break;
       case DType::kFloat32:
         if (normalize_f32 && pending == nullptr) {
           normalize_f32->write_chw(image, flip, static_cast<float*>(out), options.stream_output);
@@ -392,8 +396,10 @@ ImagePipeline::ImagePipeline(std::vector<TransformSpec> transforms, ImageOutputS
   const int channels = output.channels;
   check_config(channels == 1 || channels == 3,
                "ImagePipeline: channels must be 1 or 3, got " + std::to_string(channels));
-  check_config(output.dtype == DType::kUInt8 || output.dtype == DType::kFloat16 || output.dtype == DType::kFloat32,
-               "ImagePipeline: dtype must be uint8, float16 or float32, got " + std::string(dtype_name(output.dtype)));
+  check_config(
+      output.dtype == DType::kUInt8 || output.dtype == DType::kFloat16 || output.dtype == DType::kFloat32 ||
+          output.dtype == DType::kBFloat16,
+      "ImagePipeline: dtype must be uint8, float16, float32 or bfloat16, got " + std::string(dtype_name(output.dtype)));
   check_config(max_pixels > 0, "ImagePipeline: max_pixels must be positive");
 
   // The chain splits into groups: the leading geometric and mirror steps
@@ -478,6 +484,7 @@ ImagePipeline::ImagePipeline(std::vector<TransformSpec> transforms, ImageOutputS
       for (const TransformStep* step : pointwise) x = step->map_value(c, x);
       plan->lut_f32.push_back(x);
       plan->lut_f16.push_back(float_to_half(x));
+      plan->lut_bf16.push_back(float_to_bfloat16(x));
     }
   }
   if (output.dtype == DType::kFloat32 && output.layout == Layout::kCHW && pointwise.size() <= 1) {

@@ -27,7 +27,7 @@ enum class Layout { kCHW, kHWC };
 
 /// What the last step writes into the batch slot.
 struct ImageOutputSpec {
-  DType dtype = DType::kFloat32;  ///< uint8, float16 or float32. uint8 keeps 0..255 (no Normalize allowed).
+  DType dtype = DType::kFloat32;  ///< uint8, float16, float32 or bfloat16. uint8 keeps 0..255 (no Normalize allowed).
   Layout layout = Layout::kCHW;
   int channels = 3;  ///< 3 (RGB) or 1 (grayscale).
 };

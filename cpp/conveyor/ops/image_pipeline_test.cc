@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "conveyor/core/error.h"
+#include "conveyor/core/float16.h"
 #include "conveyor/ops/testing/test_images.h"
 #include "conveyor/ops/transforms/function.h"
 
@@ -67,6 +68,20 @@ TEST(ImagePipelineTest, OutputSpecFollowsLayoutAndDtype) {
   ImagePipeline hwc({RandomResizedCropSpec{{32, 48}}}, {DType::kFloat16, Layout::kHWC, 1});
   EXPECT_EQ(hwc.output_spec().shape, (std::vector<int64_t>{32, 48, 1}));
   EXPECT_EQ(hwc.output_spec().num_bytes(), size_t{32} * 48 * 2);
+}
+
+TEST(ImagePipelineTest, HalfAndBFloat16OutputsAreTheFloat32OutputRounded) {
+  const auto jpeg = encode_jpeg(make_pattern(50, 70), 90, 420);
+  const std::vector<TransformSpec> t = {RandomResizedCropSpec{{24, 24}}, HorizontalFlipSpec{}, kImageNet};
+  const auto f32 = run<float>(ImagePipeline(t, {DType::kFloat32}), jpeg, 3);
+  const auto f16 = run<uint16_t>(ImagePipeline(t, {DType::kFloat16}), jpeg, 3);
+  const auto bf16 = run<uint16_t>(ImagePipeline(t, {DType::kBFloat16}), jpeg, 3);
+  ASSERT_EQ(f16.size(), f32.size());
+  ASSERT_EQ(bf16.size(), f32.size());
+  for (size_t i = 0; i < f32.size(); ++i) {
+    ASSERT_EQ(f16[i], float_to_half(f32[i])) << i;
+    ASSERT_EQ(bf16[i], float_to_bfloat16(f32[i])) << i;
+  }
 }
 
 TEST(ImagePipelineTest, CropWindowDecodeEqualsFullDecodeThenCrop) {

@@ -20,6 +20,8 @@ __all__ = ["DEFAULT_MAX_PIXELS", "SizeArg", "Transform"]
 #: Image.MAX_IMAGE_PIXELS): images with more pixels raise TooLargeError
 #: (the engine's kDefaultMaxPixels).
 DEFAULT_MAX_PIXELS: int = _conveyor.DEFAULT_MAX_PIXELS
+#: The element types an image batch can have (the engine's ImagePipeline writes these).
+OUTPUT_DTYPES = ("uint8", "float16", "float32", "bfloat16")
 
 SizeArg = Union[int, Sequence[int]]
 

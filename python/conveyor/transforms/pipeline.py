@@ -11,7 +11,7 @@ from conveyor import _conveyor
 from conveyor._checks import check_bool, is_int
 from conveyor.errors import ConfigError
 from conveyor.transforms import torchvision
-from conveyor.transforms.base import DEFAULT_MAX_PIXELS, Transform
+from conveyor.transforms.base import DEFAULT_MAX_PIXELS, OUTPUT_DTYPES, Transform
 
 __all__ = ["as_transform_list", "compile_pipeline", "transform_chain"]
 
@@ -77,8 +77,8 @@ def compile_pipeline(
 
     Args:
         transforms: conveyor transforms, applied in order after decoding.
-        dtype: "uint8" (values 0..255, no Normalize), "float16" or "float32"
-            (values scaled to [0, 1], then normalized).
+        dtype: "uint8" (values 0..255, no Normalize), "float16", "float32"
+            or "bfloat16" (values scaled to [0, 1], then normalized).
         layout: "CHW" (PyTorch's convention) or "HWC".
         channels: 3 (RGB) or 1 (grayscale).
         max_pixels: images whose header claims more pixels raise TooLargeError.
@@ -107,8 +107,8 @@ def compile_pipeline(
     # Whether the chain gives a fixed size is the engine planner's rule (each
     # C++ step's plan()), checked once there.
     steps = as_transform_list(transforms)
-    if dtype not in ("uint8", "float16", "float32"):
-        raise ConfigError(f"dtype must be 'uint8', 'float16' or 'float32', got {dtype!r}")
+    if dtype not in OUTPUT_DTYPES:
+        raise ConfigError(f"dtype must be one of {', '.join(OUTPUT_DTYPES)}, got {dtype!r}")
     if layout not in ("CHW", "HWC"):
         raise ConfigError(f"layout must be 'CHW' or 'HWC', got {layout!r}")
     if not is_int(channels) or channels not in (1, 3):

@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional, Union
 
 from conveyor.errors import ConfigError
 from conveyor.transforms.auto_augment import AugMix, AutoAugment, RandAugment, TrivialAugmentWide
-from conveyor.transforms.base import Transform
+from conveyor.transforms.base import OUTPUT_DTYPES, Transform
 from conveyor.transforms.color import (
     ColorJitter,
     GaussianBlur,
@@ -121,8 +121,8 @@ def _to_dtype(obj: Any) -> Conversion:
         images = [d for key, d in dtype.items() if getattr(key, "__name__", key) in ("Image", "others")]
         dtype = images[0] if images else None
     name = str(dtype).removeprefix("torch.")
-    if name not in ("uint8", "float16", "float32"):
-        raise _Unconvertible(f"dtype={dtype!r}: conveyor outputs uint8, float16 or float32")
+    if name not in OUTPUT_DTYPES:
+        raise _Unconvertible(f"dtype={dtype!r}: conveyor outputs {', '.join(OUTPUT_DTYPES)}")
     # ConvertImageDtype always scales; ToDtype only with scale=True.
     return _Dtype(name, scaled=name == "uint8" or bool(getattr(obj, "scale", True)))
 

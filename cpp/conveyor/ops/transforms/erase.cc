@@ -57,6 +57,9 @@ void fill_converted(const OutputSample& s, const ErasingBox& box, Value value) {
     case DType::kFloat16:
       fill_box<uint16_t>(s, box, [&](int c) { return float_to_half(value(c)); });
       break;
+    case DType::kBFloat16:
+      fill_box<uint16_t>(s, box, [&](int c) { return float_to_bfloat16(value(c)); });
+      break;
     case DType::kFloat32:
       fill_box<float>(s, box, value);
       break;
