@@ -169,7 +169,7 @@ fuzz: fuzz-build
 # The short run of `make test` (each target for 12 s), with a fixed seed so that
 # CI explores the same inputs each time: new findings come from `make fuzz`,
 # not from a random CI failure.
-fuzz-smoke:
+fuzz-smoke: asan-build
 	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=12 FUZZ_SEED=-seed=1
 
 # --- peers: conveyor bench throughput --peers ------------------------------------------

@@ -40,11 +40,11 @@ import json
 import os
 import platform
 import re
-import shutil
 import subprocess
 import sys
 import sysconfig
 import tarfile
+import tempfile
 import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
@@ -211,9 +211,7 @@ def missing_library_folder(prefix: Path) -> Path:
 def build(check: Check, deps: Path, env: dict[str, str], jobs: int) -> Optional[Path]:
     """Unpacks ``deps``'s .deb files and builds the extension; returns the
     folder of libraries to add to LD_LIBRARY_PATH, or None when it failed."""
-    prefix = Path("/tmp/conveyor-gpu-prefix")
-    shutil.rmtree(prefix, ignore_errors=True)
-    prefix.mkdir()
+    prefix = Path(tempfile.mkdtemp(prefix="conveyor-gpu-prefix-"))
     debs = sorted(deps.glob("*.deb"))
     began = time.perf_counter()
     for deb in debs:
@@ -271,6 +269,10 @@ def main() -> int:
         help="comma-separated steps after the build (default: all)",
     )
     args = parser.parse_args()
+    only = set(args.only.split(","))
+    unknown = only - {"tests", "handoff", "guide", "decode"}
+    if unknown:
+        parser.error(f"--only: unknown step(s) {', '.join(sorted(unknown))} (tests, handoff, guide, decode)")
     check = Check(args.out)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     check.summary["environment"] = found = environment()
@@ -284,7 +286,6 @@ def main() -> int:
         check.skip("build", "no --deps: the extension already built here is used")
     wheels = sorted(str(w) for w in (args.deps or Path("/nonexistent")).glob("*.whl"))
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), *wheels, env.get("PYTHONPATH", "")])
-    only = set(args.only.split(","))
     built = ok
     if ok and "tests" in only:
         junit = args.out / "tests.xml"
@@ -321,6 +322,7 @@ def main() -> int:
     check.summary["ok"] = ok
     check.write()
     check.say(f"gpu-check {'passed' if ok else 'FAILED'}; summary in {args.out / 'gpu-check.json'}")
+    check.log.close()
     return 0 if ok else 1
 
 

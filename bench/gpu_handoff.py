@@ -104,6 +104,8 @@ def loader_alone(data: str, args: argparse.Namespace) -> dict[str, Any]:
             if epoch == 0 and step == 1:
                 images, start = 0, time.perf_counter()  # From the second batch: threads started.
             images += len(batch)
+    if start == 0.0:
+        raise ValueError(f"the loader gave fewer than 2 batches of {args.batch_size}: use more --images")
     seconds = time.perf_counter() - start
     stats = loader.stats()
     loader.close()
@@ -175,6 +177,8 @@ def fed(trainer: Trainer, data: str, args: argparse.Namespace, variant: str) -> 
     memory: dict[str, int] = {}
     total = args.fed_warmup + args.steps
     while steps < total:
+        if len(loader) == 0:
+            raise ValueError(f"no full batch of {args.batch_size} in an epoch: use more --images or --repeat")
         loader.set_epoch(epoch)
         batches = iter(loader)
         while steps < total:

@@ -342,3 +342,25 @@ def test_variable_size_batches_go_through_the_cuda_path_sample_by_sample(color_f
     for (a, la), (b, lb) in zip(expected, got):
         assert isinstance(b, list) and len(a) == len(b)
         assert all(torch.equal(x, y) for x, y in zip(a, b)) and torch.equal(la, lb)
+
+
+def test_a_collate_fn_output_is_pinned_before_its_copy(color_folder, fake_cuda):
+    from torch.utils.data import default_collate
+
+    batches = list(make_loader(color_folder, device="cuda", collate_fn=default_collate))
+    assert len(batches) == 8 and batches[0][0].shape == (4, 3, 16, 16)
+    # The collated images are new (pageable) memory: pinned like the labels.
+    assert fake_cuda.log.count(("pin", "tensor(4, 3, 16, 16)")) == 7
+    assert fake_cuda.log.count(("pin", "tensor(4,)")) == 7
+
+
+def test_namedtuples_are_moved_field_by_field():
+    from collections import namedtuple
+
+    Pair = namedtuple("Pair", ["images", "labels"])
+    moved = conveyor._device.map_tensors(
+        Pair(torch.zeros(2), {"boxes": torch.ones(1)}), lambda t: t + 1, lambda v: isinstance(v, torch.Tensor)
+    )
+    assert isinstance(moved, Pair)
+    assert torch.equal(moved.images, torch.ones(2))
+    assert torch.equal(moved.labels["boxes"], torch.full((1,), 2.0))

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
 import conveyor
+from conftest import png_bytes
 from conveyor import _checks
 from conveyor import transforms as T
-from conveyor.sources import ImageFolder
+from conveyor.sources import ImageFolder, PythonSource
 from conveyor.transforms import from_torchvision
 
 N = 30  # Samples in color_folder.
@@ -229,6 +232,8 @@ def test_prefetch_factor_keeps_as_many_batches_ahead_as_a_dataloader(color_folde
     )
     with pytest.raises(conveyor.ConfigError, match="^prefetch_factor must be >= 1, got 0$"):
         load(color_folder, [T.Resize((16, 16))], prefetch_factor=0)
+    # threads= is num_workers' other name: the same count.
+    assert load(color_folder, [T.Resize((16, 16))], threads=2, prefetch_factor=3).stats()["prefetch"] == 6
 
 
 def test_worker_init_fn_is_never_called_and_says_so_once(color_folder):
@@ -244,6 +249,8 @@ def test_worker_init_fn_is_never_called_and_says_so_once(color_folder):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         load(color_folder, [T.Resize((16, 16))], worker_init_fn=called.append)  # Once only.
+    with pytest.raises(conveyor.ConfigError, match="^worker_init_fn must be callable, got int$"):
+        load(color_folder, [T.Resize((16, 16))], worker_init_fn=3)
 
 
 def test_num_workers_above_the_usable_cpus_warns_as_a_dataloader_does(color_folder):
@@ -278,16 +285,47 @@ def test_a_batch_that_takes_longer_than_timeout_raises_naming_the_wait(color_fol
     with pytest.raises(conveyor.WaitTimeoutError) as info:
         next(iter(loader))
     assert isinstance(info.value, TimeoutError) and isinstance(info.value, conveyor.Error)
-    assert str(info.value).startswith(
-        "no batch within timeout=0.2 s in epoch 0, after 0 batch(es) handed out (samples read "
-    ) and str(info.value).endswith(
-        "this epoch; a read or a transform is slower than the timeout allows, or the source stalls)"
+    assert str(info.value).startswith("no batch within timeout=0.2 s: epoch 0, batch 1 (counting from 1; ")
+    assert str(info.value).endswith(
+        "this epoch): a read or a transform is slower than the timeout allows, or the source stalls"
     )
     loader.close()
     # Without a timeout the same loader waits as long as it takes.
     assert len(list(load(color_folder, [T.Resize((16, 16)), T.Lambda(slow)], threads=8))) == 8
-    with pytest.raises(conveyor.ConfigError, match="^timeout must be a number of seconds >= 0"):
-        load(color_folder, [T.Resize((16, 16))], timeout=-1)
+    for bad in (-1, float("nan"), True, "5"):
+        with pytest.raises(conveyor.ConfigError, match="^timeout must be a number of seconds >= 0"):
+            load(color_folder, [T.Resize((16, 16))], timeout=bad)
+    assert load(color_folder, [T.Resize((16, 16))], timeout=np.int64(3)).timeout == 3.0
+    assert load(color_folder, [T.Resize((16, 16))], timeout=float("inf")).timeout == float("inf")
+
+
+def test_the_timeout_counts_only_the_wait_not_the_training_step(monkeypatch):
+    # A fake clock that moves only when the test moves it: the training step
+    # takes 10 "seconds", then the next batch (held back by the source until
+    # released) takes a few real slices to come. Only that wait counts.
+    import conveyor.loader as loader_module
+
+    now = [0.0]
+    monkeypatch.setattr(loader_module.time, "monotonic", lambda: now[0])
+    release = threading.Event()
+    image = png_bytes(np.zeros((8, 8, 3), dtype=np.uint8))
+
+    class Held:
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, index):
+            if index == 1:
+                release.wait(30)
+            return image
+
+    loader = conveyor.Loader(PythonSource(Held()), [], batch_size=1, threads=1, io_threads=1, timeout=5)
+    batches = iter(loader)
+    next(batches)
+    now[0] += 10.0  # The step.
+    threading.Timer(0.3, release.set).start()  # Several 50 ms slices of real waiting.
+    assert len(next(batches)[0]) == 1
+    loader.close()
 
 
 def test_the_dataloader_attributes_are_there(color_folder):
@@ -543,3 +581,12 @@ def test_collate_fn_runs_after_the_batch_functions_and_must_be_callable(color_fo
     ]
     with pytest.raises(conveyor.ConfigError, match="^collate_fn must be callable, got str$"):
         load(color_folder, [T.Resize((16, 16))], collate_fn="stack")
+    # A batch function that drops labels: named, not a silently shorter list of samples.
+    drop = [lambda x, y: (x, y[:2])]
+    loader = load(color_folder, [T.Resize((16, 16))], batch_transforms=drop, collate_fn=len)
+    with pytest.raises(conveyor.ConfigError) as info:
+        next(iter(loader))
+    assert str(info.value) == (
+        "collate_fn: the batch has 4 images but 2 labels or targets (a batch_transforms function changed "
+        "one of them)"
+    )

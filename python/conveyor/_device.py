@@ -127,7 +127,8 @@ def map_tensors(value: Any, function: Callable[[Any], Any], is_tensor: Callable[
     if isinstance(value, dict):
         return {k: map_tensors(v, function, is_tensor) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(map_tensors(v, function, is_tensor) for v in value)
+        mapped = [map_tensors(v, function, is_tensor) for v in value]
+        return type(value)(*mapped) if hasattr(value, "_fields") else type(value)(mapped)  # namedtuples too
     return value
 
 
@@ -136,7 +137,9 @@ def move(value: Any, device: Any) -> Any:
     return map_tensors(value, lambda t: t.to(device), lambda v: hasattr(v, "to"))
 
 
-def prefetch(batches: Iterator[Marked], ops: DeviceOps, *, pin: bool) -> Iterator[Marked]:
+def prefetch(
+    batches: Iterator[Marked], ops: DeviceOps, *, pin: bool, pin_images: bool = False
+) -> Iterator[Marked]:
     """Yields the batches of ``batches`` on the device, in order, each copy
     issued one batch ahead on a side stream (see the module's docstring).
 
@@ -144,7 +147,9 @@ def prefetch(batches: Iterator[Marked], ops: DeviceOps, *, pin: bool) -> Iterato
         batches: host batches (images, labels or targets, mark); marks pass through.
         ops: the device.
         pin: copy the labels and targets into page-locked memory before their
-            copy (the images must already be page-locked).
+            copy (the images must already be page-locked, unless pin_images).
+        pin_images: with pin, the images too (a collate_fn's output is not
+            the engine's page-locked buffer).
     """
     stream = ops.copy_stream()
     # Per batch issued and not yet handed over: (host tensors, device batch, copy event).
@@ -152,7 +157,7 @@ def prefetch(batches: Iterator[Marked], ops: DeviceOps, *, pin: bool) -> Iterato
     try:
         try:
             for host in batches:
-                in_flight.append(_issue(ops, stream, host, pin))
+                in_flight.append(_issue(ops, stream, host, pin, pin_images))
                 if len(in_flight) > 1:
                     yield _hand_over(ops, in_flight)
         except Exception:
@@ -171,10 +176,12 @@ def prefetch(batches: Iterator[Marked], ops: DeviceOps, *, pin: bool) -> Iterato
             in_flight.popleft()
 
 
-def _issue(ops: DeviceOps, stream: Any, host: Marked, pin: bool) -> tuple[Any, Marked, Any]:
+def _issue(ops: DeviceOps, stream: Any, host: Marked, pin: bool, pin_images: bool) -> tuple[Any, Marked, Any]:
     images, second, mark = host
     if pin:
         second = map_tensors(second, ops.pin, ops.is_tensor)
+        if pin_images:
+            images = map_tensors(images, ops.pin, ops.is_tensor)
     on_device = (
         map_tensors(
             images, lambda tensor: ops.copy(tensor, stream), ops.is_tensor
@@ -183,7 +190,7 @@ def _issue(ops: DeviceOps, stream: Any, host: Marked, pin: bool) -> tuple[Any, M
         mark,
     )
     # The pinned copies are read by the copy too: kept with the host batch.
-    return (host, second), on_device, ops.record_event(stream)
+    return (host, images, second), on_device, ops.record_event(stream)
 
 
 def _hand_over(ops: DeviceOps, in_flight: deque[tuple[Any, Marked, Any]]) -> Marked:

@@ -7,17 +7,28 @@ Python as tensors that share the engine's memory (DLPack, no copy).
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import threading
 import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, NoReturn, Optional, Union
 
 import numpy
 
 from conveyor import _conveyor, _device
-from conveyor._checks import INT64_MAX, INT_MAX, UINT64_MAX, check_bool, check_int, is_bool, warn_once
+from conveyor._checks import (
+    INT64_MAX,
+    INT_MAX,
+    UINT64_MAX,
+    check_bool,
+    check_int,
+    is_bool,
+    is_int,
+    is_real,
+    warn_once,
+)
 from conveyor.errors import ConfigError, WaitTimeoutError
 from conveyor.sources import Mix, Source
 from conveyor.sources.remote import REMOTE_IO_THREADS
@@ -160,8 +171,9 @@ class Loader:
             threads already live as long as the Loader, there are no worker
             processes, and batches always come in order.
         prefetch_factor: DataLoader's batches ahead per worker: pins
-            ``prefetch`` at ``prefetch_factor * max(1, num_workers)``, the
-            batches a DataLoader keeps ahead (give it or ``prefetch``).
+            ``prefetch`` at ``prefetch_factor * max(1, num_workers)`` (or
+            ``threads`` when pinned), the batches a DataLoader keeps ahead
+            (give it or ``prefetch``).
         worker_init_fn: never called (no worker processes); a warning says so
             once.
         collate_fn: DataLoader's: called on each batch as the list of its
@@ -245,7 +257,7 @@ class Loader:
             multiprocessing_context=multiprocessing_context,
             in_order=in_order,
         )
-        self.timeout = _timeout(timeout)
+        self._timeout = _check_timeout(timeout)
         if collate_fn is not None and not callable(collate_fn):
             raise ConfigError(f"collate_fn must be callable, got {type(collate_fn).__name__}")
         if collate_fn is not None and targets == "padded":
@@ -253,7 +265,7 @@ class Loader:
                 "collate_fn takes the samples one by one; targets='padded' pads them into one dict: "
                 "use targets='list' (or no collate_fn)"
             )
-        self.collate_fn = collate_fn
+        self._collate_fn = collate_fn
         seed = _generator_seed(generator, seed)
         self._seed_from_torch = seed is None and torch is not None
         seed = _default_seed() if seed is None else seed
@@ -394,7 +406,10 @@ class Loader:
         if _is_cuda(self._device):
             if self._cuda is None:  # One per Loader: its copy stream serves every pass.
                 self._cuda = _device.TorchCuda(self._device)
-            batches = _device.prefetch(batches, self._cuda, pin=self._pin)
+            # A collate_fn's output is new memory: pinned before its copy too.
+            batches = _device.prefetch(
+                batches, self._cuda, pin=self._pin, pin_images=self._collate_fn is not None
+            )
         elif self._device is not None:
             device = self._device
             batches = (
@@ -432,13 +447,12 @@ class Loader:
         self._count_pass(iteration, epoch)
         self._epoch_finished(epoch)
 
-    def _raise_wait_timeout(self, epoch: int) -> None:
+    def _raise_wait_timeout(self, epoch: int, batch: int) -> NoReturn:
         stats = self._engine.stats()
         raise WaitTimeoutError(
-            f"no batch within timeout={self.timeout:g} s in epoch {epoch}, after {self._batches_done} "
-            f"batch(es) handed out (samples read {stats.samples_read}, processed "
-            f"{stats.samples_processed} this epoch; a read or a transform is slower than the timeout "
-            "allows, or the source stalls)"
+            f"no batch within timeout={self._timeout:g} s: epoch {epoch}, batch {batch} (counting from 1; "
+            f"samples read {stats.samples_read}, processed {stats.samples_processed} this epoch): a read "
+            "or a transform is slower than the timeout allows, or the source stalls"
         )
 
     def _count_pass(self, iteration: int, epoch: int) -> None:
@@ -451,14 +465,14 @@ class Loader:
     def _batches(self, iteration: int, epoch: int, start: int, segment: int) -> Iterator[_Marked]:
         bar = self._progress_bar(epoch, start, segment) if self.progress else None
         try:
-            waiting_since = time.monotonic()
+            waiting_since = time.monotonic()  # Since this generator was asked for its next batch.
+            produced = self._batches_done  # Batches of the epoch before the one waited for.
             while iteration == self._iteration:
                 batch = self._engine.next(_WAIT_SLICE_SECONDS)
                 if batch is False:  # Timed out: Python handles pending signals here.
-                    if self.timeout and time.monotonic() - waiting_since >= self.timeout:
-                        self._raise_wait_timeout(epoch)
+                    if self._timeout and time.monotonic() - waiting_since >= self._timeout:
+                        self._raise_wait_timeout(epoch, produced + 1)
                     continue
-                waiting_since = time.monotonic()
                 if batch is None:
                     return
                 self._last_address = batch.address
@@ -482,9 +496,11 @@ class Loader:
                     second = _from_numpy(soft_labels)
                 for i, function in self._batch_functions:
                     images, second = _call_batch_function(i, function, images, second)
-                if self.collate_fn is not None:
-                    images, second = self.collate_fn(list(zip(images, second))), _COLLATED
+                if self._collate_fn is not None:
+                    images, second = self._collate_fn(_samples(images, second)), _COLLATED
+                produced = batch.index + 1
                 yield images, second, mark
+                waiting_since = time.monotonic()
                 del batch, images, labels, second  # See _deliver.
         finally:
             if bar is not None:
@@ -555,6 +571,16 @@ class Loader:
     def epoch(self) -> int:
         """The epoch the next ``iter()`` runs."""
         return self._epoch
+
+    @property
+    def timeout(self) -> float:
+        """Seconds to wait for one batch (0: as long as it takes)."""
+        return self._timeout
+
+    @property
+    def collate_fn(self) -> Optional[Callable[[list[Any]], Any]]:
+        """The function that makes each batch from its samples, or None."""
+        return self._collate_fn
 
     @property
     def dataset(self) -> Source:
@@ -766,6 +792,8 @@ def _dataloader_arguments(
         check_bool(persistent_workers, "persistent_workers")
     check_bool(in_order, "in_order")
     if worker_init_fn is not None:
+        if not callable(worker_init_fn):
+            raise ConfigError(f"worker_init_fn must be callable, got {type(worker_init_fn).__name__}")
         warn_once(
             "worker_init_fn",
             "worker_init_fn is not called: conveyor has no worker processes (its workers are native "
@@ -797,14 +825,16 @@ def _dataloader_arguments(
                 f"give prefetch or prefetch_factor (DataLoader's batches per worker), not both: got "
                 f"prefetch={prefetch!r}, prefetch_factor={prefetch_factor!r}"
             )
-        prefetch = min(INT_MAX, factor * max(1, workers or 0))
+        # The threads in the DataLoader's place: num_workers, or threads when pinned.
+        pinned = workers if workers is not None else threads if is_int(threads) else 1
+        prefetch = min(INT_MAX, factor * max(1, pinned))
     return threads, prefetch
 
 
-def _timeout(timeout: Any) -> float:
-    if is_bool(timeout) or not isinstance(timeout, (int, float)) or not 0 <= timeout < float("inf"):
+def _check_timeout(timeout: Any) -> float:
+    if not is_real(timeout) or math.isnan(timeout) or timeout < 0:
         raise ConfigError(
-            f"timeout must be a number of seconds >= 0 (0: wait as long as it takes), got {timeout!r}"
+            f"timeout must be a number of seconds >= 0 (0 or inf: wait as long as it takes), got {timeout!r}"
         )
     return float(timeout)
 
@@ -881,6 +911,16 @@ def _batch_mix_spec(batch_mix: Optional[BatchTransform], source: Source, layout:
     return batch_mix._spec(None if classes is None else len(classes), channels_last=layout == "HWC")
 
 
+def _samples(images: Any, second: Any) -> list[tuple[Any, Any]]:
+    """The batch as collate_fn takes it: its (image, label or target) pairs."""
+    if len(images) != len(second):
+        raise ConfigError(
+            f"collate_fn: the batch has {len(images)} images but {len(second)} labels or targets (a "
+            "batch_transforms function changed one of them)"
+        )
+    return list(zip(images, second))
+
+
 def _call_batch_function(index: int, function: BatchFunction, images: Any, labels: Any) -> tuple[Any, Any]:
     result = function(images, labels)
     if not isinstance(result, tuple) or len(result) != 2:
@@ -935,8 +975,6 @@ def _options(**fields: Any) -> _conveyor.LoaderOptions:
     return options
 
 
-# The fields of the engine's LoaderStats, in declaration order: the keys of stats().
-# The engine's scalar counters; samples_per_part is reported for a Mix only (samples_per_source).
 def _close_engine(engine: _conveyor.Loader) -> None:
     """Closes an engine whose Loader was collected. The collection may run on
     one of the engine's own threads (a garbage collection inside a transform
@@ -948,6 +986,8 @@ def _close_engine(engine: _conveyor.Loader) -> None:
         engine.close()
 
 
+# The fields of the engine's LoaderStats (the keys of stats()); samples_per_part
+# is reported for a Mix only (samples_per_source).
 _STATS = tuple(
     name
     for name, value in vars(_conveyor.LoaderStats).items()

@@ -85,8 +85,9 @@ class ImageDecoder {
   /// The orientation decode() applies (1..8): set by each format's decoder
   /// from its tag, 1 where the format has none.
   int orientation_ = 1;
-  /// Whether orientation_ comes from an EXIF block (not TIFF's own tag).
-  bool orientation_is_exif_ = true;
+  /// Whether orientation_ comes from an EXIF block (JPEG, PNG, WebP), not
+  /// from TIFF's own tag.
+  bool orientation_is_exif_ = false;
 };
 
 /// Opens the decoder for `data`'s format (from magic bytes) and checks

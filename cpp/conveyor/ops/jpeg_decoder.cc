@@ -84,6 +84,7 @@ class JpegDecoder final : public ImageDecoder {
     jpeg_read_header(&cinfo_, TRUE);
     check_pixel_limit(cinfo_.image_height, cinfo_.image_width, max_pixels, "JPEG");
     orientation_ = jpeg_exif_orientation(cinfo_);
+    orientation_is_exif_ = true;
     info_.format = ImageFormat::kJpeg;
     info_.orientation = orientation_;
     const int w = static_cast<int>(cinfo_.image_width), h = static_cast<int>(cinfo_.image_height);

@@ -30,6 +30,7 @@ class PngDecoder final : public ImageDecoder {
     spng_exif exif{};
     if (spng_get_exif(ctx_, &exif) == 0 && exif.data != nullptr) {
       orientation_ = exif_orientation({reinterpret_cast<const uint8_t*>(exif.data), exif.length});
+      orientation_is_exif_ = true;
     }
     info_.format = ImageFormat::kPng;
     info_.orientation = orientation_;

@@ -166,7 +166,6 @@ class TiffDecoder final : public ImageDecoder {
       alpha_ = colour;
     }
     orientation_ = orientation >= 1 && orientation <= 8 ? orientation : 1;
-    orientation_is_exif_ = false;  // TIFF's own tag: PIL applies it when it loads the image.
     info_.format = ImageFormat::kTiff;
     info_.orientation = orientation_;
     info_.width = transposes(orientation_) ? height_ : width_;

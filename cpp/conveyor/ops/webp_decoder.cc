@@ -47,6 +47,7 @@ class WebpDecoder final : public ImageDecoder {
       WebPChunkIterator chunk;
       if (WebPDemuxGetChunk(demux_, "EXIF", 1, &chunk)) {
         orientation_ = exif_orientation({chunk.chunk.bytes, chunk.chunk.size});
+        orientation_is_exif_ = true;
         WebPDemuxReleaseChunkIterator(&chunk);
       }
     }
