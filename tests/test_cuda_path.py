@@ -300,7 +300,17 @@ def test_one_device_and_its_copy_stream_serve_every_pass_of_a_loader(color_folde
     assert len(made) == 1 and fake_cuda.log.count(("copy_stream", None)) == 3
 
 
-def test_loader_on_the_cuda_path_delivers_the_batches_before_a_bad_sample(tmp_path, color_folder, fake_cuda):
+@pytest.fixture(params=["fake", "real"])
+def either_cuda(request):
+    """The fake device here, and a real one where there is a GPU (the same assertions)."""
+    if request.param == "real":
+        if not torch.cuda.is_available():
+            pytest.skip("needs a CUDA device")
+        return None
+    return request.getfixturevalue("fake_cuda")
+
+
+def test_the_cuda_path_delivers_the_batches_before_a_bad_sample(tmp_path, color_folder, either_cuda):
     root = tmp_path / "data"
     shutil.copytree(color_folder, root)
     bad = root / "dog" / "004.jpg"

@@ -53,7 +53,6 @@ _autotune_log = logging.getLogger("conveyor.autotune")
 # autotune while training (docs/design/autotune.md); an int pins a value.
 AUTO = "auto"
 
-_DTYPES = OUTPUT_DTYPES
 #: Without torch, seed=None means this seed.
 DEFAULT_SEED = 0
 _LAYOUTS = ("CHW", "HWC")
@@ -237,7 +236,7 @@ class Loader:
         persistent_workers: Optional[bool] = None,
         prefetch_factor: Optional[int] = None,
         worker_init_fn: Optional[Callable[[int], None]] = None,
-        multiprocessing_context: Any = None,
+        multiprocessing_context: Any = None,  # Accepted as it is: no worker processes.
         in_order: bool = True,
         collate_fn: Optional[Callable[[Any], Any]] = None,
     ) -> None:
@@ -254,7 +253,6 @@ class Loader:
             persistent_workers=persistent_workers,
             prefetch_factor=prefetch_factor,
             worker_init_fn=worker_init_fn,
-            multiprocessing_context=multiprocessing_context,
             in_order=in_order,
         )
         self._timeout = _check_timeout(timeout)
@@ -299,8 +297,8 @@ class Loader:
             raise ConfigError(f"pin_memory must be None, True or False, got {pin_memory!r}")
         if on_error not in ("raise", "skip"):
             raise ConfigError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-        if dtype not in _DTYPES:
-            raise ConfigError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
+        if dtype not in OUTPUT_DTYPES:
+            raise ConfigError(f"dtype must be one of {', '.join(OUTPUT_DTYPES)}, got {dtype!r}")
         if layout not in _LAYOUTS:
             raise ConfigError(f"layout must be 'CHW' or 'HWC', got {layout!r}")
         if targets not in ("list", "padded"):
@@ -780,14 +778,12 @@ def _dataloader_arguments(
     persistent_workers: Optional[bool],
     prefetch_factor: Optional[int],
     worker_init_fn: Optional[Callable[[int], None]],
-    multiprocessing_context: Any,
     in_order: bool,
 ) -> tuple[Union[int, str, None], Union[int, str]]:
     """``threads`` and ``prefetch`` from DataLoader's names: num_workers is
     threads' alias (0, the DataLoader's "load in the training process", is one
     thread) and prefetch_factor sets prefetch; the arguments with nothing to
     change here are accepted (see the class docstring)."""
-    del multiprocessing_context  # No worker processes: any context is fine.
     if persistent_workers is not None:
         check_bool(persistent_workers, "persistent_workers")
     check_bool(in_order, "in_order")
@@ -871,8 +867,8 @@ def _output_dtype(dtype: Union[str, Any, None], implied: Optional[str]) -> str:
     the transforms imply (a torchvision pipeline's ToTensor/ToDtype/...)."""
     if torch is not None and isinstance(dtype, torch.dtype):
         name = str(dtype).removeprefix("torch.")
-        if name not in _DTYPES:
-            raise ConfigError(f"dtype must be one of {', '.join(_DTYPES)} (or torch's), got {dtype}")
+        if name not in OUTPUT_DTYPES:
+            raise ConfigError(f"dtype must be one of {', '.join(OUTPUT_DTYPES)} (or torch's), got {dtype}")
         dtype = name
     if dtype is None:
         return implied or "float32"

@@ -9,7 +9,7 @@ import statistics
 
 from conveyor.doctor.observations import LoaderInfo, Observations
 from conveyor.doctor.report import Finding
-from conveyor.doctor.rules.registry import rule
+from conveyor.doctor.rules.registry import MEASURED_ON, rule
 
 #: Share of step time spent waiting for data from which a stall is reported.
 STALL_SHARE = 0.15
@@ -136,8 +136,7 @@ def pin_memory(obs: Observations) -> list[Finding]:
             "DataLoader(..., pin_memory=True)",
             "estimated",
             "1.11-1.30x per step for the guide's MNIST example; 1.00-1.01x alone and 1.06-1.12x beside "
-            "the other fixes for a ResNet-18-like net fed from pageable batches; measured on an H200 "
-            "(docs/doctor.md)",
+            f"the other fixes for a ResNet-18-like net fed from pageable batches; {MEASURED_ON}",
         )
         for loader in obs.loaders
         if loader.kind == "DataLoader" and not loader.pin_memory and loader.batches
@@ -198,8 +197,7 @@ def blocking_copy(obs: Observations) -> list[Finding]:
             "x = x.to(device, non_blocking=True)  # with DataLoader(..., pin_memory=True)",
             "estimated",
             "1.00x alone and 1.00-1.04x beside the other fixes for a ResNet-18-like net, 1.00-1.40x "
-            "after pin_memory for the guide's MNIST example: it pays only with pinned memory; measured "
-            "on an H200 (docs/doctor.md)",
+            f"after pin_memory for the guide's MNIST example: it pays only with pinned memory; {MEASURED_ON}",
             {"blocking_copies": entry.blocking, "copies": entry.count},
         )
         for site, entry in obs.copies.items()

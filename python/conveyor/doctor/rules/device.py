@@ -6,13 +6,7 @@ from __future__ import annotations
 
 from conveyor.doctor.observations import Observations
 from conveyor.doctor.report import Finding
-from conveyor.doctor.rules.registry import rule
-
-# The gains below were measured with bench/gpu_tuning_guide.py on an NVIDIA
-# H200 (torch 2.11, cuDNN 9.19): a ResNet-18-like net, batch 128 of 3x64x64,
-# each fix alone on the naive loop and beside all the other fixes; and the
-# guide's MNIST example. docs/doctor.md has the table.
-MEASURED_ON = "measured on an H200 (docs/doctor.md)"
+from conveyor.doctor.rules.registry import MEASURED_ON, rule
 
 
 @rule
