@@ -64,6 +64,9 @@ void bind_ops(nb::module_& m) {
   m.def("registered_image_functions", &registered_image_function_names,
         "The names of the registered image functions (what conveyor.transforms.functional calls).");
   m.attr("DEFAULT_MAX_PIXELS") = kDefaultMaxPixels;
+  nb::list image_dtypes;
+  for (DType dtype : kImageDTypes) image_dtypes.append(std::string(dtype_name(dtype)));
+  m.attr("IMAGE_DTYPES") = nb::tuple(image_dtypes);
   m.def(
       "apply_image_function",
       [](const std::string& name, const TransformParams& params,

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -24,6 +25,18 @@ constexpr size_t dtype_size(DType dtype) noexcept {
       return 8;
   }
   return 1;
+}
+
+/// The element types an image sample can be written in (every one but int64):
+/// what ImagePipeline and the batch mixes accept.
+inline constexpr std::array<DType, 4> kImageDTypes = {DType::kUInt8, DType::kFloat16, DType::kFloat32,
+                                                      DType::kBFloat16};
+
+/// Whether `dtype` is one of kImageDTypes.
+constexpr bool is_image_dtype(DType dtype) noexcept {
+  for (DType image_dtype : kImageDTypes)
+    if (image_dtype == dtype) return true;
+  return false;
 }
 
 /// "uint8", "int64", "float16", "float32" or "bfloat16".

@@ -111,8 +111,7 @@ void check_batch_mix(const BatchMixSpec& spec, const SampleSpec& sample) {
   check_config(sample.shape.size() == 3, what + ": samples must be images (C x H x W or H x W x C), got " +
                                              std::to_string(sample.shape.size()) + " dimension(s)");
   for (int64_t d : sample.shape) check_config(d >= 1, what + ": samples must have a fixed size");
-  check_config(sample.dtype == DType::kUInt8 || sample.dtype == DType::kFloat16 || sample.dtype == DType::kFloat32 ||
-                   sample.dtype == DType::kBFloat16,
+  check_config(is_image_dtype(sample.dtype),
                what + ": the output dtype must be uint8, float16, float32 or bfloat16, got " +
                    std::string(dtype_name(sample.dtype)));
   check_config(

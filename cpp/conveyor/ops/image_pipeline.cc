@@ -396,10 +396,8 @@ ImagePipeline::ImagePipeline(std::vector<TransformSpec> transforms, ImageOutputS
   const int channels = output.channels;
   check_config(channels == 1 || channels == 3,
                "ImagePipeline: channels must be 1 or 3, got " + std::to_string(channels));
-  check_config(
-      output.dtype == DType::kUInt8 || output.dtype == DType::kFloat16 || output.dtype == DType::kFloat32 ||
-          output.dtype == DType::kBFloat16,
-      "ImagePipeline: dtype must be uint8, float16, float32 or bfloat16, got " + std::string(dtype_name(output.dtype)));
+  check_config(is_image_dtype(output.dtype), "ImagePipeline: dtype must be uint8, float16, float32 or bfloat16, got " +
+                                                 std::string(dtype_name(output.dtype)));
   check_config(max_pixels > 0, "ImagePipeline: max_pixels must be positive");
 
   // The chain splits into groups: the leading geometric and mirror steps

@@ -21,7 +21,7 @@ __all__ = ["DEFAULT_MAX_PIXELS", "SizeArg", "Transform"]
 #: (the engine's kDefaultMaxPixels).
 DEFAULT_MAX_PIXELS: int = _conveyor.DEFAULT_MAX_PIXELS
 #: The element types an image batch can have (the engine's ImagePipeline writes these).
-OUTPUT_DTYPES = ("uint8", "float16", "float32", "bfloat16")
+OUTPUT_DTYPES: tuple[str, ...] = tuple(_conveyor.IMAGE_DTYPES)
 
 SizeArg = Union[int, Sequence[int]]
 
