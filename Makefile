@@ -12,7 +12,7 @@ DEMO_DATA := demo-data
 DEMO_IMAGES ?= 2000
 
 APT_PACKAGES := build-essential pkg-config libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev libwebp-dev libtiff-dev libgif-dev \
-	libopencv-imgproc-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev zlib1g-dev clang clang-format libclang-rt-14-dev
+	libopencv-imgproc-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev zlib1g-dev libcurl4-openssl-dev clang clang-format libclang-rt-14-dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test test-fast setup build gpu-check gpu-deps cpp-test py-test parity-test asan asan-build tsan asan-python fuzz fuzz-build fuzz-smoke stress lint format bench-cpp bench-peers clean
@@ -234,7 +234,7 @@ GPU_DEBS := libturbojpeg0-dev libturbojpeg0 libjpeg62-turbo-dev libjpeg62-turbo 
 	libjbig-dev libjbig0 liblerc-dev liblerc4 liblzma-dev liblzma5 libzstd-dev libzstd1 libgif-dev libgif7 \
 	libopencv-core-dev libopencv-core406 libopencv-imgproc-dev libopencv-imgproc406 libtbb12 libblas3 liblapack3 \
 	libgfortran5 libquadmath0 libx11-6 libxau6 libxcb1 libxdmcp6 libbsd0 libmd0 libglvnd0 libglx0 \
-	nlohmann-json3-dev zlib1g-dev zlib1g pkgconf pkgconf-bin libpkgconf3
+	nlohmann-json3-dev zlib1g-dev zlib1g libcurl4-openssl-dev libcurl4 pkgconf pkgconf-bin libpkgconf3
 gpu-deps: $(STAMPS)/venv
 	@mkdir -p build/gpu-deps
 	@cd build/gpu-deps && { apt-get download $(GPU_DEBS) >/dev/null 2>&1 || \

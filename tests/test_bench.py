@@ -16,6 +16,7 @@ from conveyor import bench, dataset
 from conveyor._bench import peers, report
 from conveyor._bench.procmem import TreeMemorySampler
 from conveyor.cli import main
+from conveyor.sources import ImageFolder
 
 pytest.importorskip("torch")
 pytest.importorskip("matplotlib")
@@ -170,30 +171,43 @@ def test_quick_mnist_run(tmp_path, data, capsys):
 
 def test_quick_remote_run(tmp_path, data, capsys):
     pytest.importorskip("aiohttp")
+    pytest.importorskip("moto")
     out_json = str(tmp_path / "remote.json")
     argv = ["bench", "remote", "--quick", "--data", data, "--workers", "1", "--json", out_json]
     assert main([*argv, "--no-progress"]) == 0
     printed = capsys.readouterr().out
-    assert "== remote ==" in printed and "conveyor at 100 ms / at 0 ms (target >= 0.8): " in printed
+    assert "== remote ==" in printed and "conveyor at 100 ms / at 0 ms (target >= 0.9): " in printed
     with open(out_json) as f:
         full = json.load(f)
     _check_common_report(full, ["remote"])
     cases = ["local files", "HTTP 0 ms", "HTTP 20 ms", "HTTP 100 ms"]
     stock = _runs(full, "remote", "DataLoader")
     assert [r["case"] for r in stock] == cases
-    assert all(r["result"]["images"] == 24 and r["result"]["images_per_s"] > 0 for r in stock)
+    # The folder's 24 images repeated up to --quick's count.
+    assert all(r["result"]["images"] == bench.QUICK_IMAGES and r["result"]["images_per_s"] > 0 for r in stock)
     ours = _runs(full, "remote", "conveyor")
+    shards = ["local shards", f"S3 shards {bench.REMOTE_S3_LATENCY_MS:g} ms"]
     assert sorted((r["case"], r["label"]) for r in ours) == sorted(
-        [(case, "conveyor") for case in cases]
-        + [(case, f"conveyor io_threads={bench.LOCAL_IO_THREADS}") for case in cases[1:]]
+        [(case, "conveyor") for case in cases + shards]
+        + [(case, f"conveyor io_threads={n}") for case in cases[1:] for n in bench.REMOTE_FIXED_IO_THREADS]
     )
-    _check_conveyor_side(full, "remote", stock, "images")
+    assert all(r["result"]["stats"] for r in ours)
+    images = len(ImageFolder(data))
+    for run in ours:  # Every packed sample once, or the images repeated as the DataLoader's.
+        assert run["result"]["images"] == (images if run["case"] in shards else bench.QUICK_IMAGES)
     # The server's CPU over the epoch, for the runs that have a server (read from /proc).
     for run in ours + stock:
-        has_server = run["case"] != "local files" and os.path.exists("/proc/self/stat")
+        has_server = run["case"] not in ("local files", "local shards") and os.path.exists("/proc/self/stat")
         assert ("server_cpu_ms_per_image" in run["result"]) == has_server
         assert run["result"].get("server_cpu_ms_per_image", 0) >= 0
-    assert set(full["remote_ratios"]) == {"100ms_over_0ms", "20ms_over_local"}
+    assert set(full["remote_ratios"]) == {
+        "100ms_over_0ms",
+        "20ms_over_local",
+        "s3_over_local_shards",
+        "auto_over_best_fixed_0ms",
+        "auto_over_best_fixed_20ms",
+        "auto_over_best_fixed_100ms",
+    }
     assert all(value > 0 for value in full["remote_ratios"].values())
 
 

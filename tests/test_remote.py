@@ -61,12 +61,12 @@ def _fsspec_http():
     return {"client_kwargs": {}}
 
 
-@pytest.mark.parametrize("client", ["http.client", "fsspec"])
+@pytest.mark.parametrize("client", ["native", "fsspec"])
 @pytest.mark.parametrize("threads", [1, 4])
 def test_file_list_of_urls_gives_the_batches_of_the_local_files(color_folder, threads, client):
     paths, labels, relative = _relative(color_folder)
     local = _batches(FileList(paths, labels), threads)
-    options = {"headers": {"Authorization": "Bearer t0ken"}} if client == "http.client" else _fsspec_http()
+    options = {"headers": {"Authorization": "Bearer t0ken"}} if client == "native" else _fsspec_http()
     with FileServer(str(color_folder), latency=0.005) as server:
         remote = FileList([server.url(r) for r in relative], labels, storage_options=options)
         assert remote._remote
@@ -76,7 +76,7 @@ def test_file_list_of_urls_gives_the_batches_of_the_local_files(color_folder, th
     assert _same(got, local)
     assert sorted(r.path for r in requests) == sorted(relative)
     assert all(r.method == "GET" and r.range is None and r.status == 200 for r in requests)
-    sent = "Bearer t0ken" if client == "http.client" else None
+    sent = "Bearer t0ken" if client == "native" else None
     assert all(r.authorization == sent for r in requests)
 
 
@@ -261,20 +261,19 @@ def test_close_is_prompt_during_a_backoff(color_folder):
 
 def test_close_is_prompt_while_a_server_has_not_answered(color_folder):
     # A server that takes an hour to answer, and no read timeout to end the
-    # wait: only the loader's cancellation does (http.client's wait for the
-    # reply polls it). Otherwise close() hangs and the child's timeout fails
-    # the test.
+    # wait: only the loader's cancellation does (the native client's wait
+    # polls it and removes the transfer). Otherwise close() hangs and the
+    # child's timeout fails the test.
     result = run_python(
         """
         import sys, time
         import conveyor
         from conveyor import transforms as T
         from conveyor._bench.http_server import FileServer
-        from conveyor.sources import FileList, remote
+        from conveyor.sources import FileList
 
-        remote._HTTP_READ_TIMEOUT_S = 24 * 3600.0
         with FileServer(sys.argv[1], latency=3600) as server:
-            source = FileList([server.url("cat/000.jpg")] * 8)
+            source = FileList([server.url("cat/000.jpg")] * 8, storage_options={"read_timeout": 24 * 3600})
             loader = conveyor.Loader(source, [T.Resize((8, 8))], batch_size=4, io_threads=8)
             iter(loader)  # Starts the reads, which wait for the server.
             time.sleep(0.5)
@@ -292,14 +291,22 @@ def test_missing_backends_are_config_errors_naming_what_to_install(server, color
     with pytest.raises(ConfigError, match=r"^FileList: fsspec knows no protocol 'nosuch'"):
         FileList(["nosuch://bucket/a.jpg"])
     try:
+        import gcsfs  # noqa: F401
+    except ImportError:
+        with pytest.raises(
+            ConfigError, match=r"^TarShards: reading gs:// URLs needs gcsfs \(pip install gcsfs\)"
+        ):
+            TarShards("gs://bucket/shard.tar")
+    try:
         import s3fs  # noqa: F401
     except ImportError:
+        # s3:// is the engine's own, unless storage_options are s3fs's.
         with pytest.raises(
             ConfigError, match=r"^TarShards: reading s3:// URLs needs s3fs \(pip install s3fs\)"
         ):
-            TarShards("s3://bucket/shard.tar")
-    # Without fsspec and aiohttp, conveyor imports and reads local files and
-    # http(s) URLs; another protocol says what to install.
+            TarShards("s3://bucket/shard.tar", storage_options={"client_kwargs": {}})
+    # Without fsspec and aiohttp, conveyor imports and reads local files,
+    # http(s):// and s3:// URLs; another protocol says what to install.
     _, _, relative = _relative(color_folder)
     result = run_python(
         """
@@ -313,7 +320,7 @@ def test_missing_backends_are_config_errors_naming_what_to_install(server, color
         for source in (local, urls):
             print(len(list(conveyor.Loader(source, [conveyor.transforms.Resize((8, 8))], batch_size=10))))
         try:
-            FileList(["s3://bucket/a.jpg"])
+            FileList(["gs://bucket/a.jpg"])
         except conveyor.ConfigError as e:
             print(e)
         """,
@@ -324,7 +331,7 @@ def test_missing_backends_are_config_errors_naming_what_to_install(server, color
     assert result.stdout.splitlines() == [
         "3",
         "2",
-        "FileList: reading s3:// URLs needs fsspec and s3fs (pip install 'conveyor[remote]' s3fs)",
+        "FileList: reading gs:// URLs needs fsspec and gcsfs (pip install 'conveyor[remote]' gcsfs)",
     ]
 
 
@@ -357,17 +364,13 @@ def test_bad_remote_arguments_are_config_errors(server):
         TarShards(server.url("x.tar"), storage_options=[])  # type: ignore[arg-type]
 
 
-def test_remote_sources_default_to_more_reads_in_flight(server, color_folder):
+def test_reads_in_flight_over_urls_are_autotuned_unless_given(server, color_folder):
     paths, _, relative = _relative(color_folder)
     remote = conveyor.Loader(FileList([server.url(r) for r in relative]), [T.Resize((8, 8))])
     local = conveyor.Loader(FileList(paths), [T.Resize((8, 8))])
     chosen = conveyor.Loader(FileList([server.url(r) for r in relative]), [T.Resize((8, 8))], io_threads=3)
-    # Local files: autotune's (0 = auto); URLs: pinned to REMOTE_IO_THREADS unless given.
-    assert (remote._engine.io_threads, local._engine.io_threads, chosen._engine.io_threads) == (
-        conveyor.sources.remote.REMOTE_IO_THREADS,
-        0,
-        3,
-    )
+    # 0: autotune's, for URLs as for local files (the engine's client takes no GIL).
+    assert (remote._engine.io_threads, local._engine.io_threads, chosen._engine.io_threads) == (0, 0, 3)
     for loader in (remote, local, chosen):
         loader.close()
 

@@ -1,6 +1,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/array.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
@@ -13,6 +14,7 @@
 #include "conveyor/core/geometry.h"
 #include "conveyor/io/array_source.h"
 #include "conveyor/io/coco.h"
+#include "conveyor/io/http_store.h"
 #include "conveyor/io/idx_source.h"
 #include "conveyor/io/image_formats.h"
 #include "conveyor/io/mix_source.h"
@@ -48,7 +50,7 @@ nb::str to_path(const std::string& path) {
 }
 
 // The remote access of a source: none without a store.
-std::shared_ptr<const RemoteAccess> remote_access(std::shared_ptr<PythonRemoteStore> store, const RetryPolicy& retry) {
+std::shared_ptr<const RemoteAccess> remote_access(std::shared_ptr<RemoteStore> store, const RetryPolicy& retry) {
   if (store == nullptr) return nullptr;
   return std::make_shared<RemoteAccess>(RemoteAccess{std::move(store), retry});
 }
@@ -94,8 +96,71 @@ void bind_io(nb::module_& m) {
       .def_ro("initial_backoff", &RetryPolicy::initial_backoff)
       .def_ro("max_backoff", &RetryPolicy::max_backoff)
       .def_ro("timeout", &RetryPolicy::timeout);
+  nb::class_<RemoteStore>(m, "RemoteStore");
   // Constructed and destroyed with the GIL held; its reads take the GIL themselves.
-  nb::class_<PythonRemoteStore>(m, "PythonRemoteStore").def(nb::init<nb::object>(), nb::arg("store"));
+  nb::class_<PythonRemoteStore, RemoteStore>(m, "PythonRemoteStore").def(nb::init<nb::object>(), nb::arg("store"));
+  m.attr("S3_OPTION_NAMES") = s3_option_names();
+  m.attr("HTTP_CONNECT_TIMEOUT") = HttpStoreOptions{}.connect_timeout;
+  m.attr("HTTP_READ_TIMEOUT") = HttpStoreOptions{}.read_timeout;
+  nb::class_<HttpStore, RemoteStore>(m, "HttpStore")
+      .def(
+          "__init__",
+          [](HttpStore* self, std::vector<std::pair<std::string, std::string>> headers,
+             std::optional<std::map<std::string, std::string>> s3_options, std::optional<double> connect_timeout,
+             std::optional<double> read_timeout, std::optional<int64_t> max_read_bytes) {
+            HttpStoreOptions options;
+            options.headers = std::move(headers);
+            if (s3_options) options.s3 = resolve_s3_config(*s3_options);
+            if (connect_timeout) options.connect_timeout = *connect_timeout;
+            if (read_timeout) options.read_timeout = *read_timeout;
+            if (max_read_bytes) options.max_read_bytes = *max_read_bytes;
+            new (self) HttpStore(std::move(options));
+          },
+          nb::arg("headers") = std::vector<std::pair<std::string, std::string>>{},
+          nb::arg("s3_options").none() = nb::none(), nb::arg("connect_timeout").none() = nb::none(),
+          nb::arg("read_timeout").none() = nb::none(), nb::arg("max_read_bytes").none() = nb::none(),
+          "The native store for http(s):// and s3:// URLs. s3_options: storage_options for s3:// (S3_OPTION_NAMES), "
+          "resolved with the environment and ~/.aws; None: no s3:// URLs. None for a timeout or the cap: the "
+          "engine's default.")
+      .def_prop_ro(
+          "s3",
+          [](const HttpStore& store) -> std::optional<std::string> {
+            const auto& s3 = store.options().s3;
+            return s3 ? std::optional(s3->describe()) : std::nullopt;
+          },
+          "Which S3 endpoint, region and credentials source s3:// URLs use (never a secret); None without.")
+      .def_prop_ro("connect_timeout", [](const HttpStore& store) { return store.options().connect_timeout; })
+      .def_prop_ro("read_timeout", [](const HttpStore& store) { return store.options().read_timeout; })
+      .def(
+          "counters",
+          [](const HttpStore& store) {
+            const HttpStoreCounters c = store.counters();
+            nb::dict out;
+            out["requests"] = c.requests;
+            out["connections"] = c.connections;
+            out["bytes"] = c.bytes;
+            out["overloaded"] = c.overloaded;
+            out["connections_per_host"] = c.connections_per_host;
+            return out;
+          },
+          "What the store has done: requests, connections opened, body bytes, times a host's limit was halved, "
+          "and the largest per-host limit now.");
+  m.def(
+      "list_remote",
+      [](std::shared_ptr<RemoteStore> store, const RetryPolicy& retry, const std::string& prefix) {
+        std::vector<RemoteObject> objects;
+        {
+          nb::gil_scoped_release release;
+          objects = RemoteAccess{store, retry}.list(prefix, prefix);
+        }
+        std::vector<std::pair<std::string, uint64_t>> out;
+        out.reserve(objects.size());
+        for (RemoteObject& object : objects) out.emplace_back(std::move(object.url), object.size);
+        return out;
+      },
+      nb::arg("store"), nb::arg("retry"), nb::arg("prefix"),
+      "[(url, size)] of every object under `prefix` (s3://bucket/prefix), in the store's order; ReadError naming "
+      "the prefix.");
   m.def(
       "is_url", [](const nb::bytes& path) { return is_url(std::string_view(path.c_str(), path.size())); },
       nb::arg("path"), "Whether `path` (os.fsencode() of it) is a URL (scheme://...), read through a remote store.");
@@ -145,7 +210,7 @@ void bind_io(nb::module_& m) {
       .def(
           "__init__",
           [](FileSource* self, const std::vector<nb::bytes>& paths, std::vector<int64_t> labels,
-             std::vector<std::vector<BoundingBox>> boxes, std::shared_ptr<PythonRemoteStore> remote,
+             std::vector<std::vector<BoundingBox>> boxes, std::shared_ptr<RemoteStore> remote,
              const RetryPolicy& retry) {
             new (self) FileSource(from_paths(paths), std::move(labels), std::move(boxes),
                                   remote_access(std::move(remote), retry));
@@ -159,7 +224,7 @@ void bind_io(nb::module_& m) {
   nb::class_<TarShardSource, Source>(m, "TarShardSource")
       .def(
           "__init__",
-          [](TarShardSource* self, const std::vector<nb::bytes>& shards, std::shared_ptr<PythonRemoteStore> remote,
+          [](TarShardSource* self, const std::vector<nb::bytes>& shards, std::shared_ptr<RemoteStore> remote,
              const RetryPolicy& retry) {
             std::vector<std::string> paths = from_paths(shards);
             // `access` keeps a reference until the GIL is back: the store's last

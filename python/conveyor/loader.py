@@ -31,7 +31,6 @@ from conveyor._checks import (
 )
 from conveyor.errors import ConfigError, WaitTimeoutError
 from conveyor.sources import Mix, Source
-from conveyor.sources.remote import REMOTE_IO_THREADS
 from conveyor.transforms import DEFAULT_MAX_PIXELS, Transform
 from conveyor.transforms.base import OUTPUT_DTYPES
 from conveyor.transforms.batch import BatchFunction, BatchTransform, split_batch_transforms
@@ -99,13 +98,10 @@ class Loader:
         num_workers: DataLoader's name for ``threads`` (give one of them);
             ``num_workers=0`` (DataLoader: load in the training process) is one thread.
         io_threads: concurrent reads; "auto" (default): autotune, from the
-            measured read latency and demand — except for a source that reads
-            URLs, where the default pins REMOTE_IO_THREADS (64): a request
-            runs Python, and autotune sees the GIL wait before it but not the
-            ones inside it, which it would take for network latency (at 100
-            ms it grew to 256 reads, no faster than 64). Reads wait on
-            storage, so many in flight hide slow disks and network latency
-            without more decode threads.
+            measured read latency and demand (for URLs too: at 100 ms per
+            request it grows to 256 reads in flight). Reads wait on storage,
+            so many in flight hide slow disks and network latency without
+            more decode threads.
         prefetch: batches prepared ahead of the consumer; "auto" (default):
             autotune, within ``memory_budget``.
         memory_budget: bytes the batch buffers may hold (prefetched batches
@@ -282,8 +278,6 @@ class Loader:
         prefetch = _parallelism(prefetch, "prefetch")
         seed = check_int(seed, "seed", minimum=0, maximum=UINT64_MAX)
         max_pixels = check_int(max_pixels, "max_pixels", minimum=1)
-        if io_threads in (None, AUTO) and getattr(source, "_remote", False):
-            io_threads = REMOTE_IO_THREADS  # See the docstring: URLs pin their reads in flight.
         threads, io_threads = (
             _parallelism(AUTO if value is None else value, name)
             for name, value in (("threads", threads), ("io_threads", io_threads))

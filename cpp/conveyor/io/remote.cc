@@ -52,7 +52,7 @@ auto with_retries(const RetryPolicy& policy, const std::string& key, Attempt&& a
       const FetchFailure& failure = e.failure();
       if (failure.kind == FetchFailure::Kind::kCancelled) throw cancelled(key);
       if (!is_transient(failure)) throw Error(ErrorKind::kRead, failure.describe(), key);
-      const double wait = std::min(backoff, policy.max_backoff) * jitter();
+      const double wait = std::max(std::min(backoff, policy.max_backoff) * jitter(), failure.retry_after);
       const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       if (made >= policy.attempts || (policy.timeout > 0 && elapsed + wait > policy.timeout)) {
         throw Error(ErrorKind::kRead,
@@ -154,6 +154,14 @@ Bytes RemoteAccess::read(const std::string& url, uint64_t offset, int64_t size, 
 
 uint64_t RemoteAccess::size(const std::string& url, const std::string& key) const {
   return with_retries(retry, key, [&] { return store->size(url); });
+}
+
+std::vector<RemoteObject> RemoteStore::list(const std::string&) const {
+  throw FetchError({FetchFailure::Kind::kInvalid, 0, "this store cannot list objects"});
+}
+
+std::vector<RemoteObject> RemoteAccess::list(const std::string& prefix, const std::string& key) const {
+  return with_retries(retry, key, [&] { return store->list(prefix); });
 }
 
 }  // namespace conveyor

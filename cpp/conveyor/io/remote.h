@@ -60,6 +60,10 @@ struct FetchFailure {
   Kind kind = Kind::kOther;
   int status = 0;       ///< The HTTP status for kStatus, else 0.
   std::string message;  ///< The store's words (e.g. "Service Unavailable").
+  /// Seconds the server asked the client to wait before trying again (HTTP
+  /// Retry-After, in seconds), 0 when it did not: the next attempt waits at
+  /// least this long.
+  double retry_after = 0;
 
   /// "HTTP 503 Service Unavailable", "timed out: ...", "connection failed: ...".
   std::string describe() const;
@@ -80,6 +84,12 @@ class FetchError : public std::runtime_error {
   FetchFailure failure_;
 };
 
+/// One object found by RemoteStore::list.
+struct RemoteObject {
+  std::string url;  ///< "s3://bucket/key".
+  uint64_t size = 0;
+};
+
 /// What remote reads go through: one attempt at a time, no retries (the
 /// callers retry with a RetryPolicy). Implemented outside the core, e.g. by
 /// fsspec in the Python bindings (PythonRemoteStore).
@@ -94,6 +104,10 @@ class RemoteStore {
   virtual std::vector<uint8_t> read(const std::string& url, uint64_t offset, int64_t size) const = 0;
   /// The size of the object at `url` in bytes. Throws FetchError.
   virtual uint64_t size(const std::string& url) const = 0;
+  /// Every object whose URL starts with `prefix` (one page of a listing per
+  /// attempt is not enough: the whole listing, in the store's order). Throws
+  /// FetchError; kInvalid for a store or scheme that cannot list (the default).
+  virtual std::vector<RemoteObject> list(const std::string& prefix) const;
 };
 
 /// A RemoteStore with the RetryPolicy its reads follow: what the sources that
@@ -114,6 +128,8 @@ struct RemoteAccess {
   Bytes read(const std::string& url, uint64_t offset, int64_t size, const std::string& key) const;
   /// store->size(url) retried under `retry`; errors as read().
   uint64_t size(const std::string& url, const std::string& key) const;
+  /// store->list(prefix) retried under `retry`; errors as read().
+  std::vector<RemoteObject> list(const std::string& prefix, const std::string& key) const;
 };
 
 }  // namespace conveyor

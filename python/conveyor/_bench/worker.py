@@ -180,12 +180,21 @@ def _start_server(root: str, latency_ms: float) -> tuple[subprocess.Popen[str], 
     return server, int(server.stdout.readline())
 
 
-def _remote_loader(spec: Spec, files: list[str], labels: list[int]) -> Iterable[Any]:
+def _remote_order(count: int, limit: Optional[int]) -> list[int]:
+    """``limit`` indices into ``count`` samples: spread evenly over them, or
+    every one repeated in turn when ``limit`` is larger."""
+    limit = limit or count
+    return spread(count, limit) if limit <= count else [i % count for i in range(limit)]
+
+
+def _remote_loader(spec: Spec, source: Any, files: list[str], labels: list[int]) -> Iterable[Any]:
+    """conveyor's Loader over ``source`` (a conveyor source), or DataLoader
+    over ``files``."""
     if spec["side"] == "conveyor":
         import conveyor
 
         return conveyor.Loader(
-            conveyor.sources.FileList(files, labels),
+            source(),
             transforms=_conveyor_image_transforms("train"),
             batch_size=spec["batch_size"],
             shuffle=True,
@@ -199,7 +208,7 @@ def _remote_loader(spec: Spec, files: list[str], labels: list[int]) -> Iterable[
 
     if spec["latency_ms"] is None:  # Local files: the throughput bench's dataset.
         dataset = reference.image_folder(spec["data"], reference.train_transform())
-        dataset = torch.utils.data.Subset(dataset, spread(len(dataset), spec.get("limit")))
+        dataset = torch.utils.data.Subset(dataset, _remote_order(len(dataset), spec.get("limit")))
     else:
         dataset = reference.UrlImages(files, labels, reference.train_transform())
     return torch.utils.data.DataLoader(
@@ -207,34 +216,77 @@ def _remote_loader(spec: Spec, files: list[str], labels: list[int]) -> Iterable[
     )
 
 
+def _with_server_cpu(pid: int, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``run()``'s figures, with the CPU the server process ``pid`` spent per image."""
+    start = _process_cpu_seconds(pid)
+    result = run()
+    end = _process_cpu_seconds(pid)
+    if start is not None and end is not None:
+        # The server shares the cores: its CPU is part of what a read costs here.
+        result["server_cpu_ms_per_image"] = 1000 * (end - start) / max(1, result["images"])
+    return result
+
+
+def _remote_shards(spec: Spec) -> dict[str, Any]:
+    """One epoch over ``data`` packed into tar shards, read from local disk
+    (``latency_ms`` None) or from a local S3 server (moto) adding
+    ``latency_ms`` to every request, listed as ``s3://bench/shards/``."""
+    import tempfile
+
+    from conveyor.pack import pack_image_folder
+    from conveyor.sources import TarShards
+
+    with tempfile.TemporaryDirectory(prefix="conveyor-bench-shards-") as folder:
+        shards = pack_image_folder(spec["data"], os.path.join(folder, "shard-%06d.tar"))
+        if spec["latency_ms"] is None:
+            return _epoch(lambda: _remote_loader(spec, lambda: TarShards(shards), [], []))
+        from conveyor._bench.s3_server import S3Server
+
+        with S3Server(latency=spec["latency_ms"] / 1000) as s3:
+            for shard in shards:
+                with open(shard, "rb") as f:
+                    s3.put("bench", "shards/" + os.path.basename(shard), f.read())
+            pid = s3.pid
+            assert pid is not None
+            options = s3.storage_options()
+            return _with_server_cpu(
+                pid,
+                lambda: _epoch(
+                    lambda: _remote_loader(
+                        spec, lambda: TarShards("s3://bench/shards/", storage_options=options), [], []
+                    )
+                ),
+            )
+
+
 def remote(spec: Spec) -> dict[str, Any]:
-    """One epoch of the ImageNet train pipeline over the images of ``data``
-    served by a local HTTP server adding ``latency_ms`` to every request (None:
-    the local files, for reference); images/s."""
+    """One epoch of the ImageNet train pipeline over ``limit`` images of
+    ``data`` (the folder repeated when it holds fewer) served by a local HTTP
+    server adding ``latency_ms`` to every request (None: the local files, for
+    reference), or (``store="s3"``) over the folder's tar shards; images/s."""
     import urllib.parse
 
     from conveyor._bench.reference import ImageFolderDataset
+    from conveyor.sources import FileList
 
+    if spec.get("store") == "s3":
+        return _remote_shards(spec)
     samples = ImageFolderDataset(spec["data"], lambda image: image).samples
-    samples = [samples[i] for i in spread(len(samples), spec.get("limit"))]
+    samples = [samples[i] for i in _remote_order(len(samples), spec.get("limit"))]
     labels = [label for _, label in samples]
     if spec["latency_ms"] is None:
-        return _epoch(lambda: _remote_loader(spec, [path for path, _ in samples], labels))
+        files = [path for path, _ in samples]
+        return _epoch(lambda: _remote_loader(spec, lambda: FileList(files, labels), files, labels))
     server, port = _start_server(spec["data"], spec["latency_ms"])
     try:
         urls = [
             f"http://127.0.0.1:{port}/" + urllib.parse.quote(os.path.relpath(path, spec["data"]))
             for path, _ in samples
         ]
-        server_cpu_start = _process_cpu_seconds(server.pid)
-        result = _epoch(lambda: _remote_loader(spec, urls, labels))
-        server_cpu_end = _process_cpu_seconds(server.pid)
-        if server_cpu_start is not None and server_cpu_end is not None:
-            # The server shares the cores: its CPU is part of what a read costs here.
-            result["server_cpu_ms_per_image"] = (
-                1000 * (server_cpu_end - server_cpu_start) / max(1, result["images"])
-            )
-        return result
+        return _with_server_cpu(
+            server.pid,
+            lambda: _epoch(lambda: _remote_loader(spec, lambda: FileList(urls, labels), urls, labels)),
+        )
     finally:
         server.kill()
         server.wait()

@@ -85,8 +85,7 @@ class Source:
     #: CIFAR, arrays) rather than encoded images: the image pipeline then
     #: takes them without a decode, and the chain starts from that size.
     raw_shape: Optional[tuple[int, int, int]] = None
-    #: True when some samples are read from URLs (remote storage): the Loader
-    #: then defaults to more reads in flight (REMOTE_IO_THREADS).
+    #: True when some samples are read from URLs (remote storage).
     _remote = False
 
     def _image_id(self, label: int) -> int:

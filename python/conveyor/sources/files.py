@@ -21,7 +21,40 @@ from conveyor.sources.base import (
     Source,
     fs_paths,
 )
-from conveyor.sources.remote import RetryPolicy, is_url, remote_arguments
+from conveyor.sources.remote import RetryPolicy, is_url, list_objects, remote_arguments
+
+
+def _listed_images(
+    root: str,
+    extensions: Sequence[str],
+    retry: Optional[RetryPolicy],
+    storage_options: Optional[Mapping[str, Any]],
+    owner: str,
+) -> list[str]:
+    """The URLs under ``root`` (a prefix ending in "/") whose names end with
+    one of ``extensions`` (case-insensitive), in the order os.walk with sorted
+    folders and files gives locally: by folder, then by name."""
+    urls = [
+        url
+        for url, _ in list_objects(root, retry, storage_options, owner)
+        if url.lower().endswith(extensions)
+    ]
+    return sorted(urls, key=lambda url: tuple(url.rsplit("/", 1)))
+
+
+def _checked_extensions(extensions: Optional[Sequence[str]], owner: str) -> tuple[str, ...]:
+    """``extensions`` lower-cased (IMG_EXTENSIONS when None); a ConfigError for
+    a str or an extension the decoders do not read."""
+    if isinstance(extensions, str):
+        raise ConfigError(f"{owner}: extensions must be a list, got the str {extensions!r}")
+    allowed = IMG_EXTENSIONS if extensions is None else tuple(e.lower() for e in extensions)
+    refused = [e for e in allowed if e not in IMG_EXTENSIONS]
+    if refused:
+        raise ConfigError(
+            f"{owner}: extensions {', '.join(refused)} are not formats the decoders read "
+            f"(only {', '.join(IMG_EXTENSIONS)})"
+        )
+    return allowed
 
 
 def _check_boxes(
@@ -154,6 +187,41 @@ class FileList(Source):
             "labels": np.array([box[4] for box in objects], np.int64),
             "image_id": self._image_id(label),
         }
+
+    @classmethod
+    def from_prefix(
+        cls,
+        prefix: str,
+        extensions: Optional[Sequence[str]] = None,
+        *,
+        retry: Optional[RetryPolicy] = None,
+        storage_options: Optional[Mapping[str, Any]] = None,
+    ) -> FileList:
+        """A FileList (no labels) of every image under a URL prefix
+        (``s3://bucket/train/``; other fsspec protocols through fsspec's
+        listing), listed once here (every page of S3's ListObjectsV2), taken
+        in the order a local folder walk gives (by folder, then by name).
+
+        Args:
+            prefix: the URL prefix; a trailing "/" is added when missing.
+            extensions: the file extensions to take (IMG_EXTENSIONS when None).
+            retry, storage_options: as for FileList; the listing uses them too.
+
+        Raises:
+            ConfigError: ``prefix`` is not a URL or its protocol cannot list
+                (``http(s)://``); no image found; bad ``extensions``.
+            ReadError: the listing failed (naming the prefix and the cause).
+        """
+        allowed = _checked_extensions(extensions, "FileList.from_prefix")
+        if not is_url(prefix):
+            raise ConfigError(f"FileList.from_prefix: {_printable_path(prefix)} is not a URL")
+        root = prefix if prefix.endswith("/") else prefix + "/"
+        urls = _listed_images(root, allowed, retry, storage_options, "FileList.from_prefix")
+        if not urls:
+            raise ConfigError(
+                f"FileList.from_prefix: found no images under {root} (extensions: {', '.join(allowed)})"
+            )
+        return cls(urls, retry=retry, storage_options=storage_options)
 
     @classmethod
     def from_csv(
@@ -319,43 +387,64 @@ class ImageFolder(FileList):
     IMG_EXTENSIONS are torchvision's (JPEG, PNG, WebP, TIFF, BMP, PPM, PGM),
     all of which the decoders read; pass ``extensions`` to take only some.
 
+    ``root`` may be a URL prefix (``s3://bucket/imagenet/train/``): it is
+    listed once (every page of S3's ListObjectsV2; fsspec's listing for other
+    protocols), classes are the first path level under it, and samples come
+    in the order the same tree gives locally; ``retry`` and
+    ``storage_options`` are FileList's.
+
     Raises:
         ConfigError: root does not exist (or holds a NUL byte), has no class
-            folders, or no images;
+            folders, or no images (a URL root: or its protocol cannot list);
             a class folder has no image and ``allow_empty`` is False; or
             ``extensions`` lists one the decoders do not read.
     """
 
     def __init__(
-        self, root: PathLike, extensions: Optional[Sequence[str]] = None, allow_empty: bool = False
+        self,
+        root: PathLike,
+        extensions: Optional[Sequence[str]] = None,
+        allow_empty: bool = False,
+        *,
+        retry: Optional[RetryPolicy] = None,
+        storage_options: Optional[Mapping[str, Any]] = None,
     ) -> None:
         self.root = os.fsdecode(root)
-        _conveyor.check_path(os.fsencode(self.root), "ImageFolder: root")
-        if not os.path.isdir(self.root):
-            raise ConfigError(f"ImageFolder: {_printable_path(self.root)} is not a directory")
-        if isinstance(extensions, str):
-            raise ConfigError(f"ImageFolder: extensions must be a list, got the str {extensions!r}")
-        allowed = IMG_EXTENSIONS if extensions is None else tuple(e.lower() for e in extensions)
-        refused = [e for e in allowed if e not in IMG_EXTENSIONS]
-        if refused:
-            raise ConfigError(
-                f"ImageFolder: extensions {', '.join(refused)} are not formats the decoders read "
-                f"(only {', '.join(IMG_EXTENSIONS)})"
-            )
-        self.classes = sorted(entry.name for entry in os.scandir(self.root) if entry.is_dir())
-        if not self.classes:
-            raise ConfigError(f"ImageFolder: no class folders found in {_printable_path(self.root)}")
-        self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
+        allowed = _checked_extensions(extensions, "ImageFolder")
         paths: list[str] = []
         labels: list[int] = []
-        for name in self.classes:
-            class_dir = os.path.join(self.root, name)
-            for folder, _, files in sorted(os.walk(class_dir, followlinks=True)):
-                for file in sorted(files):
-                    lower = file.lower()
-                    if lower.endswith(allowed):
-                        paths.append(os.path.join(folder, file))
-                        labels.append(self.class_to_idx[name])
+        if is_url(self.root):
+            # Listed once: classes are the first path level under the prefix.
+            if not self.root.endswith("/"):
+                self.root += "/"
+            urls = _listed_images(self.root, allowed, retry, storage_options, "ImageFolder")
+            relative = [url[len(self.root) :].split("/", 1) for url in urls]
+            self.classes = sorted({parts[0] for parts in relative if len(parts) == 2})
+            if not self.classes:
+                raise ConfigError(f"ImageFolder: no class folders found in {self.root}")
+            self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
+            for url, parts in sorted(
+                zip(urls, relative), key=lambda pair: (pair[1][0], pair[0].rsplit("/", 1)[0])
+            ):
+                if len(parts) == 2:
+                    paths.append(url)
+                    labels.append(self.class_to_idx[parts[0]])
+        else:
+            _conveyor.check_path(os.fsencode(self.root), "ImageFolder: root")
+            if not os.path.isdir(self.root):
+                raise ConfigError(f"ImageFolder: {_printable_path(self.root)} is not a directory")
+            self.classes = sorted(entry.name for entry in os.scandir(self.root) if entry.is_dir())
+            if not self.classes:
+                raise ConfigError(f"ImageFolder: no class folders found in {_printable_path(self.root)}")
+            self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
+            for name in self.classes:
+                class_dir = os.path.join(self.root, name)
+                for folder, _, files in sorted(os.walk(class_dir, followlinks=True)):
+                    for file in sorted(files):
+                        lower = file.lower()
+                        if lower.endswith(allowed):
+                            paths.append(os.path.join(folder, file))
+                            labels.append(self.class_to_idx[name])
         root = _printable_path(self.root)
         if not paths:
             raise ConfigError(f"ImageFolder: found no images in {root} (extensions: {', '.join(allowed)})")
@@ -365,7 +454,7 @@ class ImageFolder(FileList):
                 f"ImageFolder: found no images for the classes {', '.join(map(_printable_path, empty))} in "
                 f"{root} (extensions: {', '.join(allowed)}); pass allow_empty=True to keep them"
             )
-        super().__init__(paths, labels)
+        super().__init__(paths, labels, retry=retry, storage_options=storage_options)
 
     @property
     def samples(self) -> list[tuple[str, int]]:

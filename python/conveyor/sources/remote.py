@@ -1,41 +1,28 @@
-"""Remote storage: sources whose paths are URLs (``https://``, ``s3://``,
-``gs://``, ...) read them on the Loader's io threads: ``http(s)://`` with the
-standard library's ``http.client`` (one keep-alive connection per io thread
-and server), every other protocol through fsspec.
+"""Remote storage: sources whose paths are URLs read them on the Loader's io
+threads. ``http(s)://`` and ``s3://`` go through the engine's own client
+(``HttpStore``, cpp/conveyor/io/http_store.h: libcurl's multi interface on
+one event-loop thread, no GIL, S3 requests signed with AWS SigV4 and
+credentials found as the AWS tools find them); every other protocol, and
+http(s)/s3 with fsspec's own ``storage_options``, through fsspec.
 
-The split (see cpp/conveyor/io/README.md): this module only *performs* one
+The split (see cpp/conveyor/io/README.md): a store only *performs* one
 attempt at a request and reports what happened (the bytes, or a failure: an
 HTTP status, a timeout, a connection failure, ...); the engine
 (``cpp/conveyor/io/remote.h``) decides whether a failure is transient,
 retries it with backoff under a :class:`RetryPolicy`, and names the URL in the
 ``ReadError`` when it gives up or the failure is permanent.
 
-Why not fsspec for HTTP too: a request through fsspec's HTTP filesystem
-(aiohttp, on fsspec's event-loop thread) cost 2.3-3.0 ms of CPU, most of it
-Python under the GIL, so at a few hundred images/s the GIL, not the network,
-set the pace (docs/benchmarks.md, "Remote storage"). ``http.client`` does the
-same request in a fraction of that, with the GIL released while it waits.
-fsspec still reads ``http(s)://`` when ``storage_options`` has keys other
-than ``headers`` (they are fsspec's options).
-
 fsspec and its backends are optional: ``pip install 'conveyor[remote]'``.
-Without them conveyor reads local files and ``http(s)://`` URLs, and another
-protocol is a ConfigError saying what to install.
+Without them conveyor reads local files, ``http(s)://`` and ``s3://`` URLs,
+and another protocol is a ConfigError saying what to install.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import http.client
 import math
 import os
-import select
-import socket
-import ssl
-import threading
-import time
-import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -44,29 +31,13 @@ from conveyor import _conveyor
 from conveyor._checks import INT_MAX, check_int, is_bool, is_real
 from conveyor.errors import ConfigError
 
-__all__ = ["REMOTE_IO_THREADS", "RetryPolicy", "is_url"]
-
-#: The Loader's default ``io_threads`` for a source that reads URLs. A read
-#: waits a round trip on the network, so by Little's law the reads in flight
-#: must cover rate x latency: 64 keep ~500 images/s at 100 ms per request
-#: (the local default, 32, caps it near 300: measured 209 images/s at 100 ms
-#: against 369 with 64, docs/benchmarks.md). More is not better here: every
-#: request also runs Python under the GIL: with fsspec 128 threads were
-#: slower than 64 at 0 and 20 ms on our 2 cores; with http.client (2026-11-26)
-#: 128 were faster at 100 ms (685 against 538 images/s) but slower at 20 ms
-#: (861 against 943), so 64 stayed.
-REMOTE_IO_THREADS = 64
+__all__ = ["RetryPolicy", "is_url", "list_objects"]
 
 # How often a read waiting for its request checks whether its loader stopped
 # (the request is then cancelled): close() never waits for a slow server
 # longer than this, the Loader's own wait slice. Shorter slices wake every
 # waiting io thread more often for the GIL (20 ms cost ~20 % at 128 threads).
 _POLL_SECONDS = 0.05
-
-# Connect and read timeouts of the HTTP client: a server that stops answering
-# becomes a (transient, retried) timeout instead of a read that hangs.
-_HTTP_CONNECT_TIMEOUT_S = 10.0
-_HTTP_READ_TIMEOUT_S = 30.0
 
 # What to install for the usual protocols (fsspec's own message is kept too).
 _BACKENDS = {
@@ -232,7 +203,7 @@ def _filesystem(protocol: str, storage_options: Mapping[str, Any], owner: str) -
         import aiohttp
 
         timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=_HTTP_CONNECT_TIMEOUT_S, sock_read=_HTTP_READ_TIMEOUT_S
+            total=None, sock_connect=_conveyor.HTTP_CONNECT_TIMEOUT, sock_read=_conveyor.HTTP_READ_TIMEOUT
         )
         options["client_kwargs"] = {"timeout": timeout}
     try:
@@ -309,191 +280,54 @@ class _FsspecStore:
                 return ("cancelled", 0, "the loader stopped")
 
 
-# Redirects an HTTP read follows (as fsspec's client does) before failing.
-_MAX_REDIRECTS = 5
-_REDIRECTS = (301, 302, 303, 307, 308)
-
-
-# What one read of a reply's body asks for (a bounded read is a loop of them).
-_BODY_PIECE_BYTES = 1 << 20
-
-
 def _too_large(what: str) -> tuple[str, int, str]:
     """The failure of a read larger than MAX_REMOTE_READ_BYTES."""
     limit = _conveyor.MAX_REMOTE_READ_BYTES
     return ("too_large", 0, f"{what}, more than the {limit} bytes a read may return")
 
 
-class _HttpStore:
-    """One attempt at an ``http(s)://`` request with ``http.client``, for the
-    engine's PythonRemoteStore (called on the io threads; the GIL is released
-    while a socket waits). Each io thread keeps one keep-alive connection per
-    server. Returns the bytes (or size), or a failure tuple; never raises."""
+#: The URL schemes the engine's own client (HttpStore) reads.
+NATIVE_SCHEMES = frozenset({"http", "https", "s3"})
+# The storage_options the engine's client understands; any other key sends
+# every URL of the source through fsspec, whose options they are.
+_NATIVE_OPTIONS = frozenset({"headers", "connect_timeout", "read_timeout", *_conveyor.S3_OPTION_NAMES})
 
-    def __init__(self, headers: Mapping[str, str]) -> None:
-        self._headers = dict(headers)
-        self._local = threading.local()
-        self._tls = ssl.create_default_context()
 
-    def read(self, url: str, offset: int, size: int) -> Any:
-        if size == 0:
-            return b""
-        headers = {} if size < 0 else {"Range": f"bytes={offset}-{offset + size - 1}"}
-        reply = self._request("GET", url, headers)
-        if isinstance(reply[0], str):
-            return reply  # A failure.
-        status, _, body = reply
-        if status == 200 and size >= 0:
-            body = body[offset : offset + size]  # A server that ignores Range sends it all.
-        if size >= 0 and len(body) != size:
-            return ("other", 0, f"asked for bytes {offset}-{offset + size - 1}, got {len(body)} byte(s)")
-        return body
-
-    def size(self, url: str) -> Any:
-        reply = self._request("HEAD", url, {})
-        if isinstance(reply[0], str):
-            return reply  # A failure.
-        _, length, _ = reply
-        if length is None or not length.isdigit():
-            return ("other", 0, f"the server gives no Content-Length for {url}")
-        return int(length)
-
-    def _request(self, method: str, url: str, headers: Mapping[str, str]) -> Any:
-        """``(status, Content-Length, body)`` of a 2xx reply after redirects,
-        or a failure tuple (its first item a str, the kind)."""
-        for _ in range(_MAX_REDIRECTS + 1):
-            parts = urllib.parse.urlsplit(url)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                return ("invalid", 0, f"not an http(s) URL: {url}")
-            target = parts.path or "/"
-            if parts.query:
-                target += "?" + parts.query
-            reply = self._attempt(parts, method, target, {**self._headers, **headers})
-            if isinstance(reply[0], str):
-                return reply  # A failure.
-            status, reason, length, location, body = reply
-            if status in _REDIRECTS and location:
-                url = urllib.parse.urljoin(url, location)
-                continue
-            if 200 <= status < 300:
-                return status, length, body
-            return ("status", status, reason)
-        return ("other", 0, f"more than {_MAX_REDIRECTS} redirects")
-
-    def _attempt(
-        self, parts: urllib.parse.SplitResult, method: str, target: str, headers: Mapping[str, str]
-    ) -> Any:
-        key = (parts.scheme, parts.netloc)
-        connections = self._local.__dict__.setdefault("connections", {})
-        for fresh in (False, True):
-            connection = None if fresh else connections.get(key)
-            reused = connection is not None
-            if connection is None:
-                connection = self._connect(parts)
-                connections[key] = connection
-            try:
-                connection.request(method, target, headers=headers)
-                if not self._wait_for_reply(connection):
-                    connection.close()
-                    return ("cancelled", 0, "the loader stopped")
-                response = connection.getresponse()
-                body = b"" if method == "HEAD" else self._bounded_body(response)
-                if body is None:  # Larger than any read may be: the rest is never read.
-                    connection.close()
-                    length = response.getheader("Content-Length")
-                    declared = f"Content-Length: {length}" if length else "a body of no declared length"
-                    return _too_large(declared)
-                if response.will_close:
-                    connection.close()
-                return (
-                    response.status,
-                    response.reason,
-                    response.getheader("Content-Length"),
-                    response.getheader("Location"),
-                    body,
+def _native_store(options: Mapping[str, Any], s3: bool, owner: str) -> _conveyor.HttpStore:
+    """The engine's HttpStore for ``options`` (all of them in _NATIVE_OPTIONS)."""
+    headers = options.get("headers") or {}
+    if not isinstance(headers, Mapping) or not all(isinstance(v, str) for v in [*headers, *headers.values()]):
+        raise ConfigError(
+            f"{owner}: storage_options['headers'] must be a dict of str to str, got {headers!r}"
+        )
+    s3_options: dict[str, str] = {}
+    for name in _conveyor.S3_OPTION_NAMES:
+        value = options.get(name)
+        if value is None:
+            continue
+        if is_bool(value):
+            value = "true" if value else "false"
+        elif not isinstance(value, str):
+            raise ConfigError(f"{owner}: storage_options[{name!r}] must be a str, got {type(value).__name__}")
+        s3_options[name] = value
+    timeouts: dict[str, float] = {}
+    for name in ("connect_timeout", "read_timeout"):
+        value = options.get(name)
+        if value is not None:
+            if is_bool(value) or not is_real(value):
+                raise ConfigError(
+                    f"{owner}: storage_options[{name!r}] must be a number of seconds, got {value!r}"
                 )
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
-                connection.close()
-                if reused:
-                    continue  # The server closed an idle keep-alive connection: once more, anew.
-                return ("connection", 0, f"{type(e).__name__}: {e}")
-            except (socket.timeout, TimeoutError) as e:
-                connection.close()
-                return ("timeout", 0, str(e) or type(e).__name__)
-            except ssl.SSLCertVerificationError as e:
-                connection.close()
-                return ("other", 0, f"{type(e).__name__}: {e}")
-            except (OSError, http.client.HTTPException) as e:
-                connection.close()
-                return ("connection", 0, f"{type(e).__name__}: {e}")
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    @staticmethod
-    def _bounded_body(response: http.client.HTTPResponse) -> Optional[bytes]:
-        """The body, or None when it is larger than MAX_REMOTE_READ_BYTES:
-        refused by its declared length before reading, else (chunked, or no
-        length) read in pieces no further than one byte past the limit (one
-        read of the limit would reserve that much memory up front)."""
-        limit = _conveyor.MAX_REMOTE_READ_BYTES
-        length = response.getheader("Content-Length")
-        if length is not None and length.strip().isdigit() and int(length) > limit:
-            return None
-        pieces, total = [], 0
-        while total <= limit:
-            piece = response.read(min(_BODY_PIECE_BYTES, limit + 1 - total))
-            if not piece:
-                return b"".join(pieces)
-            pieces.append(piece)
-            total += len(piece)
-        return None
-
-    def _connect(self, parts: urllib.parse.SplitResult) -> http.client.HTTPConnection:
-        if parts.scheme == "https":
-            return http.client.HTTPSConnection(
-                parts.hostname or "", parts.port, timeout=_HTTP_CONNECT_TIMEOUT_S, context=self._tls
-            )
-        return http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=_HTTP_CONNECT_TIMEOUT_S)
-
-    @staticmethod
-    def _wait_for_reply(connection: http.client.HTTPConnection) -> bool:
-        """Waits for the reply's first bytes in slices, so that a read whose
-        loader stopped gives up instead of delaying close() by a slow server's
-        latency; False then. A reply that does not start within the read
-        timeout raises socket.timeout."""
-        sock = connection.sock
-        assert sock is not None
-        sock.settimeout(_HTTP_READ_TIMEOUT_S)  # For the body, once it flows.
-        deadline = time.monotonic() + _HTTP_READ_TIMEOUT_S
-        while not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
-            readable, _, _ = select.select([sock], [], [], _POLL_SECONDS)
-            if readable:
-                return True
-            if _conveyor._read_cancelled():
-                return False
-            if time.monotonic() > deadline:
-                raise socket.timeout(f"no reply within {_HTTP_READ_TIMEOUT_S:g} s")
-        return True
-
-
-class _Stores:
-    """Routes each URL to its store: ``http(s)://`` to :class:`_HttpStore`
-    (unless ``storage_options`` has fsspec options), the rest to
-    :class:`_FsspecStore`."""
-
-    def __init__(self, urls: Sequence[str], storage_options: Mapping[str, Any], owner: str) -> None:
-        http = set(storage_options) <= {"headers"}
-        self._http = _HttpStore(storage_options.get("headers") or {}) if http else None
-        others = [url for url in urls if not (http and _protocol(url) in ("http", "https"))]
-        self._fsspec = _FsspecStore(others, storage_options, owner) if others else None
-
-    def _store(self, url: str) -> Any:
-        return self._http if self._http is not None and _protocol(url) in ("http", "https") else self._fsspec
-
-    def read(self, url: str, offset: int, size: int) -> Any:
-        return self._store(url).read(url, offset, size)
-
-    def size(self, url: str) -> Any:
-        return self._store(url).size(url)
+            timeouts[name] = float(value)
+    try:
+        return _conveyor.HttpStore(
+            list(headers.items()),
+            s3_options if s3 else None,
+            max_read_bytes=_conveyor.MAX_REMOTE_READ_BYTES,
+            **timeouts,
+        )
+    except ConfigError as e:
+        raise ConfigError(f"{owner}: {e}") from None
 
 
 def remote_arguments(
@@ -519,10 +353,54 @@ def remote_arguments(
     if not urls:
         return {}
     options = storage_options or {}
-    headers = options.get("headers", {})
-    if not isinstance(headers, Mapping) or not all(isinstance(v, str) for v in [*headers, *headers.values()]):
-        raise ConfigError(
-            f"{owner}: storage_options['headers'] must be a dict of str to str, got {headers!r}"
-        )
-    store = _Stores(urls, options, owner)
-    return {"remote": _conveyor.PythonRemoteStore(store), "retry": (retry or RetryPolicy())._engine()}
+    protocols = {_protocol(url) for url in urls}
+    store: _conveyor.RemoteStore
+    if protocols <= NATIVE_SCHEMES and set(options) <= _NATIVE_OPTIONS:
+        store = _native_store(options, "s3" in protocols, owner)
+    else:
+        store = _conveyor.PythonRemoteStore(_FsspecStore(urls, options, owner))
+    return {"remote": store, "retry": (retry or RetryPolicy())._engine()}
+
+
+def list_objects(
+    prefix: str,
+    retry: Optional[RetryPolicy],
+    storage_options: Optional[Mapping[str, Any]],
+    owner: str,
+) -> list[tuple[str, int]]:
+    """``(url, size)`` of every object whose URL starts with ``prefix``, sorted
+    by URL: the engine's ListObjectsV2 listing for ``s3://`` (every page),
+    fsspec's ``find`` for other protocols.
+
+    Raises:
+        ConfigError: as :func:`remote_arguments`; a protocol that cannot list
+            (``http(s)://`` has no listing).
+        ReadError: the listing failed (naming ``prefix`` and the cause).
+    """
+    arguments = remote_arguments([prefix], retry, storage_options, owner)
+    if not arguments:
+        raise ConfigError(f"{owner}: {prefix} is not a URL")
+    store = arguments["remote"]
+    protocol = _protocol(prefix)
+    if isinstance(store, _conveyor.HttpStore):
+        if protocol != "s3":
+            raise ConfigError(
+                f"{owner}: {protocol}:// has no listing; list the URLs (e.g. FileList, brace patterns)"
+            )
+        objects = _conveyor.list_remote(store, arguments["retry"], prefix)
+    else:
+        fs = _FsspecStore([prefix], storage_options or {}, owner)._filesystems[protocol]
+        try:
+            found = fs.find(prefix, detail=True)
+        except Exception as e:  # The backend's own errors: named with the prefix.
+            from conveyor.errors import ReadError
+
+            kind, status, message = _failure(e, protocol)
+            cause = f"HTTP {status} {message}".rstrip() if kind == "status" else (message or kind)
+            raise ReadError(f"{prefix}: {cause}") from e
+        objects = [
+            (f"{protocol}://{name.split('://', 1)[-1]}", int(info.get("size") or 0))
+            for name, info in found.items()
+            if info.get("type", "file") == "file"
+        ]
+    return sorted(objects)

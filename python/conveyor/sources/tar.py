@@ -13,7 +13,7 @@ from conveyor import _conveyor
 from conveyor._checks import check_int
 from conveyor.errors import ConfigError
 from conveyor.sources.base import PathLike, Source, fs_paths
-from conveyor.sources.remote import RetryPolicy, is_url, remote_arguments
+from conveyor.sources.remote import RetryPolicy, is_url, list_objects, remote_arguments
 
 
 def expand_shards(shards: Union[PathLike, Sequence[PathLike]]) -> list[str]:
@@ -77,8 +77,9 @@ class TarShards(Source):
     failures retried under ``retry``. See docs/api.md, "Remote storage".
 
     Args:
-        shards: a pattern (``"data/shard-{000..009}.tar"``, ``"data/*.tar"``)
-            or a list of paths or patterns.
+        shards: a pattern (``"data/shard-{000..009}.tar"``, ``"data/*.tar"``),
+            a URL prefix ending in "/" (``"s3://bucket/train/"``: every
+            ``.tar`` object under it, sorted), or a list of them.
         shuffle_buffer: None (global shuffle) or the buffer size N >= 1 (an
             int or numpy integer; not a bool).
         retry: how reads of URLs retry transient failures (a RetryPolicy;
@@ -108,7 +109,16 @@ class TarShards(Source):
                 shuffle_buffer, "TarShards: shuffle_buffer (None or an int >= 1)", minimum=1
             )
         self.shuffle_buffer = shuffle_buffer
-        self.shards = expand_shards(shards)
+        self.shards = []
+        for shard in expand_shards(shards):
+            if is_url(shard) and shard.endswith("/"):  # A prefix: its .tar objects, listed once.
+                listed = [url for url, _ in list_objects(shard, retry, storage_options, "TarShards")]
+                found = [url for url in listed if url.endswith(".tar")]
+                if not found:
+                    raise ConfigError(f"TarShards: found no .tar objects under {shard}")
+                self.shards.extend(found)
+            else:
+                self.shards.append(shard)
         remote = remote_arguments(self.shards, retry, storage_options, "TarShards")
         self._remote = bool(remote)
         self._source = _conveyor.TarShardSource(fs_paths(self.shards), **remote)

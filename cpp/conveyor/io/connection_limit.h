@@ -1,0 +1,43 @@
+#pragma once
+
+#include <chrono>
+
+namespace conveyor {
+
+/// How many requests one host is sent at once: a pure controller, shaped as
+/// TCP's congestion window. While requests queue for the host it grows by
+/// one per success (doubling each round) until the host first shows overload
+/// (a refused or reset connection, a connect that waited for a retransmitted
+/// SYN, HTTP 429 or 503); then it halves, at most once per `cooldown` (the
+/// requests already in flight report the same overload), and afterwards
+/// grows by one per round (`value()` successes). A modest server (Python's
+/// http.server, with a listen queue of 5) is so read at the rate it can
+/// give, and a fast one (nginx, S3) reaches the most reads in flight.
+///
+/// Thread-safety: none; HttpStore's event-loop thread owns one per host.
+class ConnectionLimit {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  /// Starts at min(initial, max); never leaves [1, max].
+  ConnectionLimit(int initial, int max, Clock::duration cooldown = std::chrono::seconds(1));
+
+  int value() const { return value_; }
+  /// Whether the limit was ever halved.
+  bool overloaded_once() const { return overloaded_once_; }
+
+  /// One request ended at `now`. `overloaded`: it showed the host overloaded.
+  /// `queued`: requests were waiting for the limit (only then can more help).
+  /// Returns whether the limit was halved.
+  bool record(bool overloaded, bool queued, Clock::time_point now);
+
+ private:
+  int value_;
+  int max_;
+  Clock::duration cooldown_;
+  int successes_ = 0;  // Since the limit last grew, once overloaded.
+  bool overloaded_once_ = false;
+  Clock::time_point last_cut_{};
+};
+
+}  // namespace conveyor

@@ -1,0 +1,636 @@
+#include "conveyor/io/http_store.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string_view>
+#include <thread>
+
+#include "conveyor/core/cancellation.h"
+#include "conveyor/core/error.h"
+#include "conveyor/io/connection_limit.h"
+
+namespace conveyor {
+
+namespace {
+
+using Kind = FetchFailure::Kind;
+using Clock = std::chrono::steady_clock;
+
+// How often a waiting read checks whether its loader stopped: close() waits
+// at most this long for a read stuck on a slow server (the Loader's own wait
+// slice). Waits are on native threads without the GIL, so the wake-ups are cheap.
+constexpr auto kCancelPoll = std::chrono::milliseconds(50);
+constexpr long kMaxRedirects = 5;
+// An error reply's body is kept only to find S3's error code in it.
+constexpr size_t kMaxErrorBody = 64 << 10;
+// A connect that took longer than this waited for a retransmitted SYN (Linux's
+// first retransmission is after 1 s): the server's listen queue overflowed.
+constexpr curl_off_t kSlowConnectMicros = 1'000'000;
+// The empty payload's SHA-256: what S3 wants in x-amz-content-sha256 for a
+// GET or HEAD (libcurl signs the same hash).
+constexpr const char* kEmptyPayloadSha256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+void init_curl_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+      throw Error(ErrorKind::kConfig, "libcurl failed to initialise (curl_global_init)");
+    }
+  });
+}
+
+bool starts_with_nocase(std::string_view text, std::string_view prefix) {
+  if (text.size() < prefix.size()) return false;
+  for (size_t i = 0; i < prefix.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(text[i])) != prefix[i]) return false;
+  }
+  return true;
+}
+
+std::string_view trim(std::string_view text) {
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t' || text.back() == '\r' || text.back() == '\n')) {
+    text.remove_suffix(1);
+  }
+  return text;
+}
+
+// The reason phrase of the statuses HTTP/2 replies carry none for.
+std::string standard_reason(long status) {
+  static const std::map<long, std::string> reasons = {{301, "Moved Permanently"},
+                                                      {302, "Found"},
+                                                      {307, "Temporary Redirect"},
+                                                      {400, "Bad Request"},
+                                                      {401, "Unauthorized"},
+                                                      {403, "Forbidden"},
+                                                      {404, "Not Found"},
+                                                      {408, "Request Timeout"},
+                                                      {416, "Range Not Satisfiable"},
+                                                      {429, "Too Many Requests"},
+                                                      {500, "Internal Server Error"},
+                                                      {501, "Not Implemented"},
+                                                      {502, "Bad Gateway"},
+                                                      {503, "Service Unavailable"},
+                                                      {504, "Gateway Timeout"}};
+  auto it = reasons.find(status);
+  return it == reasons.end() ? std::string() : it->second;
+}
+
+// "scheme://host:port" of a URL: the key of the per-host limit.
+std::string host_of(const std::string& url) {
+  const size_t authority = url.find("://");
+  if (authority == std::string::npos) return url;
+  return url.substr(0, url.find_first_of("/?#", authority + 3));
+}
+
+struct Transfer {
+  // The request: set before submission, read-only after.
+  std::string url;  // http(s)
+  std::string host;
+  bool head = false;
+  bool s3 = false;
+  std::string range;  // "first-last", or empty for the whole object
+  int64_t max_bytes = 0;
+
+  // The reply: written by the loop thread, read by the waiter once `done`.
+  CURLcode code = CURLE_OK;
+  long status = 0;
+  std::string reason;
+  std::vector<uint8_t> body;
+  std::string error_body;
+  int64_t declared_length = -1;
+  std::string too_large;  // What was too large ("Content-Length: N"), or empty.
+  double retry_after = 0;
+  char error[CURL_ERROR_SIZE] = {};
+  bool cancelled = false;  // Ended by the store's destructor.
+
+  std::atomic<bool> abandoned{false};  // The waiter gave up (its loader stopped).
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+};
+
+size_t on_header(char* data, size_t, size_t count, void* user) {
+  Transfer& t = *static_cast<Transfer*>(user);
+  const std::string_view line(data, count);
+  if (line.substr(0, 5) == "HTTP/") {
+    // Each reply (a redirect's, an interim 100's, the final one) starts anew.
+    const size_t space = line.find(' ');
+    const std::string_view rest = space == std::string_view::npos ? std::string_view{} : line.substr(space + 1);
+    long status = 0;
+    std::from_chars(rest.data(), rest.data() + rest.size(), status);
+    t.status = status;
+    const size_t reason = rest.find(' ');
+    t.reason = reason == std::string_view::npos ? std::string() : std::string(trim(rest.substr(reason + 1)));
+    t.declared_length = -1;
+    t.retry_after = 0;
+    t.error_body.clear();
+  } else if (starts_with_nocase(line, "content-length:")) {
+    const std::string_view value = trim(line.substr(15));
+    int64_t length = -1;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), length);
+    if (ec == std::errc::result_out_of_range || (ec == std::errc() && length > t.max_bytes)) {
+      if (!t.head && t.status >= 200 && t.status < 300) {
+        t.too_large = "Content-Length: " + std::string(value);
+        return 0;  // Refused before any of the body is read.
+      }
+    } else if (ec == std::errc() && end == value.data() + value.size()) {
+      t.declared_length = length;
+    }
+  } else if (starts_with_nocase(line, "retry-after:")) {
+    const std::string_view value = trim(line.substr(12));
+    double seconds = 0;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), seconds);
+    if (ec == std::errc() && std::isfinite(seconds) && seconds > 0) t.retry_after = seconds;  // An HTTP date: ignored.
+  }
+  return count;
+}
+
+size_t on_body(char* data, size_t, size_t count, void* user) {
+  Transfer& t = *static_cast<Transfer*>(user);
+  if (t.abandoned.load(std::memory_order_relaxed)) return 0;
+  if (t.status < 200 || t.status >= 300) {
+    const size_t room = kMaxErrorBody - std::min(kMaxErrorBody, t.error_body.size());
+    t.error_body.append(data, std::min(room, count));
+    return count;
+  }
+  if (static_cast<int64_t>(t.body.size() + count) > t.max_bytes) {
+    t.too_large = "a body of no declared length";
+    return 0;
+  }
+  if (t.body.empty() && t.declared_length > 0) t.body.reserve(static_cast<size_t>(t.declared_length));
+  t.body.insert(t.body.end(), data, data + count);
+  return count;
+}
+
+FetchFailure failure_of(const Transfer& t, const HttpStoreOptions& options, const S3Config* s3) {
+  if (!t.too_large.empty()) {
+    return {Kind::kTooLarge, 0,
+            t.too_large + ", more than the " + std::to_string(options.max_read_bytes) + " bytes a read may return"};
+  }
+  if (t.cancelled) return {Kind::kCancelled, 0, "the store was closed"};
+  const std::string detail = t.error[0] != '\0' ? std::string(t.error) : std::string(curl_easy_strerror(t.code));
+  switch (t.code) {
+    case CURLE_OK:
+      break;
+    case CURLE_OPERATION_TIMEDOUT:
+      return {Kind::kTimeout, 0, detail};
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_RESOLVE_PROXY:
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_SSL_CONNECT_ERROR:
+      return {Kind::kConnection, 0, detail};
+    case CURLE_TOO_MANY_REDIRECTS:
+      return {Kind::kOther, 0, "more than " + std::to_string(kMaxRedirects) + " redirects"};
+    case CURLE_URL_MALFORMAT:
+    case CURLE_UNSUPPORTED_PROTOCOL:
+      return {Kind::kInvalid, 0, detail};
+    default:
+      return {Kind::kOther, 0, detail};
+  }
+  std::string reason = t.reason.empty() ? standard_reason(t.status) : t.reason;
+  if (s3 != nullptr) {
+    const std::string code = s3_error_code(t.error_body);
+    if (!code.empty()) reason += " (" + code + ")";
+    if ((t.status == 403 || t.status == 401) && s3->anonymous) {
+      reason += "; the request was unsigned (credentials: " + s3->credentials_source + ")";
+    }
+    if (t.status == 301) reason += "; the bucket is in another region than " + s3->region;
+  }
+  FetchFailure failure{Kind::kStatus, static_cast<int>(t.status), reason};
+  failure.retry_after = t.retry_after;
+  return failure;
+}
+
+// A libcurl string list, freed with it.
+struct HeaderList {
+  curl_slist* list = nullptr;
+  HeaderList() = default;
+  HeaderList(const HeaderList&) = delete;
+  HeaderList& operator=(const HeaderList&) = delete;
+  ~HeaderList() { curl_slist_free_all(list); }
+  void add(const std::string& line) {
+    curl_slist* grown = curl_slist_append(list, line.c_str());
+    if (grown == nullptr) throw std::bad_alloc();
+    list = grown;
+  }
+};
+
+}  // namespace
+
+void HttpStoreOptions::validate() const {
+  check_config(std::isfinite(connect_timeout) && connect_timeout > 0,
+               "HttpStore: connect_timeout must be a finite number of seconds > 0");
+  check_config(std::isfinite(read_timeout) && read_timeout >= 1,
+               "HttpStore: read_timeout must be a finite number of seconds >= 1");
+  check_config(max_read_bytes >= 0, "HttpStore: max_read_bytes must be >= 0");
+  check_config(max_connections_per_host >= 1, "HttpStore: max_connections_per_host must be >= 1");
+  check_config(initial_connections_per_host >= 1, "HttpStore: initial_connections_per_host must be >= 1");
+  for (const auto& [name, value] : headers) {
+    const auto bad = [](char c) { return c == '\r' || c == '\n' || c == '\0'; };
+    check_config(!name.empty() && name.find(':') == std::string::npos && std::none_of(name.begin(), name.end(), bad) &&
+                     std::none_of(value.begin(), value.end(), bad),
+                 "HttpStore: header '" + name + "' is not a valid HTTP header (empty name, ':' or a line break)");
+  }
+}
+
+class HttpStore::Loop {
+ public:
+  explicit Loop(HttpStoreOptions options) : options_(std::move(options)) {
+    options_.validate();
+    init_curl_once();
+    for (const auto& [name, value] : options_.headers) http_headers_.add(name + ": " + value);
+    if (options_.s3) {
+      s3_headers_.add(std::string("x-amz-content-sha256: ") + kEmptyPayloadSha256);
+      if (!options_.s3->session_token.empty()) s3_headers_.add("x-amz-security-token: " + options_.s3->session_token);
+      sigv4_ = "aws:amz:" + options_.s3->region + ":s3";
+    }
+    multi_ = curl_multi_init();
+    share_ = curl_share_init();
+    if (multi_ == nullptr || share_ == nullptr) throw std::bad_alloc();
+    // One thread uses the share, so it needs no lock callbacks.
+    curl_share_setopt(share_, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+    curl_share_setopt(share_, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+    curl_multi_setopt(multi_, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
+    curl_multi_setopt(multi_, CURLMOPT_MAX_HOST_CONNECTIONS, static_cast<long>(options_.max_connections_per_host));
+    thread_ = std::thread([this] { run(); });
+  }
+
+  ~Loop() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    curl_multi_wakeup(multi_);
+    thread_.join();
+    for (CURL* easy : idle_) curl_easy_cleanup(easy);
+    curl_multi_cleanup(multi_);
+    curl_share_cleanup(share_);
+  }
+
+  Loop(const Loop&) = delete;
+  Loop& operator=(const Loop&) = delete;
+
+  // Runs `t` on the loop thread and waits for it. Throws FetchError
+  // kCancelled when the calling thread's Cancellation is cancelled.
+  void perform(const std::shared_ptr<Transfer>& t) {
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) throw FetchError({Kind::kCancelled, 0, "the store was closed"});
+      submitted_.push_back(t);
+    }
+    curl_multi_wakeup(multi_);
+    std::unique_lock lock(t->mu);
+    while (!t->cv.wait_for(lock, kCancelPoll, [&] { return t->done; })) {
+      if (cancellation_requested()) {
+        t->abandoned.store(true);
+        lock.unlock();
+        curl_multi_wakeup(multi_);  // The loop removes the transfer at once.
+        throw FetchError({Kind::kCancelled, 0, "the loader stopped"});
+      }
+    }
+  }
+
+  const HttpStoreOptions& options() const { return options_; }
+
+  HttpStoreCounters counters() const {
+    HttpStoreCounters counters;
+    counters.requests = requests_.load();
+    counters.connections = connections_.load();
+    counters.bytes = bytes_.load();
+    counters.overloaded = overloaded_.load();
+    counters.connections_per_host = largest_limit_.load();
+    return counters;
+  }
+
+ private:
+  struct Host {
+    explicit Host(const HttpStoreOptions& options)
+        : limit(options.initial_connections_per_host, options.max_connections_per_host) {}
+    ConnectionLimit limit;
+    int active = 0;
+    std::deque<std::shared_ptr<Transfer>> waiting;
+  };
+
+  void run() {
+    std::vector<std::shared_ptr<Transfer>> incoming;
+    while (true) {
+      {
+        std::lock_guard lock(mu_);
+        if (stopping_) break;
+        incoming.swap(submitted_);
+      }
+      for (std::shared_ptr<Transfer>& t : incoming) {
+        Host& host = hosts_.try_emplace(t->host, options_).first->second;
+        host.waiting.push_back(std::move(t));
+      }
+      incoming.clear();
+      drop_abandoned();
+      start_admitted();
+      int running = 0;
+      curl_multi_perform(multi_, &running);
+      bool finished = false;
+      int left = 0;
+      while (CURLMsg* message = curl_multi_info_read(multi_, &left)) {
+        if (message->msg == CURLMSG_DONE) {
+          finish(message->easy_handle, message->data.result);
+          finished = true;
+        }
+      }
+      if (!finished) curl_multi_poll(multi_, nullptr, 0, 1000, nullptr);
+    }
+    // Stopping: whatever is still in flight or queued ends as cancelled.
+    for (auto& [easy, t] : active_) {
+      curl_multi_remove_handle(multi_, easy);
+      curl_easy_cleanup(easy);
+      t->cancelled = true;
+      complete(*t);
+    }
+    active_.clear();
+    for (auto& [name, host] : hosts_) {
+      for (std::shared_ptr<Transfer>& t : host.waiting) {
+        t->cancelled = true;
+        complete(*t);
+      }
+    }
+  }
+
+  void drop_abandoned() {
+    for (auto it = active_.begin(); it != active_.end();) {
+      if (it->second->abandoned.load()) {
+        curl_multi_remove_handle(multi_, it->first);
+        --hosts_.at(it->second->host).active;
+        recycle(it->first);
+        complete(*it->second);
+        it = active_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto& [name, host] : hosts_) {
+      std::erase_if(host.waiting, [](const std::shared_ptr<Transfer>& t) { return t->abandoned.load(); });
+    }
+  }
+
+  void start_admitted() {
+    for (auto& [name, host] : hosts_) {
+      while (host.active < host.limit.value() && !host.waiting.empty()) {
+        std::shared_ptr<Transfer> t = std::move(host.waiting.front());
+        host.waiting.pop_front();
+        CURL* easy = handle();
+        configure(easy, *t);
+        if (curl_multi_add_handle(multi_, easy) != CURLM_OK) {
+          t->code = CURLE_FAILED_INIT;
+          recycle(easy);
+          complete(*t);
+          continue;
+        }
+        ++host.active;
+        active_.emplace(easy, std::move(t));
+      }
+    }
+  }
+
+  CURL* handle() {
+    if (idle_.empty()) {
+      CURL* easy = curl_easy_init();
+      if (easy == nullptr) throw std::bad_alloc();
+      return easy;
+    }
+    CURL* easy = idle_.back();
+    idle_.pop_back();
+    curl_easy_reset(easy);
+    return easy;
+  }
+
+  void recycle(CURL* easy) { idle_.push_back(easy); }
+
+  void configure(CURL* easy, Transfer& t) {
+    curl_easy_setopt(easy, CURLOPT_URL, t.url.c_str());
+    curl_easy_setopt(easy, CURLOPT_SHARE, share_);
+    curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, t.error);
+    curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(easy, CURLOPT_HEADERDATA, &t);
+    curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(easy, CURLOPT_WRITEDATA, &t);
+    curl_easy_setopt(easy, CURLOPT_BUFFERSIZE, 64L << 10);
+    curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(std::ceil(options_.connect_timeout * 1000)));
+    curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, HttpStoreOptions::kStallBytesPerSecond);
+    curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, static_cast<long>(std::ceil(options_.read_timeout)));
+    if (t.head) curl_easy_setopt(easy, CURLOPT_NOBODY, 1L);
+    if (!t.range.empty()) curl_easy_setopt(easy, CURLOPT_RANGE, t.range.c_str());
+    if (t.s3) {
+      // Signed requests are not redirected: S3's redirects say the region is wrong.
+      curl_easy_setopt(easy, CURLOPT_HTTPHEADER, s3_headers_.list);
+      if (!options_.s3->anonymous) {
+        curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, sigv4_.c_str());
+        curl_easy_setopt(easy, CURLOPT_USERNAME, options_.s3->access_key_id.c_str());
+        curl_easy_setopt(easy, CURLOPT_PASSWORD, options_.s3->secret_access_key.c_str());
+      }
+    } else {
+      curl_easy_setopt(easy, CURLOPT_HTTPHEADER, http_headers_.list);
+      curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 1L);
+      curl_easy_setopt(easy, CURLOPT_MAXREDIRS, kMaxRedirects);
+      curl_easy_setopt(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+    }
+  }
+
+  void finish(CURL* easy, CURLcode code) {
+    auto it = active_.find(easy);
+    if (it == active_.end()) return;
+    std::shared_ptr<Transfer> t = std::move(it->second);
+    active_.erase(it);
+    curl_multi_remove_handle(multi_, easy);
+    t->code = code;
+    if (code == CURLE_OK && t->head) {
+      curl_off_t length = -1;
+      curl_easy_getinfo(easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+      t->declared_length = length;
+    }
+    long connects = 0;
+    curl_easy_getinfo(easy, CURLINFO_NUM_CONNECTS, &connects);
+    curl_off_t connect_micros = 0;
+    curl_easy_getinfo(easy, CURLINFO_CONNECT_TIME_T, &connect_micros);
+    requests_.fetch_add(1);
+    connections_.fetch_add(connects);
+    bytes_.fetch_add(static_cast<int64_t>(t->body.size()));
+    const bool overloaded = code == CURLE_COULDNT_CONNECT || code == CURLE_SEND_ERROR || code == CURLE_RECV_ERROR ||
+                            code == CURLE_GOT_NOTHING || connect_micros >= kSlowConnectMicros ||
+                            (code == CURLE_OK && (t->status == 429 || t->status == 503));
+    Host& host = hosts_.at(t->host);
+    --host.active;
+    if (host.limit.record(overloaded, !host.waiting.empty(), Clock::now())) overloaded_.fetch_add(1);
+    int largest = 0;
+    for (const auto& [name, each] : hosts_) largest = std::max(largest, each.limit.value());
+    largest_limit_.store(largest);
+    recycle(easy);
+    complete(*t);
+  }
+
+  static void complete(Transfer& t) {
+    {
+      std::lock_guard lock(t.mu);
+      t.done = true;
+    }
+    t.cv.notify_all();
+  }
+
+  HttpStoreOptions options_;
+  HeaderList http_headers_;
+  HeaderList s3_headers_;
+  std::string sigv4_;
+  CURLM* multi_ = nullptr;
+  CURLSH* share_ = nullptr;
+
+  std::mutex mu_;  // Guards submitted_ and stopping_.
+  std::vector<std::shared_ptr<Transfer>> submitted_;
+  bool stopping_ = false;
+
+  // The loop thread's own.
+  std::map<std::string, Host> hosts_;
+  std::map<CURL*, std::shared_ptr<Transfer>> active_;
+  std::vector<CURL*> idle_;
+
+  std::atomic<int64_t> requests_{0};
+  std::atomic<int64_t> connections_{0};
+  std::atomic<int64_t> bytes_{0};
+  std::atomic<int64_t> overloaded_{0};
+  std::atomic<int> largest_limit_{0};
+
+  std::thread thread_;  // Last: started when everything above exists.
+};
+
+HttpStore::HttpStore(HttpStoreOptions options) : loop_(std::make_unique<Loop>(std::move(options))) {}
+
+HttpStore::~HttpStore() = default;
+
+const HttpStoreOptions& HttpStore::options() const { return loop_->options(); }
+
+HttpStoreCounters HttpStore::counters() const { return loop_->counters(); }
+
+namespace {
+
+// The transfer for `url`: an s3:// URL becomes its http(s) URL under the
+// store's S3Config; any other scheme but http(s) is invalid.
+std::shared_ptr<Transfer> transfer_for(const std::string& url, const HttpStoreOptions& options) {
+  auto t = std::make_shared<Transfer>();
+  std::string scheme = url.substr(0, url.find("://"));
+  std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (scheme == "s3") {
+    if (!options.s3) throw FetchError({Kind::kInvalid, 0, "this store has no S3 settings for s3:// URLs"});
+    try {
+      t->url = s3_http_url(*options.s3, url);
+    } catch (const Error& e) {
+      throw FetchError({Kind::kInvalid, 0, e.cause()});
+    }
+    t->s3 = true;
+  } else if (scheme == "http" || scheme == "https") {
+    t->url = url;
+  } else {
+    throw FetchError({Kind::kInvalid, 0, "not an http(s):// or s3:// URL"});
+  }
+  t->host = host_of(t->url);
+  t->max_bytes = options.max_read_bytes;
+  return t;
+}
+
+}  // namespace
+
+std::vector<uint8_t> HttpStore::read(const std::string& url, uint64_t offset, int64_t size) const {
+  const HttpStoreOptions& options = loop_->options();
+  if (size == 0) return {};
+  if (size > options.max_read_bytes) {
+    throw FetchError({Kind::kTooLarge, 0,
+                      std::to_string(size) + " bytes asked for, more than the " +
+                          std::to_string(options.max_read_bytes) + " bytes a read may return"});
+  }
+  std::shared_ptr<Transfer> t = transfer_for(url, options);
+  // A whole object is one plain GET: a range would change what servers
+  // answer (416 for an empty object).
+  if (size > 0) t->range = std::to_string(offset) + "-" + std::to_string(offset + static_cast<uint64_t>(size) - 1);
+  loop_->perform(t);
+  if (t->code != CURLE_OK || !t->too_large.empty() || t->cancelled || t->status < 200 || t->status >= 300) {
+    throw FetchError(failure_of(*t, options, options.s3 ? &*options.s3 : nullptr));
+  }
+  if (size > 0 && t->status == 200) {
+    // The server ignored the range and sent the whole object.
+    const size_t begin = std::min<size_t>(offset, t->body.size());
+    const size_t end = std::min<size_t>(begin + static_cast<size_t>(size), t->body.size());
+    return {t->body.begin() + static_cast<std::ptrdiff_t>(begin), t->body.begin() + static_cast<std::ptrdiff_t>(end)};
+  }
+  return std::move(t->body);
+}
+
+uint64_t HttpStore::size(const std::string& url) const {
+  const HttpStoreOptions& options = loop_->options();
+  std::shared_ptr<Transfer> t = transfer_for(url, options);
+  t->head = true;
+  loop_->perform(t);
+  if (t->code != CURLE_OK || t->cancelled || t->status < 200 || t->status >= 300) {
+    throw FetchError(failure_of(*t, options, options.s3 ? &*options.s3 : nullptr));
+  }
+  if (t->declared_length < 0) throw FetchError({Kind::kOther, 0, "the server gives no Content-Length for " + url});
+  return static_cast<uint64_t>(t->declared_length);
+}
+
+}  // namespace conveyor
+
+namespace conveyor {
+
+std::vector<RemoteObject> HttpStore::list(const std::string& prefix) const {
+  const HttpStoreOptions& options = loop_->options();
+  if (prefix.size() < 5 || !std::equal(prefix.begin(), prefix.begin() + 5, "s3://", [](char a, char b) {
+        return std::tolower(static_cast<unsigned char>(a)) == b;
+      })) {
+    throw FetchError({Kind::kInvalid, 0, "only s3:// prefixes can be listed"});
+  }
+  if (!options.s3) throw FetchError({Kind::kInvalid, 0, "this store has no S3 settings for s3:// URLs"});
+  std::pair<std::string, std::string> bucket_and_key;
+  try {
+    bucket_and_key = split_s3_url(prefix);
+  } catch (const Error& e) {
+    throw FetchError({Kind::kInvalid, 0, e.cause()});
+  }
+  const auto& [bucket, key_prefix] = bucket_and_key;
+  std::vector<RemoteObject> objects;
+  std::string token;
+  do {
+    auto t = std::make_shared<Transfer>();
+    t->url = s3_list_url(*options.s3, bucket, key_prefix, token);
+    t->host = host_of(t->url);
+    t->s3 = true;
+    t->max_bytes = options.max_read_bytes;
+    loop_->perform(t);
+    if (t->code != CURLE_OK || !t->too_large.empty() || t->cancelled || t->status < 200 || t->status >= 300) {
+      throw FetchError(failure_of(*t, options, &*options.s3));
+    }
+    S3ListPage page;
+    try {
+      page = parse_s3_list_page(std::string_view(reinterpret_cast<const char*>(t->body.data()), t->body.size()));
+    } catch (const Error& e) {
+      throw FetchError({Kind::kOther, 0, e.cause()});
+    }
+    for (auto& [key, size] : page.objects) objects.push_back({"s3://" + bucket + "/" + key, size});
+    token = std::move(page.next_continuation_token);
+  } while (!token.empty());
+  return objects;
+}
+
+}  // namespace conveyor

@@ -1,0 +1,91 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "conveyor/io/remote.h"
+#include "conveyor/io/s3.h"
+
+namespace conveyor {
+
+/// How an HttpStore connects and bounds its transfers.
+struct HttpStoreOptions {
+  /// Seconds allowed to connect (and finish TLS); past it the attempt is a
+  /// (transient) timeout.
+  double connect_timeout = 10.0;
+  /// A transfer that receives less than kStallBytesPerSecond on average over
+  /// this many seconds (a server that does not answer, or trickles) is a
+  /// (transient) timeout.
+  double read_timeout = 30.0;
+  /// The most bytes one read may return (kMaxRemoteReadBytes; lower in tests).
+  int64_t max_read_bytes = kMaxRemoteReadBytes;
+  /// Reads in flight to one host (scheme://host:port) at most. Within it the
+  /// store adapts each host's limit (ConnectionLimit, io/connection_limit.h),
+  /// starting at initial_connections_per_host.
+  int max_connections_per_host = 256;
+  int initial_connections_per_host = 16;
+  /// Sent with every http(s):// request (not with s3://, whose requests are signed).
+  std::vector<std::pair<std::string, std::string>> headers;
+  /// Where s3:// URLs go; none: an s3:// URL is an invalid request.
+  std::optional<S3Config> s3;
+
+  /// The average rate below which a transfer counts as stalled.
+  static constexpr long kStallBytesPerSecond = 1024;
+
+  /// Throws Error{kConfig} naming the field when a value is out of range.
+  void validate() const;
+};
+
+/// What an HttpStore has done, for benchmarks and stats().
+struct HttpStoreCounters {
+  int64_t requests = 0;          ///< Attempts finished (any outcome).
+  int64_t connections = 0;       ///< Connections opened (the rest reused one).
+  int64_t bytes = 0;             ///< Body bytes received.
+  int64_t overloaded = 0;        ///< Times a host's limit was halved.
+  int connections_per_host = 0;  ///< The largest current per-host limit.
+};
+
+/// A RemoteStore for http://, https:// and s3:// URLs on libcurl's multi
+/// interface: one event-loop thread drives every transfer (connections, TLS
+/// sessions and DNS answers reused; HTTP/2 multiplexed where the server
+/// offers it), while the io threads that call read() wait without the GIL.
+/// Whole reads are one GET, ranged reads a GET with `Range` (a server that
+/// ignores it is sliced), size() a HEAD; http(s) redirects are followed (5
+/// at most). s3:// requests are signed with AWS SigV4 (S3Config), and S3's
+/// XML error code joins the status ("HTTP 404 Not Found (NoSuchKey)").
+/// Bodies are bounded by max_read_bytes before they are read (the declared
+/// Content-Length) and while they are (a body of no declared length).
+/// A read whose thread's Cancellation (core/cancellation.h) is cancelled
+/// ends within ~50 ms, its transfer removed at once.
+///
+/// Thread-safety: read() and size() may be called from any number of threads.
+class HttpStore final : public RemoteStore {
+ public:
+  /// Starts the event-loop thread. Throws Error{kConfig} for bad options.
+  explicit HttpStore(HttpStoreOptions options = {});
+  /// Ends every transfer still in flight (their reads fail as cancelled) and
+  /// joins the event-loop thread.
+  ~HttpStore() override;
+  HttpStore(const HttpStore&) = delete;
+  HttpStore& operator=(const HttpStore&) = delete;
+
+  std::vector<uint8_t> read(const std::string& url, uint64_t offset, int64_t size) const override;
+  uint64_t size(const std::string& url) const override;
+  /// The objects under an `s3://bucket/prefix`, in S3's order (by key's
+  /// UTF-8 bytes), every page of a ListObjectsV2 listing. Other schemes
+  /// cannot list (FetchError kInvalid).
+  std::vector<RemoteObject> list(const std::string& prefix) const override;
+
+  HttpStoreCounters counters() const;
+  const HttpStoreOptions& options() const;
+
+ private:
+  class Loop;
+  std::unique_ptr<Loop> loop_;
+};
+
+}  // namespace conveyor

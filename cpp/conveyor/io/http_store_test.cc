@@ -1,0 +1,281 @@
+#include "conveyor/io/http_store.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "conveyor/core/cancellation.h"
+#include "conveyor/core/error.h"
+#include "conveyor/io/testing/http_test_server.h"
+
+namespace conveyor {
+namespace {
+
+using detail::HttpTestConnection;
+using detail::HttpTestRequest;
+using detail::HttpTestServer;
+using Kind = FetchFailure::Kind;
+
+std::string text(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
+
+// The object every "file" request gets: 1000 bytes, all different mod 251.
+std::string object() {
+  std::string data(1000, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i % 251);
+  return data;
+}
+
+// Serves object() at any path, honouring "Range: bytes=a-b" (unless told not
+// to), with keep-alive.
+HttpTestServer::Handler file_handler(bool ranges = true) {
+  return [ranges](const HttpTestRequest& request, HttpTestConnection& connection) {
+    const std::string data = object();
+    auto range = request.headers.find("range");
+    if (ranges && range != request.headers.end()) {
+      const size_t first = std::stoul(range->second.substr(6));
+      const size_t last = std::stoul(range->second.substr(range->second.find('-') + 1));
+      return connection.send(HttpTestServer::reply(206, "Partial Content", data.substr(first, last - first + 1)));
+    }
+    if (request.method == "HEAD") {
+      return connection.send("HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(data.size()) + "\r\n\r\n");
+    }
+    return connection.send(HttpTestServer::reply(200, "OK", data));
+  };
+}
+
+FetchFailure failure_of(const HttpStore& store, const std::string& url, uint64_t offset = 0, int64_t size = -1) {
+  try {
+    store.read(url, offset, size);
+  } catch (const FetchError& e) {
+    return e.failure();
+  }
+  ADD_FAILURE() << "no FetchError for " << url;
+  return {};
+}
+
+TEST(HttpStoreTest, WholeAndRangedReadsAndSizesAreTheServersBytes) {
+  HttpTestServer server(file_handler());
+  HttpStore store;
+  EXPECT_EQ(text(store.read(server.url("/a.jpg"), 0, -1)), object());
+  EXPECT_EQ(text(store.read(server.url("/a.jpg"), 100, 50)), object().substr(100, 50));
+  EXPECT_EQ(store.size(server.url("/a.jpg")), 1000u);
+  const std::vector<HttpTestRequest> requests = server.requests();
+  ASSERT_EQ(requests.size(), 3u);
+  EXPECT_EQ(requests[0].headers.count("range"), 0u);
+  EXPECT_EQ(requests[1].headers.at("range"), "bytes=100-149");
+  EXPECT_EQ(requests[2].method, "HEAD");
+  // Keep-alive: one connection for the three.
+  EXPECT_EQ(server.connections(), 1);
+  EXPECT_EQ(store.counters().connections, 1);
+  EXPECT_EQ(store.counters().requests, 3);
+}
+
+TEST(HttpStoreTest, AServerThatIgnoresTheRangeIsSliced) {
+  HttpTestServer server(file_handler(/*ranges=*/false));
+  HttpStore store;
+  EXPECT_EQ(text(store.read(server.url("/a"), 990, 20)), object().substr(990));
+}
+
+TEST(HttpStoreTest, HeadersAreSentWithEveryRequest) {
+  HttpTestServer server(file_handler());
+  HttpStoreOptions options;
+  options.headers = {{"Authorization", "Bearer t0ken"}};
+  HttpStore store(options);
+  store.read(server.url("/a"), 0, 10);
+  EXPECT_EQ(server.requests().at(0).headers.at("authorization"), "Bearer t0ken");
+  options.headers = {{"Bad\r\nName", "x"}};
+  EXPECT_THROW(HttpStore{options}, Error);
+}
+
+TEST(HttpStoreTest, ErrorStatusesCarryTheirReasonAndRetryAfter) {
+  HttpTestServer server([](const HttpTestRequest& request, HttpTestConnection& connection) {
+    if (request.target == "/missing") return connection.send(HttpTestServer::reply(404, "Not Found", "no"));
+    if (request.target == "/busy") {
+      return connection.send(HttpTestServer::reply(429, "Too Many Requests", "", "Retry-After: 3\r\n"));
+    }
+    return connection.send(HttpTestServer::reply(503, "Service Unavailable", ""));
+  });
+  HttpStore store;
+  const FetchFailure missing = failure_of(store, server.url("/missing"));
+  EXPECT_EQ(missing.describe(), "HTTP 404 Not Found");
+  EXPECT_FALSE(is_transient(missing));
+  const FetchFailure busy = failure_of(store, server.url("/busy"));
+  EXPECT_EQ(busy.describe(), "HTTP 429 Too Many Requests");
+  EXPECT_EQ(busy.retry_after, 3.0);
+  EXPECT_TRUE(is_transient(busy));
+  EXPECT_EQ(failure_of(store, server.url("/down")).describe(), "HTTP 503 Service Unavailable");
+}
+
+TEST(HttpStoreTest, ATruncatedBodyIsATransientConnectionFailure) {
+  HttpTestServer server([](const HttpTestRequest&, HttpTestConnection& connection) {
+    connection.send("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this");
+    return false;  // Hangs up 91 bytes short.
+  });
+  HttpStore store;
+  const FetchFailure failure = failure_of(store, server.url("/a"));
+  EXPECT_EQ(failure.kind, Kind::kConnection);
+  EXPECT_TRUE(is_transient(failure));
+}
+
+TEST(HttpStoreTest, ADeclaredLengthPastTheCapIsRefusedBeforeAnyBody) {
+  HttpTestServer server([](const HttpTestRequest&, HttpTestConnection& connection) {
+    connection.send("HTTP/1.1 200 OK\r\nContent-Length: 1000000000000000\r\n\r\nJFIF");
+    connection.wait_for_hang_up();
+    return false;
+  });
+  HttpStore store;
+  const FetchFailure failure = failure_of(store, server.url("/a"));
+  EXPECT_EQ(failure.describe(),
+            "too large: Content-Length: 1000000000000000, more than the 2147483648 bytes a read may return");
+  EXPECT_FALSE(is_transient(failure));
+}
+
+TEST(HttpStoreTest, AnEndlessChunkedBodyIsReadNoFurtherThanTheCap) {
+  std::atomic<int64_t> sent{0};
+  HttpTestServer server([&sent](const HttpTestRequest&, HttpTestConnection& connection) {
+    connection.send("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+    const std::string chunk = "10000\r\n" + std::string(0x10000, 'x') + "\r\n";
+    while (connection.send(chunk)) sent += 0x10000;
+    return false;
+  });
+  HttpStoreOptions options;
+  options.max_read_bytes = 1 << 20;
+  HttpStore store(options);
+  EXPECT_EQ(failure_of(store, server.url("/a")).describe(),
+            "too large: a body of no declared length, more than the 1048576 bytes a read may return");
+  server.wait_for_hang_ups(1);
+  EXPECT_LT(sent.load(), int64_t{64} << 20);  // The rest sits in socket buffers at most.
+}
+
+TEST(HttpStoreTest, ACancelledReadEndsAndItsConnectionIsClosed) {
+  // Headers, then a body that never comes: only the cancellation ends the read.
+  HttpTestServer server([](const HttpTestRequest&, HttpTestConnection& connection) {
+    connection.send("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nabc");
+    connection.wait_for_hang_up();
+    return false;
+  });
+  HttpStoreOptions options;
+  options.read_timeout = 24 * 3600;
+  HttpStore store(options);
+  Cancellation cancellation;
+  std::vector<std::thread> readers;
+  std::atomic<int> cancelled{0};
+  for (int i = 0; i < 4; ++i) {
+    readers.emplace_back([&] {
+      ScopedCancellation scope(cancellation);
+      if (failure_of(store, server.url("/a")).kind == Kind::kCancelled) ++cancelled;
+    });
+  }
+  server.wait_for_requests(4);
+  cancellation.cancel();
+  for (std::thread& reader : readers) reader.join();
+  EXPECT_EQ(cancelled.load(), 4);
+  server.wait_for_hang_ups(4);  // The store dropped each transfer's connection.
+  // The store still works.
+  HttpTestServer healthy(file_handler());
+  EXPECT_EQ(text(store.read(healthy.url("/b"), 0, 3)), object().substr(0, 3));
+}
+
+TEST(HttpStoreTest, TrickledHeadersEndAsATimeout) {
+  HttpTestServer server([](const HttpTestRequest&, HttpTestConnection& connection) {
+    connection.send("HTTP/1.1 200 OK\r\n");
+    while (connection.send("X")) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return false;
+  });
+  HttpStoreOptions options;
+  options.read_timeout = 1;
+  HttpStore store(options);
+  const FetchFailure failure = failure_of(store, server.url("/a"));
+  EXPECT_EQ(failure.kind, Kind::kTimeout);
+  EXPECT_TRUE(is_transient(failure));
+}
+
+TEST(HttpStoreTest, ARefusedConnectionIsATransientConnectionFailure) {
+  int port;
+  {
+    HttpTestServer closed(file_handler());
+    port = closed.port();
+  }
+  HttpStore store;
+  const FetchFailure failure = failure_of(store, "http://127.0.0.1:" + std::to_string(port) + "/a");
+  EXPECT_EQ(failure.kind, Kind::kConnection);
+}
+
+TEST(HttpStoreTest, OtherSchemesAndS3WithoutSettingsAreInvalid) {
+  HttpStore store;
+  EXPECT_EQ(failure_of(store, "ftp://host/a").kind, Kind::kInvalid);
+  EXPECT_EQ(failure_of(store, "s3://bucket/a").describe(),
+            "invalid URL or request: this store has no S3 settings for s3:// URLs");
+}
+
+TEST(HttpStoreTest, ManyThreadsReadingAtOnceGetTheirOwnBytes) {
+  HttpTestServer server(file_handler());
+  HttpStoreOptions options;
+  options.initial_connections_per_host = 2;
+  HttpStore store(options);
+  std::vector<std::thread> readers;
+  std::atomic<int> wrong{0};
+  for (int i = 0; i < 16; ++i) {
+    readers.emplace_back([&, i] {
+      for (int j = 0; j < 20; ++j) {
+        const uint64_t offset = static_cast<uint64_t>((i * 20 + j) % 900);
+        if (text(store.read(server.url("/f"), offset, 100)) != object().substr(offset, 100)) ++wrong;
+      }
+    });
+  }
+  for (std::thread& reader : readers) reader.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(store.counters().requests, 320);
+  // The limit grew from 2 while reads queued; connections were reused.
+  EXPECT_GT(store.counters().connections_per_host, 2);
+  EXPECT_LE(store.counters().connections, store.counters().connections_per_host);
+}
+
+TEST(HttpStoreTest, S3RequestsAreSignedAndErrorsNameTheS3Code) {
+  HttpTestServer server([](const HttpTestRequest& request, HttpTestConnection& connection) {
+    if (request.target == "/bucket/dir/a%20b.jpg") return connection.send(HttpTestServer::reply(200, "OK", "abc"));
+    return connection.send(HttpTestServer::reply(
+        404, "Not Found", "<?xml version=\"1.0\"?><Error><Code>NoSuchKey</Code><Message>gone</Message></Error>"));
+  });
+  HttpStoreOptions options;
+  options.s3 = resolve_s3_config({{"key", "AKIDEXAMPLE"},
+                                  {"secret", "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY"},
+                                  {"token", "SESSIONTOKEN"},
+                                  {"endpoint_url", server.url("")},
+                                  {"region", "eu-west-1"}},
+                                 [](const std::string&) { return std::nullopt; });
+  HttpStore store(options);
+  EXPECT_EQ(text(store.read("s3://bucket/dir/a b.jpg", 0, -1)), "abc");
+  const HttpTestRequest request = server.requests().at(0);
+  const std::string& authorization = request.headers.at("authorization");
+  EXPECT_EQ(authorization.rfind("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/", 0), 0u) << authorization;
+  EXPECT_NE(authorization.find("/eu-west-1/s3/aws4_request"), std::string::npos) << authorization;
+  EXPECT_NE(authorization.find("x-amz-content-sha256"), std::string::npos) << authorization;
+  EXPECT_NE(authorization.find("x-amz-security-token"), std::string::npos) << authorization;
+  EXPECT_EQ(request.headers.at("x-amz-security-token"), "SESSIONTOKEN");
+  for (const auto& [name, value] : request.headers) {
+    EXPECT_EQ(value.find("wJalrXUtnFEMIK7MDENG"), std::string::npos) << name;  // The secret never travels.
+  }
+  const FetchFailure missing = failure_of(store, "s3://bucket/nope");
+  EXPECT_EQ(missing.describe(), "HTTP 404 Not Found (NoSuchKey)");
+}
+
+TEST(HttpStoreTest, AnUnsignedS3RequestThatIsForbiddenSaysNoCredentialsWereFound) {
+  HttpTestServer server([](const HttpTestRequest& request, HttpTestConnection& connection) {
+    EXPECT_EQ(request.headers.count("authorization"), 0u);
+    return connection.send(HttpTestServer::reply(
+        403, "Forbidden", "<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"));
+  });
+  HttpStoreOptions options;
+  options.s3 = resolve_s3_config({{"endpoint_url", server.url("")}}, [](const std::string&) { return std::nullopt; });
+  HttpStore store(options);
+  EXPECT_EQ(failure_of(store, "s3://bucket/a").describe(),
+            "HTTP 403 Forbidden (AccessDenied); the request was unsigned (credentials: none found (looked in "
+            "storage_options, AWS_ACCESS_KEY_ID, ~/.aws/credentials and ~/.aws/config [default]))");
+}
+
+}  // namespace
+}  // namespace conveyor

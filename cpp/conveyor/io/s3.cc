@@ -1,0 +1,395 @@
+#include "conveyor/io/s3.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "conveyor/core/error.h"
+
+namespace conveyor {
+
+namespace {
+
+std::string trim(std::string_view text) {
+  const size_t begin = text.find_first_not_of(" \t\r");
+  if (begin == std::string_view::npos) return {};
+  const size_t end = text.find_last_not_of(" \t\r");
+  return std::string(text.substr(begin, end - begin + 1));
+}
+
+std::string lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return text;
+}
+
+std::optional<std::string> nonempty(const std::optional<std::string>& value) {
+  return value && !value->empty() ? value : std::nullopt;
+}
+
+// One AWS file: its path (from `variable`, else ~/.aws/<name>), as shown in
+// messages, and its sections (empty when it does not exist).
+struct AwsFile {
+  std::string shown;
+  std::map<std::string, std::map<std::string, std::string>> sections;
+};
+
+AwsFile read_aws_file(const GetEnv& getenv, const std::string& variable, const std::string& name) {
+  AwsFile file;
+  std::string path;
+  if (auto given = nonempty(getenv(variable))) {
+    path = file.shown = *given;
+  } else if (auto home = nonempty(getenv("HOME"))) {
+    path = *home + "/.aws/" + name;
+    file.shown = "~/.aws/" + name;
+  } else {
+    return file;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return file;
+  std::ostringstream text;
+  text << in.rdbuf();
+  file.sections = parse_aws_ini(text.str());
+  return file;
+}
+
+const std::map<std::string, std::string>* section(const AwsFile& file, const std::string& name) {
+  auto it = file.sections.find(name);
+  return it == file.sections.end() ? nullptr : &it->second;
+}
+
+std::optional<std::string> value_in(const std::map<std::string, std::string>* values, const std::string& key) {
+  if (values == nullptr) return std::nullopt;
+  auto it = values->find(key);
+  return it == values->end() || it->second.empty() ? std::nullopt : std::optional(it->second);
+}
+
+// The first lookup that finds a value, tried in order (later ones not called).
+template <class... Lookups>
+std::optional<std::string> first_of(const Lookups&... lookups) {
+  std::optional<std::string> found;
+  ((found = found ? found : lookups()), ...);
+  return found;
+}
+
+bool is_unreserved(unsigned char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+         c == '_' || c == '~';
+}
+
+// Percent-encodes every byte but the unreserved ones (and "/" when
+// `keep_slash`), as SigV4 canonicalises paths and query values.
+std::string encode(std::string_view key, bool keep_slash = true) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string encoded;
+  encoded.reserve(key.size());
+  for (unsigned char c : key) {
+    if (is_unreserved(c) || (c == '/' && keep_slash)) {
+      encoded += static_cast<char>(c);
+    } else {
+      encoded += '%';
+      encoded += kHex[c >> 4];
+      encoded += kHex[c & 15];
+    }
+  }
+  return encoded;
+}
+
+// Whether `bucket` can be the first label of a host name: S3's DNS-compatible
+// names (3-63 of a-z 0-9 - .), without dots over https (the certificate's
+// wildcard covers one label only).
+bool virtual_host_compatible(std::string_view bucket, bool https) {
+  if (bucket.size() < 3 || bucket.size() > 63) return false;
+  if (bucket.front() == '-' || bucket.back() == '-' || bucket.front() == '.' || bucket.back() == '.') return false;
+  return std::all_of(bucket.begin(), bucket.end(), [https](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || (c == '.' && !https);
+  });
+}
+
+bool parse_bool(const std::string& key, const std::string& value) {
+  const std::string text = lower(value);
+  if (text == "true" || text == "1") return true;
+  if (text == "false" || text == "0" || text.empty()) return false;
+  throw Error(ErrorKind::kConfig, "storage_options: " + key + " must be true or false, got '" + value + "'");
+}
+
+}  // namespace
+
+const std::vector<std::string>& s3_option_names() {
+  static const std::vector<std::string> names = {"key",     "secret", "token",        "anon",
+                                                 "profile", "region", "endpoint_url", "addressing_style"};
+  return names;
+}
+
+std::optional<std::string> process_env(const std::string& name) {
+  const char* value = std::getenv(name.c_str());  // NOLINT(concurrency-mt-unsafe): read once, at construction.
+  return value == nullptr ? std::nullopt : std::optional<std::string>(value);
+}
+
+std::map<std::string, std::map<std::string, std::string>> parse_aws_ini(std::string_view text) {
+  std::map<std::string, std::map<std::string, std::string>> sections;
+  std::map<std::string, std::string>* current = nullptr;
+  bool in_nested = false;  // Inside an "s3 =" block of indented lines.
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view raw = text.substr(start, end - start);
+    start = end + 1;
+    const std::string line = trim(raw);
+    if (line.empty() || line[0] == '#' || line[0] == ';') continue;
+    const bool indented = raw[0] == ' ' || raw[0] == '\t';
+    if (line.front() == '[' && line.back() == ']') {
+      current = &sections[trim(std::string_view(line).substr(1, line.size() - 2))];
+      in_nested = false;
+      continue;
+    }
+    if (current == nullptr || (in_nested && indented)) continue;
+    in_nested = false;
+    const size_t equals = line.find('=');
+    if (equals == std::string::npos) continue;
+    const std::string key = lower(trim(std::string_view(line).substr(0, equals)));
+    const std::string value = trim(std::string_view(line).substr(equals + 1));
+    if (value.empty()) {
+      in_nested = true;  // "s3 =" opens a block of its own keys.
+      continue;
+    }
+    (*current)[key] = value;
+  }
+  return sections;
+}
+
+S3Config resolve_s3_config(const std::map<std::string, std::string>& options, const GetEnv& getenv) {
+  const std::vector<std::string>& known = s3_option_names();
+  for (const auto& [key, value] : options) {
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      std::string names;
+      for (const std::string& name : known) names += (names.empty() ? "" : ", ") + name;
+      throw Error(ErrorKind::kConfig, "storage_options: unknown key '" + key + "' for s3:// (known: " + names + ")");
+    }
+  }
+  auto option = [&](const std::string& key) -> std::optional<std::string> {
+    auto it = options.find(key);
+    return it == options.end() || it->second.empty() ? std::nullopt : std::optional(it->second);
+  };
+
+  const std::optional<std::string> named_profile = option("profile");
+  const std::string profile = named_profile.value_or(nonempty(getenv("AWS_PROFILE")).value_or("default"));
+  const AwsFile credentials_file = read_aws_file(getenv, "AWS_SHARED_CREDENTIALS_FILE", "credentials");
+  const AwsFile config_file = read_aws_file(getenv, "AWS_CONFIG_FILE", "config");
+  const auto* credentials_section = section(credentials_file, profile);
+  const auto* config_section = section(config_file, profile == "default" ? profile : "profile " + profile);
+  if (named_profile && credentials_section == nullptr && config_section == nullptr) {
+    throw Error(ErrorKind::kConfig,
+                "storage_options: profile '" + profile + "' is in neither " +
+                    (credentials_file.shown.empty() ? "~/.aws/credentials" : credentials_file.shown) + " nor " +
+                    (config_file.shown.empty() ? "~/.aws/config" : config_file.shown));
+  }
+
+  S3Config config;
+  config.anonymous = option("anon") ? parse_bool("anon", *option("anon")) : false;
+  if (config.anonymous) {
+    config.credentials_source = "anon=True";
+  } else if (option("key") || option("secret")) {
+    if (!option("key") || !option("secret")) {
+      throw Error(ErrorKind::kConfig, "storage_options: key and secret must be given together");
+    }
+    config.access_key_id = *option("key");
+    config.secret_access_key = *option("secret");
+    config.session_token = option("token").value_or("");
+    config.credentials_source = "storage_options";
+  } else if (auto id = nonempty(getenv("AWS_ACCESS_KEY_ID")); id && !named_profile) {
+    if (!nonempty(getenv("AWS_SECRET_ACCESS_KEY"))) {
+      throw Error(ErrorKind::kConfig, "AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not");
+    }
+    config.access_key_id = *id;
+    config.secret_access_key = *getenv("AWS_SECRET_ACCESS_KEY");
+    config.session_token = nonempty(getenv("AWS_SESSION_TOKEN")).value_or("");
+    config.credentials_source = "environment (AWS_ACCESS_KEY_ID)";
+  } else {
+    for (const auto& [file, values] :
+         {std::pair{&credentials_file, credentials_section}, std::pair{&config_file, config_section}}) {
+      auto file_id = value_in(values, "aws_access_key_id");
+      auto file_secret = value_in(values, "aws_secret_access_key");
+      if (file_id && file_secret) {
+        config.access_key_id = *file_id;
+        config.secret_access_key = *file_secret;
+        config.session_token = value_in(values, "aws_session_token").value_or("");
+        config.credentials_source = file->shown + " [" + profile + "]";
+        break;
+      }
+    }
+    if (config.credentials_source.empty()) {
+      config.anonymous = true;
+      config.credentials_source = "none found (looked in storage_options, AWS_ACCESS_KEY_ID, " +
+                                  (credentials_file.shown.empty() ? "~/.aws/credentials" : credentials_file.shown) +
+                                  " and " + (config_file.shown.empty() ? "~/.aws/config" : config_file.shown) + " [" +
+                                  profile + "])";
+    }
+  }
+
+  config.region = first_of([&] { return option("region"); }, [&] { return nonempty(getenv("AWS_REGION")); },
+                           [&] { return nonempty(getenv("AWS_DEFAULT_REGION")); },
+                           [&] { return value_in(config_section, "region"); })
+                      .value_or("us-east-1");
+  const std::optional<std::string> endpoint = first_of(
+      [&] { return option("endpoint_url"); }, [&] { return nonempty(getenv("AWS_ENDPOINT_URL_S3")); },
+      [&] { return nonempty(getenv("AWS_ENDPOINT_URL")); }, [&] { return value_in(config_section, "endpoint_url"); });
+  config.endpoint_url = endpoint.value_or("https://s3." + config.region + ".amazonaws.com");
+  while (!config.endpoint_url.empty() && config.endpoint_url.back() == '/') config.endpoint_url.pop_back();
+  const std::string& base = config.endpoint_url;
+  if (base.rfind("http://", 0) != 0 && base.rfind("https://", 0) != 0) {
+    throw Error(ErrorKind::kConfig,
+                "storage_options: endpoint_url must start with http:// or https://, got '" + config.endpoint_url + "'");
+  }
+  const std::string style = lower(option("addressing_style").value_or("auto"));
+  if (style != "auto" && style != "path" && style != "virtual") {
+    throw Error(ErrorKind::kConfig,
+                "storage_options: addressing_style must be 'auto', 'path' or 'virtual', got '" + style + "'");
+  }
+  config.path_style = style == "path" || (style == "auto" && endpoint.has_value());
+  return config;
+}
+
+std::string S3Config::describe() const {
+  return "s3 endpoint " + endpoint_url + ", region " + region + (path_style ? ", path-style" : ", virtual-hosted") +
+         ", credentials: " + credentials_source;
+}
+
+std::pair<std::string, std::string> split_s3_url(std::string_view s3_url) {
+  constexpr std::string_view kScheme = "s3://";
+  std::string_view rest = s3_url.substr(std::min(s3_url.size(), kScheme.size()));
+  const size_t slash = rest.find('/');
+  const std::string_view bucket = rest.substr(0, slash);
+  const std::string_view key = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
+  if (lower(std::string(s3_url.substr(0, kScheme.size()))) != kScheme || bucket.empty()) {
+    throw Error(ErrorKind::kConfig, "not an s3://bucket/key URL", std::string(s3_url));
+  }
+  return {std::string(bucket), std::string(key)};
+}
+
+namespace {
+
+// The bucket's base URL (ending in "/") under `config`'s addressing.
+std::string bucket_url(const S3Config& config, std::string_view bucket) {
+  const std::string& base = config.endpoint_url;
+  const bool https = base.rfind("https://", 0) == 0;
+  if (config.path_style || !virtual_host_compatible(bucket, https)) return base + "/" + encode(bucket) + "/";
+  const size_t host = base.find("://") + 3;
+  return base.substr(0, host) + std::string(bucket) + "." + base.substr(host) + "/";
+}
+
+// The text of `xml` with its five entities and numeric references replaced.
+std::string xml_unescape(std::string_view xml) {
+  std::string out;
+  out.reserve(xml.size());
+  for (size_t i = 0; i < xml.size(); ++i) {
+    if (xml[i] != '&') {
+      out += xml[i];
+      continue;
+    }
+    const size_t end = xml.find(';', i);
+    if (end == std::string_view::npos || end - i > 10)
+      throw Error(ErrorKind::kRead, "malformed XML entity in a listing");
+    const std::string_view entity = xml.substr(i + 1, end - i - 1);
+    static const std::map<std::string_view, char> named = {
+        {"amp", '&'}, {"lt", '<'}, {"gt", '>'}, {"quot", '"'}, {"apos", '\''}};
+    if (auto it = named.find(entity); it != named.end()) {
+      out += it->second;
+    } else if (entity.size() > 1 && entity[0] == '#') {
+      const bool hex = entity[1] == 'x' || entity[1] == 'X';
+      const std::string digits(entity.substr(hex ? 2 : 1));
+      char* parsed_end = nullptr;
+      const unsigned long code = std::strtoul(digits.c_str(), &parsed_end, hex ? 16 : 10);
+      if (digits.empty() || *parsed_end != '\0' || code > 0x10FFFF) {
+        throw Error(ErrorKind::kRead, "malformed XML character reference in a listing");
+      }
+      // UTF-8 of the code point.
+      if (code < 0x80) {
+        out += static_cast<char>(code);
+      } else if (code < 0x800) {
+        out += static_cast<char>(0xC0 | (code >> 6));
+        out += static_cast<char>(0x80 | (code & 0x3F));
+      } else if (code < 0x10000) {
+        out += static_cast<char>(0xE0 | (code >> 12));
+        out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (code & 0x3F));
+      } else {
+        out += static_cast<char>(0xF0 | (code >> 18));
+        out += static_cast<char>(0x80 | ((code >> 12) & 0x3F));
+        out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (code & 0x3F));
+      }
+    } else {
+      throw Error(ErrorKind::kRead, "unknown XML entity &" + std::string(entity) + "; in a listing");
+    }
+    i = end;
+  }
+  return out;
+}
+
+// The text of the first <tag>...</tag> in `xml` at or after `from`; `at` is
+// set past its end. nullopt when there is none.
+std::optional<std::string_view> element(std::string_view xml, std::string_view tag, size_t from, size_t* at) {
+  const std::string open = "<" + std::string(tag) + ">";
+  const std::string close = "</" + std::string(tag) + ">";
+  const size_t begin = xml.find(open, from);
+  if (begin == std::string_view::npos) return std::nullopt;
+  const size_t end = xml.find(close, begin + open.size());
+  if (end == std::string_view::npos) return std::nullopt;
+  if (at != nullptr) *at = end + close.size();
+  return xml.substr(begin + open.size(), end - begin - open.size());
+}
+
+}  // namespace
+
+std::string s3_http_url(const S3Config& config, std::string_view s3_url) {
+  const auto [bucket, key] = split_s3_url(s3_url);
+  return bucket_url(config, bucket) + encode(key);
+}
+
+std::string s3_list_url(const S3Config& config, std::string_view bucket, std::string_view prefix,
+                        std::string_view continuation_token) {
+  std::string query;
+  if (!continuation_token.empty()) query += "continuation-token=" + encode(continuation_token, false) + "&";
+  query += "list-type=2&prefix=" + encode(prefix, false);
+  return bucket_url(config, bucket) + "?" + query;
+}
+
+S3ListPage parse_s3_list_page(std::string_view xml) {
+  if (xml.find("<ListBucketResult") == std::string_view::npos) {
+    throw Error(ErrorKind::kRead, "the listing reply is not a ListBucketResult");
+  }
+  S3ListPage page;
+  size_t at = 0;
+  while (auto contents = element(xml, "Contents", at, &at)) {
+    const auto key = element(*contents, "Key", 0, nullptr);
+    const auto size = element(*contents, "Size", 0, nullptr);
+    uint64_t bytes = 0;
+    if (!key || !size || std::from_chars(size->data(), size->data() + size->size(), bytes).ec != std::errc()) {
+      throw Error(ErrorKind::kRead, "a listed object has no Key or Size");
+    }
+    page.objects.emplace_back(xml_unescape(*key), bytes);
+  }
+  const auto truncated = element(xml, "IsTruncated", 0, nullptr);
+  if (truncated && *truncated == "true") {
+    const auto token = element(xml, "NextContinuationToken", 0, nullptr);
+    if (!token || token->empty()) throw Error(ErrorKind::kRead, "a truncated listing gives no NextContinuationToken");
+    page.next_continuation_token = xml_unescape(*token);
+  }
+  return page;
+}
+
+std::string s3_error_code(std::string_view body) {
+  if (body.find("<Error>") == std::string_view::npos) return {};
+  const size_t open = body.find("<Code>");
+  if (open == std::string_view::npos) return {};
+  const size_t begin = open + 6;
+  const size_t close = body.find("</Code>", begin);
+  if (close == std::string_view::npos || close - begin > 64) return {};
+  return std::string(body.substr(begin, close - begin));
+}
+
+}  // namespace conveyor

@@ -1,0 +1,113 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace conveyor {
+
+/// Where and how `s3://bucket/key` URLs are read: the endpoint, the signing
+/// region and the credentials, found the way the AWS tools find them
+/// (resolve_s3_config). Credentials are never part of an error, a log line
+/// or describe().
+struct S3Config {
+  std::string region = "us-east-1";  ///< The region requests are signed for.
+  /// The store's base URL: "https://s3.<region>.amazonaws.com" for AWS, or an
+  /// S3-compatible store's (MinIO, Ceph, R2, a local server).
+  std::string endpoint_url;
+  /// The bucket in the path (https://host/bucket/key) rather than in the host
+  /// name (https://bucket.host/key).
+  bool path_style = false;
+  /// No credentials: requests are sent unsigned (public buckets).
+  bool anonymous = false;
+  std::string access_key_id;
+  std::string secret_access_key;
+  std::string session_token;  ///< Empty for long-term keys.
+  /// Where the credentials came from, for errors and stats: "storage_options",
+  /// "environment (AWS_ACCESS_KEY_ID)", "~/.aws/credentials [default]",
+  /// "anon=True", or "none found (looked in ...)".
+  std::string credentials_source;
+
+  /// "s3 endpoint https://..., region r, path-style, credentials from ...":
+  /// what a user needs to see which store is read, without any secret.
+  std::string describe() const;
+};
+
+/// The keys resolve_s3_config accepts (its `options`), s3fs's names where
+/// s3fs has one: "key", "secret", "token", "anon", "profile", "region",
+/// "endpoint_url", "addressing_style".
+const std::vector<std::string>& s3_option_names();
+
+/// Reads an environment variable: the process environment by default; tests
+/// pass their own.
+using GetEnv = std::function<std::optional<std::string>(const std::string& name)>;
+
+/// The process environment, as GetEnv.
+std::optional<std::string> process_env(const std::string& name);
+
+/// The S3Config for `options` (storage_options, strings; they win over
+/// everything else), then the environment and the AWS files, in the order
+/// the AWS CLI and boto3 use:
+/// - credentials: `key`/`secret`/`token`; `anon` ("true": unsigned);
+///   AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN), unless
+///   a profile is named in `options`; the profile's keys in the shared
+///   credentials file (AWS_SHARED_CREDENTIALS_FILE, else ~/.aws/credentials),
+///   then in the config file (AWS_CONFIG_FILE, else ~/.aws/config). The
+///   profile is `profile`, else AWS_PROFILE, else "default". None found:
+///   requests go unsigned, and credentials_source says where it looked.
+/// - region: `region`, AWS_REGION, AWS_DEFAULT_REGION, the profile's
+///   `region` in the config file, else "us-east-1".
+/// - endpoint: `endpoint_url`, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the
+///   profile's `endpoint_url`, else "https://s3.<region>.amazonaws.com".
+/// - addressing: `addressing_style` ("path", "virtual" or "auto", the
+///   default): auto is path-style for an endpoint given by any of the
+///   above (S3-compatible stores and local servers rarely have a DNS name
+///   per bucket), virtual-hosted for AWS's own endpoint.
+/// Throws Error{kConfig} naming the key for an unknown key or a bad value,
+/// and for a named profile that no file has.
+S3Config resolve_s3_config(const std::map<std::string, std::string>& options, const GetEnv& getenv = process_env);
+
+/// The http(s) URL of `s3://bucket/key` under `config`, the key
+/// percent-encoded as S3 signs it (every byte but A-Z a-z 0-9 - . _ ~ and
+/// "/"). Virtual-hosted addressing falls back to path-style for a bucket
+/// name that cannot be a host name (upper case, dots over https, ...).
+/// Throws Error{kConfig} naming the URL when it has no bucket.
+std::string s3_http_url(const S3Config& config, std::string_view s3_url);
+
+/// The http(s) URL of one ListObjectsV2 request for the keys of `bucket`
+/// that start with `prefix`, continuing after `continuation_token` (empty:
+/// the first page). Its query is in SigV4's canonical order (sorted names,
+/// values percent-encoded), as the signature needs it.
+std::string s3_list_url(const S3Config& config, std::string_view bucket, std::string_view prefix,
+                        std::string_view continuation_token);
+
+/// One page of a ListObjectsV2 reply: its objects (key, size) and the token of
+/// the next page (empty on the last).
+struct S3ListPage {
+  std::vector<std::pair<std::string, uint64_t>> objects;
+  std::string next_continuation_token;
+};
+
+/// Parses a ListObjectsV2 reply's XML. Throws Error{kRead} (no key) when it
+/// is not one.
+S3ListPage parse_s3_list_page(std::string_view xml);
+
+/// "s3://bucket/some/prefix" -> ("bucket", "some/prefix"). Throws
+/// Error{kConfig} naming the URL when it has no bucket.
+std::pair<std::string, std::string> split_s3_url(std::string_view s3_url);
+
+/// The sections of an AWS-style INI file (`[name]` headers, `key = value`
+/// lines, `#`/`;` comments; nested blocks such as `s3 =` followed by
+/// indented lines are skipped): section -> key -> value. Exposed for tests.
+std::map<std::string, std::map<std::string, std::string>> parse_aws_ini(std::string_view text);
+
+/// The `<Code>` of an S3 XML error body ("NoSuchKey", "AccessDenied"), or ""
+/// when the body is not one.
+std::string s3_error_code(std::string_view body);
+
+}  // namespace conveyor

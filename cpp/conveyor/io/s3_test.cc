@@ -1,0 +1,156 @@
+#include "conveyor/io/s3.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+
+#include "conveyor/core/error.h"
+#include "conveyor/io/testing/temp_dir.h"
+
+namespace conveyor {
+namespace {
+
+class S3ConfigTest : public detail::TempDirTest {
+ protected:
+  // An environment of `variables` only, with HOME at the test's folder.
+  GetEnv env(std::map<std::string, std::string> variables = {}) {
+    variables.emplace("HOME", dir_.string());
+    return [variables](const std::string& name) -> std::optional<std::string> {
+      auto it = variables.find(name);
+      return it == variables.end() ? std::nullopt : std::optional(it->second);
+    };
+  }
+  void write(const std::string& name, const std::string& text) {
+    std::filesystem::create_directories(dir_ / ".aws");
+    std::ofstream(dir_ / ".aws" / name) << text;
+  }
+};
+
+TEST_F(S3ConfigTest, StorageOptionsWinOverTheEnvironment) {
+  const S3Config config = resolve_s3_config(
+      {{"key", "AKOPT"}, {"secret", "s3cr3t"}, {"token", "tok"}, {"region", "eu-west-3"}},
+      env({{"AWS_ACCESS_KEY_ID", "AKENV"}, {"AWS_SECRET_ACCESS_KEY", "x"}, {"AWS_REGION", "us-west-2"}}));
+  EXPECT_EQ(config.access_key_id, "AKOPT");
+  EXPECT_EQ(config.secret_access_key, "s3cr3t");
+  EXPECT_EQ(config.session_token, "tok");
+  EXPECT_EQ(config.region, "eu-west-3");
+  EXPECT_EQ(config.endpoint_url, "https://s3.eu-west-3.amazonaws.com");
+  EXPECT_FALSE(config.path_style);
+  EXPECT_EQ(config.credentials_source, "storage_options");
+}
+
+TEST_F(S3ConfigTest, TheEnvironmentComesBeforeTheFiles) {
+  write("credentials", "[default]\naws_access_key_id = AKFILE\naws_secret_access_key = f\n");
+  const S3Config config = resolve_s3_config({}, env({{"AWS_ACCESS_KEY_ID", "AKENV"},
+                                                     {"AWS_SECRET_ACCESS_KEY", "e"},
+                                                     {"AWS_SESSION_TOKEN", "t"},
+                                                     {"AWS_DEFAULT_REGION", "ap-south-1"},
+                                                     {"AWS_ENDPOINT_URL", "http://127.0.0.1:9000/"}}));
+  EXPECT_EQ(config.access_key_id, "AKENV");
+  EXPECT_EQ(config.session_token, "t");
+  EXPECT_EQ(config.region, "ap-south-1");
+  EXPECT_EQ(config.endpoint_url, "http://127.0.0.1:9000");
+  EXPECT_TRUE(config.path_style);  // A given endpoint: path-style.
+  EXPECT_EQ(config.credentials_source, "environment (AWS_ACCESS_KEY_ID)");
+}
+
+TEST_F(S3ConfigTest, AProfileIsReadFromTheCredentialsThenTheConfigFile) {
+  write("credentials",
+        "# keys\n[default]\naws_access_key_id = AKDEF\naws_secret_access_key = d\n\n"
+        "[train]\naws_access_key_id=AKTRAIN\naws_secret_access_key=t\naws_session_token = tok\n");
+  write("config",
+        "[default]\nregion = us-west-1\n[profile train]\nregion = eu-central-1\n"
+        "endpoint_url = https://minio.example:9000\ns3 =\n  addressing_style = virtual\n");
+  const S3Config train = resolve_s3_config({}, env({{"AWS_PROFILE", "train"}}));
+  EXPECT_EQ(train.access_key_id, "AKTRAIN");
+  EXPECT_EQ(train.session_token, "tok");
+  EXPECT_EQ(train.region, "eu-central-1");
+  EXPECT_EQ(train.endpoint_url, "https://minio.example:9000");
+  EXPECT_EQ(train.credentials_source, "~/.aws/credentials [train]");
+  const S3Config fallback = resolve_s3_config({}, env());
+  EXPECT_EQ(fallback.access_key_id, "AKDEF");
+  EXPECT_EQ(fallback.region, "us-west-1");
+  // A profile named in the options skips the environment's keys.
+  const S3Config named =
+      resolve_s3_config({{"profile", "train"}}, env({{"AWS_ACCESS_KEY_ID", "AKENV"}, {"AWS_SECRET_ACCESS_KEY", "e"}}));
+  EXPECT_EQ(named.access_key_id, "AKTRAIN");
+}
+
+TEST_F(S3ConfigTest, KeysInTheConfigFileAreFoundToo) {
+  write("config", "[profile ci]\naws_access_key_id = AKCFG\naws_secret_access_key = c\n");
+  const S3Config config = resolve_s3_config({{"profile", "ci"}}, env());
+  EXPECT_EQ(config.access_key_id, "AKCFG");
+  EXPECT_EQ(config.credentials_source, "~/.aws/config [ci]");
+}
+
+TEST_F(S3ConfigTest, WithoutCredentialsRequestsAreUnsignedAndTheSourceSaysWhereItLooked) {
+  const S3Config config = resolve_s3_config({}, env());
+  EXPECT_TRUE(config.anonymous);
+  EXPECT_EQ(config.credentials_source,
+            "none found (looked in storage_options, AWS_ACCESS_KEY_ID, ~/.aws/credentials and ~/.aws/config "
+            "[default])");
+  EXPECT_TRUE(resolve_s3_config({{"anon", "true"}}, env({{"AWS_ACCESS_KEY_ID", "AK"}})).anonymous);
+}
+
+TEST_F(S3ConfigTest, BadOptionsAreConfigErrorsNamingTheKey) {
+  auto message = [&](const std::map<std::string, std::string>& options) {
+    try {
+      resolve_s3_config(options, env());
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message({{"client_kwargs", "{}"}}),
+            "storage_options: unknown key 'client_kwargs' for s3:// (known: key, secret, token, anon, profile, "
+            "region, endpoint_url, addressing_style)");
+  EXPECT_EQ(message({{"key", "AK"}}), "storage_options: key and secret must be given together");
+  EXPECT_EQ(message({{"anon", "maybe"}}), "storage_options: anon must be true or false, got 'maybe'");
+  EXPECT_EQ(message({{"endpoint_url", "minio:9000"}}),
+            "storage_options: endpoint_url must start with http:// or https://, got 'minio:9000'");
+  EXPECT_EQ(message({{"addressing_style", "dns"}}),
+            "storage_options: addressing_style must be 'auto', 'path' or 'virtual', got 'dns'");
+  EXPECT_EQ(message({{"profile", "nope"}}),
+            "storage_options: profile 'nope' is in neither ~/.aws/credentials nor ~/.aws/config");
+}
+
+TEST_F(S3ConfigTest, DescribeNeverShowsASecret) {
+  const S3Config config =
+      resolve_s3_config({{"key", "AKIDEXAMPLE"}, {"secret", "wJalrXUtnFEMI"}, {"token", "FQoGZXIvYXdz"}}, env());
+  const std::string text = config.describe();
+  EXPECT_EQ(text,
+            "s3 endpoint https://s3.us-east-1.amazonaws.com, region us-east-1, virtual-hosted, credentials: "
+            "storage_options");
+}
+
+TEST(S3UrlTest, KeysArePercentEncodedAndBucketsAddressedAsConfigured) {
+  S3Config config;
+  config.endpoint_url = "https://s3.us-east-1.amazonaws.com";
+  EXPECT_EQ(s3_http_url(config, "s3://my-bucket/train/shard 0+1.tar"),
+            "https://my-bucket.s3.us-east-1.amazonaws.com/train/shard%200%2B1.tar");
+  // Upper case and dots over https cannot be host names: path-style.
+  EXPECT_EQ(s3_http_url(config, "s3://My.Bucket/a"), "https://s3.us-east-1.amazonaws.com/My.Bucket/a");
+  config.endpoint_url = "http://127.0.0.1:9000";
+  config.path_style = true;
+  EXPECT_EQ(s3_http_url(config, "s3://bucket/dir/caf\xc3\xa9.jpg"), "http://127.0.0.1:9000/bucket/dir/caf%C3%A9.jpg");
+  EXPECT_THROW(s3_http_url(config, "s3:///key"), Error);
+}
+
+TEST(S3UrlTest, ErrorBodiesGiveTheirCode) {
+  EXPECT_EQ(s3_error_code("<?xml version=\"1.0\"?><Error><Code>NoSuchKey</Code><Message>x</Message></Error>"),
+            "NoSuchKey");
+  EXPECT_EQ(s3_error_code("<html>Not Found</html>"), "");
+}
+
+TEST(AwsIniTest, SectionsKeysCommentsAndNestedBlocks) {
+  const auto sections = parse_aws_ini("; c\n[a]\nk = v \n  \n[b]\ns3 =\n  x = 1\nK2=w\n# z\n");
+  ASSERT_EQ(sections.size(), 2u);
+  EXPECT_EQ(sections.at("a").at("k"), "v");
+  EXPECT_EQ(sections.at("b").at("k2"), "w");
+  EXPECT_EQ(sections.at("b").count("x"), 0u);
+}
+
+}  // namespace
+}  // namespace conveyor
