@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import conveyor
-from conftest import index_of
+from conftest import index_of, run_python
 from conveyor import transforms as T
 from conveyor.sources import ImageFolder
 
@@ -235,3 +235,42 @@ def test_torchrun_seed_none_is_rank_zeros_on_every_rank(one_per_class):
     ranks = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     assert len(ranks) == 2 and ranks[0]["seed"] == ranks[1]["seed"], result.stdout + result.stderr
     assert sorted(ranks[0]["labels"] + ranks[1]["labels"]) == list(range(12)), result.stdout
+
+
+@pytest.mark.parametrize(("local_world_size", "share"), [(None, 2), ("2", 1), ("4", 1), ("x", 2)])
+def test_ranks_of_one_node_share_its_cores(color_folder, local_world_size, share):
+    # torchrun's LOCAL_WORLD_SIZE ranks on a 2-CPU affinity: each rank's
+    # autotune gets its share of the CPUs (at least 1), and stats() says why.
+    env = {} if local_world_size is None else {"LOCAL_WORLD_SIZE": local_world_size}
+    result = run_python(
+        """
+        import os, sys, warnings
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
+        import conveyor
+        from conveyor import transforms as T
+        from conveyor.sources import ImageFolder
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            loader = conveyor.Loader(ImageFolder(sys.argv[1]), [T.Resize((8, 8))], batch_size=4)
+        for _ in loader:
+            pass
+        stats = loader.stats()
+        print(stats["usable_cores"], stats["threads"] <= stats["usable_cores"])
+        print(stats["usable_cores_source"])
+        print(*[str(w.message) for w in caught], sep="\\n")
+        """,
+        str(color_folder),
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"{share} True"
+    shared = local_world_size not in (None, "x")
+    assert lines[1] == "2 usable CPUs (affinity, cgroup quota)" + (
+        f" shared by {local_world_size} processes on this node" if shared else ""
+    )
+    if local_world_size == "x":
+        assert (
+            lines[2]
+            == "LOCAL_WORLD_SIZE='x' is not an int >= 1: the loader assumes it has the node's cores to itself"
+        )

@@ -200,6 +200,7 @@ void bind_pipeline(nb::module_& m) {
       .def_rw("on_error", &LoaderOptions::on_error)
       .def_rw("rank", &LoaderOptions::rank)
       .def_rw("world_size", &LoaderOptions::world_size)
+      .def_rw("local_processes", &LoaderOptions::local_processes)
       .def_rw("batch_mix", &LoaderOptions::batch_mix);
 
   nb::class_<LoaderStats>(m, "LoaderStats", "conveyor::LoaderStats (pipeline/loader.h): Loader.stats().")
@@ -235,6 +236,7 @@ void bind_pipeline(nb::module_& m) {
       .def_ro("process_time_seconds", &LoaderStats::process_time_seconds)
       .def_ro("latency_spread_seconds", &LoaderStats::latency_spread_seconds)
       .def_ro("usable_cores", &LoaderStats::usable_cores)
+      .def_ro("usable_cores_source", &LoaderStats::usable_cores_source)
       .def_ro("other_cores", &LoaderStats::other_cores)
       .def_ro("memory_budget", &LoaderStats::memory_budget);
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 import threading
 import time
@@ -343,6 +344,7 @@ class Loader:
                 on_error=_conveyor.OnError.SKIP if on_error == "skip" else _conveyor.OnError.RAISE,
                 rank=rank,
                 world_size=world_size,
+                local_processes=_local_processes(),
                 shuffle_buffer=source.shuffle_buffer or 0,
                 batch_mix=_batch_mix_spec(batch_mix, source, engine_layout),
             ),
@@ -688,7 +690,10 @@ class Loader:
         the last change), ``autotune_changes``, autotune's estimates
         (``demand_per_second``, ``read_latency_seconds``,
         ``process_time_seconds``, ``latency_spread_seconds``, ``other_cores``)
-        and its limits (``usable_cores``, ``memory_budget``)."""
+        and its limits (``usable_cores``, ``memory_budget``), with where
+        ``usable_cores`` came from (``usable_cores_source``: the CPUs the
+        process may use, shared by torchrun's ``LOCAL_WORLD_SIZE`` ranks of
+        a node)."""
         engine_stats = self._engine.stats()
         stats: dict[str, Any] = {name: getattr(engine_stats, name) for name in _STATS}
         wall, wait = float(stats["wall_seconds"]), float(stats["wait_seconds"])
@@ -919,6 +924,23 @@ def _call_batch_function(index: int, function: BatchFunction, images: Any, label
             f"{type(result).__name__}, not an (images, labels) pair"
         )
     return result
+
+
+def _local_processes() -> int:
+    """The processes of this job on this node (torchrun's LOCAL_WORLD_SIZE),
+    which share its cores; 1 outside torchrun. A value that is not an int >= 1
+    is ignored, with a warning: the environment is not the user's call."""
+    value = os.environ.get("LOCAL_WORLD_SIZE")
+    if value is None:
+        return 1
+    if not value.strip().isdigit() or not 1 <= int(value) <= INT_MAX:
+        warn_once(
+            "local-world-size",
+            f"LOCAL_WORLD_SIZE={value!r} is not an int >= 1: "
+            "the loader assumes it has the node's cores to itself",
+        )
+        return 1
+    return int(value)
 
 
 def _distributed(rank: Optional[int], world_size: Optional[int]) -> tuple[int, int]:

@@ -19,6 +19,7 @@
 
 #include "conveyor/core/cancellation.h"
 #include "conveyor/core/checked_size.h"
+#include "conveyor/core/cpu_count.h"
 #include "conveyor/core/cpu_time.h"
 #include "conveyor/core/error.h"
 #include "conveyor/core/fork_guard.h"
@@ -305,6 +306,8 @@ LoaderOptions validated(LoaderOptions options, const Source& source) {
   check_config(options.memory_budget >= 0,
                "memory_budget must be >= 0 (0: default), got " + std::to_string(options.memory_budget));
   check_config(options.world_size >= 1, "world_size must be >= 1, got " + std::to_string(options.world_size));
+  check_config(options.local_processes >= 1,
+               "local_processes must be >= 1, got " + std::to_string(options.local_processes));
   check_config(options.rank >= 0 && options.rank < options.world_size, "rank must be in [0, world_size), got rank " +
                                                                            std::to_string(options.rank) + " of " +
                                                                            std::to_string(options.world_size));
@@ -453,7 +456,8 @@ Loader::Loader(std::shared_ptr<const Source> source, std::shared_ptr<const Sampl
       memory_budget_(memory_budget_for(options_, pool_.buffer_bytes())),
       autotune_(std::make_unique<LoaderAutotune>(
           options_.batch_size, batch_bytes(options_, pool_.buffer_bytes()), memory_budget_,
-          AutotuneSettings{options_.threads, options_.io_threads, options_.prefetch}, options_.autotune)),
+          AutotuneSettings{options_.threads, options_.io_threads, options_.prefetch}, options_.autotune,
+          [processes = options_.local_processes] { return std::max(1, usable_cpu_count() / processes); })),
       settings_(autotune_->initial_settings()),
       sample_pool_(options_.allocator),
       cpu_pool_(start_pool(settings_.cpu_threads, "conveyor-cpu", "threads")),
@@ -1101,6 +1105,10 @@ LoaderStats Loader::stats() const {
   stats.process_time_seconds = autotune.estimates.process_seconds;
   stats.latency_spread_seconds = autotune.estimates.spread_seconds;
   stats.usable_cores = autotune.usable_cores;
+  stats.usable_cores_source = std::to_string(usable_cpu_count()) + " usable CPUs (affinity, cgroup quota)";
+  if (options_.local_processes > 1) {
+    stats.usable_cores_source += " shared by " + std::to_string(options_.local_processes) + " processes on this node";
+  }
   stats.other_cores = autotune.estimates.other_cores;
   stats.memory_budget = memory_budget_;
   if (run_ != nullptr) {

@@ -59,6 +59,12 @@ struct LoaderOptions {
   OnError on_error = OnError::kRaise;
   int64_t rank = 0;  ///< This process's share of each epoch (as DistributedSampler).
   int64_t world_size = 1;
+  /// Processes of this job on this node that share its cores (torchrun's
+  /// LOCAL_WORLD_SIZE, read by the Python layer): autotune's limit of cpu
+  /// threads is then the usable CPUs (usable_cpu_count()) divided among
+  /// them, at least 1, so that k ranks on one node do not each take all of
+  /// it. >= 1.
+  int local_processes = 1;
   BufferAllocator allocator = BufferAllocator::aligned();  ///< Batch memory (e.g. pinned).
   /// MixUp / CutMix applied to each complete batch in place, on the cpu pool,
   /// before hand-off (ops/batch_mix.h); its random choices come from
@@ -116,7 +122,11 @@ struct LoaderStats {
   /// decode and transforms, smoothed): autotune prefetches enough batches
   /// to ride it out. 0 until measured.
   double latency_spread_seconds = 0;
-  int usable_cores = 0;  ///< The limit of cpu threads (affinity, cgroup quota).
+  int usable_cores = 0;  ///< The limit of cpu threads (affinity, cgroup quota, shared by local processes).
+  /// Where usable_cores came from: "2 usable CPUs (affinity, cgroup quota)",
+  /// or with LoaderOptions::local_processes > 1 "4 usable CPUs (affinity,
+  /// cgroup quota) shared by 2 processes on this node".
+  std::string usable_cores_source;
   /// Cores the rest of the process (the model, the training loop) uses, as
   /// autotune estimates it (0 until known); autotune keeps them from the cpu threads.
   double other_cores = 0;

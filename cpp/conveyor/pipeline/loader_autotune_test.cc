@@ -136,6 +136,22 @@ TEST(LoaderAutotuneTest, AutoIsTheDefault) {
   EXPECT_GE(s.memory_budget, int64_t{64} << 20);
 }
 
+TEST(LoaderAutotuneTest, ProcessesOfOneNodeShareItsCores) {
+  LoaderOptions o;
+  o.local_processes = 2;
+  Loader shared(std::make_shared<SleepySource>(10, 0, 0), std::make_shared<RandomBytesTransform>(), o);
+  const int cores = usable_cpu_count();
+  EXPECT_EQ(shared.stats().usable_cores, std::max(1, cores / 2));
+  EXPECT_EQ(shared.stats().threads, std::max(1, cores / 2));
+  EXPECT_EQ(shared.stats().usable_cores_source,
+            std::to_string(cores) + " usable CPUs (affinity, cgroup quota) shared by 2 processes on this node");
+  o.local_processes = 1000;  // More processes than cores: one each.
+  Loader crowded(std::make_shared<SleepySource>(10, 0, 0), std::make_shared<RandomBytesTransform>(), o);
+  EXPECT_EQ(crowded.stats().usable_cores, 1);
+  o.local_processes = 0;
+  EXPECT_THROW(Loader(std::make_shared<SleepySource>(10, 0, 0), std::make_shared<RandomBytesTransform>(), o), Error);
+}
+
 TEST(LoaderAutotuneTest, AutoGivesTheSameBatchesAsFixedThreadsAndResumes) {
   auto source = std::make_shared<SleepySource>(203, 200, 300);
   auto transform = std::make_shared<RandomBytesTransform>(200);
