@@ -8,9 +8,11 @@ namespace conveyor {
 /// TCP's congestion window. While requests queue for the host it grows by
 /// one per success (doubling each round) until the host first shows overload
 /// (a refused or reset connection, a connect that waited for a retransmitted
-/// SYN, HTTP 429 or 503); then it halves, at most once per `cooldown` (the
-/// requests already in flight report the same overload), and afterwards
-/// grows by one per round (`value()` successes). A modest server (Python's
+/// SYN, HTTP 429 or 503); then it halves the requests that were in flight
+/// when the overloaded one started (once for all the requests started
+/// before the cut), and afterwards grows by one per round (`value()`
+/// successes) and at most once per `cooldown` (the overload signal arrives
+/// up to a second late). A modest server (Python's
 /// http.server, with a listen queue of 5) is so read at the rate it can
 /// give, and a fast one (nginx, S3) reaches the most reads in flight.
 ///
@@ -28,8 +30,13 @@ class ConnectionLimit {
 
   /// One request ended at `now`. `overloaded`: it showed the host overloaded.
   /// `queued`: requests were waiting for the limit (only then can more help).
-  /// Returns whether the limit was halved.
-  bool record(bool overloaded, bool queued, Clock::time_point now);
+  /// `started`: when it started, and `in_flight_at_start`: the requests in
+  /// flight to the host then (it included). An overload halves that, not the
+  /// limit now, which may have grown while the signal was on its way (TCP's
+  /// flight size); an overload of a request started before the last cut is
+  /// already answered by it and ignored (TCP's recovery). Returns whether the
+  /// limit was cut.
+  bool record(bool overloaded, bool queued, Clock::time_point now, Clock::time_point started, int in_flight_at_start);
 
  private:
   int value_;
@@ -37,7 +44,8 @@ class ConnectionLimit {
   Clock::duration cooldown_;
   int successes_ = 0;  // Since the limit last grew, once overloaded.
   bool overloaded_once_ = false;
-  Clock::time_point last_cut_{};
+  Clock::time_point last_cut_ = Clock::time_point::min();
+  Clock::time_point last_change_{};  // The last cut or growth, once overloaded.
 };
 
 }  // namespace conveyor

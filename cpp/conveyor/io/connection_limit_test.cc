@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <vector>
+
 namespace conveyor {
 namespace {
 
@@ -17,52 +20,94 @@ TEST(ConnectionLimitTest, StartsAtTheInitialValueWithinOneAndTheMaximum) {
 TEST(ConnectionLimitTest, GrowsByOnePerSuccessWhileRequestsQueueUntilTheFirstOverload) {
   ConnectionLimit limit(4, 100);
   const Clock::time_point t0{};
-  for (int i = 0; i < 4; ++i) EXPECT_FALSE(limit.record(false, true, t0));
+  for (int i = 0; i < 4; ++i) EXPECT_FALSE(limit.record(false, true, t0, t0, 4));
   EXPECT_EQ(limit.value(), 8);  // One round of 4 successes doubled it.
-  limit.record(false, false, t0);
+  limit.record(false, false, t0, t0, 8);
   EXPECT_EQ(limit.value(), 8);  // Nothing waits: more connections would not help.
 }
 
-TEST(ConnectionLimitTest, HalvesOnOverloadOncePerCooldownThenGrowsByOnePerRound) {
-  ConnectionLimit limit(32, 100, 1s);
+TEST(ConnectionLimitTest, AnOverloadHalvesWhatWasInFlightWhenTheRequestStarted) {
+  ConnectionLimit limit(64, 256, 1s);
   const Clock::time_point t0 = Clock::time_point{} + 10s;
-  EXPECT_TRUE(limit.record(true, true, t0));
-  EXPECT_EQ(limit.value(), 16);
-  // The requests in flight report the same overload: no second halving yet.
-  EXPECT_FALSE(limit.record(true, true, t0 + 500ms));
-  EXPECT_EQ(limit.value(), 16);
+  // The limit reached 64 while the overloaded request, started among 12, was
+  // waiting out its retransmitted SYN: the cut is to 6, not 32.
+  EXPECT_TRUE(limit.record(true, true, t0, t0 - 1s, 12));
+  EXPECT_EQ(limit.value(), 6);
   EXPECT_TRUE(limit.overloaded_once());
-  for (int i = 0; i < 15; ++i) limit.record(false, true, t0 + 2s);
-  EXPECT_EQ(limit.value(), 16);
-  limit.record(false, true, t0 + 2s);  // The 16th success of the round.
-  EXPECT_EQ(limit.value(), 17);
-  EXPECT_TRUE(limit.record(true, true, t0 + 2s));
+  // Requests started before the cut report the same overload: no second cut.
+  EXPECT_FALSE(limit.record(true, true, t0 + 1500ms, t0 - 1ms, 40));
+  EXPECT_EQ(limit.value(), 6);
+  // One started after it is a new overload.
+  EXPECT_TRUE(limit.record(true, true, t0 + 1500ms, t0 + 400ms, 6));
+  EXPECT_EQ(limit.value(), 3);
+}
+
+TEST(ConnectionLimitTest, OnceOverloadedItGrowsByOnePerRoundAndPerCooldown) {
+  ConnectionLimit limit(16, 100, 1s);
+  const Clock::time_point t0 = Clock::time_point{} + 10s;
+  limit.record(true, true, t0, t0, 16);
   EXPECT_EQ(limit.value(), 8);
+  for (int i = 0; i < 7; ++i) limit.record(false, true, t0 + 2s, t0 + 2s, 8);
+  EXPECT_EQ(limit.value(), 8);
+  limit.record(false, true, t0 + 2s, t0 + 2s, 8);  // The 8th success of the round.
+  EXPECT_EQ(limit.value(), 9);
+  for (int i = 0; i < 20; ++i) limit.record(false, true, t0 + 2500ms, t0 + 2500ms, 9);
+  EXPECT_EQ(limit.value(), 9);  // Two rounds, but within the cooldown of the last growth.
+  limit.record(false, true, t0 + 3s, t0 + 3s, 9);
+  EXPECT_EQ(limit.value(), 10);
+  EXPECT_TRUE(limit.record(true, true, t0 + 3s, t0 + 3s, 10));
+  EXPECT_EQ(limit.value(), 5);
 }
 
 TEST(ConnectionLimitTest, NeverLeavesOneToTheMaximum) {
   ConnectionLimit limit(2, 3, 0s);
   Clock::time_point now{};
-  for (int i = 0; i < 5; ++i) limit.record(true, true, now += 1s);
+  for (int i = 0; i < 5; ++i) {
+    now += 1s;
+    limit.record(true, true, now, now, limit.value());
+  }
   EXPECT_EQ(limit.value(), 1);
-  for (int i = 0; i < 100; ++i) limit.record(false, true, now);
+  for (int i = 0; i < 100; ++i) {
+    now += 1s;
+    limit.record(false, true, now, now, limit.value());
+  }
   EXPECT_EQ(limit.value(), 3);
 }
 
-// A simulated server that accepts `capacity` requests at once and overloads
-// past it, one round of requests every 300 ms: the limit settles between
-// capacity/2 and capacity + 2 (a round may end within the cooldown), never
-// collapsing to 1 nor running away.
-TEST(ConnectionLimitTest, SettlesNearWhatAServerCanTake) {
+// A simulated server whose listen queue holds `kCapacity` connects: a round
+// of requests every 100 ms, and one started with more in flight than that
+// reports its overload a second later (a retransmitted SYN). From slow
+// start's overshoot the limit comes down at once and then stays between
+// kCapacity / 2 and kCapacity + 2 (it grows once more while the late signal
+// is on its way): never collapsing to 1 nor running away.
+TEST(ConnectionLimitTest, SettlesNearWhatAServerCanTakeThoughOverloadIsSeenLate) {
   constexpr int kCapacity = 6;
-  ConnectionLimit limit(16, 256, 1s);
+  ConnectionLimit limit(4, 256, 1s);
   Clock::time_point now{};
+  struct Late {
+    Clock::time_point seen, started;
+    int in_flight;
+  };
+  std::vector<Late> late;  // Overloads on their way.
   int lowest = 1000, highest = 0;
-  for (int round = 0; round < 200; ++round) {
-    now += 300ms;
-    const int in_flight = limit.value();
-    for (int i = 0; i < in_flight; ++i) limit.record(in_flight > kCapacity && i == 0, true, now);
-    if (round >= 20) {
+  for (int round = 0; round < 300; ++round) {
+    now += 100ms;
+    bool overloaded_now = false;
+    for (auto it = late.begin(); it != late.end();) {
+      if (it->seen <= now) {
+        limit.record(true, true, now, it->started, it->in_flight);
+        overloaded_now = true;
+        it = late.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    const int in_flight = limit.value();  // This round's requests.
+    if (in_flight > kCapacity) late.push_back({now + 1s, now, in_flight});
+    for (int i = 0; i < in_flight - (in_flight > kCapacity ? 1 : 0); ++i) {
+      limit.record(false, true, now, now, in_flight);
+    }
+    if (round >= 50 && !overloaded_now) {
       lowest = std::min(lowest, limit.value());
       highest = std::max(highest, limit.value());
     }

@@ -32,9 +32,21 @@ constexpr auto kCancelPoll = std::chrono::milliseconds(50);
 constexpr long kMaxRedirects = 5;
 // An error reply's body is kept only to find S3's error code in it.
 constexpr size_t kMaxErrorBody = 64 << 10;
-// A connect that took longer than this waited for a retransmitted SYN (Linux's
-// first retransmission is after 1 s): the server's listen queue overflowed.
-constexpr curl_off_t kSlowConnectMicros = 1'000'000;
+// A connect slower than this says the server's listen queue overflowed: the
+// SYN was dropped and waits for its retransmission (Linux's first is after
+// 1 s). Until a host's connects are measured the bound is that 1 s; then
+// kSlowConnectFactor times their smoothed time, at least kMinSlowConnect, so
+// that a transfer still connecting past it signals overload at once rather
+// than a second late.
+constexpr double kFirstSlowConnect = 1.0;
+constexpr double kSlowConnectFactor = 4.0;
+constexpr double kMinSlowConnect = 0.2;
+// How often the loop looks for transfers stuck connecting.
+constexpr auto kSlowConnectCheck = std::chrono::milliseconds(20);
+// A transfer stuck connecting is started again (at the head of its host's
+// queue) at most this many times; after that it waits out the kernel's SYN
+// retransmissions and its connect timeout.
+constexpr int kMaxConnectRestarts = 3;
 // The empty payload's SHA-256: what S3 wants in x-amz-content-sha256 for a
 // GET or HEAD (libcurl signs the same hash).
 constexpr const char* kEmptyPayloadSha256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
@@ -100,6 +112,10 @@ struct Transfer {
   bool s3 = false;
   std::string range;  // "first-last", or empty for the whole object
   int64_t max_bytes = 0;
+  int in_flight_at_start = 0;  // Transfers to the host in flight when this one started, itself included.
+  Clock::time_point started{};
+  bool slow_connect = false;  // Reported as an overload while still connecting.
+  int connect_restarts = 0;
 
   // The reply: written by the loop thread, read by the waiter once `done`.
   CURLcode code = CURLE_OK;
@@ -325,6 +341,12 @@ class HttpStore::Loop {
     ConnectionLimit limit;
     int active = 0;
     std::deque<std::shared_ptr<Transfer>> waiting;
+    double connect_seconds = 0;  // Smoothed time of new connections; 0 before the first.
+
+    // How long a connect may take before it counts as an overload.
+    double slow_connect_seconds() const {
+      return connect_seconds > 0 ? std::max(kMinSlowConnect, kSlowConnectFactor * connect_seconds) : kFirstSlowConnect;
+    }
   };
 
   void run() {
@@ -352,7 +374,12 @@ class HttpStore::Loop {
           finished = true;
         }
       }
-      if (!finished) curl_multi_poll(multi_, nullptr, 0, 1000, nullptr);
+      const Clock::time_point now = Clock::now();
+      if (now - last_slow_check_ >= kSlowConnectCheck) {
+        report_slow_connects(now);
+        last_slow_check_ = now;
+      }
+      if (!finished) curl_multi_poll(multi_, nullptr, 0, active_.empty() ? 1000 : 20, nullptr);
     }
     // Stopping: whatever is still in flight or queued ends as cancelled.
     for (auto& [easy, t] : active_) {
@@ -400,7 +427,8 @@ class HttpStore::Loop {
           complete(*t);
           continue;
         }
-        ++host.active;
+        t->in_flight_at_start = ++host.active;
+        t->started = Clock::now();
         active_.emplace(easy, std::move(t));
       }
     }
@@ -452,6 +480,40 @@ class HttpStore::Loop {
     }
   }
 
+  // A transfer still connecting (no pre-transfer time yet) past its host's
+  // slow-connect bound is an overload now, not when its SYN is retransmitted.
+  // It is started again: its dropped SYN burdens no one, and waiting for the
+  // retransmission would hold one of the host's slots for a second or more,
+  // stalling the reads behind it after the limit was cut.
+  void report_slow_connects(Clock::time_point now) {
+    for (auto it = active_.begin(); it != active_.end();) {
+      CURL* easy = it->first;
+      Transfer& t = *it->second;
+      Host& host = hosts_.at(t.host);
+      curl_off_t pretransfer = 0;
+      if (t.slow_connect || std::chrono::duration<double>(now - t.started).count() < host.slow_connect_seconds() ||
+          curl_easy_getinfo(easy, CURLINFO_PRETRANSFER_TIME_T, &pretransfer) != CURLE_OK || pretransfer != 0) {
+        ++it;
+        continue;
+      }
+      t.slow_connect = true;
+      if (host.limit.record(true, !host.waiting.empty(), now, t.started, t.in_flight_at_start)) {
+        overloaded_.fetch_add(1);
+      }
+      if (t.connect_restarts >= kMaxConnectRestarts) {
+        ++it;
+        continue;
+      }
+      ++t.connect_restarts;
+      t.slow_connect = false;
+      curl_multi_remove_handle(multi_, easy);
+      --host.active;
+      recycle(easy);
+      host.waiting.push_front(std::move(it->second));
+      it = active_.erase(it);
+    }
+  }
+
   void finish(CURL* easy, CURLcode code) {
     auto it = active_.find(easy);
     if (it == active_.end()) return;
@@ -471,12 +533,20 @@ class HttpStore::Loop {
     requests_.fetch_add(1);
     connections_.fetch_add(connects);
     bytes_.fetch_add(static_cast<int64_t>(t->body.size()));
-    const bool overloaded = code == CURLE_COULDNT_CONNECT || code == CURLE_SEND_ERROR || code == CURLE_RECV_ERROR ||
-                            code == CURLE_GOT_NOTHING || connect_micros >= kSlowConnectMicros ||
-                            (code == CURLE_OK && (t->status == 429 || t->status == 503));
     Host& host = hosts_.at(t->host);
+    const double connect_seconds = static_cast<double>(connect_micros) / 1e6;
+    const bool slow_connect = t->slow_connect || (connects > 0 && connect_seconds >= host.slow_connect_seconds());
+    if (code == CURLE_OK && connects > 0 && !slow_connect) {
+      host.connect_seconds =
+          host.connect_seconds > 0 ? 0.8 * host.connect_seconds + 0.2 * connect_seconds : connect_seconds;
+    }
+    const bool overloaded = code == CURLE_COULDNT_CONNECT || code == CURLE_SEND_ERROR || code == CURLE_RECV_ERROR ||
+                            code == CURLE_GOT_NOTHING || slow_connect ||
+                            (code == CURLE_OK && (t->status == 429 || t->status == 503));
     --host.active;
-    if (host.limit.record(overloaded, !host.waiting.empty(), Clock::now())) overloaded_.fetch_add(1);
+    if (host.limit.record(overloaded, !host.waiting.empty(), Clock::now(), t->started, t->in_flight_at_start)) {
+      overloaded_.fetch_add(1);
+    }
     int largest = 0;
     for (const auto& [name, each] : hosts_) largest = std::max(largest, each.limit.value());
     largest_limit_.store(largest);
@@ -507,6 +577,7 @@ class HttpStore::Loop {
   std::map<std::string, Host> hosts_;
   std::map<CURL*, std::shared_ptr<Transfer>> active_;
   std::vector<CURL*> idle_;
+  Clock::time_point last_slow_check_{};
 
   std::atomic<int64_t> requests_{0};
   std::atomic<int64_t> connections_{0};

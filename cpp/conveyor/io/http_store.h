@@ -27,7 +27,7 @@ struct HttpStoreOptions {
   /// store adapts each host's limit (ConnectionLimit, io/connection_limit.h),
   /// starting at initial_connections_per_host.
   int max_connections_per_host = 256;
-  int initial_connections_per_host = 16;
+  int initial_connections_per_host = 4;
   /// Sent with every http(s):// request (not with s3://, whose requests are signed).
   std::vector<std::pair<std::string, std::string>> headers;
   /// Where s3:// URLs go; none: an s3:// URL is an invalid request.

@@ -163,6 +163,7 @@ class FileList(Source):
         self._boxes = [[tuple(box) for box in objects] for objects in boxes] if boxes is not None else None
         remote = remote_arguments(self.paths, retry, storage_options, "FileList")
         self._remote = bool(remote)
+        self._store = remote.get("remote")  # The store reading the URLs (its counters), or None.
         try:  # The engine checks the paths (a NUL byte names paths[i]).
             self._source = _conveyor.FileSource(
                 fs_paths(self.paths), self.labels or [], checked_boxes, **remote

@@ -121,6 +121,7 @@ class TarShards(Source):
                 self.shards.append(shard)
         remote = remote_arguments(self.shards, retry, storage_options, "TarShards")
         self._remote = bool(remote)
+        self._store = remote.get("remote")  # The store reading the URLs (its counters), or None.
         self._source = _conveyor.TarShardSource(fs_paths(self.shards), **remote)
 
     def __len__(self) -> int:
