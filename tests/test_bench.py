@@ -186,9 +186,11 @@ def test_quick_remote_run(tmp_path, data, capsys):
     # The folder's 24 images repeated up to --quick's count.
     assert all(r["result"]["images"] == bench.QUICK_IMAGES and r["result"]["images_per_s"] > 0 for r in stock)
     ours = _runs(full, "remote", "conveyor")
-    shards = ["local shards", f"S3 shards {bench.REMOTE_S3_LATENCY_MS:g} ms"]
+    latency = f"{bench.REMOTE_S3_LATENCY_MS:g} ms"
+    shards = ["local shards", f"S3 shards {latency}", f"S3 shards {latency}, file server"]
+    cached = f"HTTP {latency} cached"
     assert sorted((r["case"], r["label"]) for r in ours) == sorted(
-        [(case, "conveyor") for case in cases + shards]
+        [(case, "conveyor") for case in [*cases, cached, *shards]]
         + [(case, f"conveyor io_threads={n}") for case in cases[1:] for n in bench.REMOTE_FIXED_IO_THREADS]
     )
     assert all(r["result"]["stats"] for r in ours)
@@ -196,6 +198,7 @@ def test_quick_remote_run(tmp_path, data, capsys):
     for run in ours:  # Every packed sample once, or the images repeated as the DataLoader's.
         assert run["result"]["images"] == (images if run["case"] in shards else bench.QUICK_IMAGES)
     # The server's CPU over the epoch, for the runs that have a server (read from /proc).
+    assert [r["result"]["requests"] for r in ours if r["case"] == cached] == [0]  # All from the cache.
     for run in ours + stock:
         has_server = run["case"] not in ("local files", "local shards") and os.path.exists("/proc/self/stat")
         assert ("server_cpu_ms_per_image" in run["result"]) == has_server
@@ -204,6 +207,8 @@ def test_quick_remote_run(tmp_path, data, capsys):
         "100ms_over_0ms",
         "20ms_over_local",
         "s3_over_local_shards",
+        "s3_files_over_local_shards",
+        "cached_over_local",
         "auto_over_best_fixed_0ms",
         "auto_over_best_fixed_20ms",
         "auto_over_best_fixed_100ms",

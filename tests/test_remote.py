@@ -480,3 +480,111 @@ def test_a_body_without_end_is_read_no_further_than_the_cap(monkeypatch):
         )
         # The client hung up soon after the cap (the rest sits in socket buffers at most).
         assert server.sent < 64 << 20, server.sent
+
+
+def test_a_cached_second_epoch_sends_no_request_and_a_new_run_only_checks(color_folder, tmp_path):
+    paths, labels, relative = _relative(color_folder)
+    with conveyor.Loader(
+        FileList(paths, labels), CHAIN, batch_size=7, shuffle=True, seed=5, threads=2
+    ) as loader:
+        local, local_second = (
+            [(np.asarray(images), np.asarray(labels_)) for images, labels_ in loader] for _ in range(2)
+        )
+    cache = tmp_path / "cache"
+    with FileServer(str(color_folder)) as server:
+        urls = [server.url(r) for r in relative]
+        source = FileList(urls, labels, cache_dir=cache)
+        with conveyor.Loader(source, CHAIN, batch_size=7, shuffle=True, seed=5, threads=2) as loader:
+            first = [(np.asarray(images), np.asarray(labels_)) for images, labels_ in loader]
+            assert sorted(r.path for r in server.requests()) == sorted(relative)  # One GET each.
+            server.clear_log()
+            second = [(np.asarray(images), np.asarray(labels_)) for images, labels_ in loader]
+            assert server.requests() == []  # Nothing at all.
+        assert _same(first, local) and _same(second, local_second)
+        assert source._store.counters()["misses"] == len(urls)
+        # Another run: one HEAD per object to see it has not changed, no GET.
+        server.clear_log()
+        assert _same(_batches(FileList(urls, labels, cache_dir=cache), 2), local)
+        assert sorted((r.method, r.path) for r in server.requests()) == sorted(("HEAD", r) for r in relative)
+        # A changed file is fetched again.
+        changed = color_folder / relative[0]
+        data = changed.read_bytes()
+        changed.write_bytes(data)
+        os.utime(changed, ns=(1, 1))
+        server.clear_log()
+        again = FileList(urls, labels, cache_dir=cache)
+        assert again._engine_source().read(0)[0] == data
+        assert [(r.method, r.path) for r in server.requests()] == [
+            ("HEAD", relative[0]),
+            ("GET", relative[0]),
+        ]
+
+
+def test_processes_sharing_a_cache_folder_read_whole_correct_files(color_folder, tmp_path):
+    # Three processes at once on one folder: each gets the local batches, and
+    # no file is fetched whole more than a few times in all.
+    _, _, relative = _relative(color_folder)
+    cache = tmp_path / "cache"
+    with FileServer(str(color_folder), latency=0.005) as server:
+        code = """
+            import sys
+            import numpy as np
+            import conveyor
+            from conveyor import transforms as T
+            from conveyor.sources import FileList
+            source = FileList(sys.argv[2:], cache_dir=sys.argv[1])
+            with conveyor.Loader(source, [T.Resize((8, 8))], batch_size=10, threads=2) as loader:
+                print(sum(int(np.asarray(images, dtype=np.int64).sum()) for images, _ in loader))
+            """
+        import subprocess
+        import sys
+        import textwrap
+
+        children = [
+            subprocess.Popen(
+                [sys.executable, "-c", textwrap.dedent(code), str(cache), *[server.url(r) for r in relative]],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(3)
+        ]
+        outputs = [child.communicate(timeout=120) for child in children]
+        assert all(child.returncode == 0 for child in children), [err for _, err in outputs]
+        sums = {out for out, _ in outputs}
+        gets = [r.path for r in server.requests() if r.method == "GET"]
+    expected = sum(
+        int(np.asarray(images, dtype=np.int64).sum())
+        for images, _ in conveyor.Loader(ImageFolder(color_folder), [T.Resize((8, 8))], batch_size=10)
+    )
+    assert sums == {f"{expected}\n"}
+    assert len(gets) <= 3 * len(relative)  # Never more than one GET per process and file.
+    assert len(set(gets)) == len(relative)
+    files = [name for name in os.listdir(cache) if name.endswith(".obj")]
+    assert len(files) == len(relative)
+
+
+def test_cache_arguments_are_checked(server, color_folder, tmp_path):
+    _, _, relative = _relative(color_folder)
+    url = server.url(relative[0])
+    with pytest.raises(ConfigError, match="^FileList: cache_budget needs cache_dir$"):
+        FileList([url], cache_budget=10)
+    with pytest.raises(ConfigError, match=r"^FileList: cache_budget must be >= 1, got 0"):
+        FileList([url], cache_dir=tmp_path, cache_budget=0)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match=r"^FileList: cache_dir: .*cannot use the cache folder"):
+        FileList([url], cache_dir=tmp_path / "file" / "cache")
+
+
+def test_cached_tar_shards_are_fetched_whole_once_then_read_from_the_folder(color_folder, tmp_path):
+    written = pack_image_folder(str(color_folder), str(tmp_path / "shard-%06d.tar"), shard_size=20_000)
+    with FileServer(str(tmp_path)) as server:
+        pattern = f"http://127.0.0.1:{server.port}/shard-{{000000..{len(written) - 1:06d}}}.tar"
+        remote = TarShards(pattern, cache_dir=tmp_path / "cache")
+        # Indexing fetched each shard whole (one GET), after its HEAD.
+        gets = [r for r in server.requests() if r.method == "GET"]
+        assert sorted(r.path for r in gets) == sorted(os.path.basename(p) for p in written)
+        assert all(r.range is None for r in gets)
+        server.clear_log()
+        assert _same(_batches(remote, 2, io_threads=8), _batches(TarShards(written), 2))
+        assert server.requests() == []

@@ -20,6 +20,7 @@
 #include "conveyor/io/mix_source.h"
 #include "conveyor/io/regular_file.h"
 #include "conveyor/io/remote.h"
+#include "conveyor/io/remote_cache.h"
 #include "conveyor/io/source.h"
 #include "conveyor/io/tar_shards.h"
 #include "python_remote_store.h"
@@ -145,6 +146,32 @@ void bind_io(nb::module_& m) {
           },
           "What the store has done: requests, connections opened, body bytes, times a host's limit was halved, "
           "and the largest per-host limit now.");
+  nb::class_<CachingStore, RemoteStore>(m, "CachingStore")
+      .def(
+          "__init__",
+          [](CachingStore* self, std::shared_ptr<RemoteStore> store, const nb::bytes& directory, int64_t budget_bytes) {
+            new (self) CachingStore(std::move(store), from_path(directory), budget_bytes);
+          },
+          nb::arg("store"), nb::arg("directory"), nb::arg("budget_bytes") = 0,
+          "Whole objects of `store` kept in `directory` (os.fsencode() of it); budget_bytes 0: 80 % of its free "
+          "space.")
+      .def_prop_ro("directory", [](const CachingStore& store) { return to_path(store.directory()); })
+      .def_prop_ro("budget_bytes", &CachingStore::budget_bytes)
+      .def(
+          "counters",
+          [](const CachingStore& store) {
+            const RemoteCacheCounters c = store.counters();
+            nb::dict out;
+            out["hits"] = c.hits;
+            out["misses"] = c.misses;
+            out["read_through"] = c.read_through;
+            out["validations"] = c.validations;
+            out["evictions"] = c.evictions;
+            out["write_errors"] = c.write_errors;
+            return out;
+          },
+          "Reads served from the folder (hits), objects fetched (misses), reads sent on while another fetched, "
+          "checks of cached objects, objects evicted, and objects that could not be written.");
   m.def(
       "list_remote",
       [](std::shared_ptr<RemoteStore> store, const RetryPolicy& retry, const std::string& prefix) {

@@ -98,6 +98,7 @@ METRICS: dict[str, tuple[Metric, ...]] = {
         Metric("wait_s", "input stall s"),
         Metric("cpu_ms_per_image", "CPU ms/image (no server)"),
         Metric("server_cpu_ms_per_image", "server CPU ms/image"),
+        Metric("requests", "requests in the cached epoch"),
         Metric("peak_rss_mb", "peak RSS MB (tree)"),
     ),
     "mnist": (
@@ -305,8 +306,10 @@ def plan(bench: str, args: argparse.Namespace) -> list[list[dict[str, Any]]]:
         no_moto = (
             None if _importable("moto") else "skipped: moto is not installed (pip install 'moto[server]')"
         )
-        for latency in (None, REMOTE_S3_LATENCY_MS):
-            groups.append(_remote_group(latency, args, pending or no_moto, store="s3"))
+        groups.append(_remote_group(REMOTE_S3_LATENCY_MS, args, pending, store="http-cached"))
+        groups.append(_remote_group(None, args, pending, store="s3"))
+        groups.append(_remote_group(REMOTE_S3_LATENCY_MS, args, pending, store="s3-files"))
+        groups.append(_remote_group(REMOTE_S3_LATENCY_MS, args, pending or no_moto, store="s3"))
         return groups
     common = {"mnist_data": args.mnist_data, "batch_size": 64, "torch_threads": MNIST_TORCH_THREADS}
     no_pinning = None if _has_accelerator() else "skipped: no accelerator here, pin_memory is a no-op"
@@ -320,9 +323,14 @@ def plan(bench: str, args: argparse.Namespace) -> list[list[dict[str, Any]]]:
 
 def remote_case(latency: Optional[float], store: str = "http") -> str:
     """The case name of a ``bench remote`` run: "local files", "HTTP 20 ms",
-    "local shards" or "S3 shards 20 ms"."""
-    if store == "s3":
-        return "local shards" if latency is None else f"S3 shards {latency:g} ms"
+    "HTTP 20 ms cached" (a cached second epoch), "local shards", "S3 shards
+    20 ms" (moto) or "S3 shards 20 ms, file server"."""
+    if store in ("s3", "s3-files"):
+        if latency is None:
+            return "local shards"
+        return f"S3 shards {latency:g} ms" + (", file server" if store == "s3-files" else "")
+    if store == "http-cached":
+        return f"HTTP {latency:g} ms cached"
     return "local files" if latency is None else f"HTTP {latency:g} ms"
 
 
@@ -335,14 +343,17 @@ def _remote_group(
         "batch_size": 64,
         "limit": QUICK_IMAGES if args.quick else args.images,
         "latency_ms": latency,
-        "store": store,
+        "store": "http" if store == "http-cached" else store,
+        "cache": store == "http-cached",
     }
     case = remote_case(latency, store)
     sides = [_side("remote", case, CONVEYOR, {**common, "side": "conveyor"}, pending)]
-    if latency is not None and store == "http":
+    if latency is not None and store == "http" and not common["cache"]:
         for io_threads in REMOTE_FIXED_IO_THREADS:
             spec = {**common, "side": "conveyor", "io_threads": io_threads}
             sides.append(_side("remote", case, f"{CONVEYOR} io_threads={io_threads}", spec, pending))
+    if store == "http" and latency is not None and common["cache"]:
+        return sides
     if store == "http":
         limit = min(common["limit"], REMOTE_DATALOADER_IMAGES)
         spec = {**common, "side": "dataloader", "limit": limit}
@@ -374,6 +385,10 @@ def remote_ratios(rows: Sequence[dict[str, Any]]) -> dict[str, Optional[float]]:
         "100ms_over_0ms": ratio(remote_case(100.0), remote_case(0.0)),
         "20ms_over_local": ratio(remote_case(20.0), remote_case(None)),
         "s3_over_local_shards": ratio(remote_case(REMOTE_S3_LATENCY_MS, "s3"), remote_case(None, "s3")),
+        "s3_files_over_local_shards": ratio(
+            remote_case(REMOTE_S3_LATENCY_MS, "s3-files"), remote_case(None, "s3")
+        ),
+        "cached_over_local": ratio(remote_case(REMOTE_S3_LATENCY_MS, "http-cached"), remote_case(None)),
         **{
             f"auto_over_best_fixed_{latency:g}ms": auto_over_fixed(remote_case(latency))
             for latency in (0.0, 20.0, 100.0)

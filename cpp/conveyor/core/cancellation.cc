@@ -12,9 +12,27 @@ void Cancellation::cancel() {
   {
     // Under the lock: a waiter between its check and its wait cannot miss it.
     std::lock_guard lock(mu_);
-    cancelled_.store(true, std::memory_order_release);
+    if (!cancelled_.exchange(true, std::memory_order_acq_rel)) {
+      for (auto& [id, callback] : callbacks_) callback();
+    }
   }
   cv_.notify_all();
+}
+
+Cancellation::Subscription::Subscription(const Cancellation& cancellation, std::function<void()> callback)
+    : cancellation_(cancellation) {
+  std::lock_guard lock(cancellation_.mu_);
+  id_ = cancellation_.next_id_++;
+  if (cancellation_.cancelled()) {
+    callback();
+  } else {
+    cancellation_.callbacks_.emplace(id_, std::move(callback));
+  }
+}
+
+Cancellation::Subscription::~Subscription() {
+  std::lock_guard lock(cancellation_.mu_);
+  cancellation_.callbacks_.erase(id_);
 }
 
 bool Cancellation::wait_for(std::chrono::nanoseconds duration) const {

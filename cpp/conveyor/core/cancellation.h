@@ -3,6 +3,9 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
 #include <mutex>
 
 namespace conveyor {
@@ -24,10 +27,31 @@ class Cancellation {
   /// cancelled().
   bool wait_for(std::chrono::nanoseconds duration) const;
 
+  /// Runs a callback when cancel() is called (at once if it already was),
+  /// for as long as this object lives: what lets a wait on something else
+  /// (a remote transfer's reply) end at cancel() without polling. The
+  /// callback runs under the Cancellation's lock, so it must be short and
+  /// must not call this Cancellation; destroying the Subscription waits for
+  /// a callback under way, so the callback may use what outlives it only.
+  /// Do not destroy it while holding a lock the callback takes.
+  class Subscription {
+   public:
+    Subscription(const Cancellation& cancellation, std::function<void()> callback);
+    ~Subscription();
+    Subscription(const Subscription&) = delete;
+    Subscription& operator=(const Subscription&) = delete;
+
+   private:
+    const Cancellation& cancellation_;
+    uint64_t id_;
+  };
+
  private:
   std::atomic<bool> cancelled_{false};
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
+  mutable std::map<uint64_t, std::function<void()>> callbacks_;  // Guarded by mu_.
+  mutable uint64_t next_id_ = 0;                                 // Guarded by mu_.
 };
 
 /// Makes `cancellation` the calling thread's current one (current_cancellation())

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <future>
+#include <mutex>
 #include <thread>
 
 namespace conveyor {
@@ -64,6 +66,49 @@ TEST(CancellationTest, ScopeIsPerThread) {
   std::thread([&] { other_thread_sees = cancellation_requested(); }).join();
   EXPECT_FALSE(other_thread_sees);
   EXPECT_TRUE(cancellation_requested());
+}
+
+}  // namespace
+}  // namespace conveyor
+
+namespace conveyor {
+namespace {
+
+TEST(CancellationSubscriptionTest, ACallbackRunsOnceAtCancelOrAtOnceWhenAlreadyCancelled) {
+  Cancellation cancellation;
+  int called = 0, dropped = 0, late = 0;
+  Cancellation::Subscription subscription(cancellation, [&] { ++called; });
+  {
+    Cancellation::Subscription gone(cancellation, [&] { ++dropped; });
+  }
+  EXPECT_EQ(called, 0);
+  cancellation.cancel();
+  cancellation.cancel();
+  EXPECT_EQ(called, 1);
+  EXPECT_EQ(dropped, 0);  // Destroyed before the cancel: never called.
+  Cancellation::Subscription after(cancellation, [&] { ++late; });
+  EXPECT_EQ(late, 1);
+}
+
+TEST(CancellationSubscriptionTest, AWaitOnSomethingElseEndsAtCancel) {
+  Cancellation cancellation;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+  std::thread waiter([&] {
+    Cancellation::Subscription subscription(cancellation, [&] {
+      {
+        std::lock_guard lock(mu);
+        stop = true;
+      }
+      cv.notify_all();
+    });
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return stop; });
+  });
+  cancellation.cancel();
+  waiter.join();  // A lost wake-up would hang here (the test's timeout fails it).
+  EXPECT_TRUE(stop);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <thread>
 
@@ -25,10 +26,6 @@ namespace {
 using Kind = FetchFailure::Kind;
 using Clock = std::chrono::steady_clock;
 
-// How often a waiting read checks whether its loader stopped: close() waits
-// at most this long for a read stuck on a slow server (the Loader's own wait
-// slice). Waits are on native threads without the GIL, so the wake-ups are cheap.
-constexpr auto kCancelPoll = std::chrono::milliseconds(50);
 constexpr long kMaxRedirects = 5;
 // An error reply's body is kept only to find S3's error code in it.
 constexpr size_t kMaxErrorBody = 64 << 10;
@@ -125,11 +122,14 @@ struct Transfer {
   std::string error_body;
   int64_t declared_length = -1;
   std::string too_large;  // What was too large ("Content-Length: N"), or empty.
+  std::string etag;
+  std::string last_modified;
   double retry_after = 0;
   char error[CURL_ERROR_SIZE] = {};
   bool cancelled = false;  // Ended by the store's destructor.
 
   std::atomic<bool> abandoned{false};  // The waiter gave up (its loader stopped).
+  bool stop_waiting = false;           // Set (under mu) by the waiter's Cancellation.
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
@@ -150,6 +150,8 @@ size_t on_header(char* data, size_t, size_t count, void* user) {
     t.declared_length = -1;
     t.retry_after = 0;
     t.error_body.clear();
+    t.etag.clear();
+    t.last_modified.clear();
   } else if (starts_with_nocase(line, "content-length:")) {
     const std::string_view value = trim(line.substr(15));
     int64_t length = -1;
@@ -162,6 +164,10 @@ size_t on_header(char* data, size_t, size_t count, void* user) {
     } else if (ec == std::errc() && end == value.data() + value.size()) {
       t.declared_length = length;
     }
+  } else if (starts_with_nocase(line, "etag:")) {
+    t.etag = std::string(trim(line.substr(5)));
+  } else if (starts_with_nocase(line, "last-modified:")) {
+    t.last_modified = std::string(trim(line.substr(14)));
   } else if (starts_with_nocase(line, "retry-after:")) {
     const std::string_view value = trim(line.substr(12));
     double seconds = 0;
@@ -311,15 +317,25 @@ class HttpStore::Loop {
       submitted_.push_back(t);
     }
     curl_multi_wakeup(multi_);
-    std::unique_lock lock(t->mu);
-    while (!t->cv.wait_for(lock, kCancelPoll, [&] { return t->done; })) {
-      if (cancellation_requested()) {
-        t->abandoned.store(true);
-        lock.unlock();
-        curl_multi_wakeup(multi_);  // The loop removes the transfer at once.
-        throw FetchError({Kind::kCancelled, 0, "the loader stopped"});
-      }
+    // The loader's stop ends the wait at once: no polling while it waits.
+    std::optional<Cancellation::Subscription> subscription;
+    if (const Cancellation* cancellation = current_cancellation()) {
+      subscription.emplace(*cancellation, [t] {
+        {
+          std::lock_guard lock(t->mu);
+          t->stop_waiting = true;
+        }
+        t->cv.notify_all();
+      });
     }
+    {
+      std::unique_lock lock(t->mu);
+      t->cv.wait(lock, [&] { return t->done || t->stop_waiting; });
+      if (t->done) return;
+    }
+    t->abandoned.store(true);
+    curl_multi_wakeup(multi_);  // The loop removes the transfer at once.
+    throw FetchError({Kind::kCancelled, 0, "the loader stopped"});
   }
 
   const HttpStoreOptions& options() const { return options_; }
@@ -624,6 +640,17 @@ std::shared_ptr<Transfer> transfer_for(const std::string& url, const HttpStoreOp
 
 }  // namespace
 
+namespace {
+
+// The reply of `t`, performed on `loop`: its body, or the FetchError of its failure.
+void check_reply(const Transfer& t, const HttpStoreOptions& options) {
+  if (t.code != CURLE_OK || !t.too_large.empty() || t.cancelled || t.status < 200 || t.status >= 300) {
+    throw FetchError(failure_of(t, options, options.s3 ? &*options.s3 : nullptr));
+  }
+}
+
+}  // namespace
+
 std::vector<uint8_t> HttpStore::read(const std::string& url, uint64_t offset, int64_t size) const {
   const HttpStoreOptions& options = loop_->options();
   if (size == 0) return {};
@@ -637,9 +664,7 @@ std::vector<uint8_t> HttpStore::read(const std::string& url, uint64_t offset, in
   // answer (416 for an empty object).
   if (size > 0) t->range = std::to_string(offset) + "-" + std::to_string(offset + static_cast<uint64_t>(size) - 1);
   loop_->perform(t);
-  if (t->code != CURLE_OK || !t->too_large.empty() || t->cancelled || t->status < 200 || t->status >= 300) {
-    throw FetchError(failure_of(*t, options, options.s3 ? &*options.s3 : nullptr));
-  }
+  check_reply(*t, options);
   if (size > 0 && t->status == 200) {
     // The server ignored the range and sent the whole object.
     const size_t begin = std::min<size_t>(offset, t->body.size());
@@ -649,17 +674,26 @@ std::vector<uint8_t> HttpStore::read(const std::string& url, uint64_t offset, in
   return std::move(t->body);
 }
 
-uint64_t HttpStore::size(const std::string& url) const {
+RemoteObjectInfo HttpStore::fetch(const std::string& url, std::vector<uint8_t>* data) const {
+  const HttpStoreOptions& options = loop_->options();
+  std::shared_ptr<Transfer> t = transfer_for(url, options);
+  loop_->perform(t);
+  check_reply(*t, options);
+  *data = std::move(t->body);
+  return {data->size(), t->etag.empty() ? t->last_modified : t->etag};
+}
+
+RemoteObjectInfo HttpStore::stat(const std::string& url) const {
   const HttpStoreOptions& options = loop_->options();
   std::shared_ptr<Transfer> t = transfer_for(url, options);
   t->head = true;
   loop_->perform(t);
-  if (t->code != CURLE_OK || t->cancelled || t->status < 200 || t->status >= 300) {
-    throw FetchError(failure_of(*t, options, options.s3 ? &*options.s3 : nullptr));
-  }
+  check_reply(*t, options);
   if (t->declared_length < 0) throw FetchError({Kind::kOther, 0, "the server gives no Content-Length for " + url});
-  return static_cast<uint64_t>(t->declared_length);
+  return {static_cast<uint64_t>(t->declared_length), t->etag.empty() ? t->last_modified : t->etag};
 }
+
+uint64_t HttpStore::size(const std::string& url) const { return stat(url).size; }
 
 }  // namespace conveyor
 

@@ -26,7 +26,7 @@ struct HttpStoreOptions {
   /// Reads in flight to one host (scheme://host:port) at most. Within it the
   /// store adapts each host's limit (ConnectionLimit, io/connection_limit.h),
   /// starting at initial_connections_per_host.
-  int max_connections_per_host = 256;
+  int max_connections_per_host = 1024;
   int initial_connections_per_host = 4;
   /// Sent with every http(s):// request (not with s3://, whose requests are signed).
   std::vector<std::pair<std::string, std::string>> headers;
@@ -60,7 +60,8 @@ struct HttpStoreCounters {
 /// Bodies are bounded by max_read_bytes before they are read (the declared
 /// Content-Length) and while they are (a body of no declared length).
 /// A read whose thread's Cancellation (core/cancellation.h) is cancelled
-/// ends within ~50 ms, its transfer removed at once.
+/// ends at once (the wait subscribes to it; nothing polls), its transfer
+/// removed by the loop.
 ///
 /// Thread-safety: read() and size() may be called from any number of threads.
 class HttpStore final : public RemoteStore {
@@ -75,6 +76,10 @@ class HttpStore final : public RemoteStore {
 
   std::vector<uint8_t> read(const std::string& url, uint64_t offset, int64_t size) const override;
   uint64_t size(const std::string& url) const override;
+  /// A HEAD: Content-Length, and ETag (else Last-Modified) as the version.
+  RemoteObjectInfo stat(const std::string& url) const override;
+  /// One GET of the whole object, with its ETag (else Last-Modified).
+  RemoteObjectInfo fetch(const std::string& url, std::vector<uint8_t>* data) const override;
   /// The objects under an `s3://bucket/prefix`, in S3's order (by key's
   /// UTF-8 bytes), every page of a ListObjectsV2 listing. Other schemes
   /// cannot list (FetchError kInvalid).

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <initializer_list>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -232,6 +234,59 @@ TEST(HttpStoreTest, ManyThreadsReadingAtOnceGetTheirOwnBytes) {
   // The limit grew from 2 while reads queued; connections were reused.
   EXPECT_GT(store.counters().connections_per_host, 2);
   EXPECT_LE(store.counters().connections, store.counters().connections_per_host);
+}
+
+// A reply built from `seed`: a status line (valid or not), headers with
+// lengths that lie, chunk sizes that are not numbers, lines past any sane
+// length, bodies cut short or longer than declared; the server then hangs up.
+std::string random_reply(uint32_t seed) {
+  std::mt19937 random(seed);
+  auto pick = [&](std::initializer_list<std::string> options) {
+    return *(options.begin() + static_cast<std::ptrdiff_t>(random() % options.size()));
+  };
+  std::string reply =
+      pick({"HTTP/1.1 200 OK\r\n", "HTTP/1.1 206 Partial Content\r\n", "HTTP/1.1 404 Not Found\r\n", "HTTP/1.1 503\r\n",
+            "HTTP/1.0 200\r\n", "HTTP/1.1 999 Odd\r\n", "HTTP/9 2\r\n", "garbage\r\n", "HTTP/1.1 200 OK\n", ""});
+  const int headers = static_cast<int>(random() % 5);
+  for (int i = 0; i < headers; ++i) {
+    reply += pick({"Content-Length: " + std::to_string(random() % 100) + "\r\n", "Content-Length: -5\r\n",
+                   "Content-Length: 99999999999999999999999\r\n", "Content-Length: x\r\n",
+                   "Transfer-Encoding: chunked\r\n", "Retry-After: " + std::to_string(random() % 5) + "\r\n",
+                   "Retry-After: Wed, 21 Oct 2015 07:28:00 GMT\r\n", "X-Long: " + std::string(70000, 'a') + "\r\n",
+                   "Location: /elsewhere\r\n", "NoColonHere\r\n", std::string(1, '\0') + ": nul\r\n"});
+  }
+  if (random() % 4 != 0) reply += "\r\n";
+  const int pieces = static_cast<int>(random() % 4);
+  for (int i = 0; i < pieces; ++i) {
+    reply += pick({std::string(random() % 200, 'b'), "5\r\nhello\r\n", "zz\r\nhello\r\n", "0\r\n\r\n",
+                   "ffffffffffffffff\r\n", std::string(1, static_cast<char>(random()))});
+  }
+  return reply;
+}
+
+TEST(HttpStoreTest, RandomMalformedRepliesEndInBytesOrANamedFailure) {
+  // Under ASan/UBSan and TSan in `make test`: no reply may crash, hang or leak.
+  std::atomic<uint32_t> seed{0};
+  HttpTestServer server([&seed](const HttpTestRequest&, HttpTestConnection& connection) {
+    connection.send(random_reply(seed.load()));
+    return false;
+  });
+  HttpStoreOptions options;
+  options.read_timeout = 1;
+  options.max_read_bytes = 1 << 16;
+  HttpStore store(options);
+  int failures = 0;
+  for (uint32_t i = 0; i < 300; ++i) {
+    seed = i;
+    try {
+      const std::vector<uint8_t> bytes = store.read(server.url("/a"), i % 3 == 0 ? 10 : 0, i % 3 == 0 ? 20 : -1);
+      EXPECT_LE(bytes.size(), size_t{1} << 16) << "seed " << i;
+    } catch (const FetchError& e) {
+      EXPECT_FALSE(e.failure().describe().empty()) << "seed " << i;
+      ++failures;
+    }
+  }
+  EXPECT_GT(failures, 100);  // Most of them are broken.
 }
 
 TEST(HttpStoreTest, S3RequestsAreSignedAndErrorsNameTheS3Code) {

@@ -156,6 +156,17 @@ uint64_t RemoteAccess::size(const std::string& url, const std::string& key) cons
   return with_retries(retry, key, [&] { return store->size(url); });
 }
 
+RemoteObjectInfo RemoteStore::stat(const std::string& url) const { return {size(url), ""}; }
+
+RemoteObjectInfo RemoteStore::fetch(const std::string& url, std::vector<uint8_t>* data) const {
+  *data = read(url, 0, -1);
+  return {data->size(), ""};
+}
+
+RemoteObjectInfo RemoteAccess::stat(const std::string& url, const std::string& key) const {
+  return with_retries(retry, key, [&] { return store->stat(url); });
+}
+
 std::vector<RemoteObject> RemoteStore::list(const std::string&) const {
   throw FetchError({FetchFailure::Kind::kInvalid, 0, "this store cannot list objects"});
 }

@@ -84,6 +84,14 @@ class FetchError : public std::runtime_error {
   FetchFailure failure_;
 };
 
+/// What a store says about one object: its size and a tag that changes when
+/// the object does (HTTP's ETag, else its Last-Modified; empty when the store
+/// gives none).
+struct RemoteObjectInfo {
+  uint64_t size = 0;
+  std::string version;
+};
+
 /// One object found by RemoteStore::list.
 struct RemoteObject {
   std::string url;  ///< "s3://bucket/key".
@@ -104,6 +112,13 @@ class RemoteStore {
   virtual std::vector<uint8_t> read(const std::string& url, uint64_t offset, int64_t size) const = 0;
   /// The size of the object at `url` in bytes. Throws FetchError.
   virtual uint64_t size(const std::string& url) const = 0;
+  /// The size and version of the object at `url`. Throws FetchError. The
+  /// default is size() with no version.
+  virtual RemoteObjectInfo stat(const std::string& url) const;
+  /// The whole object at `url` into `data`, with its size and version from
+  /// the same request. Throws FetchError. The default is read(url, 0, -1)
+  /// with no version.
+  virtual RemoteObjectInfo fetch(const std::string& url, std::vector<uint8_t>* data) const;
   /// Every object whose URL starts with `prefix` (one page of a listing per
   /// attempt is not enough: the whole listing, in the store's order). Throws
   /// FetchError; kInvalid for a store or scheme that cannot list (the default).
@@ -128,6 +143,8 @@ struct RemoteAccess {
   Bytes read(const std::string& url, uint64_t offset, int64_t size, const std::string& key) const;
   /// store->size(url) retried under `retry`; errors as read().
   uint64_t size(const std::string& url, const std::string& key) const;
+  /// store->stat(url) retried under `retry`; errors as read().
+  RemoteObjectInfo stat(const std::string& url, const std::string& key) const;
   /// store->list(prefix) retried under `retry`; errors as read().
   std::vector<RemoteObject> list(const std::string& prefix, const std::string& key) const;
 };

@@ -84,7 +84,8 @@ struct AutotuneOptions {
   double max_gain = 4;                 ///< Cap of the stall correction factor of each setting.
   double first_window_seconds = 0.01;  ///< Windows start this short and double...
   double max_window_seconds = 0.1;     ///< ... up to this.
-  int max_io_threads = 256;
+  int max_io_threads = 1024;  ///< Reads in flight at most: 1 000 images/s at 100 ms per request need 100; a few hundred
+                              ///< ms of latency at several thousand images/s, a few hundred more.
   bool tune_cpu_threads = true;  ///< false: cpu threads are pinned (the user gave a number).
   bool tune_io_threads = true;
   bool tune_prefetch = true;

@@ -1,6 +1,6 @@
 """A local HTTP file server for the remote-storage tests and ``conveyor bench
 remote``: serves a folder over HTTP/1.1 (keep-alive) on 127.0.0.1 with byte
-ranges (``Range: bytes=a-b``), a fixed latency added to every request, the
+ranges (``Range: bytes=a-b``) and an ETag per file version, a fixed latency added to every request, the
 first N requests of chosen paths answered 503, chosen paths redirected (302),
 and 404 for missing files.
 Every request is logged (method, path, range, status, bytes sent).
@@ -310,11 +310,14 @@ class _Loop:
         file = os.path.join(owner.root, path)
         if ".." in path.split("/") or not os.path.isfile(file):
             return self._reply(request, path, 404, {}, b"")
-        size = os.path.getsize(file)
+        info = os.stat(file)
+        size = info.st_size
         requested = request.headers.get("range")
         start, end = 0, size  # [start, end)
         status = 200
-        headers = {"Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
+        # The file's version, as a static server derives it (nginx: mtime and size).
+        etag = f'"{info.st_mtime_ns:x}-{size:x}"'
+        headers = {"Accept-Ranges": "bytes", "Content-Type": "application/octet-stream", "ETag": etag}
         if requested is not None:
             match = _RANGE.match(requested.strip())
             if match is None or (not match.group(1) and not match.group(2)):

@@ -229,17 +229,36 @@ def _with_server_cpu(pid: int, run: Callable[[], dict[str, Any]]) -> dict[str, A
 
 def _remote_shards(spec: Spec) -> dict[str, Any]:
     """One epoch over ``data`` packed into tar shards, read from local disk
-    (``latency_ms`` None) or from a local S3 server (moto) adding
-    ``latency_ms`` to every request, listed as ``s3://bench/shards/``."""
+    (``latency_ms`` None), from a local S3 server (moto; ``store="s3"``),
+    listed as ``s3://bench/shards/``, or as ``s3://`` URLs (path-style,
+    signed) from the project's file server (``store="s3-files"``), either
+    adding ``latency_ms`` to every request."""
     import tempfile
 
     from conveyor.pack import pack_image_folder
     from conveyor.sources import TarShards
 
     with tempfile.TemporaryDirectory(prefix="conveyor-bench-shards-") as folder:
-        shards = pack_image_folder(spec["data"], os.path.join(folder, "shard-%06d.tar"))
+        os.makedirs(os.path.join(folder, "bench"))
+        shards = pack_image_folder(spec["data"], os.path.join(folder, "bench", "shard-%06d.tar"))
         if spec["latency_ms"] is None:
             return _epoch(lambda: _remote_loader(spec, lambda: TarShards(shards), [], []))
+        if spec["store"] == "s3-files":
+            server, port = _start_server(folder, spec["latency_ms"])
+            try:
+                pattern = f"s3://bench/shard-{{000000..{len(shards) - 1:06d}}}.tar"
+                options = {"endpoint_url": f"http://127.0.0.1:{port}", "key": "bench", "secret": "bench"}
+                return _with_server_cpu(
+                    server.pid,
+                    lambda: _epoch(
+                        lambda: _remote_loader(
+                            spec, lambda: TarShards(pattern, storage_options=options), [], []
+                        )
+                    ),
+                )
+            finally:
+                server.kill()
+                server.wait()
         from conveyor._bench.s3_server import S3Server
 
         with S3Server(latency=spec["latency_ms"] / 1000) as s3:
@@ -248,28 +267,59 @@ def _remote_shards(spec: Spec) -> dict[str, Any]:
                     s3.put("bench", "shards/" + os.path.basename(shard), f.read())
             pid = s3.pid
             assert pid is not None
-            options = s3.storage_options()
+            s3_options = s3.storage_options()
             return _with_server_cpu(
                 pid,
                 lambda: _epoch(
                     lambda: _remote_loader(
-                        spec, lambda: TarShards("s3://bench/shards/", storage_options=options), [], []
+                        spec, lambda: TarShards("s3://bench/shards/", storage_options=s3_options), [], []
                     )
                 ),
             )
+
+
+def _cached_second_epoch(spec: Spec, urls: list[str], labels: list[int]) -> dict[str, Any]:
+    """The second epoch of a Loader whose FileList keeps the URLs' objects in
+    a cache folder (the first epoch fills it, untimed), with the requests the
+    timed epoch sent (the cache's misses, checks and reads sent on)."""
+    import tempfile
+
+    from conveyor.sources import FileList
+
+    with tempfile.TemporaryDirectory(prefix="conveyor-bench-cache-") as cache:
+        source = FileList(urls, labels, cache_dir=cache)
+
+        def warmed() -> Iterable[Any]:
+            loader = _remote_loader(spec, lambda: source, urls, labels)
+            for _ in loader:  # The first epoch fills the cache.
+                pass
+            return loader
+
+        before: dict[str, int] = {}
+
+        def timed() -> Iterable[Any]:
+            loader = warmed()
+            before.update(source._store.counters())
+            return loader
+
+        result = _epoch(timed)
+        after = source._store.counters()
+        result["requests"] = sum(after[k] - before[k] for k in ("misses", "validations", "read_through"))
+        return result
 
 
 def remote(spec: Spec) -> dict[str, Any]:
     """One epoch of the ImageNet train pipeline over ``limit`` images of
     ``data`` (the folder repeated when it holds fewer) served by a local HTTP
     server adding ``latency_ms`` to every request (None: the local files, for
-    reference), or (``store="s3"``) over the folder's tar shards; images/s."""
+    reference), or (``store="s3"`` or ``"s3-files"``) over the folder's tar
+    shards; with ``cache``, the second epoch over a cache folder; images/s."""
     import urllib.parse
 
     from conveyor._bench.reference import ImageFolderDataset
     from conveyor.sources import FileList
 
-    if spec.get("store") == "s3":
+    if spec.get("store") in ("s3", "s3-files"):
         return _remote_shards(spec)
     samples = ImageFolderDataset(spec["data"], lambda image: image).samples
     samples = [samples[i] for i in _remote_order(len(samples), spec.get("limit"))]
@@ -283,6 +333,8 @@ def remote(spec: Spec) -> dict[str, Any]:
             f"http://127.0.0.1:{port}/" + urllib.parse.quote(os.path.relpath(path, spec["data"]))
             for path, _ in samples
         ]
+        if spec.get("cache"):
+            return _with_server_cpu(server.pid, lambda: _cached_second_epoch(spec, urls, labels))
         return _with_server_cpu(
             server.pid,
             lambda: _epoch(lambda: _remote_loader(spec, lambda: FileList(urls, labels), urls, labels)),

@@ -107,8 +107,17 @@ class FileList(Source):
             with the image's crops, resizes and flips (see ``Loader(targets=)``).
         retry: how reads of URLs retry transient failures (a RetryPolicy;
             None: its defaults, 5 attempts).
-        storage_options: keyword arguments of the fsspec filesystem for the
-            URLs (credentials, endpoint, ...), as ``fsspec.filesystem`` takes them.
+        storage_options: settings of the URLs' store: ``headers``,
+            ``connect_timeout``, ``read_timeout`` and S3's (``key``,
+            ``secret``, ``endpoint_url``, ``region``, ``profile``, ``anon``,
+            ...); any other key sends the URLs through fsspec, whose
+            ``fsspec.filesystem`` options they then are (docs/api.md,
+            "Remote storage").
+        cache_dir: a local folder that keeps every object read from a URL,
+            so that later epochs, runs and the other ranks of the node read
+            it from there (docs/api.md, "The cache").
+        cache_budget: the most bytes the cache folder holds (least recently
+            used objects go first); None: 80 % of its free space.
 
     Raises:
         ConfigError: ``paths`` is a single path or empty; a path holds a
@@ -134,6 +143,8 @@ class FileList(Source):
         *,
         retry: Optional[RetryPolicy] = None,
         storage_options: Optional[Mapping[str, Any]] = None,
+        cache_dir: Optional[PathLike] = None,
+        cache_budget: Optional[int] = None,
     ) -> None:
         if isinstance(paths, (str, bytes, os.PathLike)):
             raise ConfigError(
@@ -161,7 +172,7 @@ class FileList(Source):
         self.has_boxes = boxes is not None
         checked_boxes = [] if boxes is None else _check_boxes(boxes)
         self._boxes = [[tuple(box) for box in objects] for objects in boxes] if boxes is not None else None
-        remote = remote_arguments(self.paths, retry, storage_options, "FileList")
+        remote = remote_arguments(self.paths, retry, storage_options, "FileList", cache_dir, cache_budget)
         self._remote = bool(remote)
         self._store = remote.get("remote")  # The store reading the URLs (its counters), or None.
         try:  # The engine checks the paths (a NUL byte names paths[i]).
@@ -197,6 +208,8 @@ class FileList(Source):
         *,
         retry: Optional[RetryPolicy] = None,
         storage_options: Optional[Mapping[str, Any]] = None,
+        cache_dir: Optional[PathLike] = None,
+        cache_budget: Optional[int] = None,
     ) -> FileList:
         """A FileList (no labels) of every image under a URL prefix
         (``s3://bucket/train/``; other fsspec protocols through fsspec's
@@ -206,7 +219,8 @@ class FileList(Source):
         Args:
             prefix: the URL prefix; a trailing "/" is added when missing.
             extensions: the file extensions to take (IMG_EXTENSIONS when None).
-            retry, storage_options: as for FileList; the listing uses them too.
+            retry, storage_options, cache_dir, cache_budget: as for
+                FileList; the listing uses the first two too.
 
         Raises:
             ConfigError: ``prefix`` is not a URL or its protocol cannot list
@@ -222,7 +236,9 @@ class FileList(Source):
             raise ConfigError(
                 f"FileList.from_prefix: found no images under {root} (extensions: {', '.join(allowed)})"
             )
-        return cls(urls, retry=retry, storage_options=storage_options)
+        return cls(
+            urls, retry=retry, storage_options=storage_options, cache_dir=cache_dir, cache_budget=cache_budget
+        )
 
     @classmethod
     def from_csv(
@@ -391,8 +407,8 @@ class ImageFolder(FileList):
     ``root`` may be a URL prefix (``s3://bucket/imagenet/train/``): it is
     listed once (every page of S3's ListObjectsV2; fsspec's listing for other
     protocols), classes are the first path level under it, and samples come
-    in the order the same tree gives locally; ``retry`` and
-    ``storage_options`` are FileList's.
+    in the order the same tree gives locally; ``retry``,
+    ``storage_options``, ``cache_dir`` and ``cache_budget`` are FileList's.
 
     Raises:
         ConfigError: root does not exist (or holds a NUL byte), has no class
@@ -409,6 +425,8 @@ class ImageFolder(FileList):
         *,
         retry: Optional[RetryPolicy] = None,
         storage_options: Optional[Mapping[str, Any]] = None,
+        cache_dir: Optional[PathLike] = None,
+        cache_budget: Optional[int] = None,
     ) -> None:
         self.root = os.fsdecode(root)
         allowed = _checked_extensions(extensions, "ImageFolder")
@@ -455,7 +473,14 @@ class ImageFolder(FileList):
                 f"ImageFolder: found no images for the classes {', '.join(map(_printable_path, empty))} in "
                 f"{root} (extensions: {', '.join(allowed)}); pass allow_empty=True to keep them"
             )
-        super().__init__(paths, labels, retry=retry, storage_options=storage_options)
+        super().__init__(
+            paths,
+            labels,
+            retry=retry,
+            storage_options=storage_options,
+            cache_dir=cache_dir,
+            cache_budget=cache_budget,
+        )
 
     @property
     def samples(self) -> list[tuple[str, int]]:

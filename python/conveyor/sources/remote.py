@@ -25,7 +25,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from conveyor import _conveyor
 from conveyor._checks import INT_MAX, check_int, is_bool, is_real
@@ -335,13 +335,18 @@ def remote_arguments(
     retry: Optional[RetryPolicy],
     storage_options: Optional[Mapping[str, Any]],
     owner: str,
+    cache_dir: Optional[Union[str, os.PathLike[str]]] = None,
+    cache_budget: Optional[int] = None,
 ) -> dict[str, Any]:
     """The engine source's ``remote`` and ``retry`` arguments for ``paths``:
     none when no path is a URL (local files keep the engine's own reads).
+    With ``cache_dir`` the store keeps whole objects there (CachingStore,
+    ``cache_budget`` bytes at most; None: 80 % of the folder's free space).
 
     Raises:
-        ConfigError: a bad ``retry`` or ``storage_options``, or a protocol
-            whose fsspec backend is not installed (naming what to install).
+        ConfigError: a bad ``retry``, ``storage_options`` or cache argument,
+            or a protocol whose fsspec backend is not installed (naming what
+            to install).
     """
     if retry is not None and not isinstance(retry, RetryPolicy):
         raise ConfigError(
@@ -359,6 +364,14 @@ def remote_arguments(
         store = _native_store(options, "s3" in protocols, owner)
     else:
         store = _conveyor.PythonRemoteStore(_FsspecStore(urls, options, owner))
+    if cache_budget is not None and cache_dir is None:
+        raise ConfigError(f"{owner}: cache_budget needs cache_dir")
+    if cache_dir is not None:
+        budget = 0 if cache_budget is None else check_int(cache_budget, f"{owner}: cache_budget", minimum=1)
+        try:
+            store = _conveyor.CachingStore(store, os.fsencode(cache_dir), budget)
+        except ConfigError as e:
+            raise ConfigError(f"{owner}: cache_dir: {e}") from None
     return {"remote": store, "retry": (retry or RetryPolicy())._engine()}
 
 

@@ -84,8 +84,10 @@ class TarShards(Source):
             int or numpy integer; not a bool).
         retry: how reads of URLs retry transient failures (a RetryPolicy;
             None: its defaults).
-        storage_options: keyword arguments of the fsspec filesystem for the
-            URLs (credentials, endpoint, ...).
+        storage_options: settings of the URLs' store, as for FileList.
+        cache_dir, cache_budget: a local folder that keeps whole shards read
+            from URLs (fetched whole on the first read of any member), and
+            its size limit, as for FileList.
 
     Raises:
         ConfigError: no shard matches, no samples, or shuffle_buffer is not
@@ -103,6 +105,8 @@ class TarShards(Source):
         *,
         retry: Optional[RetryPolicy] = None,
         storage_options: Optional[Mapping[str, Any]] = None,
+        cache_dir: Optional[PathLike] = None,
+        cache_budget: Optional[int] = None,
     ) -> None:
         if shuffle_buffer is not None:
             shuffle_buffer = check_int(
@@ -119,7 +123,7 @@ class TarShards(Source):
                 self.shards.extend(found)
             else:
                 self.shards.append(shard)
-        remote = remote_arguments(self.shards, retry, storage_options, "TarShards")
+        remote = remote_arguments(self.shards, retry, storage_options, "TarShards", cache_dir, cache_budget)
         self._remote = bool(remote)
         self._store = remote.get("remote")  # The store reading the URLs (its counters), or None.
         self._source = _conveyor.TarShardSource(fs_paths(self.shards), **remote)

@@ -1,0 +1,297 @@
+#include "conveyor/io/remote_cache.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <thread>
+#include <utility>
+
+#include "conveyor/core/error.h"
+
+namespace conveyor {
+
+namespace {
+
+constexpr std::string_view kMagic = "conveyor-cache 1\n";
+// The most a header may take (the URL and version lines): longer ones are not cached.
+constexpr size_t kMaxHeader = 64 << 10;
+constexpr std::string_view kUsageFile = "usage";
+constexpr std::string_view kFolderLock = "folder.lock";
+
+// A descriptor closed on scope exit.
+struct Fd {
+  int fd = -1;
+  explicit Fd(int value) : fd(value) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+std::string header_of(const std::string& url, const RemoteObjectInfo& info) {
+  return std::string(kMagic) + url + "\n" + info.version + "\n" + std::to_string(info.size) + "\n";
+}
+
+bool read_exact(int fd, uint64_t offset, size_t size, uint8_t* out) {
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t got = ::pread(fd, out + done, size - done, static_cast<off_t>(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    done += static_cast<size_t>(got);
+  }
+  return true;
+}
+
+bool write_all(int fd, const uint8_t* data, size_t size) {
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t put = ::write(fd, data + done, size - done);
+    if (put < 0 && errno == EINTR) continue;
+    if (put <= 0) return false;
+    done += static_cast<size_t>(put);
+  }
+  return true;
+}
+
+// A cached file's header: the URL, version and size it holds, and where its
+// data starts. nullopt when the file is not a whole cache file.
+struct Header {
+  std::string url;
+  std::string version;
+  uint64_t size = 0;
+  uint64_t data_offset = 0;
+};
+
+std::optional<Header> read_header(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return std::nullopt;
+  const size_t length = std::min<size_t>(kMaxHeader, static_cast<size_t>(st.st_size));
+  std::string text(length, '\0');
+  if (!read_exact(fd, 0, length, reinterpret_cast<uint8_t*>(text.data()))) return std::nullopt;
+  if (text.rfind(kMagic, 0) != 0) return std::nullopt;
+  Header header;
+  size_t at = kMagic.size();
+  std::string* fields[] = {&header.url, &header.version};
+  for (std::string* field : fields) {
+    const size_t end = text.find('\n', at);
+    if (end == std::string::npos) return std::nullopt;
+    *field = text.substr(at, end - at);
+    at = end + 1;
+  }
+  const size_t end = text.find('\n', at);
+  if (end == std::string::npos || std::from_chars(text.data() + at, text.data() + end, header.size).ec != std::errc()) {
+    return std::nullopt;
+  }
+  header.data_offset = end + 1;
+  if (static_cast<uint64_t>(st.st_size) != header.data_offset + header.size) return std::nullopt;  // Torn.
+  return header;
+}
+
+std::vector<uint8_t> slice(const std::vector<uint8_t>& data, uint64_t offset, int64_t size) {
+  const size_t begin = std::min<size_t>(offset, data.size());
+  const size_t end = size < 0 ? data.size() : std::min<size_t>(begin + static_cast<size_t>(size), data.size());
+  return {data.begin() + static_cast<std::ptrdiff_t>(begin), data.begin() + static_cast<std::ptrdiff_t>(end)};
+}
+
+}  // namespace
+
+CachingStore::CachingStore(std::shared_ptr<const RemoteStore> store, std::string directory, int64_t budget_bytes)
+    : store_(std::move(store)), directory_(std::move(directory)), budget_bytes_(budget_bytes) {
+  check_config(budget_bytes_ >= 0,
+               "cache budget must be >= 0 bytes (0: the default), got " + std::to_string(budget_bytes_));
+  std::error_code error;
+  std::filesystem::create_directories(directory_, error);
+  if (error || !std::filesystem::is_directory(directory_)) {
+    throw Error(ErrorKind::kConfig,
+                "cannot use the cache folder: " + (error ? error.message() : std::string("not a directory")),
+                directory_);
+  }
+  if (budget_bytes_ == 0) {
+    const std::filesystem::space_info space = std::filesystem::space(directory_, error);
+    budget_bytes_ = error ? int64_t{1} << 30 : std::max<int64_t>(1, static_cast<int64_t>(space.available / 10 * 8));
+  }
+}
+
+std::string CachingStore::file_name(const std::string& url) {
+  // FNV-1a, 64 bits: a name, not a proof; the header names the URL.
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  for (unsigned char c : url) hash = (hash ^ c) * 0x100000001b3ULL;
+  char name[24];
+  std::snprintf(name, sizeof name, "%016llx.obj", static_cast<unsigned long long>(hash));
+  return name;
+}
+
+bool CachingStore::read_cached(const std::string& url, uint64_t offset, int64_t size, std::vector<uint8_t>* out) const {
+  const std::string path = directory_ + "/" + file_name(url);
+  Fd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (file.fd < 0) return false;
+  const std::optional<Header> header = read_header(file.fd);
+  if (!header || header->url != url) return false;
+  bool checked, touched = true;
+  {
+    std::lock_guard lock(mu_);
+    auto it = validated_.find(url);
+    checked = it != validated_.end();
+    if (checked) {
+      if (it->second.size != header->size || it->second.version != header->version) return false;
+      touched = std::exchange(it->second.touched, true);
+    }
+  }
+  if (!checked) {
+    // The first use in this store's life: has the object changed since it was cached?
+    const RemoteObjectInfo now = store_->stat(url);
+    validations_.fetch_add(1);
+    const bool same = now.size == header->size && now.version == header->version;
+    std::lock_guard lock(mu_);
+    validated_[url] = {now.size, now.version, same};  // What the store has now, checked once.
+    if (!same) return false;
+    touched = false;
+  }
+  if (!touched) ::futimens(file.fd, nullptr);  // Used now: last in line for eviction.
+  const uint64_t begin = std::min(offset, header->size);
+  const uint64_t length =
+      size < 0 ? header->size - begin : std::min<uint64_t>(static_cast<uint64_t>(size), header->size - begin);
+  out->resize(static_cast<size_t>(length));
+  if (!read_exact(file.fd, header->data_offset + begin, out->size(), out->data())) return false;
+  hits_.fetch_add(1);
+  return true;
+}
+
+std::vector<uint8_t> CachingStore::read(const std::string& url, uint64_t offset, int64_t size) const {
+  std::vector<uint8_t> data;
+  if (read_cached(url, offset, size, &data)) return data;
+  // One fetcher per object across threads and processes: the others read
+  // their range from the store meanwhile instead of waiting for it.
+  const std::string lock_path = directory_ + "/" + file_name(url) + ".lock";
+  Fd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (lock.fd < 0 || ::flock(lock.fd, LOCK_EX | LOCK_NB) != 0) {
+    if (lock.fd < 0) write_errors_.fetch_add(1);
+    read_through_.fetch_add(1);
+    return store_->read(url, offset, size);
+  }
+  if (read_cached(url, offset, size, &data)) return data;  // Fetched by another meanwhile.
+  std::vector<uint8_t> whole;
+  const RemoteObjectInfo info = store_->fetch(url, &whole);
+  misses_.fetch_add(1);
+  insert(url, info, whole);
+  return slice(whole, offset, size);
+}
+
+void CachingStore::insert(const std::string& url, const RemoteObjectInfo& info,
+                          const std::vector<uint8_t>& data) const {
+  const std::string header = header_of(url, info);
+  if (url.find('\n') != std::string::npos || info.version.find('\n') != std::string::npos ||
+      header.size() > kMaxHeader || static_cast<int64_t>(header.size() + data.size()) > budget_bytes_) {
+    return;  // Not cacheable: read through.
+  }
+  const std::string path = directory_ + "/" + file_name(url);
+  const std::string temporary = directory_ + "/.tmp-" + std::to_string(::getpid()) + "-" +
+                                std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())) + "-" +
+                                file_name(url);
+  bool written = false;
+  {
+    Fd file(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    written = file.fd >= 0 && write_all(file.fd, reinterpret_cast<const uint8_t*>(header.data()), header.size()) &&
+              write_all(file.fd, data.data(), data.size()) && ::fsync(file.fd) == 0;
+  }
+  if (!written || ::rename(temporary.c_str(), path.c_str()) != 0) {
+    ::unlink(temporary.c_str());
+    write_errors_.fetch_add(1);
+    return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    validated_[url] = {info.size, info.version, true};
+  }
+  evict(path, static_cast<int64_t>(header.size() + data.size()));
+}
+
+void CachingStore::evict(const std::string& keep, int64_t added) const {
+  // The folder's usage is kept in a file under a folder-wide lock, so that
+  // every process sharing the folder counts every insertion; the folder is
+  // only scanned when the count passes the budget (or is missing).
+  const std::string lock_path = directory_ + "/" + std::string(kFolderLock);
+  Fd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (lock.fd < 0 || ::flock(lock.fd, LOCK_EX) != 0) return;
+  const std::string usage_path = directory_ + "/" + std::string(kUsageFile);
+  int64_t usage = -1;
+  {
+    Fd file(::open(usage_path.c_str(), O_RDONLY | O_CLOEXEC));
+    char text[32] = {};
+    if (file.fd >= 0 && ::read(file.fd, text, sizeof text - 1) > 0) {
+      int64_t parsed = 0;
+      if (std::from_chars(text, text + std::strlen(text), parsed).ec == std::errc()) usage = parsed;
+    }
+  }
+  if (usage >= 0) usage += added;
+  if (usage < 0 || usage > budget_bytes_) {
+    struct Entry {
+      std::string path;
+      int64_t bytes;
+      std::filesystem::file_time_type used;
+    };
+    std::vector<Entry> entries;
+    usage = 0;
+    std::error_code error;
+    for (const auto& item : std::filesystem::directory_iterator(directory_, error)) {
+      if (item.path().extension() != ".obj") continue;
+      std::error_code item_error;
+      const auto bytes = static_cast<int64_t>(item.file_size(item_error));
+      const auto used = item.last_write_time(item_error);
+      if (item_error) continue;
+      entries.push_back({item.path().string(), bytes, used});
+      usage += bytes;
+    }
+    std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.used < b.used; });
+    for (const Entry& entry : entries) {
+      if (usage <= budget_bytes_) break;
+      if (entry.path == keep) continue;
+      if (::unlink(entry.path.c_str()) == 0) {
+        ::unlink((entry.path + ".lock").c_str());
+        usage -= entry.bytes;
+        evictions_.fetch_add(1);
+      }
+    }
+  }
+  const std::string text = std::to_string(usage);
+  const std::string temporary = usage_path + ".tmp-" + std::to_string(::getpid());
+  {
+    Fd file(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (file.fd < 0 || !write_all(file.fd, reinterpret_cast<const uint8_t*>(text.data()), text.size())) return;
+  }
+  ::rename(temporary.c_str(), usage_path.c_str());
+}
+
+uint64_t CachingStore::size(const std::string& url) const { return stat(url).size; }
+
+RemoteObjectInfo CachingStore::stat(const std::string& url) const {
+  {
+    std::lock_guard lock(mu_);
+    auto it = validated_.find(url);
+    if (it != validated_.end()) return {it->second.size, it->second.version};
+  }
+  // What the store says now is what a cached copy is checked against.
+  const RemoteObjectInfo info = store_->stat(url);
+  std::lock_guard lock(mu_);
+  validated_[url] = {info.size, info.version};
+  return info;
+}
+
+std::vector<RemoteObject> CachingStore::list(const std::string& prefix) const { return store_->list(prefix); }
+
+RemoteCacheCounters CachingStore::counters() const {
+  return {hits_.load(),        misses_.load(),    read_through_.load(),
+          validations_.load(), evictions_.load(), write_errors_.load()};
+}
+
+}  // namespace conveyor
