@@ -529,7 +529,17 @@ def print_report(
                 ("20ms_over_local", "conveyor at 20 ms / local files (target >= 0.9)"),
                 (
                     "s3_over_local_shards",
-                    f"conveyor S3 shards at {REMOTE_S3_LATENCY_MS:g} ms / local shards (target >= 0.9)",
+                    f"conveyor S3 shards (moto) at {REMOTE_S3_LATENCY_MS:g} ms / local shards "
+                    "(target >= 0.9)",
+                ),
+                (
+                    "s3_files_over_local_shards",
+                    f"conveyor S3 shards (file server) at {REMOTE_S3_LATENCY_MS:g} ms / local shards",
+                ),
+                (
+                    "cached_over_local",
+                    f"conveyor cached 2nd epoch at {REMOTE_S3_LATENCY_MS:g} ms / local files "
+                    "(target >= 0.97)",
                 ),
                 *(
                     (

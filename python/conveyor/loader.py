@@ -701,6 +701,9 @@ class Loader:
         stats["images_per_second"] = self._delivered / wall if wall > 0 else 0.0
         if isinstance(self.source, Mix):
             stats["samples_per_source"] = list(engine_stats.samples_per_part)
+        store = getattr(self.source, "_store", None)
+        if store is not None and hasattr(store, "counters"):
+            stats["remote"] = store.counters()
         return stats
 
     def skipped(self) -> list[tuple[str, str]]:

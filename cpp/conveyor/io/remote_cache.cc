@@ -23,6 +23,7 @@ namespace {
 constexpr std::string_view kMagic = "conveyor-cache 1\n";
 // The most a header may take (the URL and version lines): longer ones are not cached.
 constexpr size_t kMaxHeader = 64 << 10;
+constexpr size_t kFirstHeaderRead = 1024;
 constexpr std::string_view kUsageFile = "usage";
 constexpr std::string_view kFolderLock = "folder.lock";
 
@@ -75,9 +76,15 @@ struct Header {
 std::optional<Header> read_header(int fd) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return std::nullopt;
-  const size_t length = std::min<size_t>(kMaxHeader, static_cast<size_t>(st.st_size));
+  // A first small read holds every usual header; a longer one is read whole.
+  size_t length = std::min<size_t>(kFirstHeaderRead, static_cast<size_t>(st.st_size));
   std::string text(length, '\0');
   if (!read_exact(fd, 0, length, reinterpret_cast<uint8_t*>(text.data()))) return std::nullopt;
+  if (std::count(text.begin(), text.end(), '\n') < 4 && length < static_cast<size_t>(st.st_size)) {
+    length = std::min<size_t>(kMaxHeader, static_cast<size_t>(st.st_size));
+    text.assign(length, '\0');
+    if (!read_exact(fd, 0, length, reinterpret_cast<uint8_t*>(text.data()))) return std::nullopt;
+  }
   if (text.rfind(kMagic, 0) != 0) return std::nullopt;
   Header header;
   size_t at = kMagic.size();

@@ -288,21 +288,11 @@ def _cached_second_epoch(spec: Spec, urls: list[str], labels: list[int]) -> dict
 
     with tempfile.TemporaryDirectory(prefix="conveyor-bench-cache-") as cache:
         source = FileList(urls, labels, cache_dir=cache)
-
-        def warmed() -> Iterable[Any]:
-            loader = _remote_loader(spec, lambda: source, urls, labels)
-            for _ in loader:  # The first epoch fills the cache.
-                pass
-            return loader
-
-        before: dict[str, int] = {}
-
-        def timed() -> Iterable[Any]:
-            loader = warmed()
-            before.update(source._store.counters())
-            return loader
-
-        result = _epoch(timed)
+        loader = _remote_loader(spec, lambda: source, urls, labels)
+        for _ in loader:  # The first epoch fills the cache, untimed.
+            pass
+        before = source._store.counters()
+        result = _epoch(lambda: loader)
         after = source._store.counters()
         result["requests"] = sum(after[k] - before[k] for k in ("misses", "validations", "read_through"))
         return result
