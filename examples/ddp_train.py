@@ -135,7 +135,17 @@ def main() -> None:
         torch.save(state, args.checkpoint)
     if args.record is not None:
         path = args.record.with_name(f"{args.record.name}.rank{rank}.json")
-        path.write_text(json.dumps({"world_size": world, "epochs": record}))
+        stats = loader.stats()
+        path.write_text(
+            json.dumps(
+                {
+                    "world_size": world,
+                    "epochs": record,
+                    "usable_cores": stats["usable_cores"],
+                    "usable_cores_source": stats["usable_cores_source"],
+                }
+            )
+        )
     loader.close()
     dist.barrier()
     dist.destroy_process_group()

@@ -51,6 +51,7 @@ STATS_KEYS = {
     "process_time_seconds",
     "latency_spread_seconds",
     "usable_cores",
+    "usable_cores_source",
     "other_cores",
     "memory_budget",
 }

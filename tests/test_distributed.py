@@ -168,13 +168,18 @@ def torchrun(nproc: int, *args: object) -> subprocess.CompletedProcess:
 
 
 def recorded(prefix: Path, world: int) -> list[dict[str, list[int]]]:
+    return [data["epochs"] for data in recorded_ranks(prefix, world)]
+
+
+def recorded_ranks(prefix: Path, world: int) -> list[dict]:
+    """What each rank of examples/ddp_train.py recorded (--record)."""
     import json
 
     out = []
     for rank in range(world):
         data = json.loads(prefix.with_name(f"{prefix.name}.rank{rank}.json").read_text())
         assert data["world_size"] == world
-        out.append(data["epochs"])
+        out.append(data)
     return out
 
 
@@ -201,6 +206,15 @@ def test_torchrun_ranks_share_each_epoch(one_per_class, tmp_path):
         assert [len(r[epoch]) for r in ranks] == [6, 6]
         assert shares[0].isdisjoint(shares[1]) and shares[0] | shares[1] == set(range(12))
     assert ranks[0]["0"] != ranks[0]["1"]  # set_epoch reshuffles.
+    # The node's cores are shared by its 2 ranks (torchrun's LOCAL_WORLD_SIZE).
+    with conveyor.Loader(conveyor.sources.ImageFolder(one_per_class), [], batch_size=1) as alone:
+        cores = alone.stats()["usable_cores"]  # This process has the node to itself.
+    for rank in recorded_ranks(tmp_path / "seen", 2):
+        assert rank["usable_cores"] == max(1, cores // 2)
+        assert (
+            rank["usable_cores_source"]
+            == f"{cores} usable CPUs (affinity, cgroup quota) shared by 2 processes on this node"
+        )
 
 
 def test_torchrun_checkpoint_resumes_on_another_world_size(one_per_class, tmp_path):

@@ -214,3 +214,27 @@ def test_a_listing_of_a_missing_bucket_is_a_read_error_naming_it(s3):
 def test_http_prefixes_cannot_be_listed():
     with pytest.raises(ConfigError, match=r"^ImageFolder: http:// has no listing; list the URLs"):
         ImageFolder("http://127.0.0.1:9/train/")
+
+
+def test_web_identity_credentials_go_through_s3fs_which_reads_them(tmp_path):
+    # EKS's web identity (and container credentials) are read by the AWS
+    # SDKs, not by the engine's client: s3:// then goes through s3fs.
+    result = run_python(
+        """
+        from conveyor.sources import FileList
+        source = FileList(["s3://bucket/a.jpg"])
+        print(type(source._store).__name__)
+        """,
+        env={
+            "AWS_WEB_IDENTITY_TOKEN_FILE": str(tmp_path / "token"),
+            "AWS_ACCESS_KEY_ID": "",
+            "HOME": str(tmp_path),
+        },
+    )
+    try:
+        import s3fs  # noqa: F401
+
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == "PythonRemoteStore\n"
+    except ImportError:
+        assert "FileList: reading s3:// URLs needs s3fs (pip install s3fs)" in result.stderr

@@ -1,6 +1,7 @@
 #include "conveyor/io/http_store.h"
 
 #include <curl/curl.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -172,7 +173,9 @@ size_t on_header(char* data, size_t, size_t count, void* user) {
     const std::string_view value = trim(line.substr(12));
     double seconds = 0;
     const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), seconds);
-    if (ec == std::errc() && std::isfinite(seconds) && seconds > 0) t.retry_after = seconds;  // An HTTP date: ignored.
+    if (ec == std::errc() && std::isfinite(seconds) && seconds > 0) {  // An HTTP date: ignored.
+      t.retry_after = std::min(seconds, FetchFailure::kMaxRetryAfterSeconds);
+    }
   }
   return count;
 }
@@ -194,10 +197,10 @@ size_t on_body(char* data, size_t, size_t count, void* user) {
   return count;
 }
 
-FetchFailure failure_of(const Transfer& t, const HttpStoreOptions& options, const S3Config* s3) {
+FetchFailure failure_of(const Transfer& t, const S3Config* s3) {
   if (!t.too_large.empty()) {
     return {Kind::kTooLarge, 0,
-            t.too_large + ", more than the " + std::to_string(options.max_read_bytes) + " bytes a read may return"};
+            t.too_large + ", more than the " + std::to_string(t.max_bytes) + " bytes a read may return"};
   }
   if (t.cancelled) return {Kind::kCancelled, 0, "the store was closed"};
   const std::string detail = t.error[0] != '\0' ? std::string(t.error) : std::string(curl_easy_strerror(t.code));
@@ -289,6 +292,11 @@ class HttpStore::Loop {
     curl_share_setopt(share_, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
     curl_share_setopt(share_, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
     curl_multi_setopt(multi_, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
+    rlimit files{};
+    if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY) {
+      options_.max_connections_per_host =
+          std::max(1, std::min(options_.max_connections_per_host, static_cast<int>(files.rlim_cur / 2)));
+    }
     curl_multi_setopt(multi_, CURLMOPT_MAX_HOST_CONNECTIONS, static_cast<long>(options_.max_connections_per_host));
     thread_ = std::thread([this] { run(); });
   }
@@ -398,6 +406,14 @@ class HttpStore::Loop {
       if (!finished) curl_multi_poll(multi_, nullptr, 0, active_.empty() ? 1000 : 20, nullptr);
     }
     // Stopping: whatever is still in flight or queued ends as cancelled.
+    {
+      std::lock_guard lock(mu_);
+      incoming.swap(submitted_);
+    }
+    for (std::shared_ptr<Transfer>& t : incoming) {
+      t->cancelled = true;
+      complete(*t);
+    }
     for (auto& [easy, t] : active_) {
       curl_multi_remove_handle(multi_, easy);
       curl_easy_cleanup(easy);
@@ -481,7 +497,10 @@ class HttpStore::Loop {
     if (t.head) curl_easy_setopt(easy, CURLOPT_NOBODY, 1L);
     if (!t.range.empty()) curl_easy_setopt(easy, CURLOPT_RANGE, t.range.c_str());
     if (t.s3) {
-      // Signed requests are not redirected: S3's redirects say the region is wrong.
+      // Signed requests are not redirected: S3's redirects say the region is
+      // wrong. A key's "." and ".." segments are part of the key: libcurl
+      // would otherwise squash them and read another object.
+      curl_easy_setopt(easy, CURLOPT_PATH_AS_IS, 1L);
       curl_easy_setopt(easy, CURLOPT_HTTPHEADER, s3_headers_.list);
       if (!options_.s3->anonymous) {
         curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, sigv4_.c_str());
@@ -496,8 +515,8 @@ class HttpStore::Loop {
     }
   }
 
-  // A transfer still connecting (no pre-transfer time yet) past its host's
-  // slow-connect bound is an overload now, not when its SYN is retransmitted.
+  // A transfer still in its TCP connect past its host's slow-connect bound
+  // is an overload now, not when its SYN is retransmitted.
   // It is started again: its dropped SYN burdens no one, and waiting for the
   // retransmission would hold one of the host's slots for a second or more,
   // stalling the reads behind it after the limit was cut.
@@ -506,9 +525,15 @@ class HttpStore::Loop {
       CURL* easy = it->first;
       Transfer& t = *it->second;
       Host& host = hosts_.at(t.host);
-      curl_off_t pretransfer = 0;
-      if (t.slow_connect || std::chrono::duration<double>(now - t.started).count() < host.slow_connect_seconds() ||
-          curl_easy_getinfo(easy, CURLINFO_PRETRANSFER_TIME_T, &pretransfer) != CURLE_OK || pretransfer != 0) {
+      // Stuck in the TCP connect: the name is resolved (a slow DNS is no
+      // sign of an overloaded server) and no connection is made yet; TLS,
+      // which comes after, is not counted either.
+      curl_off_t lookup = 0, connect = 0;
+      const double elapsed = std::chrono::duration<double>(now - t.started).count();
+      if (t.slow_connect || elapsed < host.slow_connect_seconds() ||
+          curl_easy_getinfo(easy, CURLINFO_NAMELOOKUP_TIME_T, &lookup) != CURLE_OK ||
+          curl_easy_getinfo(easy, CURLINFO_CONNECT_TIME_T, &connect) != CURLE_OK || lookup == 0 || connect != 0 ||
+          elapsed - static_cast<double>(lookup) / 1e6 < host.slow_connect_seconds()) {
         ++it;
         continue;
       }
@@ -544,13 +569,15 @@ class HttpStore::Loop {
     }
     long connects = 0;
     curl_easy_getinfo(easy, CURLINFO_NUM_CONNECTS, &connects);
-    curl_off_t connect_micros = 0;
+    curl_off_t lookup_micros = 0, connect_micros = 0;
+    curl_easy_getinfo(easy, CURLINFO_NAMELOOKUP_TIME_T, &lookup_micros);
     curl_easy_getinfo(easy, CURLINFO_CONNECT_TIME_T, &connect_micros);
     requests_.fetch_add(1);
     connections_.fetch_add(connects);
     bytes_.fetch_add(static_cast<int64_t>(t->body.size()));
     Host& host = hosts_.at(t->host);
-    const double connect_seconds = static_cast<double>(connect_micros) / 1e6;
+    // The TCP connect alone, as the live check measures it.
+    const double connect_seconds = static_cast<double>(std::max<curl_off_t>(0, connect_micros - lookup_micros)) / 1e6;
     const bool slow_connect = t->slow_connect || (connects > 0 && connect_seconds >= host.slow_connect_seconds());
     if (code == CURLE_OK && connects > 0 && !slow_connect) {
       host.connect_seconds =
@@ -645,7 +672,7 @@ namespace {
 // The reply of `t`, performed on `loop`: its body, or the FetchError of its failure.
 void check_reply(const Transfer& t, const HttpStoreOptions& options) {
   if (t.code != CURLE_OK || !t.too_large.empty() || t.cancelled || t.status < 200 || t.status >= 300) {
-    throw FetchError(failure_of(t, options, options.s3 ? &*options.s3 : nullptr));
+    throw FetchError(failure_of(t, options.s3 ? &*options.s3 : nullptr));
   }
 }
 
@@ -674,9 +701,10 @@ std::vector<uint8_t> HttpStore::read(const std::string& url, uint64_t offset, in
   return std::move(t->body);
 }
 
-RemoteObjectInfo HttpStore::fetch(const std::string& url, std::vector<uint8_t>* data) const {
+RemoteObjectInfo HttpStore::fetch(const std::string& url, std::vector<uint8_t>* data, int64_t max_bytes) const {
   const HttpStoreOptions& options = loop_->options();
   std::shared_ptr<Transfer> t = transfer_for(url, options);
+  t->max_bytes = std::min(t->max_bytes, max_bytes);
   loop_->perform(t);
   check_reply(*t, options);
   *data = std::move(t->body);
@@ -724,7 +752,7 @@ std::vector<RemoteObject> HttpStore::list(const std::string& prefix) const {
     t->max_bytes = options.max_read_bytes;
     loop_->perform(t);
     if (t->code != CURLE_OK || !t->too_large.empty() || t->cancelled || t->status < 200 || t->status >= 300) {
-      throw FetchError(failure_of(*t, options, &*options.s3));
+      throw FetchError(failure_of(*t, &*options.s3));
     }
     S3ListPage page;
     try {
@@ -733,6 +761,9 @@ std::vector<RemoteObject> HttpStore::list(const std::string& prefix) const {
       throw FetchError({Kind::kOther, 0, e.cause()});
     }
     for (auto& [key, size] : page.objects) objects.push_back({"s3://" + bucket + "/" + key, size});
+    if (!page.next_continuation_token.empty() && page.next_continuation_token == token) {
+      throw FetchError({Kind::kOther, 0, "the listing repeats its continuation token (a faulty server)"});
+    }
     token = std::move(page.next_continuation_token);
   } while (!token.empty());
   return objects;

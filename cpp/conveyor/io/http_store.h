@@ -23,7 +23,9 @@ struct HttpStoreOptions {
   double read_timeout = 30.0;
   /// The most bytes one read may return (kMaxRemoteReadBytes; lower in tests).
   int64_t max_read_bytes = kMaxRemoteReadBytes;
-  /// Reads in flight to one host (scheme://host:port) at most. Within it the
+  /// Reads in flight to one host (scheme://host:port) at most, and at most
+  /// half the process's open-file limit (RLIMIT_NOFILE), so that sockets
+  /// never starve the process's other files. Within it the
   /// store adapts each host's limit (ConnectionLimit, io/connection_limit.h),
   /// starting at initial_connections_per_host.
   int max_connections_per_host = 1024;
@@ -78,8 +80,9 @@ class HttpStore final : public RemoteStore {
   uint64_t size(const std::string& url) const override;
   /// A HEAD: Content-Length, and ETag (else Last-Modified) as the version.
   RemoteObjectInfo stat(const std::string& url) const override;
-  /// One GET of the whole object, with its ETag (else Last-Modified).
-  RemoteObjectInfo fetch(const std::string& url, std::vector<uint8_t>* data) const override;
+  /// One GET of the whole object, with its ETag (else Last-Modified); a
+  /// declared length past `max_bytes` is refused before the body.
+  RemoteObjectInfo fetch(const std::string& url, std::vector<uint8_t>* data, int64_t max_bytes) const override;
   /// The objects under an `s3://bucket/prefix`, in S3's order (by key's
   /// UTF-8 bytes), every page of a ListObjectsV2 listing. Other schemes
   /// cannot list (FetchError kInvalid).

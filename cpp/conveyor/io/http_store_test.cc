@@ -304,7 +304,11 @@ TEST(HttpStoreTest, S3RequestsAreSignedAndErrorsNameTheS3Code) {
                                  [](const std::string&) { return std::nullopt; });
   HttpStore store(options);
   EXPECT_EQ(text(store.read("s3://bucket/dir/a b.jpg", 0, -1)), "abc");
+  // "." and ".." are part of an S3 key: sent as they are, never squashed.
+  failure_of(store, "s3://bucket/a/../../other/key");
+  EXPECT_EQ(server.requests().back().target, "/bucket/a/../../other/key");
   const HttpTestRequest request = server.requests().at(0);
+  ASSERT_EQ(request.target, "/bucket/dir/a%20b.jpg");
   const std::string& authorization = request.headers.at("authorization");
   EXPECT_EQ(authorization.rfind("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/", 0), 0u) << authorization;
   EXPECT_NE(authorization.find("/eu-west-1/s3/aws4_request"), std::string::npos) << authorization;

@@ -52,7 +52,8 @@ auto with_retries(const RetryPolicy& policy, const std::string& key, Attempt&& a
       const FetchFailure& failure = e.failure();
       if (failure.kind == FetchFailure::Kind::kCancelled) throw cancelled(key);
       if (!is_transient(failure)) throw Error(ErrorKind::kRead, failure.describe(), key);
-      const double wait = std::max(std::min(backoff, policy.max_backoff) * jitter(), failure.retry_after);
+      const double wait = std::max(std::min(backoff, policy.max_backoff) * jitter(),
+                                   std::min(failure.retry_after, FetchFailure::kMaxRetryAfterSeconds));
       const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       if (made >= policy.attempts || (policy.timeout > 0 && elapsed + wait > policy.timeout)) {
         throw Error(ErrorKind::kRead,
@@ -158,8 +159,11 @@ uint64_t RemoteAccess::size(const std::string& url, const std::string& key) cons
 
 RemoteObjectInfo RemoteStore::stat(const std::string& url) const { return {size(url), ""}; }
 
-RemoteObjectInfo RemoteStore::fetch(const std::string& url, std::vector<uint8_t>* data) const {
+RemoteObjectInfo RemoteStore::fetch(const std::string& url, std::vector<uint8_t>* data, int64_t max_bytes) const {
   *data = read(url, 0, -1);
+  if (static_cast<int64_t>(data->size()) > max_bytes) {
+    throw FetchError({FetchFailure::Kind::kTooLarge, 0, std::to_string(data->size()) + " bytes"});
+  }
   return {data->size(), ""};
 }
 

@@ -62,8 +62,9 @@ struct FetchFailure {
   std::string message;  ///< The store's words (e.g. "Service Unavailable").
   /// Seconds the server asked the client to wait before trying again (HTTP
   /// Retry-After, in seconds), 0 when it did not: the next attempt waits at
-  /// least this long.
+  /// least this long, at most kMaxRetryAfterSeconds.
   double retry_after = 0;
+  static constexpr double kMaxRetryAfterSeconds = 300;
 
   /// "HTTP 503 Service Unavailable", "timed out: ...", "connection failed: ...".
   std::string describe() const;
@@ -116,9 +117,11 @@ class RemoteStore {
   /// default is size() with no version.
   virtual RemoteObjectInfo stat(const std::string& url) const;
   /// The whole object at `url` into `data`, with its size and version from
-  /// the same request. Throws FetchError. The default is read(url, 0, -1)
-  /// with no version.
-  virtual RemoteObjectInfo fetch(const std::string& url, std::vector<uint8_t>* data) const;
+  /// the same request; FetchError kTooLarge, before its body is read where
+  /// the store can tell, when it is larger than `max_bytes`. Throws
+  /// FetchError. The default is read(url, 0, -1) with no version, checked
+  /// after.
+  virtual RemoteObjectInfo fetch(const std::string& url, std::vector<uint8_t>* data, int64_t max_bytes) const;
   /// Every object whose URL starts with `prefix` (one page of a listing per
   /// attempt is not enough: the whole listing, in the store's order). Throws
   /// FetchError; kInvalid for a store or scheme that cannot list (the default).

@@ -24,6 +24,11 @@ constexpr std::string_view kMagic = "conveyor-cache 1\n";
 // The most a header may take (the URL and version lines): longer ones are not cached.
 constexpr size_t kMaxHeader = 64 << 10;
 constexpr size_t kFirstHeaderRead = 1024;
+// Room left for a cached file's version and size lines when bounding the
+// object it holds (insert() checks the exact size).
+constexpr int64_t kHeaderAllowance = 128;
+// A version no store gives: a copy that could not be checked is never served.
+const std::string kUnknownVersion = std::string(1, '\0') + "unknown";
 constexpr std::string_view kUsageFile = "usage";
 constexpr std::string_view kFolderLock = "folder.lock";
 
@@ -114,6 +119,7 @@ std::vector<uint8_t> slice(const std::vector<uint8_t>& data, uint64_t offset, in
 
 CachingStore::CachingStore(std::shared_ptr<const RemoteStore> store, std::string directory, int64_t budget_bytes)
     : store_(std::move(store)), directory_(std::move(directory)), budget_bytes_(budget_bytes) {
+  while (directory_.size() > 1 && directory_.back() == '/') directory_.pop_back();
   check_config(budget_bytes_ >= 0,
                "cache budget must be >= 0 bytes (0: the default), got " + std::to_string(budget_bytes_));
   std::error_code error;
@@ -124,8 +130,11 @@ CachingStore::CachingStore(std::shared_ptr<const RemoteStore> store, std::string
                 directory_);
   }
   if (budget_bytes_ == 0) {
+    // What is free now plus what the folder already holds: a later run (or
+    // rank) must not see the cache's own files as space lost.
     const std::filesystem::space_info space = std::filesystem::space(directory_, error);
-    budget_bytes_ = error ? int64_t{1} << 30 : std::max<int64_t>(1, static_cast<int64_t>(space.available / 10 * 8));
+    const int64_t free_bytes = error ? int64_t{1} << 30 : static_cast<int64_t>(space.available);
+    budget_bytes_ = std::max<int64_t>(1, (free_bytes + folder_bytes()) / 10 * 8);
   }
 }
 
@@ -156,7 +165,18 @@ bool CachingStore::read_cached(const std::string& url, uint64_t offset, int64_t 
   }
   if (!checked) {
     // The first use in this store's life: has the object changed since it was cached?
-    const RemoteObjectInfo now = store_->stat(url);
+    RemoteObjectInfo now;
+    try {
+      now = store_->stat(url);
+    } catch (const FetchError& e) {
+      if (is_transient(e.failure())) throw;  // Retried by the caller.
+      // The store cannot tell (a HEAD refused, e.g. by a URL presigned for
+      // GET; no Content-Length): the copy is not trusted, the object is
+      // fetched again, and that fetch's version is what counts.
+      std::lock_guard lock(mu_);
+      validated_[url] = {0, kUnknownVersion, false};
+      return false;
+    }
     validations_.fetch_add(1);
     const bool same = now.size == header->size && now.version == header->version;
     std::lock_guard lock(mu_);
@@ -177,18 +197,38 @@ bool CachingStore::read_cached(const std::string& url, uint64_t offset, int64_t 
 std::vector<uint8_t> CachingStore::read(const std::string& url, uint64_t offset, int64_t size) const {
   std::vector<uint8_t> data;
   if (read_cached(url, offset, size, &data)) return data;
+  {
+    std::lock_guard lock(mu_);
+    if (uncacheable_.count(url) != 0) {
+      read_through_.fetch_add(1);
+      return store_->read(url, offset, size);
+    }
+  }
   // One fetcher per object across threads and processes: the others read
   // their range from the store meanwhile instead of waiting for it.
   const std::string lock_path = directory_ + "/" + file_name(url) + ".lock";
   Fd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-  if (lock.fd < 0 || ::flock(lock.fd, LOCK_EX | LOCK_NB) != 0) {
-    if (lock.fd < 0) write_errors_.fetch_add(1);
+  if (lock.fd >= 0 && ::flock(lock.fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
     read_through_.fetch_add(1);
     return store_->read(url, offset, size);
   }
+  // (Without a lock file, or where the file system has no locks, the object
+  // is fetched unlocked: at worst twice at once, renamed into place twice.)
   if (read_cached(url, offset, size, &data)) return data;  // Fetched by another meanwhile.
   std::vector<uint8_t> whole;
-  const RemoteObjectInfo info = store_->fetch(url, &whole);
+  RemoteObjectInfo info;
+  try {
+    // The header takes the URL, a version (an ETag: tens of bytes) and a size.
+    const auto header_bytes = static_cast<int64_t>(kMagic.size() + url.size()) + kHeaderAllowance;
+    info = store_->fetch(url, &whole, std::min(kMaxRemoteReadBytes, budget_bytes_ - header_bytes));
+  } catch (const FetchError& e) {
+    if (e.failure().kind != FetchFailure::Kind::kTooLarge) throw;
+    // Larger than the cache may hold: read as asked, never fetched whole again.
+    std::lock_guard guard(mu_);
+    uncacheable_.insert(url);
+    read_through_.fetch_add(1);
+    return store_->read(url, offset, size);
+  }
   misses_.fetch_add(1);
   insert(url, info, whole);
   return slice(whole, offset, size);
@@ -204,7 +244,7 @@ void CachingStore::insert(const std::string& url, const RemoteObjectInfo& info,
   const std::string path = directory_ + "/" + file_name(url);
   const std::string temporary = directory_ + "/.tmp-" + std::to_string(::getpid()) + "-" +
                                 std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())) + "-" +
-                                file_name(url);
+                                file_name(url) + ".part";
   bool written = false;
   {
     Fd file(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
@@ -260,11 +300,15 @@ void CachingStore::evict(const std::string& keep, int64_t added) const {
       usage += bytes;
     }
     std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.used < b.used; });
+    // Down to a low-water mark, so that the next insertions do not each
+    // scan the folder again.
+    const int64_t target = budget_bytes_ / 10 * 9;
     for (const Entry& entry : entries) {
-      if (usage <= budget_bytes_) break;
+      if (usage <= target) break;
       if (entry.path == keep) continue;
+      // Its lock file stays: a process may hold it (unlinking would let a
+      // third one lock a new file and fetch the object at the same time).
       if (::unlink(entry.path.c_str()) == 0) {
-        ::unlink((entry.path + ".lock").c_str());
         usage -= entry.bytes;
         evictions_.fetch_add(1);
       }
@@ -277,6 +321,16 @@ void CachingStore::evict(const std::string& keep, int64_t added) const {
     if (file.fd < 0 || !write_all(file.fd, reinterpret_cast<const uint8_t*>(text.data()), text.size())) return;
   }
   ::rename(temporary.c_str(), usage_path.c_str());
+}
+
+int64_t CachingStore::folder_bytes() const {
+  int64_t total = 0;
+  std::error_code error;
+  for (const auto& item : std::filesystem::directory_iterator(directory_, error)) {
+    std::error_code item_error;
+    if (item.path().extension() == ".obj") total += static_cast<int64_t>(item.file_size(item_error));
+  }
+  return total;
 }
 
 uint64_t CachingStore::size(const std::string& url) const { return stat(url).size; }

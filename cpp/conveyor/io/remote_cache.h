@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "conveyor/io/remote.h"
@@ -33,7 +34,8 @@ struct RemoteCacheCounters {
 ///
 /// - **Changed objects.** The first read of a cached object in this store's
 ///   life (one process) sends one HEAD (stat) and refetches the object when
-///   its size or version differs; afterwards reads send nothing.
+///   its size or version differs, or when the store cannot say (a HEAD
+///   refused); afterwards reads send nothing.
 /// - **Several processes** (the ranks of one node) may share the folder. An
 ///   exclusive lock file per object (flock) lets one of them fetch it; the
 ///   others read their byte ranges from the store meanwhile instead of
@@ -41,8 +43,12 @@ struct RemoteCacheCounters {
 /// - **Budget.** After each insertion the least recently used objects
 ///   (modification time, touched on their first use by a store) are removed
 ///   until the folder's objects fit `budget_bytes`; the budget is so never
-///   exceeded by more than the object just inserted. An object larger than
-///   the budget is not cached.
+///   exceeded by more than the object just inserted (eviction goes down to
+///   90 % of it). An object larger than the budget is not cached and never
+///   fetched whole: it is read as asked.
+/// - **One store per folder.** Files are keyed by URL: a folder must not be
+///   shared by stores that give the same URLs different objects (two S3
+///   endpoints). A store without versions (fsspec's) is checked by size only.
 /// - **Failures** to write the cache (a full disk, a read-only folder) never
 ///   fail a read: the object is read through and counted (write_errors).
 ///
@@ -51,8 +57,9 @@ struct RemoteCacheCounters {
 class CachingStore final : public RemoteStore {
  public:
   /// Creates `directory` when missing. `budget_bytes` 0 (the default): 80 %
-  /// of the space free on the folder's file system now (so that a data set
-  /// larger than the disk fills it no further); else > 0. Throws
+  /// of the space free on the folder's file system now plus what the folder
+  /// already holds (so that a data set larger than the disk fills it no
+  /// further); else > 0. Throws
   /// Error{kConfig} naming the folder when it cannot be created.
   CachingStore(std::shared_ptr<const RemoteStore> store, std::string directory, int64_t budget_bytes = 0);
 
@@ -82,6 +89,8 @@ class CachingStore final : public RemoteStore {
   // Writes `data` as `url`'s object (atomically), then keeps the budget.
   void insert(const std::string& url, const RemoteObjectInfo& info, const std::vector<uint8_t>& data) const;
   void evict(const std::string& keep, int64_t added) const;
+  // Bytes of the cached objects in the folder (a scan).
+  int64_t folder_bytes() const;
 
   std::shared_ptr<const RemoteStore> store_;
   std::string directory_;
@@ -89,6 +98,7 @@ class CachingStore final : public RemoteStore {
 
   mutable std::mutex mu_;  // Guards validated_ and eviction.
   mutable std::unordered_map<std::string, Validated> validated_;
+  mutable std::unordered_set<std::string> uncacheable_;  // Larger than the budget: read through.
 
   mutable std::atomic<int64_t> hits_{0}, misses_{0}, read_through_{0}, validations_{0}, evictions_{0}, write_errors_{0};
 };

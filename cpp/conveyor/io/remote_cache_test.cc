@@ -44,15 +44,18 @@ class VersionedStore final : public RemoteStore {
   uint64_t size(const std::string& url) const override { return stat(url).size; }
   RemoteObjectInfo stat(const std::string& url) const override {
     count("stat");
+    if (refuse_stat) throw FetchError({FetchFailure::Kind::kStatus, 403, "Forbidden"});
     const auto [data, version] = object(url);
     return {data.size(), version};
   }
-  RemoteObjectInfo fetch(const std::string& url, std::vector<uint8_t>* data) const override {
+  RemoteObjectInfo fetch(const std::string& url, std::vector<uint8_t>* data, int64_t max_bytes) const override {
     count("fetch");
     const auto [bytes, version] = object(url);
+    if (static_cast<int64_t>(bytes.size()) > max_bytes) throw FetchError({FetchFailure::Kind::kTooLarge, 0, "big"});
     data->assign(bytes.begin(), bytes.end());
     return {bytes.size(), version};
   }
+  bool refuse_stat = false;  // As a URL presigned for GET refuses a HEAD.
   int requests(const std::string& kind) const {
     std::lock_guard lock(mu_);
     auto it = counts_.find(kind);
@@ -149,8 +152,20 @@ TEST_F(CachingStoreTest, AnObjectLargerThanTheBudgetIsReadThroughNotCached) {
   CachingStore cache(remote_, folder(), 1000);
   EXPECT_EQ(cache.read("big", 4990, 10).size(), 10u);
   EXPECT_EQ(cache.read("big", 0, 1).size(), 1u);
-  EXPECT_EQ(remote_->requests("fetch"), 2);
+  // One whole fetch tried (refused from its size), then ranged reads only.
+  EXPECT_EQ(remote_->requests("fetch"), 1);
+  EXPECT_EQ(remote_->requests("read"), 2);
   EXPECT_EQ(folder_bytes(), 0);
+}
+
+TEST_F(CachingStoreTest, ACopyTheStoreCannotCheckIsFetchedAgainNotAnError) {
+  remote_->put("presigned", "bytes", "\"1\"");
+  CachingStore(remote_, folder(), 1 << 20).read("presigned", 0, -1);
+  remote_->refuse_stat = true;
+  CachingStore next_run(remote_, folder(), 1 << 20);
+  EXPECT_EQ(text(next_run.read("presigned", 0, -1)), "bytes");
+  EXPECT_EQ(text(next_run.read("presigned", 1, 2)), "yt");
+  EXPECT_EQ(remote_->requests("fetch"), 2);  // Once per run; then served from the folder.
 }
 
 TEST_F(CachingStoreTest, ATornOrForeignFileIsNeverServed) {

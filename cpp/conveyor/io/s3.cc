@@ -222,6 +222,16 @@ S3Config resolve_s3_config(const std::map<std::string, std::string>& options, co
       }
     }
     if (config.credentials_source.empty()) {
+      for (const char* provider :
+           {"credential_process", "role_arn", "sso_session", "sso_start_url", "web_identity_token_file"}) {
+        if (value_in(config_section, provider) || value_in(credentials_section, provider)) {
+          throw Error(ErrorKind::kConfig,
+                      "profile '" + profile + "' gets its credentials from " + provider +
+                          ", which conveyor's S3 client does not read: export the keys it gives (aws configure "
+                          "export-credentials --profile " +
+                          profile + " --format env), or read through s3fs by passing its own storage_options");
+        }
+      }
       config.anonymous = true;
       config.credentials_source = "none found (looked in storage_options, AWS_ACCESS_KEY_ID, " +
                                   (credentials_file.shown.empty() ? "~/.aws/credentials" : credentials_file.shown) +

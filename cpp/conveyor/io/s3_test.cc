@@ -116,6 +116,19 @@ TEST_F(S3ConfigTest, BadOptionsAreConfigErrorsNamingTheKey) {
             "storage_options: profile 'nope' is in neither ~/.aws/credentials nor ~/.aws/config");
 }
 
+TEST_F(S3ConfigTest, AProfileWhoseKeysComeFromAProviderWeDoNotReadIsNamed) {
+  write("config", "[profile sso]\nsso_session = corp\nregion = eu-west-1\n");
+  try {
+    resolve_s3_config({{"profile", "sso"}}, env());
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "profile 'sso' gets its credentials from sso_session, which conveyor's S3 client does not read: export "
+              "the keys it gives (aws configure export-credentials --profile sso --format env), or read through s3fs "
+              "by passing its own storage_options");
+  }
+}
+
 TEST_F(S3ConfigTest, DescribeNeverShowsASecret) {
   const S3Config config =
       resolve_s3_config({{"key", "AKIDEXAMPLE"}, {"secret", "wJalrXUtnFEMI"}, {"token", "FQoGZXIvYXdz"}}, env());

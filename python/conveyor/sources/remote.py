@@ -293,13 +293,38 @@ NATIVE_SCHEMES = frozenset({"http", "https", "s3"})
 _NATIVE_OPTIONS = frozenset({"headers", "connect_timeout", "read_timeout", *_conveyor.S3_OPTION_NAMES})
 
 
+# Where the AWS SDKs find credentials that the engine's client does not read
+# (web identity on EKS, ECS/EKS container credentials): s3:// then goes
+# through s3fs, which reads them.
+_AWS_PROVIDER_VARIABLES = (
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+)
+
+
+def _needs_aws_provider(protocols: set[str], options: Mapping[str, Any]) -> bool:
+    """Whether s3:// credentials can only come from a provider the engine's
+    client does not read (no keys or anon given, none in the environment,
+    and a web-identity or container provider set up)."""
+    if "s3" not in protocols or {"key", "secret", "anon", "profile"} & set(options):
+        return False
+    if os.environ.get("AWS_ACCESS_KEY_ID"):
+        return False
+    return any(os.environ.get(name) for name in _AWS_PROVIDER_VARIABLES)
+
+
 def _native_store(options: Mapping[str, Any], s3: bool, owner: str) -> _conveyor.HttpStore:
     """The engine's HttpStore for ``options`` (all of them in _NATIVE_OPTIONS)."""
     headers = options.get("headers") or {}
     if not isinstance(headers, Mapping) or not all(isinstance(v, str) for v in [*headers, *headers.values()]):
-        raise ConfigError(
-            f"{owner}: storage_options['headers'] must be a dict of str to str, got {headers!r}"
+        # Names and types only: a header's value may be a token.
+        shown = (
+            {str(k): type(v).__name__ for k, v in headers.items()}
+            if isinstance(headers, Mapping)
+            else type(headers).__name__
         )
+        raise ConfigError(f"{owner}: storage_options['headers'] must be a dict of str to str, got {shown}")
     s3_options: dict[str, str] = {}
     for name in _conveyor.S3_OPTION_NAMES:
         value = options.get(name)
@@ -360,7 +385,11 @@ def remote_arguments(
     options = storage_options or {}
     protocols = {_protocol(url) for url in urls}
     store: _conveyor.RemoteStore
-    if protocols <= NATIVE_SCHEMES and set(options) <= _NATIVE_OPTIONS:
+    if (
+        protocols <= NATIVE_SCHEMES
+        and set(options) <= _NATIVE_OPTIONS
+        and not _needs_aws_provider(protocols, options)
+    ):
         store = _native_store(options, "s3" in protocols, owner)
     else:
         store = _conveyor.PythonRemoteStore(_FsspecStore(urls, options, owner))
