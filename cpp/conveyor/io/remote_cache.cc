@@ -24,6 +24,8 @@ constexpr std::string_view kMagic = "conveyor-cache 1\n";
 // The most a header may take (the URL and version lines): longer ones are not cached.
 constexpr size_t kMaxHeader = 64 << 10;
 constexpr size_t kFirstHeaderRead = 1024;
+// The most bytes of whole objects one store holds in memory while fetching them.
+constexpr int64_t kMaxFetchingBytes = int64_t{2} << 30;
 // Room left for a cached file's version and size lines when bounding the
 // object it holds (insert() checks the exact size).
 constexpr int64_t kHeaderAllowance = 128;
@@ -215,6 +217,26 @@ std::vector<uint8_t> CachingStore::read(const std::string& url, uint64_t offset,
   // (Without a lock file, or where the file system has no locks, the object
   // is fetched unlocked: at worst twice at once, renamed into place twice.)
   if (read_cached(url, offset, size, &data)) return data;  // Fetched by another meanwhile.
+  // Whole objects being fetched are held in memory until written: past
+  // kMaxFetchingBytes of them at once (many io threads on large shards of
+  // a data set larger than the budget), a read of known size goes through.
+  uint64_t known_size = 0;
+  {
+    std::lock_guard guard(mu_);
+    auto it = validated_.find(url);
+    if (it != validated_.end() && it->second.version != kUnknownVersion) known_size = it->second.size;
+  }
+  const auto reserved = static_cast<int64_t>(known_size);
+  if (fetching_bytes_.fetch_add(reserved) + reserved > kMaxFetchingBytes && reserved > 0) {
+    fetching_bytes_.fetch_sub(reserved);
+    read_through_.fetch_add(1);
+    return store_->read(url, offset, size);
+  }
+  struct Release {
+    std::atomic<int64_t>& bytes;
+    int64_t amount;
+    ~Release() { bytes.fetch_sub(amount); }
+  } release{fetching_bytes_, reserved};
   std::vector<uint8_t> whole;
   RemoteObjectInfo info;
   try {

@@ -45,7 +45,8 @@ struct RemoteCacheCounters {
 ///   until the folder's objects fit `budget_bytes`; the budget is so never
 ///   exceeded by more than the object just inserted (eviction goes down to
 ///   90 % of it). An object larger than the budget is not cached and never
-///   fetched whole: it is read as asked.
+///   fetched whole: it is read as asked. Whole fetches of known size held in
+///   memory at once are bounded (2 GiB); past it a read goes through.
 /// - **One store per folder.** Files are keyed by URL: a folder must not be
 ///   shared by stores that give the same URLs different objects (two S3
 ///   endpoints). A store without versions (fsspec's) is checked by size only.
@@ -100,6 +101,7 @@ class CachingStore final : public RemoteStore {
   mutable std::unordered_map<std::string, Validated> validated_;
   mutable std::unordered_set<std::string> uncacheable_;  // Larger than the budget: read through.
 
+  mutable std::atomic<int64_t> fetching_bytes_{0};  // Of whole objects being fetched now (their known sizes).
   mutable std::atomic<int64_t> hits_{0}, misses_{0}, read_through_{0}, validations_{0}, evictions_{0}, write_errors_{0};
 };
 
