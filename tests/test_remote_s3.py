@@ -238,3 +238,20 @@ def test_web_identity_credentials_go_through_s3fs_which_reads_them(tmp_path):
         assert result.stdout == "PythonRemoteStore\n"
     except ImportError:
         assert "FileList: reading s3:// URLs needs s3fs (pip install s3fs)" in result.stderr
+
+
+def test_gs_urls_with_an_hmac_key_are_signed_for_gcss_xml_api(s3):
+    # GCS's S3-compatible XML API takes SigV4 with an HMAC key; moto stands in
+    # for storage.googleapis.com here (endpoint_url), checking the signatures.
+    options = {"key": s3.key, "secret": s3.secret, "endpoint_url": s3.endpoint_url}
+    listed = FileList.from_prefix("gs://data/images/dog/", storage_options=options)
+    assert listed.paths[0] == "gs://data/images/dog/000.jpg" and len(listed) == 10
+    assert type(listed._store).__name__ == "HttpStore"
+    data = s3.client().get_object(Bucket="data", Key="images/dog/000.jpg")["Body"].read()
+    assert listed._engine_source().read(0)[0] == data
+    wrong = FileList(
+        ["gs://data/images/dog/000.jpg"], retry=FAST_RETRY, storage_options={**options, "secret": "x"}
+    )
+    with pytest.raises(ReadError) as error:
+        wrong._engine_source().read(0)
+    assert str(error.value) == "gs://data/images/dog/000.jpg: HTTP 403 FORBIDDEN (SignatureDoesNotMatch)"

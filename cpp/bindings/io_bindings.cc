@@ -107,22 +107,26 @@ void bind_io(nb::module_& m) {
       .def(
           "__init__",
           [](HttpStore* self, std::vector<std::pair<std::string, std::string>> headers,
-             std::optional<std::map<std::string, std::string>> s3_options, std::optional<double> connect_timeout,
+             std::optional<std::map<std::string, std::string>> s3_options,
+             std::optional<std::map<std::string, std::string>> gcs_options, std::optional<double> connect_timeout,
              std::optional<double> read_timeout, std::optional<int64_t> max_read_bytes) {
             HttpStoreOptions options;
             options.headers = std::move(headers);
             if (s3_options) options.s3 = resolve_s3_config(*s3_options);
+            if (gcs_options) options.gcs = gcs_config(*gcs_options);
             if (connect_timeout) options.connect_timeout = *connect_timeout;
             if (read_timeout) options.read_timeout = *read_timeout;
             if (max_read_bytes) options.max_read_bytes = *max_read_bytes;
             new (self) HttpStore(std::move(options));
           },
           nb::arg("headers") = std::vector<std::pair<std::string, std::string>>{},
-          nb::arg("s3_options").none() = nb::none(), nb::arg("connect_timeout").none() = nb::none(),
-          nb::arg("read_timeout").none() = nb::none(), nb::arg("max_read_bytes").none() = nb::none(),
-          "The native store for http(s):// and s3:// URLs. s3_options: storage_options for s3:// (S3_OPTION_NAMES), "
-          "resolved with the environment and ~/.aws; None: no s3:// URLs. None for a timeout or the cap: the "
-          "engine's default.")
+          nb::arg("s3_options").none() = nb::none(), nb::arg("gcs_options").none() = nb::none(),
+          nb::arg("connect_timeout").none() = nb::none(), nb::arg("read_timeout").none() = nb::none(),
+          nb::arg("max_read_bytes").none() = nb::none(),
+          "The native store for http(s)://, s3:// and gs:// URLs. s3_options: storage_options for s3:// "
+          "(S3_OPTION_NAMES), resolved with the environment and ~/.aws; None: no s3:// URLs. gcs_options: key, "
+          "secret (an HMAC key), endpoint_url, region for gs:// through GCS's XML API; None: no gs:// URLs. None "
+          "for a timeout or the cap: the engine's default.")
       .def_prop_ro(
           "s3",
           [](const HttpStore& store) -> std::optional<std::string> {

@@ -102,12 +102,16 @@ std::string host_of(const std::string& url) {
   return url.substr(0, url.find_first_of("/?#", authority + 3));
 }
 
+// Which API a transfer speaks: plain HTTP, or S3's (signed) at AWS or at
+// GCS's S3-compatible XML API.
+enum class Api { kHttp, kS3, kGcs };
+
 struct Transfer {
   // The request: set before submission, read-only after.
   std::string url;  // http(s)
   std::string host;
   bool head = false;
-  bool s3 = false;
+  Api api = Api::kHttp;
   std::string range;  // "first-last", or empty for the whole object
   int64_t max_bytes = 0;
   int in_flight_at_start = 0;  // Transfers to the host in flight when this one started, itself included.
@@ -280,11 +284,8 @@ class HttpStore::Loop {
     options_.validate();
     init_curl_once();
     for (const auto& [name, value] : options_.headers) http_headers_.add(name + ": " + value);
-    if (options_.s3) {
-      s3_headers_.add(std::string("x-amz-content-sha256: ") + kEmptyPayloadSha256);
-      if (!options_.s3->session_token.empty()) s3_headers_.add("x-amz-security-token: " + options_.s3->session_token);
-      sigv4_ = "aws:amz:" + options_.s3->region + ":s3";
-    }
+    if (options_.s3) s3_signer_.set(*options_.s3);
+    if (options_.gcs) gcs_signer_.set(*options_.gcs);
     multi_ = curl_multi_init();
     share_ = curl_share_init();
     if (multi_ == nullptr || share_ == nullptr) throw std::bad_alloc();
@@ -496,16 +497,18 @@ class HttpStore::Loop {
     curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, static_cast<long>(std::ceil(options_.read_timeout)));
     if (t.head) curl_easy_setopt(easy, CURLOPT_NOBODY, 1L);
     if (!t.range.empty()) curl_easy_setopt(easy, CURLOPT_RANGE, t.range.c_str());
-    if (t.s3) {
+    if (t.api != Api::kHttp) {
       // Signed requests are not redirected: S3's redirects say the region is
       // wrong. A key's "." and ".." segments are part of the key: libcurl
       // would otherwise squash them and read another object.
+      const S3Config& config = t.api == Api::kS3 ? *options_.s3 : *options_.gcs;
+      const Signer& signer = t.api == Api::kS3 ? s3_signer_ : gcs_signer_;
       curl_easy_setopt(easy, CURLOPT_PATH_AS_IS, 1L);
-      curl_easy_setopt(easy, CURLOPT_HTTPHEADER, s3_headers_.list);
-      if (!options_.s3->anonymous) {
-        curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, sigv4_.c_str());
-        curl_easy_setopt(easy, CURLOPT_USERNAME, options_.s3->access_key_id.c_str());
-        curl_easy_setopt(easy, CURLOPT_PASSWORD, options_.s3->secret_access_key.c_str());
+      curl_easy_setopt(easy, CURLOPT_HTTPHEADER, signer.headers.list);
+      if (!config.anonymous) {
+        curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, signer.sigv4.c_str());
+        curl_easy_setopt(easy, CURLOPT_USERNAME, config.access_key_id.c_str());
+        curl_easy_setopt(easy, CURLOPT_PASSWORD, config.secret_access_key.c_str());
       }
     } else {
       curl_easy_setopt(easy, CURLOPT_HTTPHEADER, http_headers_.list);
@@ -607,8 +610,18 @@ class HttpStore::Loop {
 
   HttpStoreOptions options_;
   HeaderList http_headers_;
-  HeaderList s3_headers_;
-  std::string sigv4_;
+  // The headers and SigV4 provider string of signed requests, per API.
+  struct Signer {
+    HeaderList headers;
+    std::string sigv4;
+    void set(const S3Config& config) {
+      headers.add(std::string("x-amz-content-sha256: ") + kEmptyPayloadSha256);
+      if (!config.session_token.empty()) headers.add("x-amz-security-token: " + config.session_token);
+      sigv4 = "aws:amz:" + config.region + ":s3";
+    }
+  };
+  Signer s3_signer_;
+  Signer gcs_signer_;
   CURLM* multi_ = nullptr;
   CURLSH* share_ = nullptr;
 
@@ -647,18 +660,24 @@ std::shared_ptr<Transfer> transfer_for(const std::string& url, const HttpStoreOp
   auto t = std::make_shared<Transfer>();
   std::string scheme = url.substr(0, url.find("://"));
   std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (scheme == "s3") {
-    if (!options.s3) throw FetchError({Kind::kInvalid, 0, "this store has no S3 settings for s3:// URLs"});
+  if (scheme == "s3" || scheme == "gs") {
+    const bool gcs = scheme == "gs";
+    const std::optional<S3Config>& config = gcs ? options.gcs : options.s3;
+    if (!config) {
+      throw FetchError({Kind::kInvalid, 0,
+                        gcs ? "this store has no GCS settings (HMAC keys) for gs:// URLs"
+                            : "this store has no S3 settings for s3:// URLs"});
+    }
     try {
-      t->url = s3_http_url(*options.s3, url);
+      t->url = s3_http_url(*config, "s3://" + url.substr(5));
     } catch (const Error& e) {
       throw FetchError({Kind::kInvalid, 0, e.cause()});
     }
-    t->s3 = true;
+    t->api = gcs ? Api::kGcs : Api::kS3;
   } else if (scheme == "http" || scheme == "https") {
     t->url = url;
   } else {
-    throw FetchError({Kind::kInvalid, 0, "not an http(s):// or s3:// URL"});
+    throw FetchError({Kind::kInvalid, 0, "not an http(s)://, s3:// or gs:// URL"});
   }
   t->host = host_of(t->url);
   t->max_bytes = options.max_read_bytes;
@@ -669,10 +688,17 @@ std::shared_ptr<Transfer> transfer_for(const std::string& url, const HttpStoreOp
 
 namespace {
 
+// The S3 settings a transfer of `api` was signed with; null for plain HTTP.
+const S3Config* signing_config(Api api, const HttpStoreOptions& options) {
+  if (api == Api::kS3 && options.s3) return &*options.s3;
+  if (api == Api::kGcs && options.gcs) return &*options.gcs;
+  return nullptr;
+}
+
 // The reply of `t`, performed on `loop`: its body, or the FetchError of its failure.
 void check_reply(const Transfer& t, const HttpStoreOptions& options) {
   if (t.code != CURLE_OK || !t.too_large.empty() || t.cancelled || t.status < 200 || t.status >= 300) {
-    throw FetchError(failure_of(t, options.s3 ? &*options.s3 : nullptr));
+    throw FetchError(failure_of(t, signing_config(t.api, options)));
   }
 }
 
@@ -729,15 +755,20 @@ namespace conveyor {
 
 std::vector<RemoteObject> HttpStore::list(const std::string& prefix) const {
   const HttpStoreOptions& options = loop_->options();
-  if (prefix.size() < 5 || !std::equal(prefix.begin(), prefix.begin() + 5, "s3://", [](char a, char b) {
-        return std::tolower(static_cast<unsigned char>(a)) == b;
-      })) {
-    throw FetchError({Kind::kInvalid, 0, "only s3:// prefixes can be listed"});
+  std::string scheme = prefix.substr(0, std::min(prefix.size(), prefix.find("://")));
+  std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (scheme != "s3" && scheme != "gs")
+    throw FetchError({Kind::kInvalid, 0, "only s3:// and gs:// prefixes can be listed"});
+  const Api api = scheme == "gs" ? Api::kGcs : Api::kS3;
+  const S3Config* config = signing_config(api, options);
+  if (config == nullptr) {
+    throw FetchError(
+        {Kind::kInvalid, 0,
+         "this store has no " + std::string(api == Api::kGcs ? "GCS" : "S3") + " settings for " + scheme + ":// URLs"});
   }
-  if (!options.s3) throw FetchError({Kind::kInvalid, 0, "this store has no S3 settings for s3:// URLs"});
   std::pair<std::string, std::string> bucket_and_key;
   try {
-    bucket_and_key = split_s3_url(prefix);
+    bucket_and_key = split_s3_url("s3://" + prefix.substr(5));
   } catch (const Error& e) {
     throw FetchError({Kind::kInvalid, 0, e.cause()});
   }
@@ -746,13 +777,13 @@ std::vector<RemoteObject> HttpStore::list(const std::string& prefix) const {
   std::string token;
   do {
     auto t = std::make_shared<Transfer>();
-    t->url = s3_list_url(*options.s3, bucket, key_prefix, token);
+    t->url = s3_list_url(*config, bucket, key_prefix, token);
     t->host = host_of(t->url);
-    t->s3 = true;
+    t->api = api;
     t->max_bytes = options.max_read_bytes;
     loop_->perform(t);
     if (t->code != CURLE_OK || !t->too_large.empty() || t->cancelled || t->status < 200 || t->status >= 300) {
-      throw FetchError(failure_of(*t, &*options.s3));
+      throw FetchError(failure_of(*t, config));
     }
     S3ListPage page;
     try {
@@ -760,7 +791,7 @@ std::vector<RemoteObject> HttpStore::list(const std::string& prefix) const {
     } catch (const Error& e) {
       throw FetchError({Kind::kOther, 0, e.cause()});
     }
-    for (auto& [key, size] : page.objects) objects.push_back({"s3://" + bucket + "/" + key, size});
+    for (auto& [key, size] : page.objects) objects.push_back({scheme + "://" + bucket + "/" + key, size});
     if (!page.next_continuation_token.empty() && page.next_continuation_token == token) {
       throw FetchError({Kind::kOther, 0, "the listing repeats its continuation token (a faulty server)"});
     }

@@ -34,6 +34,9 @@ struct HttpStoreOptions {
   std::vector<std::pair<std::string, std::string>> headers;
   /// Where s3:// URLs go; none: an s3:// URL is an invalid request.
   std::optional<S3Config> s3;
+  /// Where gs:// URLs go: GCS's S3-compatible XML API with HMAC keys
+  /// (gcs_config()); none: a gs:// URL is an invalid request.
+  std::optional<S3Config> gcs;
 
   /// The average rate below which a transfer counts as stalled.
   static constexpr long kStallBytesPerSecond = 1024;
@@ -51,7 +54,7 @@ struct HttpStoreCounters {
   int connections_per_host = 0;  ///< The largest current per-host limit.
 };
 
-/// A RemoteStore for http://, https:// and s3:// URLs on libcurl's multi
+/// A RemoteStore for http://, https://, s3:// and gs:// URLs on libcurl's multi
 /// interface: one event-loop thread drives every transfer (connections, TLS
 /// sessions and DNS answers reused; HTTP/2 multiplexed where the server
 /// offers it), while the io threads that call read() wait without the GIL.
@@ -83,9 +86,9 @@ class HttpStore final : public RemoteStore {
   /// One GET of the whole object, with its ETag (else Last-Modified); a
   /// declared length past `max_bytes` is refused before the body.
   RemoteObjectInfo fetch(const std::string& url, std::vector<uint8_t>* data, int64_t max_bytes) const override;
-  /// The objects under an `s3://bucket/prefix`, in S3's order (by key's
-  /// UTF-8 bytes), every page of a ListObjectsV2 listing. Other schemes
-  /// cannot list (FetchError kInvalid).
+  /// The objects under an `s3://bucket/prefix` (or `gs://`), in the store's
+  /// order (by key's UTF-8 bytes), every page of a ListObjectsV2 listing.
+  /// Other schemes cannot list (FetchError kInvalid).
   std::vector<RemoteObject> list(const std::string& prefix) const override;
 
   HttpStoreCounters counters() const;

@@ -263,6 +263,36 @@ S3Config resolve_s3_config(const std::map<std::string, std::string>& options, co
   return config;
 }
 
+S3Config gcs_config(const std::map<std::string, std::string>& options) {
+  for (const auto& [key, value] : options) {
+    if (key != "key" && key != "secret" && key != "endpoint_url" && key != "region") {
+      throw Error(ErrorKind::kConfig,
+                  "storage_options: unknown key '" + key +
+                      "' for gs:// through GCS's XML API (known: key, secret, endpoint_url, region)");
+    }
+  }
+  auto option = [&](const std::string& key) {
+    auto it = options.find(key);
+    return it == options.end() ? std::string() : it->second;
+  };
+  if (option("key").empty() || option("secret").empty()) {
+    throw Error(ErrorKind::kConfig, "storage_options: gs:// through GCS's XML API needs an HMAC key: key and secret");
+  }
+  S3Config config;
+  config.access_key_id = option("key");
+  config.secret_access_key = option("secret");
+  config.region = option("region").empty() ? "auto" : option("region");
+  config.endpoint_url = option("endpoint_url").empty() ? "https://storage.googleapis.com" : option("endpoint_url");
+  while (config.endpoint_url.size() > 8 && config.endpoint_url.back() == '/') config.endpoint_url.pop_back();
+  if (config.endpoint_url.rfind("http://", 0) != 0 && config.endpoint_url.rfind("https://", 0) != 0) {
+    throw Error(ErrorKind::kConfig,
+                "storage_options: endpoint_url must start with http:// or https://, got '" + config.endpoint_url + "'");
+  }
+  config.path_style = true;
+  config.credentials_source = "storage_options (HMAC key)";
+  return config;
+}
+
 std::string S3Config::describe() const {
   return "s3 endpoint " + endpoint_url + ", region " + region + (path_style ? ", path-style" : ", virtual-hosted") +
          ", credentials: " + credentials_source;

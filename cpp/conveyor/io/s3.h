@@ -72,6 +72,13 @@ std::optional<std::string> process_env(const std::string& name);
 /// and for a named profile that no file has.
 S3Config resolve_s3_config(const std::map<std::string, std::string>& options, const GetEnv& getenv = process_env);
 
+/// The S3Config of GCS's S3-compatible XML API for gs:// URLs, from
+/// `options` (storage_options): `key` and `secret` (an HMAC key, both
+/// required), `endpoint_url` (default "https://storage.googleapis.com"),
+/// `region` (default "auto"); path-style. Throws Error{kConfig} naming the
+/// key for a missing or unknown one.
+S3Config gcs_config(const std::map<std::string, std::string>& options);
+
 /// The http(s) URL of `s3://bucket/key` under `config`, the key
 /// percent-encoded as S3 signs it (every byte but A-Z a-z 0-9 - . _ ~ and
 /// "/"). Virtual-hosted addressing falls back to path-style for a bucket

@@ -151,6 +151,16 @@ TEST(S3UrlTest, KeysArePercentEncodedAndBucketsAddressedAsConfigured) {
   EXPECT_THROW(s3_http_url(config, "s3:///key"), Error);
 }
 
+TEST(S3UrlTest, GcsTakesAnHmacKeyAndDefaultsToItsXmlApi) {
+  const S3Config config = gcs_config({{"key", "GOOG1EXAMPLE"}, {"secret", "s"}});
+  EXPECT_EQ(config.endpoint_url, "https://storage.googleapis.com");
+  EXPECT_EQ(config.region, "auto");
+  EXPECT_TRUE(config.path_style);
+  EXPECT_EQ(s3_http_url(config, "s3://bucket/a b.jpg"), "https://storage.googleapis.com/bucket/a%20b.jpg");
+  EXPECT_THROW(gcs_config({{"key", "k"}}), Error);
+  EXPECT_THROW(gcs_config({{"key", "k"}, {"secret", "s"}, {"profile", "p"}}), Error);
+}
+
 TEST(S3UrlTest, ErrorBodiesGiveTheirCode) {
   EXPECT_EQ(s3_error_code("<?xml version=\"1.0\"?><Error><Code>NoSuchKey</Code><Message>x</Message></Error>"),
             "NoSuchKey");

@@ -33,9 +33,9 @@ from conveyor.errors import ConfigError
 
 __all__ = ["RetryPolicy", "is_url", "list_objects"]
 
-# How often a read waiting for its request checks whether its loader stopped
-# (the request is then cancelled): close() never waits for a slow server
-# longer than this, the Loader's own wait slice. Shorter slices wake every
+# How often a read through fsspec waiting for its request checks whether its
+# loader stopped (the request is then cancelled): close() never waits for a
+# slow server longer than this, the Loader's own wait slice. Shorter slices wake every
 # waiting io thread more often for the GIL (20 ms cost ~20 % at 128 threads).
 _POLL_SECONDS = 0.05
 
@@ -55,7 +55,7 @@ _BACKENDS = {
 
 
 def is_url(path: str) -> bool:
-    """Whether ``path`` is a URL (``scheme://...``), read through fsspec."""
+    """Whether ``path`` is a URL (``scheme://...``), read through a remote store."""
     return bool(_conveyor.is_url(os.fsencode(path)))
 
 
@@ -286,8 +286,11 @@ def _too_large(what: str) -> tuple[str, int, str]:
     return ("too_large", 0, f"{what}, more than the {limit} bytes a read may return")
 
 
-#: The URL schemes the engine's own client (HttpStore) reads.
+#: The URL schemes the engine's own client (HttpStore) reads; gs:// too when
+#: storage_options give an HMAC key (GCS's S3-compatible XML API).
 NATIVE_SCHEMES = frozenset({"http", "https", "s3"})
+# The storage_options of gs:// through GCS's XML API.
+_GCS_OPTIONS = ("key", "secret", "endpoint_url", "region")
 # The storage_options the engine's client understands; any other key sends
 # every URL of the source through fsspec, whose options they are.
 _NATIVE_OPTIONS = frozenset({"headers", "connect_timeout", "read_timeout", *_conveyor.S3_OPTION_NAMES})
@@ -314,7 +317,7 @@ def _needs_aws_provider(protocols: set[str], options: Mapping[str, Any]) -> bool
     return any(os.environ.get(name) for name in _AWS_PROVIDER_VARIABLES)
 
 
-def _native_store(options: Mapping[str, Any], s3: bool, owner: str) -> _conveyor.HttpStore:
+def _native_store(options: Mapping[str, Any], s3: bool, gcs: bool, owner: str) -> _conveyor.HttpStore:
     """The engine's HttpStore for ``options`` (all of them in _NATIVE_OPTIONS)."""
     headers = options.get("headers") or {}
     if not isinstance(headers, Mapping) or not all(isinstance(v, str) for v in [*headers, *headers.values()]):
@@ -348,6 +351,7 @@ def _native_store(options: Mapping[str, Any], s3: bool, owner: str) -> _conveyor
         return _conveyor.HttpStore(
             list(headers.items()),
             s3_options if s3 else None,
+            {k: v for k, v in s3_options.items() if k in _GCS_OPTIONS} if gcs else None,
             max_read_bytes=_conveyor.MAX_REMOTE_READ_BYTES,
             **timeouts,
         )
@@ -385,12 +389,16 @@ def remote_arguments(
     options = storage_options or {}
     protocols = {_protocol(url) for url in urls}
     store: _conveyor.RemoteStore
+    # gs:// is the engine's with an HMAC key (and no s3:// beside it, whose
+    # settings would share the keys); else gcsfs's.
+    hmac = "gs" in protocols and "s3" not in protocols and {"key", "secret"} <= set(options)
+    schemes = NATIVE_SCHEMES | ({"gs"} if hmac else set())
     if (
-        protocols <= NATIVE_SCHEMES
+        protocols <= schemes
         and set(options) <= _NATIVE_OPTIONS
         and not _needs_aws_provider(protocols, options)
     ):
-        store = _native_store(options, "s3" in protocols, owner)
+        store = _native_store(options, "s3" in protocols, "gs" in protocols, owner)
     else:
         store = _conveyor.PythonRemoteStore(_FsspecStore(urls, options, owner))
     if cache_budget is not None and cache_dir is None:
@@ -411,7 +419,8 @@ def list_objects(
     owner: str,
 ) -> list[tuple[str, int]]:
     """``(url, size)`` of every object whose URL starts with ``prefix``, sorted
-    by URL: the engine's ListObjectsV2 listing for ``s3://`` (every page),
+    by URL: the engine's ListObjectsV2 listing for ``s3://`` (and ``gs://``
+    with an HMAC key; every page),
     fsspec's ``find`` for other protocols.
 
     Raises:
@@ -425,7 +434,7 @@ def list_objects(
     store = arguments["remote"]
     protocol = _protocol(prefix)
     if isinstance(store, _conveyor.HttpStore):
-        if protocol != "s3":
+        if protocol not in ("s3", "gs"):
             raise ConfigError(
                 f"{owner}: {protocol}:// has no listing; list the URLs (e.g. FileList, brace patterns)"
             )
