@@ -593,3 +593,65 @@ def test_cached_tar_shards_are_fetched_whole_once_then_read_from_the_folder(colo
         server.clear_log()
         assert _same(_batches(remote, 2, io_threads=8), _batches(TarShards(written), 2))
         assert server.requests() == []
+
+
+@pytest.fixture()
+def nginx(color_folder: Path, tmp_path: Path):
+    """Debian's nginx serving color_folder on 127.0.0.1 (the fast path's real
+    server: HTTP/1.1 keep-alive, byte ranges, ETags), its access log at
+    ``tmp_path / "access.log"``; stopped by the fixture."""
+    import shutil
+    import subprocess
+    import time
+
+    binary = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
+    if binary is None:
+        pytest.skip("nginx is not installed (Debian: apt-get install nginx)")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(
+        f"""
+        daemon off; master_process off; worker_processes 1;
+        pid {tmp_path}/nginx.pid; error_log {tmp_path}/error.log;
+        events {{ worker_connections 1024; }}
+        http {{
+            access_log {tmp_path}/access.log;
+            client_body_temp_path {tmp_path}; proxy_temp_path {tmp_path}; fastcgi_temp_path {tmp_path};
+            uwsgi_temp_path {tmp_path}; scgi_temp_path {tmp_path};
+            keepalive_requests 100000;
+            server {{ listen 127.0.0.1:{port}; root {color_folder}; }}
+        }}
+        """
+    )
+    process = subprocess.Popen([binary, "-p", str(tmp_path), "-c", str(conf)], stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                pytest.fail(f"nginx did not start: {process.communicate()[1]!r}")
+            time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_nginx_serves_the_batches_of_the_local_files_over_few_connections(nginx, color_folder, tmp_path):
+    paths, labels, relative = _relative(color_folder)
+    remote = FileList([nginx + r for r in relative], labels)
+    with conveyor.Loader(remote, CHAIN, batch_size=7, shuffle=True, seed=5, threads=2) as loader:
+        got = [(np.asarray(images), np.asarray(labels_)) for images, labels_ in loader]
+        counters = loader.stats()["remote"]
+    assert _same(got, _batches(FileList(paths, labels), 2))
+    # One GET of each file, each answered 200, over reused connections.
+    log = (tmp_path / "access.log").read_text().splitlines()
+    assert sorted(line.split('"')[1] for line in log) == sorted(f"GET /{r} HTTP/1.1" for r in relative)
+    assert all(line.split('"')[2].split()[0] == "200" for line in log)
+    assert counters["requests"] == len(relative) and counters["connections"] < len(relative)
