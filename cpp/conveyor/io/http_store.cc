@@ -177,9 +177,7 @@ size_t on_header(char* data, size_t, size_t count, void* user) {
     const std::string_view value = trim(line.substr(12));
     double seconds = 0;
     const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), seconds);
-    if (ec == std::errc() && std::isfinite(seconds) && seconds > 0) {  // An HTTP date: ignored.
-      t.retry_after = std::min(seconds, FetchFailure::kMaxRetryAfterSeconds);
-    }
+    if (ec == std::errc() && std::isfinite(seconds) && seconds > 0) t.retry_after = seconds;  // A date: ignored.
   }
   return count;
 }

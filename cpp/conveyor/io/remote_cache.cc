@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "conveyor/core/error.h"
+#include "conveyor/io/regular_file.h"
 
 namespace conveyor {
 
@@ -49,17 +50,6 @@ std::string header_of(const std::string& url, const RemoteObjectInfo& info) {
   return std::string(kMagic) + url + "\n" + info.version + "\n" + std::to_string(info.size) + "\n";
 }
 
-bool read_exact(int fd, uint64_t offset, size_t size, uint8_t* out) {
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t got = ::pread(fd, out + done, size - done, static_cast<off_t>(offset + done));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return false;
-    done += static_cast<size_t>(got);
-  }
-  return true;
-}
-
 bool write_all(int fd, const uint8_t* data, size_t size) {
   size_t done = 0;
   while (done < size) {
@@ -80,17 +70,17 @@ struct Header {
   uint64_t data_offset = 0;
 };
 
-std::optional<Header> read_header(int fd) {
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return std::nullopt;
+// Throws Error{kRead} when the file cannot be read.
+std::optional<Header> read_header(const RegularFile& file) {
   // A first small read holds every usual header; a longer one is read whole.
-  size_t length = std::min<size_t>(kFirstHeaderRead, static_cast<size_t>(st.st_size));
-  std::string text(length, '\0');
-  if (!read_exact(fd, 0, length, reinterpret_cast<uint8_t*>(text.data()))) return std::nullopt;
-  if (std::count(text.begin(), text.end(), '\n') < 4 && length < static_cast<size_t>(st.st_size)) {
-    length = std::min<size_t>(kMaxHeader, static_cast<size_t>(st.st_size));
-    text.assign(length, '\0');
-    if (!read_exact(fd, 0, length, reinterpret_cast<uint8_t*>(text.data()))) return std::nullopt;
+  std::string text(std::min<uint64_t>(kFirstHeaderRead, file.size()), '\0');
+  auto read = [&] {
+    text.resize(file.read_at_most(0, {reinterpret_cast<uint8_t*>(text.data()), text.size()}, file.path()));
+  };
+  read();
+  if (std::count(text.begin(), text.end(), '\n') < 4 && text.size() < file.size()) {
+    text.assign(std::min<uint64_t>(kMaxHeader, file.size()), '\0');
+    read();
   }
   if (text.rfind(kMagic, 0) != 0) return std::nullopt;
   Header header;
@@ -107,7 +97,7 @@ std::optional<Header> read_header(int fd) {
     return std::nullopt;
   }
   header.data_offset = end + 1;
-  if (static_cast<uint64_t>(st.st_size) != header.data_offset + header.size) return std::nullopt;  // Torn.
+  if (file.size() != header.data_offset + header.size) return std::nullopt;  // Torn.
   return header;
 }
 
@@ -150,10 +140,16 @@ std::string CachingStore::file_name(const std::string& url) {
 }
 
 bool CachingStore::read_cached(const std::string& url, uint64_t offset, int64_t size, std::vector<uint8_t>* out) const {
-  const std::string path = directory_ + "/" + file_name(url);
-  Fd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (file.fd < 0) return false;
-  const std::optional<Header> header = read_header(file.fd);
+  // io/regular_file.h: positional reads of a regular file only (a FIFO put
+  // there is refused, not waited on); any failure is a miss.
+  std::unique_ptr<RegularFile> file;
+  std::optional<Header> header;
+  try {
+    file = std::make_unique<RegularFile>(directory_ + "/" + file_name(url));
+    header = read_header(*file);
+  } catch (const Error&) {
+    return false;
+  }
   if (!header || header->url != url) return false;
   bool checked, touched = true;
   {
@@ -186,12 +182,16 @@ bool CachingStore::read_cached(const std::string& url, uint64_t offset, int64_t 
     if (!same) return false;
     touched = false;
   }
-  if (!touched) ::futimens(file.fd, nullptr);  // Used now: last in line for eviction.
+  if (!touched) ::futimens(file->descriptor(), nullptr);  // Used now: last in line for eviction.
   const uint64_t begin = std::min(offset, header->size);
   const uint64_t length =
       size < 0 ? header->size - begin : std::min<uint64_t>(static_cast<uint64_t>(size), header->size - begin);
   out->resize(static_cast<size_t>(length));
-  if (!read_exact(file.fd, header->data_offset + begin, out->size(), out->data())) return false;
+  try {
+    file->read_exact(header->data_offset + begin, *out, file->path());
+  } catch (const Error&) {
+    return false;  // Shrank since it was opened: fetched again.
+  }
   hits_.fetch_add(1);
   return true;
 }
