@@ -12,10 +12,10 @@ DEMO_DATA := demo-data
 DEMO_IMAGES ?= 2000
 
 APT_PACKAGES := build-essential pkg-config libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev libwebp-dev libtiff-dev libgif-dev \
-	libopencv-imgproc-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev zlib1g-dev libcurl4-openssl-dev nginx clang clang-format libclang-rt-14-dev
+	libgtest-dev libbenchmark-dev nlohmann-json3-dev zlib1g-dev libcurl4-openssl-dev nginx clang clang-format libclang-rt-14-dev curl debootstrap
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test test-fast setup build gpu-check gpu-deps cpp-test py-test parity-test asan asan-build tsan asan-python fuzz fuzz-build fuzz-smoke stress lint format bench-cpp bench-peers clean
+.PHONY: demo test test-fast setup build wheel wheel-check gpu-check gpu-deps cpp-test py-test parity-test asan asan-build tsan asan-python fuzz fuzz-build fuzz-smoke stress lint format bench-cpp bench-peers clean
 
 # --- set-up -------------------------------------------------------------------
 $(STAMPS)/apt: Makefile
@@ -37,11 +37,18 @@ $(STAMPS)/venv: requirements-dev.txt | $(STAMPS)/apt
 	@chmod +x $(VENV)/bin/conveyor
 	@touch $@
 
-setup: $(STAMPS)/apt $(STAMPS)/venv
+# OpenCV core+imgproc, static, built once per machine from Debian's source
+# (packaging/opencv.sh): every build below and the wheel link it.
+OPENCV := build/opencv
+OPENCV_DIR := $(CURDIR)/$(OPENCV)/lib/cmake/opencv4
+$(OPENCV_DIR)/OpenCVConfig.cmake: packaging/opencv.sh | $(STAMPS)/apt
+	@JOBS=$(JOBS) packaging/opencv.sh $(OPENCV)
+
+setup: $(STAMPS)/apt $(STAMPS)/venv $(OPENCV_DIR)/OpenCVConfig.cmake
 
 # --- build ----------------------------------------------------------------------
-$(BUILD)/build.ninja: CMakeLists.txt $(STAMPS)/venv
-	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DCONVEYOR_BUILD_TESTS=ON \
+$(BUILD)/build.ninja: CMakeLists.txt $(STAMPS)/venv $(OPENCV_DIR)/OpenCVConfig.cmake
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DCONVEYOR_BUILD_TESTS=ON -DOpenCV_DIR=$(OPENCV_DIR) \
 	  -DCONVEYOR_BUILD_PYTHON=ON -DCONVEYOR_BUILD_BENCHMARKS=ON -DPython_EXECUTABLE=$(CURDIR)/$(PY) >/dev/null
 
 build: $(BUILD)/build.ninja
@@ -52,7 +59,7 @@ demo: build
 	@$(PY) -m conveyor make-dataset $(DEMO_DATA) --images $(DEMO_IMAGES) --quiet-if-present
 	@$(PY) -m conveyor bench all --data $(DEMO_DATA) --json bench-results/demo.json --plot bench-results/demo.png
 
-test: test-fast asan tsan fuzz-smoke
+test: test-fast asan tsan fuzz-smoke wheel-check
 
 test-fast: cpp-test py-test parity-test
 
@@ -71,6 +78,28 @@ cpp-test: build
 
 py-test: build
 	@$(PY) -m pytest -q tests --ignore=tests/parity
+
+# --- the wheel (packaging/) -------------------------------------------------------------
+# `make wheel`: the sdist, then the wheel built from the source tree with the
+# static OpenCV and repaired by auditwheel, which vendors every library the
+# extension links beyond the manylinux set (build/wheel/dist). The build tree
+# is kept (build/wheel/tree), so a rebuild compiles only what changed.
+# `make wheel-check` installs that wheel on a bare Debian root and runs a
+# loader job there (packaging/wheel_check.py; needs root, as debootstrap and
+# chroot do).
+WHEEL_DIR := build/wheel
+wheel: setup
+	@rm -rf $(WHEEL_DIR)/dist $(WHEEL_DIR)/raw
+	@$(PY) -m build --no-isolation --sdist --outdir $(WHEEL_DIR)/dist . >$(WHEEL_DIR).log 2>&1 || { tail -n 30 $(WHEEL_DIR).log; exit 1; }
+	@CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PY) -m build --no-isolation --wheel --outdir $(WHEEL_DIR)/raw \
+	  -Cbuild-dir=$(WHEEL_DIR)/tree -Ccmake.define.OpenCV_DIR=$(OPENCV_DIR) . >>$(WHEEL_DIR).log 2>&1 \
+	  || { tail -n 30 $(WHEEL_DIR).log; exit 1; }
+	@PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m auditwheel repair --wheel-dir $(WHEEL_DIR)/dist $(WHEEL_DIR)/raw/*.whl >>$(WHEEL_DIR).log 2>&1 \
+	  || { tail -n 30 $(WHEEL_DIR).log; exit 1; }
+	@ls -l $(WHEEL_DIR)/dist | tail -n +2
+
+wheel-check: wheel build
+	@$(PY) packaging/wheel_check.py $(WHEEL_DIR)/dist --build-dir $(WHEEL_DIR)/tree --opencv-dir $(OPENCV_DIR)
 
 # --- parity: tests/parity against real torchvision ----------------------------------
 # In their own venv (.venv-tv): PyPI's torchvision 0.29.1 needs torch 2.14.1, which
@@ -106,7 +135,7 @@ TSAN_TEST_LAYERS := core;io;pipeline
 define clang_tree
 	@grep -qs 'CMAKE_CXX_COMPILER:[A-Z]*=.*clang' $(1)/CMakeCache.txt || rm -rf $(1)
 	@CXX=clang++ CC=clang cmake -S . -B $(1) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_BUILD_PYTHON=OFF \
-	  -DCONVEYOR_BUILD_TESTS=ON $(2) >/dev/null
+	  -DCONVEYOR_BUILD_TESTS=ON -DOpenCV_DIR=$(OPENCV_DIR) $(2) >/dev/null
 	@cmake --build $(1) -j $(JOBS) | grep -v '^ninja: no work to do' || true; exit $${PIPESTATUS[0]}
 endef
 
@@ -128,7 +157,7 @@ ASAN_PY := build/asan-python
 asan-python: setup
 	@cmake -S . -B $(ASAN_PY) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_BUILD_TESTS=OFF \
 	  -DCONVEYOR_BUILD_PYTHON=ON -DCONVEYOR_SANITIZE=address -DPython_EXECUTABLE=$(CURDIR)/$(PY) \
-	  -DCONVEYOR_PYTHON_OUTPUT_DIR=$(CURDIR)/$(ASAN_PY)/pkg/conveyor >/dev/null
+	  -DOpenCV_DIR=$(OPENCV_DIR) -DCONVEYOR_PYTHON_OUTPUT_DIR=$(CURDIR)/$(ASAN_PY)/pkg/conveyor >/dev/null
 	@cmake --build $(ASAN_PY) -j $(JOBS) --target _conveyor | grep -v '^ninja: no work to do' || true; exit $${PIPESTATUS[0]}
 	@for f in python/conveyor/*; do case $$f in *.so) ;; *) ln -sfn $(CURDIR)/$$f $(ASAN_PY)/pkg/conveyor/;; esac; done
 	@LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
@@ -271,12 +300,12 @@ stress: asan tsan build
 
 # --- developer helpers ---------------------------------------------------------------
 lint: setup
-	@$(VENV)/bin/ruff check python tests bench examples
+	@$(VENV)/bin/ruff check python tests bench examples packaging
 	@clang-format --dry-run -Werror $$(git ls-files 'cpp/*.cc' 'cpp/*.h')
 
 format: setup
 	@clang-format -i $$(git ls-files 'cpp/*.cc' 'cpp/*.h')
-	@$(VENV)/bin/ruff format python tests bench examples
+	@$(VENV)/bin/ruff format python tests bench examples packaging
 
 bench-cpp: build
 	@for b in $(BUILD)/*_benchmark; do $$b --benchmark_min_time=2; done

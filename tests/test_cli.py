@@ -65,7 +65,7 @@ def test_a_command_that_needs_missing_tooling_says_so(tmp_path):
     assert result.returncode == 1, result.stderr
     assert result.stderr == (
         "conveyor make-dataset: needs the Python package 'PIL', which is not installed "
-        "(pip install 'conveyor[bench]')\n"
+        "(pip install 'conveyor-loader[bench]')\n"
     )
 
 
@@ -114,6 +114,6 @@ def test_doctor_plot_without_matplotlib_says_so_before_running_the_script(tmp_pa
     assert result.returncode == 1, result.stderr
     assert result.stderr == (
         "conveyor doctor: needs the Python package 'matplotlib', which is not installed "
-        "(pip install 'conveyor[bench]')\n"
+        "(pip install 'conveyor-loader[bench]')\n"
     )
     assert not marker.exists()

@@ -331,7 +331,7 @@ def test_missing_backends_are_config_errors_naming_what_to_install(server, color
     assert result.stdout.splitlines() == [
         "3",
         "2",
-        "FileList: reading gs:// URLs needs fsspec and gcsfs (pip install 'conveyor[remote]' gcsfs)",
+        "FileList: reading gs:// URLs needs fsspec and gcsfs (pip install 'conveyor-loader[remote]' gcsfs)",
     ]
 
 

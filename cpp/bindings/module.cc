@@ -7,11 +7,13 @@
 
 #include "bindings.h"
 #include "conveyor/core/error.h"
+#include "conveyor/core/version.h"
 
 namespace nb = nanobind;
 
 NB_MODULE(_conveyor, m) {
   m.doc() = "conveyor's C++ engine (internal; use the conveyor package)";
+  m.attr("__version__") = std::string(conveyor::version());
   // Objects still referenced at interpreter exit (e.g. by the traceback of an
   // uncaught error) are not leaks worth a page of warnings to the user.
   nb::set_leak_warnings(false);

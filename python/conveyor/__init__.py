@@ -6,7 +6,7 @@ each batch reaches PyTorch without a copy. See README.md and docs/.
 
 from __future__ import annotations
 
-from conveyor import sources, transforms
+from conveyor import _conveyor, sources, transforms
 from conveyor.errors import (
     CancelledError,
     ConfigError,
@@ -19,7 +19,8 @@ from conveyor.errors import (
 )
 from conveyor.loader import Loader
 
-__version__ = "0.1.0"
+#: The version, as the wheel's name and ``conveyor --version`` give it (CMakeLists.txt's project()).
+__version__: str = _conveyor.__version__
 
 __all__ = [
     "__version__",

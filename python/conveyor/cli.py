@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Optional
 
 import conveyor
+from conveyor._distribution import pip_install
 
 _COMMAND_MODULES = ("conveyor.dataset", "conveyor.bench", "conveyor.pack", "conveyor.doctor.cli")
 
@@ -65,7 +66,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise
         print(
             f"conveyor {args.command}: needs the Python package {e.name!r}, which is not installed "
-            "(pip install 'conveyor[bench]')",
+            f"({pip_install('bench')})",
             file=sys.stderr,
         )
         return 1

@@ -2,6 +2,7 @@
 
 #include <curl/curl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -18,6 +19,7 @@
 
 #include "conveyor/core/cancellation.h"
 #include "conveyor/core/error.h"
+#include "conveyor/io/ca_certificates.h"
 #include "conveyor/io/connection_limit.h"
 
 namespace conveyor {
@@ -199,6 +201,24 @@ size_t on_body(char* data, size_t, size_t count, void* user) {
   return count;
 }
 
+// libcurl's compiled-in CA bundle and folder.
+CaCertificates builtin_ca_certificates() {
+  CaCertificates builtin;
+  CURL* easy = curl_easy_init();
+  if (easy == nullptr) throw std::bad_alloc();
+  char* file = nullptr;
+  char* folder = nullptr;
+  if (curl_easy_getinfo(easy, CURLINFO_CAINFO, &file) == CURLE_OK && file != nullptr) builtin.file = file;
+  if (curl_easy_getinfo(easy, CURLINFO_CAPATH, &folder) == CURLE_OK && folder != nullptr) builtin.folder = folder;
+  curl_easy_cleanup(easy);
+  return builtin;
+}
+
+bool is_regular_file(const std::string& path) {
+  struct stat status {};
+  return ::stat(path.c_str(), &status) == 0 && S_ISREG(status.st_mode);
+}
+
 FetchFailure failure_of(const Transfer& t, const S3Config* s3) {
   if (!t.too_large.empty()) {
     return {Kind::kTooLarge, 0,
@@ -227,6 +247,10 @@ FetchFailure failure_of(const Transfer& t, const S3Config* s3) {
     case CURLE_URL_MALFORMAT:
     case CURLE_UNSUPPORTED_PROTOCOL:
       return {Kind::kInvalid, 0, detail};
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CACERT_BADFILE:
+      return {Kind::kOther, 0,
+              detail + " (the CA certificates: SSL_CERT_FILE or SSL_CERT_DIR when set, else the system's bundle)"};
     default:
       return {Kind::kOther, 0, detail};
   }
@@ -281,6 +305,7 @@ class HttpStore::Loop {
   explicit Loop(HttpStoreOptions options) : options_(std::move(options)) {
     options_.validate();
     init_curl_once();
+    ca_ = find_ca_certificates(process_env, is_regular_file, builtin_ca_certificates());
     for (const auto& [name, value] : options_.headers) http_headers_.add(name + ": " + value);
     if (options_.s3) s3_signer_.set(*options_.s3);
     if (options_.gcs) gcs_signer_.set(*options_.gcs);
@@ -490,6 +515,9 @@ class HttpStore::Loop {
     curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(easy, CURLOPT_WRITEDATA, &t);
     curl_easy_setopt(easy, CURLOPT_BUFFERSIZE, 64L << 10);
+    // A folder alone (SSL_CERT_DIR) adds to libcurl's bundle rather than replacing it.
+    if (!ca_.file.empty()) curl_easy_setopt(easy, CURLOPT_CAINFO, ca_.file.c_str());
+    if (!ca_.folder.empty()) curl_easy_setopt(easy, CURLOPT_CAPATH, ca_.folder.c_str());
     curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(std::ceil(options_.connect_timeout * 1000)));
     curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, HttpStoreOptions::kStallBytesPerSecond);
     curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, static_cast<long>(std::ceil(options_.read_timeout)));
@@ -607,6 +635,7 @@ class HttpStore::Loop {
   }
 
   HttpStoreOptions options_;
+  CaCertificates ca_;
   HeaderList http_headers_;
   // The headers and SigV4 provider string of signed requests, per API.
   struct Signer {

@@ -123,11 +123,6 @@ const std::vector<std::string>& s3_option_names() {
   return names;
 }
 
-std::optional<std::string> process_env(const std::string& name) {
-  const char* value = std::getenv(name.c_str());  // NOLINT(concurrency-mt-unsafe): read once, at construction.
-  return value == nullptr ? std::nullopt : std::optional<std::string>(value);
-}
-
 std::map<std::string, std::map<std::string, std::string>> parse_aws_ini(std::string_view text) {
   std::map<std::string, std::map<std::string, std::string>> sections;
   std::map<std::string, std::string>* current = nullptr;

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "conveyor/core/environment.h"
+
 namespace conveyor {
 
 /// Where and how `s3://bucket/key` URLs are read: the endpoint, the signing
@@ -42,13 +44,6 @@ struct S3Config {
 /// s3fs has one: "key", "secret", "token", "anon", "profile", "region",
 /// "endpoint_url", "addressing_style".
 const std::vector<std::string>& s3_option_names();
-
-/// Reads an environment variable: the process environment by default; tests
-/// pass their own.
-using GetEnv = std::function<std::optional<std::string>(const std::string& name)>;
-
-/// The process environment, as GetEnv.
-std::optional<std::string> process_env(const std::string& name);
 
 /// The S3Config for `options` (storage_options, strings; they win over
 /// everything else), then the environment and the AWS files, in the order

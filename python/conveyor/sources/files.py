@@ -93,7 +93,7 @@ class FileList(Source):
     ``os.listdir`` lists), which is also the ``key`` of their errors.
 
     Paths may also be URLs (``https://``, ``s3://``, ``gs://``, any fsspec
-    protocol whose backend is installed; ``pip install 'conveyor[remote]'``
+    protocol whose backend is installed; ``pip install 'conveyor-loader[remote]'``
     for HTTP): each is fetched whole with one request on the io threads,
     transient failures retried under ``retry``, and a failure is a ReadError
     naming the URL. See docs/api.md, "Remote storage".

@@ -12,7 +12,7 @@ HTTP status, a timeout, a connection failure, ...); the engine
 retries it with backoff under a :class:`RetryPolicy`, and names the URL in the
 ``ReadError`` when it gives up or the failure is permanent.
 
-fsspec and its backends are optional: ``pip install 'conveyor[remote]'``.
+fsspec and its backends are optional: ``pip install 'conveyor-loader[remote]'``.
 Without them conveyor reads local files, ``http(s)://`` and ``s3://`` URLs,
 and another protocol is a ConfigError saying what to install.
 """
@@ -29,6 +29,7 @@ from typing import Any, Optional, Union
 
 from conveyor import _conveyor
 from conveyor._checks import INT_MAX, check_int, is_bool, is_real
+from conveyor._distribution import pip_install
 from conveyor.errors import ConfigError
 
 __all__ = ["RetryPolicy", "is_url", "list_objects"]
@@ -185,7 +186,7 @@ def _filesystem(protocol: str, storage_options: Mapping[str, Any], owner: str) -
     except ImportError:
         needs = "fsspec" + (f" and {package}" if package else "")
         raise ConfigError(
-            f"{owner}: reading {protocol}:// URLs needs {needs} (pip install 'conveyor[remote]'"
+            f"{owner}: reading {protocol}:// URLs needs {needs} ({pip_install('remote')}"
             + (f" {package}" if package and package != "aiohttp" else "")
             + ")"
         ) from None

@@ -1,0 +1,12 @@
+#include "conveyor/core/environment.h"
+
+#include <cstdlib>
+
+namespace conveyor {
+
+std::optional<std::string> process_env(const std::string& name) {
+  const char* value = std::getenv(name.c_str());  // NOLINT(concurrency-mt-unsafe): read once, at construction.
+  return value == nullptr ? std::nullopt : std::optional<std::string>(value);
+}
+
+}  // namespace conveyor

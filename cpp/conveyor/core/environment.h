@@ -1,0 +1,17 @@
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+
+namespace conveyor {
+
+/// Reads an environment variable: the process environment by default; tests
+/// pass their own.
+using GetEnv = std::function<std::optional<std::string>(const std::string& name)>;
+
+/// The process environment, as GetEnv. Not thread-safe against setenv():
+/// read once, where an object is constructed.
+std::optional<std::string> process_env(const std::string& name);
+
+}  // namespace conveyor
