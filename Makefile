@@ -11,7 +11,7 @@ JOBS ?= $(shell nproc)
 DEMO_DATA := demo-data
 DEMO_IMAGES ?= 2000
 
-APT_PACKAGES := build-essential pkg-config libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev libwebp-dev libtiff-dev libgif-dev \
+APT_PACKAGES := build-essential pkg-config libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev libwebp-dev libtiff-dev libgif-dev libopencv-imgproc-dev \
 	libgtest-dev libbenchmark-dev nlohmann-json3-dev zlib1g-dev libcurl4-openssl-dev nginx clang clang-format libclang-rt-14-dev curl debootstrap
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -31,10 +31,8 @@ $(STAMPS)/venv: requirements-dev.txt | $(STAMPS)/apt
 	@echo "Installing Python packages into $(VENV)"
 	@# (grep: pip -q still prints a warning per unusable index location configured on some machines)
 	@$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt 2>&1 | grep -v 'is ignored: it is neither'; exit $${PIPESTATUS[0]}
-	@# The package is used from the source tree: python/ on the venv's path.
-	@echo "$(CURDIR)/python" > $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/conveyor-dev.pth
-	@printf '#!%s\nfrom conveyor.cli import main\nraise SystemExit(main())\n' "$(CURDIR)/$(PY)" > $(VENV)/bin/conveyor
-	@chmod +x $(VENV)/bin/conveyor
+	@# (a .pth file of older Makefiles: the package is now installed editable, below)
+	@rm -f $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/conveyor-dev.pth
 	@touch $@
 
 # OpenCV core+imgproc, static, built once per machine from Debian's source
@@ -47,9 +45,16 @@ $(OPENCV_DIR)/OpenCVConfig.cmake: packaging/opencv.sh | $(STAMPS)/apt
 setup: $(STAMPS)/apt $(STAMPS)/venv $(OPENCV_DIR)/OpenCVConfig.cmake
 
 # --- build ----------------------------------------------------------------------
-$(BUILD)/build.ninja: CMakeLists.txt $(STAMPS)/venv $(OPENCV_DIR)/OpenCVConfig.cmake
-	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DCONVEYOR_BUILD_TESTS=ON -DOpenCV_DIR=$(OPENCV_DIR) \
-	  -DCONVEYOR_BUILD_PYTHON=ON -DCONVEYOR_BUILD_BENCHMARKS=ON -DPython_EXECUTABLE=$(CURDIR)/$(PY) >/dev/null
+# .venv gets the package as a user's venv would: `pip install -e .`. Its CMake
+# tree is build/dev, with the tests and benchmarks, and the extension lands
+# beside the Python sources (an editable build), so `make build` (ninja) is
+# all a change of C++ needs afterwards.
+$(BUILD)/build.ninja: CMakeLists.txt pyproject.toml $(STAMPS)/venv $(OPENCV_DIR)/OpenCVConfig.cmake
+	@echo "Building, and installing conveyor into $(VENV) (pip install -e .)"
+	@CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PY) -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps \
+	  -e . -Cbuild-dir=$(BUILD) -Ceditable.rebuild=false -Ccmake.define.CONVEYOR_BUILD_TESTS=ON \
+	  -Ccmake.define.CONVEYOR_BUILD_BENCHMARKS=ON -Ccmake.define.OpenCV_DIR=$(OPENCV_DIR) \
+	  >$(BUILD).log 2>&1 || { tail -n 40 $(BUILD).log; exit 1; }
 
 build: $(BUILD)/build.ninja
 	@cmake --build $(BUILD) -j $(JOBS) | grep -v '^ninja: no work to do' || true; exit $${PIPESTATUS[0]}

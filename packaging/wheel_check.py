@@ -2,9 +2,8 @@
 
 Installs the repaired wheel into a minimal Debian root that holds python3,
 python3-venv and pip and nothing else (none of conveyor's -dev packages nor
-their libraries), made with debootstrap and entered with chroot in a private
-mount namespace (its /proc and the bind mount of the work folder vanish with
-the namespace). There, in a fresh venv each time:
+their libraries), made with debootstrap and entered with chroot (with /proc mounted in a
+private mount namespace, which vanishes with it). There, in a fresh venv each time:
 
 - ``ldd`` finds every library the extension and its vendored libraries need;
 - ``conveyor --version`` gives the wheel's version, ``conveyor --help`` runs;
@@ -13,11 +12,16 @@ the namespace). There, in a fresh venv each time:
   the arrays the development build writes for it, without torch and then
   with torch installed.
 
-The root is kept (build/wheel-root) and made again only when its recipe
-changes; the wheels of the job's dependencies are downloaded here once
-(build/wheel-check/wheels), so the root needs no network.
+Before that, here: the sdist holds every file the build reads and CMake
+configures from it against the system's OpenCV, and `pip install .` into a
+venv of its own gives the same arrays. (`pip install -e .` is how make sets
+up .venv, which every test runs in.)
 
-    python packaging/wheel_check.py build/wheel/dist/conveyor_loader-*.whl
+The root is kept (build/wheel-root) and made again only when its recipe
+changes. The work folder is its /check; the wheels the venvs need are
+downloaded there once, so the installs need no index.
+
+    python packaging/wheel_check.py build/wheel/dist --build-dir build/wheel/tree --opencv-dir OPENCV_DIR
 """
 
 from __future__ import annotations
@@ -159,8 +163,9 @@ def wheel_requirements(wheel: Path) -> list[str]:
         ]
 
 
-def check_sdist(sdist: Path, work: Path, opencv_dir: Path) -> None:
-    """The sdist holds every tracked file the build reads, and CMake configures from it."""
+def check_sdist(sdist: Path, work: Path) -> None:
+    """The sdist holds every tracked file the build reads, and CMake configures
+    from it as on a machine with the -dev packages (the system's OpenCV)."""
     with tarfile.open(sdist) as archive:
         top = archive.getnames()[0].split("/")[0]
         held = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
@@ -199,7 +204,6 @@ def check_sdist(sdist: Path, work: Path, opencv_dir: Path) -> None:
             "-G",
             "Ninja",
             "-DCONVEYOR_BUILD_TESTS=OFF",
-            f"-DOpenCV_DIR={opencv_dir}",
         ],
         capture_output=True,
         text=True,
@@ -209,72 +213,61 @@ def check_sdist(sdist: Path, work: Path, opencv_dir: Path) -> None:
         raise SystemExit(
             f"wheel-check: CMake does not configure from {sdist.name}:\n{configure.stderr[-3000:]}"
         )
-    log(f"{sdist.name}: {len(held)} files, every tracked file the build reads among them; CMake configures")
+    log(f"{sdist.name}: {len(held)} files, all the build reads; CMake configures with the system's OpenCV")
 
 
-def check_source_installs(work: Path, wheel: Path, build_dir: Path, opencv_dir: Path) -> None:
-    """`pip install .` and `pip install -e .` into a venv of their own: each
-    runs the job as the development build does. They reuse the wheel's build
-    tree (``build_dir``: the same configuration, so nothing is compiled again)."""
+def check_source_install(work: Path, wheel: Path, build_dir: Path, opencv_dir: Path) -> None:
+    """`pip install .` into a venv of its own runs the job as the development
+    build does. It reuses the wheel's build tree (``build_dir``: the same
+    configuration, so nothing is compiled again). `pip install -e .` is how
+    make sets up .venv, which every test runs in."""
     build_requires = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]
     wheels = work / "wheels-host"
     pip_download(wheels, [*build_requires, "ninja", *wheel_requirements(wheel)])
-    for mode in ("regular", "editable"):
-        venv = work / f"venv-{mode}"
-        shutil.rmtree(venv, ignore_errors=True)
-        run([sys.executable, "-m", "venv", str(venv)])
-        pip = [
-            str(venv / "bin" / "python"),
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--disable-pip-version-check",
-            "--no-index",
-            "--find-links",
-            str(wheels),
-        ]
-        run([*pip, *build_requires, "ninja", *wheel_requirements(wheel)])
-        install = subprocess.run(
-            [
-                *pip,
-                "--no-build-isolation",
-                *(["-e"] if mode == "editable" else []),
-                str(REPO),
-                f"-Cbuild-dir={build_dir}",
-                f"-Ccmake.define.OpenCV_DIR={opencv_dir}",
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
+    venv = work / "venv-source"
+    shutil.rmtree(venv, ignore_errors=True)
+    run([sys.executable, "-m", "venv", str(venv)])
+    python = str(venv / "bin" / "python")
+    pip = [
+        python,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--disable-pip-version-check",
+        "--no-index",
+        "--find-links",
+        str(wheels),
+    ]
+    run([*pip, *build_requires, "ninja", *wheel_requirements(wheel)])
+    install = subprocess.run(
+        [
+            *pip,
+            "--no-build-isolation",
+            str(REPO),
+            f"-Cbuild-dir={build_dir}",
+            f"-Ccmake.define.OpenCV_DIR={opencv_dir}",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if install.returncode != 0:
+        raise SystemExit(
+            f"wheel-check: pip install . failed:\n{install.stdout[-3000:]}{install.stderr[-3000:]}"
         )
-        if install.returncode != 0:
-            raise SystemExit(
-                f"wheel-check: pip install ({mode}) failed:\n{install.stdout[-3000:]}{install.stderr[-3000:]}"
-            )
-        where = run(
-            [str(venv / "bin" / "python"), "-c", "import conveyor; print(conveyor.__file__)"],
-            capture_output=True,
-            text=True,
-            cwd=work,
-        ).stdout.strip()
-        expected = REPO / "python" / "conveyor" if mode == "editable" else venv
-        if not Path(where).is_relative_to(expected):
-            raise SystemExit(
-                f"wheel-check: pip install ({mode}) imports conveyor from {where}, not from {expected}"
-            )
-        run(
-            [
-                str(venv / "bin" / "python"),
-                str(work / "wheel_job.py"),
-                str(work / "images"),
-                str(work / f"out-{mode}.npz"),
-            ],
-            stdout=subprocess.DEVNULL,
-            cwd=work,
-        )
-        compare(work / "out-expected.npz", work / f"out-{mode}.npz", f"pip install ({mode})")
-    log("pip install . and pip install -e . in a venv of their own: batches equal to the development build's")
+    where = run(
+        [python, "-c", "import conveyor; print(conveyor.__file__)"], capture_output=True, text=True, cwd=work
+    )
+    if not Path(where.stdout.strip()).is_relative_to(venv):
+        raise SystemExit(f"wheel-check: after pip install . conveyor is imported from {where.stdout.strip()}")
+    run(
+        [python, str(work / "wheel_job.py"), str(work / "images"), str(work / "out-source.npz")],
+        stdout=subprocess.DEVNULL,
+        cwd=work,
+    )
+    compare(work / "out-expected.npz", work / "out-source.npz", "pip install .")
+    log("pip install . in a venv of its own: batches equal to the development build's")
 
 
 def make_images(folder: Path) -> None:
@@ -331,17 +324,37 @@ done
 """
 
 
-def run_in_root(root: Path, work: Path, wheel_name: str) -> None:
-    script = work / "in-root.sh"
+def run_in_root(root: Path, wheel_name: str) -> None:
+    """ROOT_SCRIPT in the root (the work folder is its CHECK)."""
+    script = root / CHECK.lstrip("/") / "in-root.sh"
     script.write_text(ROOT_SCRIPT.format(check=CHECK, wheel=wheel_name, torch=torch_requirement()))
-    # A private mount namespace: /proc and the work folder are mounted for the
-    # chroot only and go away with it, also when the check is interrupted.
-    inner = (
-        f"mount -t proc proc {root}/proc && mount --bind {work} {root}{CHECK} && "
-        f"exec chroot {root} /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root "
-        f"LANG=C.UTF-8 sh {CHECK}/{script.name}"
+    enter = (
+        f"chroot {root} /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 "
+        f"sh {CHECK}/{script.name}"
     )
-    run([*sudo(), "unshare", "--mount", "--propagation", "private", "sh", "-c", inner])
+    # /proc, as a machine has it, mounted in a private mount namespace: it
+    # goes away with the namespace, also when the check is interrupted. Where
+    # namespaces are not allowed the root is entered without it (the engine
+    # needs none).
+    if (
+        subprocess.run([*sudo(), "unshare", "--mount", "true"], capture_output=True, check=False).returncode
+        == 0
+    ):
+        run(
+            [
+                *sudo(),
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                f"mount -t proc proc {root}/proc && exec {enter}",
+            ]
+        )
+    else:
+        log("no private mount namespace here (unshare --mount is refused): entering the root without /proc")
+        run([*sudo(), "sh", "-c", enter])
 
 
 def compare(expected: Path, actual: Path, variant: str) -> None:
@@ -366,12 +379,12 @@ def main() -> int:
     parser.add_argument(
         "--root", type=Path, default=REPO / "build" / "wheel-root", help="the debootstrap root"
     )
-    parser.add_argument("--work", type=Path, default=REPO / "build" / "wheel-check", help="the work folder")
     args = parser.parse_args()
     started = time.monotonic()
     (wheel,), (sdist,) = sorted(args.dist.glob("*manylinux*.whl")), sorted(args.dist.glob("*.tar.gz"))
-    root, work = args.root.resolve(), args.work.resolve()
-    work.mkdir(parents=True, exist_ok=True)
+    root = args.root.resolve()
+    ensure_root(root)
+    work = root / CHECK.lstrip("/")  # Seen from inside the root as CHECK.
     for stale in work.glob("*.whl"):
         stale.unlink()
     shutil.copy(wheel, work / wheel.name)
@@ -383,14 +396,13 @@ def main() -> int:
         stdout=subprocess.DEVNULL,
     )
 
-    check_sdist(sdist, work, args.opencv_dir.resolve())
-    check_source_installs(work, wheel, args.build_dir.resolve(), args.opencv_dir.resolve())
+    check_sdist(sdist, work)
+    check_source_install(work, wheel, args.build_dir.resolve(), args.opencv_dir.resolve())
 
-    ensure_root(root)
     pip_download(
         work / "wheels", [*wheel_requirements(wheel), torch_requirement()], root_python_version(root)
     )
-    run_in_root(root, work, wheel.name)
+    run_in_root(root, wheel.name)
     version = wheel.name.split("-")[1]
     for variant in ("plain", "torch"):
         said = (work / f"version-{variant}.txt").read_text().strip()
