@@ -8,7 +8,8 @@ private mount namespace, which vanishes with it). There, in a fresh venv each ti
 - ``ldd`` finds every library the extension and its vendored libraries need;
 - ``conveyor --version`` gives the wheel's version, ``conveyor --help`` runs;
 - packaging/wheel_job.py (JPEG, PNG, WebP, TIFF and GIF files through OpenCV's
-  warps and resizes, then again through http:// and libcurl) writes exactly
+  warps and resizes, then again through http:// and https:// with libcurl
+  and OpenSSL, verified against a CA of the check's own) writes exactly
   the arrays the development build writes for it, without torch and then
   with torch installed.
 
@@ -262,12 +263,36 @@ def check_source_install(work: Path, wheel: Path, build_dir: Path, opencv_dir: P
     if not Path(where.stdout.strip()).is_relative_to(venv):
         raise SystemExit(f"wheel-check: after pip install . conveyor is imported from {where.stdout.strip()}")
     run(
-        [python, str(work / "wheel_job.py"), str(work / "images"), str(work / "out-source.npz")],
+        [
+            python,
+            str(work / "wheel_job.py"),
+            str(work / "images"),
+            str(work / "out-source.npz"),
+            str(work / "tls"),
+        ],
+        env=job_env(work),
         stdout=subprocess.DEVNULL,
         cwd=work,
     )
     compare(work / "out-expected.npz", work / "out-source.npz", "pip install .")
     log("pip install . in a venv of its own: batches equal to the development build's")
+
+
+def make_certificates(folder: Path) -> None:
+    """A CA of the check's own and a certificate it issued for 127.0.0.1, for
+    the job's https:// server (trustme)."""
+    import trustme
+
+    folder.mkdir(exist_ok=True)
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(folder / "ca.pem"))
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(folder / "server.pem"))
+
+
+def job_env(work: Path) -> dict[str, str]:
+    """The job's environment here: TLS verified against the check's CA only."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CURL_CA_BUNDLE", "SSL_CERT_DIR")}
+    return {**env, "SSL_CERT_FILE": str(work / "tls" / "ca.pem")}
 
 
 def make_images(folder: Path) -> None:
@@ -319,7 +344,8 @@ for variant in plain torch; do
   if [ "$has_torch" != "$( [ $variant = torch ] && echo True || echo False )" ]; then
     echo "wheel-check: the $variant venv has torch: $has_torch" >&2; exit 1
   fi
-  $venv/bin/python {check}/wheel_job.py {check}/images {check}/out-$variant.npz
+  SSL_CERT_FILE={check}/tls/ca.pem $venv/bin/python {check}/wheel_job.py {check}/images \\
+    {check}/out-$variant.npz {check}/tls
 done
 """
 
@@ -390,9 +416,17 @@ def main() -> int:
     shutil.copy(wheel, work / wheel.name)
     shutil.copy(REPO / "packaging" / "wheel_job.py", work / "wheel_job.py")
     make_images(work / "images")
+    make_certificates(work / "tls")
     # What the development build (this process's conveyor) writes.
     run(
-        [sys.executable, str(work / "wheel_job.py"), str(work / "images"), str(work / "out-expected.npz")],
+        [
+            sys.executable,
+            str(work / "wheel_job.py"),
+            str(work / "images"),
+            str(work / "out-expected.npz"),
+            str(work / "tls"),
+        ],
+        env=job_env(work),
         stdout=subprocess.DEVNULL,
     )
 

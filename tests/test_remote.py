@@ -600,6 +600,23 @@ def nginx(color_folder: Path, tmp_path: Path):
     """Debian's nginx serving color_folder on 127.0.0.1 (the fast path's real
     server: HTTP/1.1 keep-alive, byte ranges, ETags), its access log at
     ``tmp_path / "access.log"``; stopped by the fixture."""
+    yield from _nginx(color_folder, tmp_path, tls="")
+
+
+@pytest.fixture()
+def nginx_https(color_folder: Path, tmp_path: Path):
+    """nginx as above over TLS with HTTP/2, its certificate issued by a CA of
+    the test's own (trustme): yields the base URL and the CA's PEM file."""
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "server.pem"))
+    tls = f"ssl http2; ssl_certificate {tmp_path}/server.pem; ssl_certificate_key {tmp_path}/server.pem"
+    for url in _nginx(color_folder, tmp_path, tls=tls):
+        yield url.replace("http://", "https://"), tmp_path / "ca.pem"
+
+
+def _nginx(color_folder: Path, tmp_path: Path, tls: str):
     import shutil
     import subprocess
     import time
@@ -621,7 +638,7 @@ def nginx(color_folder: Path, tmp_path: Path):
             client_body_temp_path {tmp_path}; proxy_temp_path {tmp_path}; fastcgi_temp_path {tmp_path};
             uwsgi_temp_path {tmp_path}; scgi_temp_path {tmp_path};
             keepalive_requests 100000;
-            server {{ listen 127.0.0.1:{port}; root {color_folder}; }}
+            server {{ listen 127.0.0.1:{port} {tls}; root {color_folder}; }}
         }}
         """
     )
@@ -655,3 +672,44 @@ def test_nginx_serves_the_batches_of_the_local_files_over_few_connections(nginx,
     assert sorted(line.split('"')[1] for line in log) == sorted(f"GET /{r} HTTP/1.1" for r in relative)
     assert all(line.split('"')[2].split()[0] == "200" for line in log)
     assert counters["requests"] == len(relative) and counters["connections"] < len(relative)
+
+
+def test_https_is_verified_against_the_ca_of_ssl_cert_file_and_spoken_over_http2(
+    nginx_https, color_folder, tmp_path
+):
+    base, ca = nginx_https
+    paths, labels, relative = _relative(color_folder)
+    code = """
+        import sys, numpy as np, conveyor
+        from conveyor import transforms as T
+        from conveyor.sources import FileList
+        urls = [sys.argv[1] + r for r in sys.argv[3:]]
+        chain = [T.RandomResizedCrop(32), T.RandomHorizontalFlip(), T.Normalize((0.5,) * 3, (0.25,) * 3)]
+        try:
+            with conveyor.Loader(FileList(urls, list(range(len(urls)))), chain, batch_size=7, shuffle=True,
+                                 seed=5, threads=2) as loader:
+                np.save(sys.argv[2], np.concatenate([np.asarray(images) for images, _ in loader]))
+        except conveyor.ReadError as e:
+            print(e)
+    """
+    # The machine's own variables would point at its bundle: each child sees
+    # only what the test gives it.
+    clean = {name: "" for name in ("CURL_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR")}
+    trusted = run_python(
+        code, base, str(tmp_path / "got.npy"), *relative, env={**clean, "SSL_CERT_FILE": str(ca)}
+    )
+    assert trusted.returncode == 0 and trusted.stdout == "", trusted.stderr
+    expected = np.concatenate([images for images, _ in _batches(FileList(paths, labels), 2)])
+    assert np.array_equal(np.load(tmp_path / "got.npy"), expected)
+    log = (tmp_path / "access.log").read_text().splitlines()
+    assert log and all('HTTP/2.0" 200' in line for line in log), log[:2]
+
+    untrusted = run_python(code, base, str(tmp_path / "none.npy"), *relative, env=clean)
+    assert untrusted.returncode == 0, untrusted.stderr
+    # The error names the file and the cause; the file is any of them (reads run in parallel).
+    line = untrusted.stdout.strip()
+    assert line.startswith(base) and line.split(": ", 1)[0][len(base) :] in relative, line
+    assert line.split(": ", 1)[1] == (
+        "SSL certificate problem: unable to get local issuer certificate "
+        "(the CA certificates: SSL_CERT_FILE or SSL_CERT_DIR when set, else the system's bundle)"
+    )
