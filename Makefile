@@ -316,4 +316,5 @@ bench-cpp: build
 	@for b in $(BUILD)/*_benchmark; do $$b --benchmark_min_time=2; done
 
 clean:
+	$(SUDO) rm -rf build/wheel-root  # made by debootstrap as root
 	rm -rf build $(STAMPS) python/conveyor/_conveyor*.so

@@ -57,6 +57,14 @@ def run(command: list[str], **kwargs: object) -> subprocess.CompletedProcess:
     return subprocess.run(command, check=True, **kwargs)  # type: ignore[call-overload]
 
 
+def run_or_exit(command: list[str], failure: str, **kwargs: object) -> subprocess.CompletedProcess:
+    """Runs ``command``; when it fails, exits saying ``failure`` with the end of its output."""
+    result = subprocess.run(command, capture_output=True, text=True, check=False, **kwargs)  # type: ignore[call-overload]
+    if result.returncode != 0:
+        raise SystemExit(f"wheel-check: {failure}:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
+    return result
+
+
 def sudo() -> list[str]:
     return [] if os.geteuid() == 0 else ["sudo"]
 
@@ -130,8 +138,7 @@ def pip_download(folder: Path, wanted: list[str], python_version: str | None = N
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     version = ["--python-version", python_version] if python_version else []
-    # (pip -q still warns about each unusable index location some machines configure)
-    download = subprocess.run(
+    run_or_exit(
         [
             sys.executable,
             "-m",
@@ -145,12 +152,8 @@ def pip_download(folder: Path, wanted: list[str], python_version: str | None = N
             str(folder),
             *wanted,
         ],
-        capture_output=True,
-        text=True,
-        check=False,
+        "pip download failed",
     )
-    if download.returncode != 0:
-        raise SystemExit(f"wheel-check: pip download failed:\n{download.stdout}{download.stderr}")
     stamp.write_text(key)
 
 
@@ -195,7 +198,7 @@ def check_sdist(sdist: Path, work: Path) -> None:
         unpacked = work / "sdist"
         shutil.rmtree(unpacked, ignore_errors=True)
         archive.extractall(unpacked, filter="data")
-    configure = subprocess.run(
+    run_or_exit(
         [
             "cmake",
             "-S",
@@ -206,14 +209,8 @@ def check_sdist(sdist: Path, work: Path) -> None:
             "Ninja",
             "-DCONVEYOR_BUILD_TESTS=OFF",
         ],
-        capture_output=True,
-        text=True,
-        check=False,
+        f"CMake does not configure from {sdist.name}",
     )
-    if configure.returncode != 0:
-        raise SystemExit(
-            f"wheel-check: CMake does not configure from {sdist.name}:\n{configure.stderr[-3000:]}"
-        )
     log(f"{sdist.name}: {len(held)} files, all the build reads; CMake configures with the system's OpenCV")
 
 
@@ -241,7 +238,7 @@ def check_source_install(work: Path, wheel: Path, build_dir: Path, opencv_dir: P
         str(wheels),
     ]
     run([*pip, *build_requires, "ninja", *wheel_requirements(wheel)])
-    install = subprocess.run(
+    run_or_exit(
         [
             *pip,
             "--no-build-isolation",
@@ -249,31 +246,14 @@ def check_source_install(work: Path, wheel: Path, build_dir: Path, opencv_dir: P
             f"-Cbuild-dir={build_dir}",
             f"-Ccmake.define.OpenCV_DIR={opencv_dir}",
         ],
-        capture_output=True,
-        text=True,
-        check=False,
+        "pip install . failed",
     )
-    if install.returncode != 0:
-        raise SystemExit(
-            f"wheel-check: pip install . failed:\n{install.stdout[-3000:]}{install.stderr[-3000:]}"
-        )
     where = run(
         [python, "-c", "import conveyor; print(conveyor.__file__)"], capture_output=True, text=True, cwd=work
     )
     if not Path(where.stdout.strip()).is_relative_to(venv):
         raise SystemExit(f"wheel-check: after pip install . conveyor is imported from {where.stdout.strip()}")
-    run(
-        [
-            python,
-            str(work / "wheel_job.py"),
-            str(work / "images"),
-            str(work / "out-source.npz"),
-            str(work / "tls"),
-        ],
-        env=job_env(work),
-        stdout=subprocess.DEVNULL,
-        cwd=work,
-    )
+    run_job(python, work, "out-source.npz")
     compare(work / "out-expected.npz", work / "out-source.npz", "pip install .")
     log("pip install . in a venv of its own: batches equal to the development build's")
 
@@ -289,10 +269,12 @@ def make_certificates(folder: Path) -> None:
     ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(folder / "server.pem"))
 
 
-def job_env(work: Path) -> dict[str, str]:
-    """The job's environment here: TLS verified against the check's CA only."""
+def run_job(python: str, work: Path, out_name: str) -> None:
+    """wheel_job.py here, with ``python``: TLS verified against the check's CA only."""
     env = {k: v for k, v in os.environ.items() if k not in ("CURL_CA_BUNDLE", "SSL_CERT_DIR")}
-    return {**env, "SSL_CERT_FILE": str(work / "tls" / "ca.pem")}
+    env["SSL_CERT_FILE"] = str(work / "tls" / "ca.pem")
+    job = [python, str(work / "wheel_job.py"), str(work / "images"), str(work / out_name), str(work / "tls")]
+    run(job, env=env, stdout=subprocess.DEVNULL, cwd=work)
 
 
 def make_images(folder: Path) -> None:
@@ -418,17 +400,7 @@ def main() -> int:
     make_images(work / "images")
     make_certificates(work / "tls")
     # What the development build (this process's conveyor) writes.
-    run(
-        [
-            sys.executable,
-            str(work / "wheel_job.py"),
-            str(work / "images"),
-            str(work / "out-expected.npz"),
-            str(work / "tls"),
-        ],
-        env=job_env(work),
-        stdout=subprocess.DEVNULL,
-    )
+    run_job(sys.executable, work, "out-expected.npz")
 
     check_sdist(sdist, work)
     check_source_install(work, wheel, args.build_dir.resolve(), args.opencv_dir.resolve())
