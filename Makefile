@@ -12,7 +12,7 @@ DEMO_DATA := demo-data
 DEMO_IMAGES ?= 2000
 
 APT_PACKAGES := build-essential pkg-config libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev libwebp-dev libtiff-dev libgif-dev libopencv-imgproc-dev \
-	libgtest-dev libbenchmark-dev nlohmann-json3-dev zlib1g-dev libcurl4-openssl-dev nginx clang clang-format libclang-rt-14-dev curl debootstrap
+	libgtest-dev libbenchmark-dev nlohmann-json3-dev zlib1g-dev libcurl4-openssl-dev nginx clang clang-format libclang-rt-14-dev cmake ninja-build curl debootstrap debian-archive-keyring ccache
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test test-fast setup build wheel wheel-check gpu-check gpu-deps cpp-test py-test parity-test asan asan-build tsan asan-python fuzz fuzz-build fuzz-smoke stress lint format bench-cpp bench-peers clean
@@ -45,16 +45,25 @@ $(OPENCV_DIR)/OpenCVConfig.cmake: packaging/opencv.sh | $(STAMPS)/apt
 setup: $(STAMPS)/apt $(STAMPS)/venv $(OPENCV_DIR)/OpenCVConfig.cmake
 
 # --- build ----------------------------------------------------------------------
+# The gcc trees (build/dev and the wheel's) are built through scikit-build-core
+# with warnings as errors (pyproject.toml turns them off for users' builds) and
+# ccache: the wheel's tree then compiles nothing build/dev has compiled (same
+# sources, same flags).
+export CCACHE_DIR := $(CURDIR)/build/ccache
+export CCACHE_MAXSIZE := 2G
+SKBUILD_FLAGS := -Ccmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache -Ccmake.define.CONVEYOR_WERROR=ON
+
 # .venv gets the package as a user's venv would: `pip install -e .`. Its CMake
 # tree is build/dev, with the tests and benchmarks, and the extension lands
 # beside the Python sources (an editable build), so `make build` (ninja) is
 # all a change of C++ needs afterwards.
-$(BUILD)/build.ninja: CMakeLists.txt pyproject.toml $(STAMPS)/venv $(OPENCV_DIR)/OpenCVConfig.cmake
+$(BUILD)/build.ninja: CMakeLists.txt pyproject.toml Makefile $(STAMPS)/venv $(OPENCV_DIR)/OpenCVConfig.cmake
 	@echo "Building, and installing conveyor into $(VENV) (pip install -e .)"
 	@CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PY) -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps \
-	  -e . -Cbuild-dir=$(BUILD) -Ceditable.rebuild=false -Ccmake.define.CONVEYOR_BUILD_TESTS=ON \
+	  -e . -Cbuild-dir=$(BUILD) -Ceditable.rebuild=false $(SKBUILD_FLAGS) -Ccmake.define.CONVEYOR_BUILD_TESTS=ON \
 	  -Ccmake.define.CONVEYOR_BUILD_BENCHMARKS=ON -Ccmake.define.OpenCV_DIR=$(OPENCV_DIR) \
 	  >$(BUILD).log 2>&1 || { tail -n 40 $(BUILD).log; exit 1; }
+	@touch $@
 
 build: $(BUILD)/build.ninja
 	@cmake --build $(BUILD) -j $(JOBS) | grep -v '^ninja: no work to do' || true; exit $${PIPESTATUS[0]}
@@ -97,14 +106,14 @@ wheel: setup
 	@rm -rf $(WHEEL_DIR)/dist $(WHEEL_DIR)/raw
 	@$(PY) -m build --no-isolation --sdist --outdir $(WHEEL_DIR)/dist . >$(WHEEL_DIR).log 2>&1 || { tail -n 30 $(WHEEL_DIR).log; exit 1; }
 	@CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PY) -m build --no-isolation --wheel --outdir $(WHEEL_DIR)/raw \
-	  -Cbuild-dir=$(WHEEL_DIR)/tree -Ccmake.define.OpenCV_DIR=$(OPENCV_DIR) . >>$(WHEEL_DIR).log 2>&1 \
+	  -Cbuild-dir=$(WHEEL_DIR)/tree $(SKBUILD_FLAGS) -Ccmake.define.OpenCV_DIR=$(OPENCV_DIR) . >>$(WHEEL_DIR).log 2>&1 \
 	  || { tail -n 30 $(WHEEL_DIR).log; exit 1; }
 	@PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m auditwheel repair --wheel-dir $(WHEEL_DIR)/dist $(WHEEL_DIR)/raw/*.whl >>$(WHEEL_DIR).log 2>&1 \
 	  || { tail -n 30 $(WHEEL_DIR).log; exit 1; }
 	@ls -l $(WHEEL_DIR)/dist | tail -n +2
 
 wheel-check: wheel build
-	@$(PY) packaging/wheel_check.py $(WHEEL_DIR)/dist --build-dir $(WHEEL_DIR)/tree --opencv-dir $(OPENCV_DIR)
+	@$(PY) packaging/wheel_check.py $(WHEEL_DIR)/dist
 
 # --- parity: tests/parity against real torchvision ----------------------------------
 # In their own venv (.venv-tv): PyPI's torchvision 0.29.1 needs torch 2.14.1, which
@@ -157,18 +166,26 @@ tsan: setup
 # The Python tests of bad input and shutdown against an extension built with
 # ASan+UBSan (gcc's runtime preloaded into the venv's Python; leak detection off:
 # CPython itself does not free everything at exit). The package is assembled in
-# build/asan-python/pkg from links to python/conveyor and the instrumented module.
+# build/asan-python/pkg from links to python/conveyor and the instrumented module,
+# and imported in a venv of its own (build/asan-python/venv): .venv's editable
+# install would import the development build's module whatever the path says.
+# That venv's .pth puts the package first, then .venv's packages (numpy,
+# pytest), whose own .pth files (the editable install's among them) it does
+# not run.
 ASAN_PY := build/asan-python
+ASAN_VENV := $(ASAN_PY)/venv
 asan-python: setup
 	@cmake -S . -B $(ASAN_PY) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_BUILD_TESTS=OFF \
 	  -DCONVEYOR_BUILD_PYTHON=ON -DCONVEYOR_SANITIZE=address -DPython_EXECUTABLE=$(CURDIR)/$(PY) \
 	  -DOpenCV_DIR=$(OPENCV_DIR) -DCONVEYOR_PYTHON_OUTPUT_DIR=$(CURDIR)/$(ASAN_PY)/pkg/conveyor >/dev/null
 	@cmake --build $(ASAN_PY) -j $(JOBS) --target _conveyor | grep -v '^ninja: no work to do' || true; exit $${PIPESTATUS[0]}
 	@for f in python/conveyor/*; do case $$f in *.so) ;; *) ln -sfn $(CURDIR)/$$f $(ASAN_PY)/pkg/conveyor/;; esac; done
+	@[ -x $(ASAN_VENV)/bin/python ] || $(PY) -m venv $(ASAN_VENV)
+	@printf '%s\n' $(CURDIR)/$(ASAN_PY)/pkg $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
+	  > $$($(ASAN_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/conveyor-asan.pth
 	@LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
 	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  CONVEYOR_UNDER_ASAN=1 PYTHONPATH=$(CURDIR)/$(ASAN_PY)/pkg \
-	  $(PY) -m pytest -q -p no:cacheprovider tests/test_bad_input.py tests/test_shutdown.py
+	  CONVEYOR_UNDER_ASAN=1 $(ASAN_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/test_bad_input.py tests/test_shutdown.py
 
 # --- fuzzing: libFuzzer targets (cpp/fuzz) with ASan+UBSan, clang only ------------------
 # `make fuzz` runs each target for FUZZ_SECONDS on seeds from make_corpus.py plus
@@ -316,5 +333,5 @@ bench-cpp: build
 	@for b in $(BUILD)/*_benchmark; do $$b --benchmark_min_time=2; done
 
 clean:
-	$(SUDO) rm -rf build/wheel-root  # made by debootstrap as root
+	$(SUDO) rm -rf --one-file-system build/wheel-root build/wheel-root.new  # made by debootstrap as root
 	rm -rf build $(STAMPS) python/conveyor/_conveyor*.so

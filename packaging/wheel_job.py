@@ -67,6 +67,7 @@ def _served(images_dir: str, names: list[str], tls_dir: str | None) -> list[nump
         return _batches([f"{scheme}://127.0.0.1:{server.server_address[1]}/{name}" for name in names])
     finally:
         server.shutdown()
+        server.server_close()
 
 
 def main() -> int:

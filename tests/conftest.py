@@ -16,6 +16,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
+# `make asan-python` must test the instrumented extension: a run that
+# imported another (.venv's editable install) would pass without checking anything.
+if os.environ.get("CONVEYOR_UNDER_ASAN") == "1":
+    import conveyor._conveyor
+
+    assert "/asan-python/" in conveyor._conveyor.__file__, conveyor._conveyor.__file__
+
 #: How long a child Python may run: generous, importing torch alone can take
 #: 30 s on a loaded machine. A child that runs longer has hung.
 CHILD_SECONDS = 300

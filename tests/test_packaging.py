@@ -10,10 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import tomllib
+import pytest
 
 import conveyor
 from conveyor._distribution import DISTRIBUTION, pip_install
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11 and later.
 
 REPO = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())

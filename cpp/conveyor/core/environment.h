@@ -7,7 +7,7 @@
 namespace conveyor {
 
 /// Reads an environment variable: the process environment by default; tests
-/// pass their own.
+/// pass their own. Thread-safe when the function it holds is.
 using GetEnv = std::function<std::optional<std::string>(const std::string& name)>;
 
 /// The process environment, as GetEnv. Not thread-safe against setenv():

@@ -23,14 +23,19 @@ std::string variable(const GetEnv& env, const char* name) { return env(name).val
 
 CaCertificates find_ca_certificates(const GetEnv& env, const std::function<bool(const std::string&)>& is_file,
                                     const CaCertificates& builtin) {
-  CaCertificates given{variable(env, "CURL_CA_BUNDLE"), variable(env, "SSL_CERT_DIR")};
-  if (given.file.empty()) given.file = variable(env, "SSL_CERT_FILE");
-  if (!given.file.empty() || !given.folder.empty()) return given;
-  if (!builtin.file.empty() && is_file(builtin.file)) return builtin;
+  CaCertificates found{variable(env, "CURL_CA_BUNDLE"), variable(env, "SSL_CERT_DIR")};
+  if (found.file.empty()) found.file = variable(env, "SSL_CERT_FILE");
+  if (found.folder.empty()) found.folder = builtin.folder;
+  if (!found.file.empty()) return found;
+  found.file = builtin.file;
+  if (!builtin.file.empty() && is_file(builtin.file)) return found;
   for (const char* bundle : kDistributionBundles) {
-    if (is_file(bundle)) return {bundle, builtin.folder};
+    if (is_file(bundle)) {
+      found.file = bundle;
+      break;
+    }
   }
-  return builtin;
+  return found;
 }
 
 }  // namespace conveyor

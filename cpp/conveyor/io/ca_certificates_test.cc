@@ -40,15 +40,18 @@ TEST(CaCertificatesTest, ADebianBuiltLibcurlFindsFedorasBundle) {
 
 TEST(CaCertificatesTest, TheEnvironmentWinsOverEveryBundle) {
   Machine machine{{{"SSL_CERT_FILE", "/my/ca.pem"}}, {"/etc/ssl/certs/ca-certificates.crt"}};
-  EXPECT_EQ(machine.find(kDebianBuiltin), (CaCertificates{"/my/ca.pem", ""}));
+  EXPECT_EQ(machine.find(kDebianBuiltin), (CaCertificates{"/my/ca.pem", "/etc/ssl/certs"}));
   machine.env["CURL_CA_BUNDLE"] = "/curl/ca.pem";
   machine.env["SSL_CERT_DIR"] = "/my/certs";
   EXPECT_EQ(machine.find(kDebianBuiltin), (CaCertificates{"/curl/ca.pem", "/my/certs"}));
 }
 
-TEST(CaCertificatesTest, AFolderAloneInTheEnvironmentIsUsedAlone) {
-  Machine machine{{{"SSL_CERT_DIR", "/my/certs"}}, {"/etc/ssl/certs/ca-certificates.crt"}};
-  EXPECT_EQ(machine.find(kDebianBuiltin), (CaCertificates{"", "/my/certs"}));
+TEST(CaCertificatesTest, TheBundleAndTheFolderAreFoundApartAsOpensslFindsThem) {
+  // A folder from the environment leaves the bundle to be found as without it.
+  Machine fedora{{{"SSL_CERT_DIR", "/my/certs"}}, {"/etc/pki/tls/certs/ca-bundle.crt"}};
+  EXPECT_EQ(fedora.find(kDebianBuiltin), (CaCertificates{"/etc/pki/tls/certs/ca-bundle.crt", "/my/certs"}));
+  Machine debian{{{"SSL_CERT_DIR", "/my/certs"}}, {"/etc/ssl/certs/ca-certificates.crt"}};
+  EXPECT_EQ(debian.find(kDebianBuiltin), (CaCertificates{"/etc/ssl/certs/ca-certificates.crt", "/my/certs"}));
 }
 
 TEST(CaCertificatesTest, WithNoBundleAnywhereTheBuiltinStaysSoTheErrorNamesIt) {

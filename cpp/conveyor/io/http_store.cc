@@ -120,6 +120,7 @@ struct Transfer {
   Clock::time_point started{};
   bool slow_connect = false;  // Reported as an overload while still connecting.
   int connect_restarts = 0;
+  const CaCertificates* ca = nullptr;  // What TLS is verified against (the loop's; set by configure()).
 
   // The reply: written by the loop thread, read by the waiter once `done`.
   CURLcode code = CURLE_OK;
@@ -248,9 +249,15 @@ FetchFailure failure_of(const Transfer& t, const S3Config* s3) {
     case CURLE_UNSUPPORTED_PROTOCOL:
       return {Kind::kInvalid, 0, detail};
     case CURLE_PEER_FAILED_VERIFICATION:
-    case CURLE_SSL_CACERT_BADFILE:
-      return {Kind::kOther, 0,
-              detail + " (the CA certificates: SSL_CERT_FILE or SSL_CERT_DIR when set, else the system's bundle)"};
+    case CURLE_SSL_CACERT_BADFILE: {
+      // Where the trust came from (io/ca_certificates.h), and how to change it.
+      std::string trust = " (verified against ";
+      if (t.ca != nullptr && !t.ca->file.empty()) trust += t.ca->file;
+      if (t.ca != nullptr && !t.ca->file.empty() && !t.ca->folder.empty()) trust += " and ";
+      if (t.ca != nullptr && !t.ca->folder.empty()) trust += t.ca->folder;
+      if (t.ca == nullptr || (t.ca->file.empty() && t.ca->folder.empty())) trust += "no CA certificates";
+      return {Kind::kOther, 0, detail + trust + "; SSL_CERT_FILE, CURL_CA_BUNDLE or SSL_CERT_DIR name others)"};
+    }
     default:
       return {Kind::kOther, 0, detail};
   }
@@ -515,9 +522,9 @@ class HttpStore::Loop {
     curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(easy, CURLOPT_WRITEDATA, &t);
     curl_easy_setopt(easy, CURLOPT_BUFFERSIZE, 64L << 10);
-    // A folder alone (SSL_CERT_DIR) adds to libcurl's bundle rather than replacing it.
-    if (!ca_.file.empty()) curl_easy_setopt(easy, CURLOPT_CAINFO, ca_.file.c_str());
-    if (!ca_.folder.empty()) curl_easy_setopt(easy, CURLOPT_CAPATH, ca_.folder.c_str());
+    t.ca = &ca_;
+    curl_easy_setopt(easy, CURLOPT_CAINFO, ca_.file.empty() ? nullptr : ca_.file.c_str());
+    curl_easy_setopt(easy, CURLOPT_CAPATH, ca_.folder.empty() ? nullptr : ca_.folder.c_str());
     curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(std::ceil(options_.connect_timeout * 1000)));
     curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, HttpStoreOptions::kStallBytesPerSecond);
     curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, static_cast<long>(std::ceil(options_.read_timeout)));
