@@ -15,7 +15,7 @@ APT_PACKAGES := build-essential pkg-config libturbojpeg0-dev libjpeg62-turbo-dev
 	libgtest-dev libbenchmark-dev nlohmann-json3-dev zlib1g-dev libcurl4-openssl-dev nginx clang clang-format libclang-rt-14-dev cmake ninja-build curl debootstrap debian-archive-keyring ccache
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test test-fast setup build wheel wheel-check gpu-check gpu-deps cpp-test py-test parity-test asan asan-build tsan asan-python fuzz fuzz-build fuzz-smoke stress lint format bench-cpp bench-peers clean
+.PHONY: demo test test-fast prepare setup build wheel wheel-root wheel-check gpu-check gpu-deps cpp-test py-test parity-test asan asan-build tsan asan-python fuzz fuzz-build fuzz-smoke stress lint format bench-cpp bench-peers clean
 
 # --- set-up -------------------------------------------------------------------
 $(STAMPS)/apt: Makefile
@@ -73,7 +73,12 @@ demo: build
 	@$(PY) -m conveyor make-dataset $(DEMO_DATA) --images $(DEMO_IMAGES) --quiet-if-present
 	@$(PY) -m conveyor bench all --data $(DEMO_DATA) --json bench-results/demo.json --plot bench-results/demo.png
 
-test: test-fast asan tsan fuzz-smoke wheel-check
+test: prepare test-fast asan tsan fuzz-smoke wheel-check
+
+# The set-up steps that wait on the disk and the network more than on the
+# CPU (the parity venv, the wheel's Debian root) run beside OpenCV's build.
+prepare:
+	@$(MAKE) -s --no-print-directory -j3 -Otarget $(OPENCV_DIR)/OpenCVConfig.cmake $(STAMPS)/parity-venv wheel-root
 
 test-fast: cpp-test py-test parity-test
 
@@ -112,7 +117,10 @@ wheel: setup
 	  || { tail -n 30 $(WHEEL_DIR).log; exit 1; }
 	@ls -l $(WHEEL_DIR)/dist | tail -n +2
 
-wheel-check: wheel build
+wheel-root: $(STAMPS)/venv
+	@$(PY) packaging/wheel_check.py --make-root
+
+wheel-check: wheel build wheel-root
 	@$(PY) packaging/wheel_check.py $(WHEEL_DIR)/dist
 
 # --- parity: tests/parity against real torchvision ----------------------------------

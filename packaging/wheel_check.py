@@ -27,6 +27,7 @@ there once, so the installs need no index. Needs root, as debootstrap and
 chroot do (sudo when not root).
 
     python packaging/wheel_check.py build/wheel/dist
+    python packaging/wheel_check.py --make-root     # only the root (make runs it beside other set-up)
 """
 
 from __future__ import annotations
@@ -361,12 +362,20 @@ def compare(expected: Path, actual: Path, variant: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("dist", type=Path, help="the folder of the sdist and the repaired wheel (make wheel)")
+    parser.add_argument("dist", type=Path, nargs="?", help="the folder of the sdist and the repaired wheel")
     parser.add_argument(
         "--root", type=Path, default=REPO / "build" / "wheel-root", help="the debootstrap root"
     )
+    parser.add_argument(
+        "--make-root", action="store_true", help="only make the root (when its recipe changed)"
+    )
     args = parser.parse_args()
     started = time.monotonic()
+    if args.make_root:
+        ensure_root(args.root.resolve())
+        return 0
+    if args.dist is None:
+        parser.error("the folder of the sdist and the wheel is needed (or --make-root)")
     (wheel,), (sdist,) = sorted(args.dist.glob("*manylinux*.whl")), sorted(args.dist.glob("*.tar.gz"))
     check_wheel_contents(wheel)
     root = args.root.resolve()

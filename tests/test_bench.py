@@ -184,7 +184,9 @@ def test_quick_remote_run(tmp_path, data, capsys):
     stock = _runs(full, "remote", "DataLoader")
     assert [r["case"] for r in stock] == cases
     # The folder's 24 images repeated up to --quick's count.
-    assert all(r["result"]["images"] == bench.QUICK_IMAGES and r["result"]["images_per_s"] > 0 for r in stock)
+    assert all(
+        r["result"]["images"] == bench.QUICK_REMOTE_IMAGES and r["result"]["images_per_s"] > 0 for r in stock
+    )
     ours = _runs(full, "remote", "conveyor")
     latency = f"{bench.REMOTE_S3_LATENCY_MS:g} ms"
     shards = ["local shards", f"S3 shards {latency}", f"S3 shards {latency}, file server"]
@@ -196,7 +198,7 @@ def test_quick_remote_run(tmp_path, data, capsys):
     assert all(r["result"]["stats"] for r in ours)
     images = len(ImageFolder(data))
     for run in ours:  # Every packed sample once, or the images repeated as the DataLoader's.
-        assert run["result"]["images"] == (images if run["case"] in shards else bench.QUICK_IMAGES)
+        assert run["result"]["images"] == (images if run["case"] in shards else bench.QUICK_REMOTE_IMAGES)
     # The server's CPU over the epoch, for the runs that have a server (read from /proc).
     assert [r["result"]["requests"] for r in ours if r["case"] == cached] == [0]  # All from the cache.
     for run in ours + stock:
