@@ -211,19 +211,22 @@ fuzz-build: asan-build
 
 fuzz: fuzz-build
 	@mkdir -p build/fuzz-artifacts
-	@set -e; for f in $(FUZZERS); do \
-	  mkdir -p build/fuzz-work/$$f; \
-	  if ls tests/fuzz-regressions/$$f/* >/dev/null 2>&1; then \
-	    echo "$$f: regression inputs"; \
-	    $(FUZZ_BUILD)/$$f $(FUZZ_FLAGS) tests/fuzz-regressions/$$f/* 2>build/fuzz-artifacts/$$f-regressions.log \
-	      || { tail -n 40 build/fuzz-artifacts/$$f-regressions.log; exit 1; }; \
-	  fi; \
-	  echo "$$f: fuzzing for $(FUZZ_SECONDS) s"; \
-	  $(FUZZ_BUILD)/$$f $(FUZZ_FLAGS) -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=build/fuzz-artifacts/$$f- \
-	    build/fuzz-work/$$f build/fuzz-corpus/$$f 2>build/fuzz-artifacts/$$f.log \
-	    || { tail -n 60 build/fuzz-artifacts/$$f.log; exit 1; }; \
-	  grep -E '^stat::number_of_executed_units|^Done' build/fuzz-artifacts/$$f.log | tr '\n' ' '; echo; \
-	done
+	@$(MAKE) -s --no-print-directory -j$(JOBS) -Otarget $(addprefix fuzz-target-,$(FUZZERS))
+
+# One target (each libFuzzer process is single-threaded: `make fuzz` runs
+# $(JOBS) of them at once).
+fuzz-target-%:
+	@mkdir -p build/fuzz-work/$*
+	@if ls tests/fuzz-regressions/$*/* >/dev/null 2>&1; then \
+	  echo "$*: regression inputs"; \
+	  $(FUZZ_BUILD)/$* $(FUZZ_FLAGS) tests/fuzz-regressions/$*/* 2>build/fuzz-artifacts/$*-regressions.log \
+	    || { tail -n 40 build/fuzz-artifacts/$*-regressions.log; exit 1; }; \
+	fi
+	@echo "$*: fuzzing for $(FUZZ_SECONDS) s"
+	@$(FUZZ_BUILD)/$* $(FUZZ_FLAGS) -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=build/fuzz-artifacts/$*- \
+	  build/fuzz-work/$* build/fuzz-corpus/$* 2>build/fuzz-artifacts/$*.log \
+	  || { tail -n 60 build/fuzz-artifacts/$*.log; exit 1; }
+	@grep -E '^stat::number_of_executed_units|^Done' build/fuzz-artifacts/$*.log | tr '\n' ' '; echo
 
 # The short run of `make test` (each target for 12 s), with a fixed seed so that
 # CI explores the same inputs each time: new findings come from `make fuzz`,
