@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import warnings
 from pathlib import Path
 
 import pytest
@@ -122,6 +123,7 @@ def patched_state():
         "torch.set_anomaly_enabled": torch.set_anomaly_enabled,
         "torch.autograd.gradcheck": torch.autograd.gradcheck,
         "torch.autograd.gradgradcheck": torch.autograd.gradgradcheck,
+        "warnings.showwarning": warnings.showwarning,
         "TorchFunctionMode stack": torch._C._len_torch_function_stack(),
         "threading.excepthook": threading.excepthook,
         "sys.unraisablehook": sys.unraisablehook,
@@ -608,3 +610,20 @@ def test_training_in_a_thread_stops_cleanly_and_reports_once(how):
     assert result.stdout.count("conveyor doctor:") == 1, result.stdout
     assert "  3 optimizer steps observed; stopped after 3 steps (--steps 3)\n" in result.stdout
     assert "trained 300 steps" not in result.stdout
+
+
+def test_a_warning_meant_for_the_callers_line_points_there_as_without_the_doctor():
+    # The doctor's wrappers (of Optimizer.__init__ here) add frames under the
+    # library's stacklevel: the warning would land on torch's sgd.py.
+    script = SCRIPTS / "warning_for_caller.py"
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    doctored = cli("--", str(script), timeout=120)
+    assert plain.returncode == 0 and doctored.returncode == 0, doctored.stderr
+
+    def warnings_of(stderr: str) -> list[str]:
+        return [line for line in stderr.splitlines() if "UserWarning:" in line]
+
+    line = next(i for i, text in enumerate(script.read_text().splitlines(), 1) if "# OPTIMIZER LINE" in text)
+    expected = f"{script}:{line}: UserWarning: for the line that made the optimizer"
+    assert expected in warnings_of(plain.stderr)
+    assert warnings_of(doctored.stderr) == warnings_of(plain.stderr)

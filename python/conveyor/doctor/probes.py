@@ -13,6 +13,7 @@ import sys
 import sysconfig
 import threading
 import time
+import warnings
 import weakref
 from typing import Any, Callable, NoReturn, Optional
 
@@ -72,6 +73,10 @@ _LIBRARY_ROOTS = tuple(
     }
 )
 _user_files: dict[str, bool] = {}
+
+
+def _is_doctor_frame(frame: Any) -> bool:
+    return frame.f_code.co_filename.startswith(_DOCTOR_FILES)
 
 
 def is_user_file(filename: str) -> bool:
@@ -266,6 +271,7 @@ class Probes:
             self._patch(torch, "set_anomaly_enabled", self._wrap_debug("anomaly detection"))
             self._patch(torch.autograd, "gradcheck", self._wrap_debug("gradcheck"))
             self._patch(torch.autograd, "gradgradcheck", self._wrap_debug("gradgradcheck"))
+            self._patch(warnings, "showwarning", self._wrap_showwarning)
             self._patch(threading, "excepthook", self._wrap_excepthook)
             self._patch(sys, "unraisablehook", self._wrap_unraisablehook)
             self._found_modes = _function_modes()
@@ -487,6 +493,39 @@ class Probes:
                 self._signal_pending = True
 
         return unraisablehook
+
+    @staticmethod
+    def _wrap_showwarning(original: Callable[..., None]) -> Callable[..., None]:
+        """Warnings that a library raises for its caller (``stacklevel``) point
+        where they would without the doctor: its wrappers add frames, which
+        would shift the warning onto the wrapper or onto the library."""
+
+        def showwarning(
+            message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None
+        ) -> None:
+            # The frames from the one that called warn() outward (this hook and
+            # the warnings module's own frames left out).
+            frame = sys._getframe(1)
+            while frame is not None and frame.f_code.co_filename == warnings.__file__:
+                frame = frame.f_back
+            chain = []
+            while frame is not None:
+                chain.append(frame)
+                frame = frame.f_back
+            landed = next(
+                (i for i, f in enumerate(chain) if f.f_code.co_filename == filename and f.f_lineno == lineno),
+                None,
+            )
+            wrappers = [] if landed is None else [f for f in chain[: landed + 1] if _is_doctor_frame(f)]
+            if wrappers:
+                # The frame the same stacklevel reaches when the doctor's frames are not counted.
+                outside = [f for f in chain if not _is_doctor_frame(f)]
+                if landed < len(outside):
+                    target = outside[landed]
+                    filename, lineno, line = target.f_code.co_filename, target.f_lineno, None
+            original(message, category, filename, lineno, file, line)
+
+        return showwarning
 
     def _wrap_excepthook(self, original: Callable[[Any], None]) -> Callable[[Any], None]:
         def excepthook(args: Any) -> None:
