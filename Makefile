@@ -202,7 +202,8 @@ asan-python: setup
 # first: each is an input that once crashed. The targets are built in the ASan tree.
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD := $(ASAN_BUILD)
-FUZZERS := image_decode_fuzzer image_pipeline_fuzzer tar_shards_fuzzer idx_fuzzer coco_fuzzer image_function_fuzzer
+FUZZERS := image_decode_fuzzer image_pipeline_fuzzer tar_shards_fuzzer idx_fuzzer coco_fuzzer image_function_fuzzer \
+	s3_reply_fuzzer
 FUZZ_SEED ?=
 FUZZ_FLAGS := -rss_limit_mb=2048 -timeout=20 -max_len=65536 -print_final_stats=1 $(FUZZ_SEED)
 
@@ -228,11 +229,11 @@ fuzz-target-%:
 	  || { tail -n 60 build/fuzz-artifacts/$*.log; exit 1; }
 	@grep -E '^stat::number_of_executed_units|^Done' build/fuzz-artifacts/$*.log | tr '\n' ' '; echo
 
-# The short run of `make test` (each target for 12 s), with a fixed seed so that
+# The short run of `make test` (each target for 10 s), with a fixed seed so that
 # CI explores the same inputs each time: new findings come from `make fuzz`,
 # not from a random CI failure.
 fuzz-smoke: asan-build
-	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=12 FUZZ_SEED=-seed=1
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=10 FUZZ_SEED=-seed=1
 
 # --- peers: conveyor bench throughput --peers ------------------------------------------
 # Its own venv (.venv-peers; .venv is never touched): real torchvision with the

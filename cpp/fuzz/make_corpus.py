@@ -84,7 +84,11 @@ def image_seeds() -> dict[str, bytes]:
     seeds["webp-alpha"] = _save(base.convert("RGBA"), "WEBP", quality=70)
     seeds["gif"] = _save(base.convert("P"), "GIF")
     seeds["gif-animated-transparent"] = _save(
-        base.convert("P"), "GIF", save_all=True, append_images=[_pattern(8, 9, seed=6).convert("P")], transparency=2
+        base.convert("P"),
+        "GIF",
+        save_all=True,
+        append_images=[_pattern(8, 9, seed=6).convert("P")],
+        transparency=2,
     )
     seeds["bmp"] = _save(base, "BMP")
     seeds["bmp-palette"] = _save(base.convert("P", palette=Image.Palette.ADAPTIVE, colors=16), "BMP")
@@ -92,7 +96,9 @@ def image_seeds() -> dict[str, bytes]:
     # RLE8, 4x2: a run, a literal, end of line, a delta, end of bitmap (PIL cannot write RLE).
     rle = bytes([3, 1, 0, 3, 2, 3, 4, 0, 0, 0, 0, 2, 1, 0, 2, 5, 0, 1])
     info = struct.pack("<IiiHHIIiiII", 40, 4, 2, 1, 8, 1, len(rle), 0, 0, 4, 0) + bytes(range(16))
-    seeds["bmp-rle8"] = b"BM" + struct.pack("<IHHI", 14 + len(info) + len(rle), 0, 0, 14 + len(info)) + info + rle
+    seeds["bmp-rle8"] = (
+        b"BM" + struct.pack("<IHHI", 14 + len(info) + len(rle), 0, 0, 14 + len(info)) + info + rle
+    )
     seeds["ppm"] = _save(base, "PPM")
     seeds["pgm"] = _save(base.convert("L"), "PPM")
     seeds["pbm"] = _save(base.convert("1"), "PPM")
@@ -264,6 +270,35 @@ def image_function_seeds() -> dict[str, bytes]:
     return seeds
 
 
+def s3_reply_seeds() -> dict[str, bytes]:
+    """Inputs of s3_reply_fuzzer: byte 0 picks the parser (0 listing, 1 error
+    body, 2 AWS INI file, 3 s3:// URL), the rest is what it parses."""
+    listing = (
+        b'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+        b"<Name>b</Name><Prefix>train/</Prefix><KeyCount>2</KeyCount><IsTruncated>true</IsTruncated>"
+        b"<NextContinuationToken>1ueGcxLPRx1Tr/XYExHnhbYLgveDs2J/wm36Hy4vbOwM=</NextContinuationToken>"
+        b"<Contents><Key>train/cat/0001.jpg</Key><Size>1234</Size><ETag>&quot;9b2cf535&quot;</ETag></Contents>"
+        b"<Contents><Key>train/a&amp;b &lt;x&gt; &#233;.jpg</Key><Size>0</Size></Contents></ListBucketResult>"
+    )
+    last = (
+        b"<ListBucketResult><IsTruncated>false</IsTruncated>"
+        b"<Contents><Key>k</Key><Size>7</Size></Contents></ListBucketResult>"
+    )
+    error = b"<?xml version='1.0'?><Error><Code>NoSuchKey</Code><Message>No such key.</Message></Error>"
+    ini = (
+        b"[default]\naws_access_key_id = AKIA\naws_secret_access_key=secret ; comment\n"
+        b"# a comment\n[profile dev]\nregion = eu-west-3\ns3 =\n  addressing_style = path\n"
+    )
+    return {
+        "listing": b"\x00" + listing,
+        "listing-last": b"\x00" + last,
+        "error": b"\x01" + error,
+        "ini": b"\x02" + ini,
+        "url": b"\x03s3://bucket/some/key.tar",
+        "url-bucket": b"\x03S3://bucket",
+    }
+
+
 def _with_config(data: bytes, name: str) -> bytes:
     """Appends the pipeline target's 8 configuration bytes (from the seed's name)."""
     return data + hashlib.sha256(name.encode()).digest()[:PIPELINE_CONFIG_BYTES]
@@ -284,6 +319,7 @@ def main(argv: list[str]) -> int:
         "idx_fuzzer": idx_seeds(),
         "coco_fuzzer": coco_seeds(),
         "image_function_fuzzer": image_function_seeds(),
+        "s3_reply_fuzzer": s3_reply_seeds(),
     }
     for target, seeds in corpora.items():
         folder = out / target

@@ -423,8 +423,16 @@ std::string s3_error_code(std::string_view body) {
   if (open == std::string_view::npos) return {};
   const size_t begin = open + 6;
   const size_t close = body.find("</Code>", begin);
-  if (close == std::string_view::npos || close - begin > 64) return {};
-  return std::string(body.substr(begin, close - begin));
+  if (close == std::string_view::npos || close == begin || close - begin > 64) return {};
+  // S3's codes are words ("NoSuchKey", "SlowDown"); anything else a server
+  // sends there (line breaks, markup) stays out of our error messages.
+  const std::string_view code = body.substr(begin, close - begin);
+  const auto is_word = [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+           c == '-';
+  };
+  if (!std::all_of(code.begin(), code.end(), is_word)) return {};
+  return std::string(code);
 }
 
 }  // namespace conveyor

@@ -109,7 +109,8 @@ std::pair<std::string, std::string> split_s3_url(std::string_view s3_url);
 std::map<std::string, std::map<std::string, std::string>> parse_aws_ini(std::string_view text);
 
 /// The `<Code>` of an S3 XML error body ("NoSuchKey", "AccessDenied"), or ""
-/// when the body is not one.
+/// when the body is not one or the code is not a word of at most 64 letters,
+/// digits, '.', '_' or '-' (a server's other bytes never reach a message).
 std::string s3_error_code(std::string_view body);
 
 }  // namespace conveyor

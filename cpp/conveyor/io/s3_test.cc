@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <map>
+#include <string>
 
 #include "conveyor/core/error.h"
 #include "conveyor/io/testing/temp_dir.h"
@@ -165,6 +166,15 @@ TEST(S3UrlTest, ErrorBodiesGiveTheirCode) {
   EXPECT_EQ(s3_error_code("<?xml version=\"1.0\"?><Error><Code>NoSuchKey</Code><Message>x</Message></Error>"),
             "NoSuchKey");
   EXPECT_EQ(s3_error_code("<html>Not Found</html>"), "");
+}
+
+TEST(S3UrlTest, AnErrorCodeThatIsNotAWordStaysOutOfTheMessage) {
+  // A server's bytes (a line break, markup) never reach an error message.
+  EXPECT_EQ(s3_error_code("<Error><Code>Slow\nDown</Code></Error>"), "");
+  EXPECT_EQ(s3_error_code("<Error><Code><x</Code></Error>"), "");
+  EXPECT_EQ(s3_error_code("<Error><Code></Code></Error>"), "");
+  EXPECT_EQ(s3_error_code("<Error><Code>" + std::string(65, 'A') + "</Code></Error>"), "");
+  EXPECT_EQ(s3_error_code("<Error><Code>Internal.Error_1-x</Code></Error>"), "Internal.Error_1-x");
 }
 
 TEST(AwsIniTest, SectionsKeysCommentsAndNestedBlocks) {
