@@ -16,7 +16,6 @@
 #include "conveyor/ops/image_decoder.h"
 #include "conveyor/ops/raw_decoder.h"
 #include "conveyor/ops/resize.h"
-#include "conveyor/ops/transforms/normalize.h"
 #include "conveyor/ops/transforms/warp.h"
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
@@ -107,15 +106,10 @@ struct SamplePlan {
 // into one source box and one resample (the leading group's is fused into
 // the decode).
 struct Group {
-  const TransformStep* image = nullptr;     // The kImage step run before the group's resample, if any.
-  std::vector<const TransformStep*> steps;  // Geometric and mirror steps, in order.
-  Fill fill{};                              // What the padding shows.
+  const ImageStep* image = nullptr;         // The kImage step run before the group's resample, if any.
+  std::vector<const PlacementStep*> steps;  // Geometric and mirror steps, in order.
+  std::optional<Fill> fill;                 // What the padding shows, once a step declared it.
   bool antialias = true;                    // False if a resizing step of the group asked for no antialiasing.
-  // `image` when it is a warp: the one capability the pipeline asks a step
-  // for. A warp that were not a WarpingStep would still be exact (its
-  // apply_image() warps the whole image); this only lets the crops and
-  // resizes after it compute their window alone.
-  const WarpingStep* warping = nullptr;
 };
 
 bool whole(double v) { return std::abs(v - std::round(v)) < 1e-6; }
@@ -212,7 +206,7 @@ struct ImagePipeline::Plan {
   // lut_f32 as vector arithmetic (float32 CHW output whose pointwise steps
   // are at most one Normalize), used when no per-sample tables come first.
   std::optional<NormalizeArithmetic> normalize_f32;
-  std::vector<const TransformStep*> output_steps;  // kOutput steps, in order (after the tables).
+  std::vector<const OutputStep*> output_steps;  // kOutput steps, in order (after the tables).
 
   // Runs a group's steps symbolically on an image of `height` x `width`:
   // every crop and resize composes into one affine map from output to
@@ -225,7 +219,7 @@ struct ImagePipeline::Plan {
     Placement& p = s.placement;
     p.height = height;
     p.width = width;
-    for (const TransformStep* step : group.steps) step->place(p, rng);
+    for (const PlacementStep* step : group.steps) step->place(p, rng);
     if (out) {
       s.out = *out;
     } else {
@@ -338,10 +332,11 @@ struct ImagePipeline::Plan {
       const size_t row_bytes = static_cast<size_t>(out_w) * channels;
       std::vector<uint8_t>& canvas = scratch.padded;
       canvas.resize(row_bytes * out_h);
-      if (channels == 1 || (group.fill[0] == group.fill[1] && group.fill[1] == group.fill[2])) {
-        std::memset(canvas.data(), group.fill[0], canvas.size());
+      const Fill fill = group.fill.value_or(Fill{});
+      if (channels == 1 || (fill[0] == fill[1] && fill[1] == fill[2])) {
+        std::memset(canvas.data(), fill[0], canvas.size());
       } else {
-        for (size_t i = 0; i < canvas.size(); i += 3) std::memcpy(canvas.data() + i, group.fill.data(), 3);
+        for (size_t i = 0; i < canvas.size(); i += 3) std::memcpy(canvas.data() + i, fill.data(), 3);
       }
       if (s.covered) {
         for (int row = 0; row < s.rect_h; ++row) {
@@ -383,7 +378,7 @@ struct ImagePipeline::Plan {
         break;
     }
     OutputSample sample{out, output.dtype, output.layout == Layout::kCHW, output.channels, image.height, image.width};
-    for (const TransformStep* step : output_steps) step->apply_output(sample, rng);
+    for (const OutputStep* step : output_steps) step->apply_output(sample, rng);
   }
 };
 
@@ -410,8 +405,8 @@ ImagePipeline::ImagePipeline(std::vector<TransformSpec> transforms, ImageOutputS
     detail::check_raw_shape(*options.raw_input);
     input_size = Size2D{options.raw_input->height, options.raw_input->width};
   }
-  ChainPlan chain{channels, output.dtype, input_size, true};
-  std::vector<const TransformStep*> pointwise;
+  ChainPlan chain{channels, output.dtype, input_size};
+  std::vector<const PointwiseStep*> pointwise;
   plan->groups.emplace_back();
   for (size_t i = 0; i < transforms.size(); ++i) {
     const std::string where = "transform " + std::to_string(i) + " ";
@@ -427,34 +422,31 @@ ImagePipeline::ImagePipeline(std::vector<TransformSpec> transforms, ImageOutputS
           transforms[i].name + " (a resize or crop) comes after Normalize: put Normalize after every resize and crop");
       check_config(kind != StepKind::kImage || pointwise.empty(),
                    transforms[i].name + " comes after Normalize: put Normalize after every step on the image");
-      const bool antialias_before = chain.antialias;
-      chain.antialias = true;  // The step's own choice, read below.
-      chain.new_group = false;
-      step->plan(chain);
-      const bool antialias_own = chain.antialias;
-      if (kind == StepKind::kPointwise) {
-        chain.antialias = antialias_before;
-        pointwise.push_back(step.get());
-      } else if (kind == StepKind::kOutput) {
-        chain.antialias = antialias_before;
-        plan->output_steps.push_back(step.get());
-      } else if (kind == StepKind::kImage) {
-        plan->groups.push_back(Group{step.get(), {}, {}, true, dynamic_cast<const WarpingStep*>(step.get())});
-        chain.antialias = true;
-        chain.fill.reset();
-      } else {
-        if (chain.new_group) {
-          plan->groups.emplace_back();
-          chain.antialias = antialias_own;
-        } else {
-          chain.antialias = antialias_before && antialias_own;
+      const StepPlan own = step->plan(chain);
+      switch (kind) {
+        case StepKind::kPointwise:
+          pointwise.push_back(&step_as<PointwiseStep>(*step));
+          break;
+        case StepKind::kOutput:
+          plan->output_steps.push_back(&step_as<OutputStep>(*step));
+          break;
+        case StepKind::kImage:
+          plan->groups.push_back(Group{&step_as<ImageStep>(*step)});
+          break;
+        case StepKind::kGeometric:
+        case StepKind::kMirror: {
+          // A step padding with another value than its group's starts a new
+          // group: each group pads with one value.
+          if (own.fill && plan->groups.back().fill && *own.fill != *plan->groups.back().fill) {
+            plan->groups.emplace_back();
+          }
+          Group& group = plan->groups.back();
+          group.steps.push_back(&step_as<PlacementStep>(*step));
+          group.antialias = group.antialias && own.antialias;
+          if (own.fill) group.fill = own.fill;
+          break;
         }
-        Group& group = plan->groups.back();
-        group.steps.push_back(step.get());
-        group.antialias = chain.antialias;
-        group.fill = chain.fill.value_or(Fill{});
       }
-      chain.new_group = false;
       plan->steps.push_back(std::move(step));
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::kConfig) throw;
@@ -479,15 +471,15 @@ ImagePipeline::ImagePipeline(std::vector<TransformSpec> transforms, ImageOutputS
     for (int v = 0; v < 256; ++v) {
       plan->lut_u8.push_back(static_cast<uint8_t>(v));
       float x = static_cast<float>(v) / 255.0f;
-      for (const TransformStep* step : pointwise) x = step->map_value(c, x);
+      for (const PointwiseStep* step : pointwise) x = step->map_value(c, x);
       plan->lut_f32.push_back(x);
       plan->lut_f16.push_back(float_to_half(x));
       plan->lut_bf16.push_back(float_to_bfloat16(x));
     }
   }
   if (output.dtype == DType::kFloat32 && output.layout == Layout::kCHW && pointwise.size() <= 1) {
-    NormalizeSpec normalize{std::vector<float>(channels, 0.0f), std::vector<float>(channels, 1.0f)};
-    if (!pointwise.empty()) normalize = normalize_spec_of(*pointwise.front()).value_or(NormalizeSpec{});
+    ChannelNormalization normalize{std::vector<float>(channels, 0.0f), std::vector<float>(channels, 1.0f)};
+    if (!pointwise.empty()) normalize = pointwise.front()->normalization().value_or(ChannelNormalization{});
     if (normalize.mean.size() == static_cast<size_t>(channels)) {
       plan->normalize_f32 = NormalizeArithmetic::make(channels, normalize.mean.data(), normalize.std.data());
     }
@@ -578,7 +570,7 @@ void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* fi
   for (size_t g = 1; g <= last; ++g) {
     const Group& group = plan.groups[g];
     // A warp followed by crops/resizes computes only the window they read.
-    const WarpingStep* warping = group.steps.empty() ? nullptr : group.warping;
+    const WarpingStep* warping = group.steps.empty() || group.image == nullptr ? nullptr : group.image->warping();
     std::optional<Warp> warp;
     if (warping != nullptr) {
       warp = warping->draw(sample.image.height, sample.image.width, rng);

@@ -20,14 +20,12 @@ using testing::encode_png;
 using testing::make_pattern;
 
 // kImage: transposes the image (rows become columns), boxes too.
-class TransposeStep final : public TransformStep {
+class TransposeStep final : public ImageStep {
  public:
-  StepKind kind() const override { return StepKind::kImage; }
-  void plan(ChainPlan& chain) const override {
+  StepPlan plan(ChainPlan& chain) const override {
     if (chain.size) chain.size = Size2D{chain.size->width, chain.size->height};
+    return {};
   }
-  void place(Placement& /*placement*/, SampleRng& /*rng*/) const override {}
-  float map_value(int /*channel*/, float value) const override { return value; }
   void apply_image(SampleImage& sample, SampleRng& /*rng*/) const override {
     const Image& in = sample.image;
     const int h = in.height, w = in.width, c = in.channels;
@@ -42,40 +40,28 @@ class TransposeStep final : public TransformStep {
       for (BoundingBox& b : *sample.boxes) b = {b.y, b.x, b.height, b.width, b.category};
     }
   }
-
-  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
 };
 
 // kImage: adds floor(uniform() * 100) to every value (saturating): one draw.
-class AddRandomStep final : public TransformStep {
+class AddRandomStep final : public ImageStep {
  public:
-  StepKind kind() const override { return StepKind::kImage; }
-  void plan(ChainPlan& /*chain*/) const override {}
-  void place(Placement& /*placement*/, SampleRng& /*rng*/) const override {}
-  float map_value(int /*channel*/, float value) const override { return value; }
   void apply_image(SampleImage& sample, SampleRng& rng) const override {
     const int amount = static_cast<int>(rng.uniform() * 100);
     for (uint8_t& v : sample.image.pixels) v = static_cast<uint8_t>(std::min(255, v + amount));
   }
-
-  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
 };
 
 // Geometric: pads `pad` pixels on every side with (7, 8, 9).
-class PadSevensStep final : public TransformStep {
+class PadSevensStep final : public GeometricStep {
  public:
   explicit PadSevensStep(int pad) : pad_(pad) {}
-  StepKind kind() const override { return StepKind::kGeometric; }
-  void plan(ChainPlan& chain) const override {
+  StepPlan plan(ChainPlan& chain) const override {
     if (chain.size) chain.size = Size2D{chain.size->height + 2 * pad_, chain.size->width + 2 * pad_};
-    chain.pads_with({7, 8, 9});
+    return {.fill = Fill{7, 8, 9}};
   }
   void place(Placement& p, SampleRng& /*rng*/) const override {
     p.crop(-pad_, -pad_, p.height + 2 * pad_, p.width + 2 * pad_);
   }
-  float map_value(int /*channel*/, float value) const override { return value; }
-  void apply_image(SampleImage& /*sample*/, SampleRng& /*rng*/) const override {}
-  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
 
  private:
   int pad_;

@@ -177,12 +177,12 @@ TEST(BlurStepTest, GaussianBlurDrawsSigmaPerSample) {
   for (uint64_t i = 0; i < 8; ++i) {
     SampleImage sample = impulse(7, 3, 3, 255);
     SampleRng rng(1, 0, i);
-    step->apply_image(sample, rng);
+    step_as<ImageStep>(*step).apply_image(sample, rng);
     if (i == 0) first = sample.image.pixels;
     differs = differs || sample.image.pixels != first;
     SampleImage again = impulse(7, 3, 3, 255);
     SampleRng same(1, 0, i);
-    step->apply_image(again, same);
+    step_as<ImageStep>(*step).apply_image(again, same);
     EXPECT_EQ(again.image.pixels, sample.image.pixels);
   }
   EXPECT_TRUE(differs);

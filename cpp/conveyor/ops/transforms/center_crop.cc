@@ -6,15 +6,13 @@ namespace conveyor {
 
 namespace {
 
-class CenterCropStep final : public TransformStep {
+class CenterCropStep final : public GeometricStep {
  public:
   explicit CenterCropStep(Size2D size) : size_(size) {}
 
-  StepKind kind() const override { return StepKind::kGeometric; }
-
-  void plan(ChainPlan& chain) const override {
+  StepPlan plan(ChainPlan& chain) const override {
     chain.size = size_;
-    chain.pads_with({0, 0, 0});  // torchvision's CenterCrop pads a too-small image with zeros.
+    return {.fill = Fill{0, 0, 0}};  // torchvision's CenterCrop pads a too-small image with zeros.
   }
 
   void place(Placement& p, SampleRng& /*rng*/) const override {
@@ -26,12 +24,6 @@ class CenterCropStep final : public TransformStep {
     const double left = cw > iw ? -((cw - iw) / 2) : std::nearbyint((iw - cw) / 2.0);
     p.crop(top, left, ch, cw);
   }
-
-  float map_value(int /*channel*/, float value) const override { return value; }
-
-  void apply_image(SampleImage& /*sample*/, SampleRng& /*rng*/) const override {}
-
-  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
 
  private:
   Size2D size_;

@@ -301,7 +301,7 @@ double applied_share(const std::string& name, TransformParams params) {
     SampleImage sample{make_image(1, 3, 3, {10, 20, 200, 30, 60, 90, 250, 130, 0}), {}, nullptr};
     const Pixels before = sample.image.pixels;
     SampleRng rng(11, 0, static_cast<uint64_t>(i));
-    step->apply_image(sample, rng);
+    step_as<ImageStep>(*step).apply_image(sample, rng);
     applied += sample.image.pixels != before;
   }
   return applied / 10000.0;
@@ -321,9 +321,9 @@ TEST(ColorStepTest, ProbabilityZeroNeverAppliesAndOneAlways) {
     const auto always = make_transform_step({name, {{"p", {1}}}});
     SampleImage sample{make_image(1, 1, 3, {10, 20, 30}), {}, nullptr};
     SampleRng rng(0, 0, 0);
-    never->apply_image(sample, rng);
+    step_as<ImageStep>(*never).apply_image(sample, rng);
     EXPECT_EQ(sample.image.pixels, (Pixels{10, 20, 30})) << name;
-    always->apply_image(sample, rng);
+    step_as<ImageStep>(*always).apply_image(sample, rng);
     EXPECT_NE(sample.image.pixels, (Pixels{10, 20, 30})) << name;
   }
 }

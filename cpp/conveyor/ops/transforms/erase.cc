@@ -75,23 +75,18 @@ float standard_normal(SampleRng& rng) {
   return static_cast<float>(std::sqrt(-2.0 * std::log1p(-u1)) * std::cos(2.0 * std::numbers::pi * u2));
 }
 
-class RandomErasingStep final : public TransformStep {
+class RandomErasingStep final : public OutputStep {
  public:
   RandomErasingStep(double p, std::array<double, 2> scale, std::array<double, 2> ratio, std::vector<float> value)
       : p_(p), scale_(scale), ratio_(ratio), value_(std::move(value)) {}
 
-  StepKind kind() const override { return StepKind::kOutput; }
-
-  void plan(ChainPlan& chain) const override {
+  StepPlan plan(ChainPlan& chain) const override {
     // An empty value is "random" (one value per element).
     check_config(value_.empty() || value_.size() == 1 || value_.size() == static_cast<size_t>(chain.channels),
                  "RandomErasing: value needs 1 or " + std::to_string(chain.channels) +
                      " numbers (one per output channel), got " + std::to_string(value_.size()));
+    return {};
   }
-
-  void place(Placement& /*placement*/, SampleRng& /*rng*/) const override {}
-  float map_value(int /*channel*/, float value) const override { return value; }
-  void apply_image(SampleImage& /*sample*/, SampleRng& /*rng*/) const override {}
 
   // torchvision's _RandomApplyTransform (one draw, erases when < p), then
   // make_params' box and values.

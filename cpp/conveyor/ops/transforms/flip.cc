@@ -10,13 +10,9 @@ namespace {
 // A mirror: the flip is one bit of the placement, applied by the output pass
 // (a vertical one as a view with its rows reversed; a later crop is mirrored
 // instead), so it costs no extra pass.
-class FlipStep final : public TransformStep {
+class FlipStep final : public MirrorStep {
  public:
   FlipStep(double p, bool vertical) : p_(p), vertical_(vertical) {}
-
-  StepKind kind() const override { return StepKind::kMirror; }
-
-  void plan(ChainPlan& /*chain*/) const override {}
 
   void place(Placement& placement, SampleRng& rng) const override {
     if (rng.uniform() < p_) {
@@ -24,12 +20,6 @@ class FlipStep final : public TransformStep {
       flip = !flip;
     }
   }
-
-  float map_value(int /*channel*/, float value) const override { return value; }
-
-  void apply_image(SampleImage& /*sample*/, SampleRng& /*rng*/) const override {}
-
-  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
 
  private:
   double p_;

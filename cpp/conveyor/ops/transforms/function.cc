@@ -15,18 +15,15 @@ void check_channels(int64_t returned, int channels, std::string_view name) {
   }
 }
 
-class FunctionStep final : public TransformStep {
+class FunctionStep final : public ImageStep {
  public:
   FunctionStep(std::string name, ImageCallback function) : name_(std::move(name)), function_(std::move(function)) {}
 
-  StepKind kind() const override { return StepKind::kImage; }
-
   // The function may return any size.
-  void plan(ChainPlan& chain) const override { chain.size.reset(); }
-
-  void place(Placement& /*placement*/, SampleRng& /*rng*/) const override {}
-
-  float map_value(int /*channel*/, float value) const override { return value; }
+  StepPlan plan(ChainPlan& chain) const override {
+    chain.size.reset();
+    return {};
+  }
 
   void apply_image(SampleImage& sample, SampleRng& /*rng*/) const override {
     const int channels = sample.image.channels;
@@ -41,8 +38,6 @@ class FunctionStep final : public TransformStep {
       throw Error(ErrorKind::kInternal, name_ + " left an image whose pixels do not match its size");
     }
   }
-
-  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
 
  private:
   std::string name_;

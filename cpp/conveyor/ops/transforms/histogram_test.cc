@@ -119,7 +119,7 @@ TEST(HistogramStepTest, StepsAreRandomApply) {
   for (int i = 0; i < 10000; ++i) {
     SampleImage sample{Image{1, 3, 1, {50, 100, 150}}, {}, nullptr};
     SampleRng rng(2, 0, static_cast<uint64_t>(i));
-    step->apply_image(sample, rng);
+    step_as<ImageStep>(*step).apply_image(sample, rng);
     applied += sample.image.pixels[2] == 254;
   }
   EXPECT_NEAR(applied, 2500, 220);  // binomial sd 43

@@ -10,28 +10,21 @@ namespace conveyor {
 
 namespace {
 
-class ImageStep final : public TransformStep {
+class FunctionImageStep final : public ImageStep {
  public:
-  ImageStep(std::optional<double> p, ImageStepFunction apply, ImageStepCheck check)
+  FunctionImageStep(std::optional<double> p, ImageStepFunction apply, ImageStepCheck check)
       : p_(p), apply_(std::move(apply)), check_(std::move(check)) {}
 
-  StepKind kind() const override { return StepKind::kImage; }
-
-  void plan(ChainPlan& chain) const override {
+  StepPlan plan(ChainPlan& chain) const override {
     if (check_) check_(chain);
+    return {};
   }
-
-  void place(Placement& /*placement*/, SampleRng& /*rng*/) const override {}
-
-  float map_value(int /*channel*/, float value) const override { return value; }
 
   void apply_image(SampleImage& sample, SampleRng& rng) const override {
     // torchvision: `if torch.rand(1) >= self.p: return inputs`.
     if (p_ && rng.uniform() >= *p_) return;
     apply_(sample, rng);
   }
-
-  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
 
  private:
   std::optional<double> p_;
@@ -43,7 +36,7 @@ class ImageStep final : public TransformStep {
 
 std::unique_ptr<const TransformStep> make_image_step(std::optional<double> p, ImageStepFunction apply,
                                                      ImageStepCheck check) {
-  return std::make_unique<ImageStep>(p, std::move(apply), std::move(check));
+  return std::make_unique<FunctionImageStep>(p, std::move(apply), std::move(check));
 }
 
 double probability_arg(TransformArgs& args, double fallback) {

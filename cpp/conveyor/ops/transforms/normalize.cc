@@ -9,30 +9,23 @@ namespace conveyor {
 
 namespace {
 
-class NormalizeStep final : public TransformStep {
+class NormalizeStep final : public PointwiseStep {
  public:
   NormalizeStep(std::vector<float> mean, std::vector<float> std) : mean_(std::move(mean)), std_(std::move(std)) {}
 
-  StepKind kind() const override { return StepKind::kPointwise; }
-
-  void plan(ChainPlan& chain) const override {
+  StepPlan plan(ChainPlan& chain) const override {
     check_config(chain.dtype != DType::kUInt8,
                  "Normalize: the output dtype is uint8; use float32 or float16 with Normalize");
     check_config(mean_.size() == static_cast<size_t>(chain.channels) && std_.size() == mean_.size(),
                  "Normalize: mean and std need one value per channel (" + std::to_string(chain.channels) + "), got " +
                      std::to_string(mean_.size()) + " and " + std::to_string(std_.size()));
+    return {};
   }
-
-  void place(Placement& /*placement*/, SampleRng& /*rng*/) const override {}
 
   // float32 arithmetic in torchvision's order: (x - mean) / std.
   float map_value(int channel, float value) const override { return (value - mean_[channel]) / std_[channel]; }
 
-  void apply_image(SampleImage& /*sample*/, SampleRng& /*rng*/) const override {}
-
-  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
-
-  NormalizeSpec spec() const { return {mean_, std_}; }
+  std::optional<ChannelNormalization> normalization() const override { return ChannelNormalization{mean_, std_}; }
 
  private:
   std::vector<float> mean_;
@@ -59,11 +52,6 @@ std::unique_ptr<const TransformStep> make_normalize_step(const TransformParams& 
   }
   args.finish();
   return std::make_unique<NormalizeStep>(std::move(mean), std::move(std));
-}
-
-std::optional<NormalizeSpec> normalize_spec_of(const TransformStep& step) {
-  if (const auto* normalize = dynamic_cast<const NormalizeStep*>(&step)) return normalize->spec();
-  return std::nullopt;
 }
 
 }  // namespace conveyor

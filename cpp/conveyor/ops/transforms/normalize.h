@@ -1,7 +1,6 @@
 #pragma once
 
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "conveyor/ops/transforms/registry.h"
@@ -21,9 +20,5 @@ struct NormalizeSpec {
 
 /// The "normalize" factory (listed in registry.cc).
 std::unique_ptr<const TransformStep> make_normalize_step(const TransformParams& params);
-
-/// The mean and std of a step made by make_normalize_step; none for any
-/// other step. (The output pass computes a lone Normalize arithmetically.)
-std::optional<NormalizeSpec> normalize_spec_of(const TransformStep& step);
 
 }  // namespace conveyor

@@ -44,146 +44,172 @@ std::array<int, 4> read_padding(TransformArgs& args, std::optional<std::vector<d
   return padding;
 }
 
-// torchvision's Pad: padding [left, top, right, bottom] around the image. A
-// constant fill is a crop reaching outside the image (fused into the group's
-// resample); other modes need pixels and run on the image.
-class PadStep final : public TransformStep {
- public:
-  PadStep(std::array<int, 4> padding, FillArg fill, PadMode mode)
-      : padding_(padding), fill_(std::move(fill)), mode_(mode) {}
+// torchvision's Pad with padding [left, top, right, bottom] around the
+// image, `fill` and `mode`.
+struct Padding {
+  std::array<int, 4> padding{};
+  FillArg fill;
+  PadMode mode = PadMode::kConstant;
 
-  StepKind kind() const override { return mode_ == PadMode::kConstant ? StepKind::kGeometric : StepKind::kImage; }
-
-  void plan(ChainPlan& chain) const override {
-    fill_.check_channels("Pad", chain.channels);
+  void plan(ChainPlan& chain) const {
+    fill.check_channels("Pad", chain.channels);
     if (chain.size) {
-      const int64_t h = static_cast<int64_t>(chain.size->height) + padding_[1] + padding_[3];
-      const int64_t w = static_cast<int64_t>(chain.size->width) + padding_[0] + padding_[2];
+      const int64_t h = static_cast<int64_t>(chain.size->height) + padding[1] + padding[3];
+      const int64_t w = static_cast<int64_t>(chain.size->width) + padding[0] + padding[2];
       chain.size = Size2D{checked_int(h, "Pad: the padded height"), checked_int(w, "Pad: the padded width")};
     }
-    if (mode_ == PadMode::kConstant) chain.pads_with(fill_.bytes());
+  }
+};
+
+// Pads `sample`'s image with padding [left, top, right, bottom].
+void pad(SampleImage& sample, const std::array<int, 4>& padding, PadMode mode, const Fill& fill,
+         std::string_view what) {
+  const Image& src = sample.image;
+  const int64_t h = static_cast<int64_t>(src.height) + padding[1] + padding[3];
+  const int64_t w = static_cast<int64_t>(src.width) + padding[0] + padding[2];
+  sample.check_size(h, w, what);
+  const int ih = static_cast<int>(h), iw = static_cast<int>(w);
+  Image out{0, 0, 0, std::move(sample.spare)};
+  pad_crop_image(src, -padding[1], -padding[0], ih, iw, mode, fill, out);
+  sample.spare = std::move(sample.image.pixels);
+  sample.image = std::move(out);
+  crop_boxes(sample.boxes, -padding[1], -padding[0], ih, iw);
+}
+
+// Pad with a constant fill: a crop reaching outside the image, fused into
+// the group's resample.
+class ConstantPadStep final : public GeometricStep {
+ public:
+  explicit ConstantPadStep(Padding padding) : p_(std::move(padding)) {}
+
+  StepPlan plan(ChainPlan& chain) const override {
+    p_.plan(chain);
+    return {.fill = p_.fill.bytes()};
   }
 
   void place(Placement& p, SampleRng& /*rng*/) const override {
-    if (mode_ != PadMode::kConstant) return;
-    p.crop(-padding_[1], -padding_[0], p.height + padding_[1] + padding_[3], p.width + padding_[0] + padding_[2]);
-  }
-
-  float map_value(int /*channel*/, float value) const override { return value; }
-
-  void apply_image(SampleImage& sample, SampleRng& /*rng*/) const override {
-    if (mode_ == PadMode::kConstant) return;
-    pad(sample, padding_, mode_, fill_.bytes(), "Pad");
-  }
-
-  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
-
-  static void pad(SampleImage& sample, const std::array<int, 4>& padding, PadMode mode, const Fill& fill,
-                  std::string_view what) {
-    const Image& src = sample.image;
-    const int64_t h = static_cast<int64_t>(src.height) + padding[1] + padding[3];
-    const int64_t w = static_cast<int64_t>(src.width) + padding[0] + padding[2];
-    sample.check_size(h, w, what);
-    const int ih = static_cast<int>(h), iw = static_cast<int>(w);
-    Image out{0, 0, 0, std::move(sample.spare)};
-    pad_crop_image(src, -padding[1], -padding[0], ih, iw, mode, fill, out);
-    sample.spare = std::move(sample.image.pixels);
-    sample.image = std::move(out);
-    crop_boxes(sample.boxes, -padding[1], -padding[0], ih, iw);
+    const std::array<int, 4>& pad = p_.padding;
+    p.crop(-pad[1], -pad[0], p.height + pad[1] + pad[3], p.width + pad[0] + pad[2]);
   }
 
  private:
-  std::array<int, 4> padding_;
-  FillArg fill_;
-  PadMode mode_;
+  Padding p_;
+};
+
+// Pad in the other modes, which need pixels: runs on the image.
+class PadImageStep final : public ImageStep {
+ public:
+  explicit PadImageStep(Padding padding) : p_(std::move(padding)) {}
+
+  StepPlan plan(ChainPlan& chain) const override {
+    p_.plan(chain);
+    return {};
+  }
+
+  void apply_image(SampleImage& sample, SampleRng& /*rng*/) const override {
+    pad(sample, p_.padding, p_.mode, p_.fill.bytes(), "Pad");
+  }
+
+ private:
+  Padding p_;
 };
 
 // torchvision's RandomCrop: optional padding (and pad_if_needed), then a
 // crop at a uniformly drawn position.
-class RandomCropStep final : public TransformStep {
- public:
-  RandomCropStep(Size2D size, std::array<int, 4> padding, bool padded, bool pad_if_needed, FillArg fill, PadMode mode)
-      : size_(size),
-        padding_(padding),
-        padded_(padded),
-        pad_if_needed_(pad_if_needed),
-        fill_(std::move(fill)),
-        mode_(mode) {}
+struct RandomCropWindow {
+  Size2D size;
+  std::array<int, 4> padding{};
+  bool padded = false;
+  bool pad_if_needed = false;
+  FillArg fill;
+  PadMode mode = PadMode::kConstant;
 
-  StepKind kind() const override { return mode_ == PadMode::kConstant ? StepKind::kGeometric : StepKind::kImage; }
-
-  void plan(ChainPlan& chain) const override {
-    fill_.check_channels("RandomCrop", chain.channels);
-    chain.size = size_;
-    if (mode_ == PadMode::kConstant && (padded_ || pad_if_needed_)) chain.pads_with(fill_.bytes());
-  }
-
-  void place(Placement& p, SampleRng& rng) const override {
-    if (mode_ != PadMode::kConstant) return;
-    const Window window = draw(static_cast<int64_t>(p.height), static_cast<int64_t>(p.width), rng);
-    p.crop(window.top, window.left, size_.height, size_.width);
-  }
-
-  float map_value(int /*channel*/, float value) const override { return value; }
-
-  void apply_image(SampleImage& sample, SampleRng& rng) const override {
-    if (mode_ == PadMode::kConstant) return;
-    const Window window = draw(sample.image.height, sample.image.width, rng);
-    sample.check_size(size_.height, size_.width, "RandomCrop");
-    Image out{0, 0, 0, std::move(sample.spare)};
-    pad_crop_image(sample.image, static_cast<int>(window.top), static_cast<int>(window.left), size_.height, size_.width,
-                   mode_, fill_.bytes(), out);
-    sample.spare = std::move(sample.image.pixels);
-    sample.image = std::move(out);
-    crop_boxes(sample.boxes, window.top, window.left, size_.height, size_.width);
-  }
-
-  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
-
- private:
   // The crop's top-left corner in the unpadded image (negative: in the padding).
   struct Window {
     int64_t top = 0;
     int64_t left = 0;
   };
 
+  void plan(ChainPlan& chain) const {
+    fill.check_channels("RandomCrop", chain.channels);
+    chain.size = size;
+  }
+
   // torchvision's make_params: the padded size (pad_if_needed adds the
   // missing rows on both sides), then top (if any room), then left.
   Window draw(int64_t height, int64_t width, SampleRng& rng) const {
-    int64_t left_pad = padding_[0], top_pad = padding_[1];
-    int64_t ph = height + padding_[1] + padding_[3], pw = width + padding_[0] + padding_[2];
-    if (pad_if_needed_) {
-      if (ph < size_.height) {
-        const int64_t diff = size_.height - ph;
+    int64_t left_pad = padding[0], top_pad = padding[1];
+    int64_t ph = height + padding[1] + padding[3], pw = width + padding[0] + padding[2];
+    if (pad_if_needed) {
+      if (ph < size.height) {
+        const int64_t diff = size.height - ph;
         top_pad += diff;
         ph += 2 * diff;
       }
-      if (pw < size_.width) {
-        const int64_t diff = size_.width - pw;
+      if (pw < size.width) {
+        const int64_t diff = size.width - pw;
         left_pad += diff;
         pw += 2 * diff;
       }
     }
-    if (ph < size_.height || pw < size_.width) {
-      throw Error(ErrorKind::kConfig, "RandomCrop: required crop size (" + std::to_string(size_.height) + ", " +
-                                          std::to_string(size_.width) + ") is larger than " +
-                                          (padded_ ? "padded " : "") + "input image size (" + std::to_string(ph) +
-                                          ", " + std::to_string(pw) + ")");
+    if (ph < size.height || pw < size.width) {
+      throw Error(ErrorKind::kConfig, "RandomCrop: required crop size (" + std::to_string(size.height) + ", " +
+                                          std::to_string(size.width) + ") is larger than " + (padded ? "padded " : "") +
+                                          "input image size (" + std::to_string(ph) + ", " + std::to_string(pw) + ")");
     }
     Window window;
-    if (ph > size_.height) window.top = static_cast<int64_t>(rng.below(static_cast<uint64_t>(ph - size_.height + 1)));
-    if (pw > size_.width) window.left = static_cast<int64_t>(rng.below(static_cast<uint64_t>(pw - size_.width + 1)));
+    if (ph > size.height) window.top = static_cast<int64_t>(rng.below(static_cast<uint64_t>(ph - size.height + 1)));
+    if (pw > size.width) window.left = static_cast<int64_t>(rng.below(static_cast<uint64_t>(pw - size.width + 1)));
     window.top -= top_pad;
     window.left -= left_pad;
     return window;
   }
+};
 
-  Size2D size_;
-  std::array<int, 4> padding_;
-  bool padded_;
-  bool pad_if_needed_;
-  FillArg fill_;
-  PadMode mode_;
+// RandomCrop with a constant fill: a crop of the fused group.
+class ConstantRandomCropStep final : public GeometricStep {
+ public:
+  explicit ConstantRandomCropStep(RandomCropWindow crop) : c_(std::move(crop)) {}
+
+  StepPlan plan(ChainPlan& chain) const override {
+    c_.plan(chain);
+    if (c_.padded || c_.pad_if_needed) return {.fill = c_.fill.bytes()};
+    return {};
+  }
+
+  void place(Placement& p, SampleRng& rng) const override {
+    const RandomCropWindow::Window window = c_.draw(static_cast<int64_t>(p.height), static_cast<int64_t>(p.width), rng);
+    p.crop(window.top, window.left, c_.size.height, c_.size.width);
+  }
+
+ private:
+  RandomCropWindow c_;
+};
+
+// RandomCrop padding in the other modes: runs on the image.
+class RandomCropImageStep final : public ImageStep {
+ public:
+  explicit RandomCropImageStep(RandomCropWindow crop) : c_(std::move(crop)) {}
+
+  StepPlan plan(ChainPlan& chain) const override {
+    c_.plan(chain);
+    return {};
+  }
+
+  void apply_image(SampleImage& sample, SampleRng& rng) const override {
+    const RandomCropWindow::Window window = c_.draw(sample.image.height, sample.image.width, rng);
+    const Size2D size = c_.size;
+    sample.check_size(size.height, size.width, "RandomCrop");
+    Image out{0, 0, 0, std::move(sample.spare)};
+    pad_crop_image(sample.image, static_cast<int>(window.top), static_cast<int>(window.left), size.height, size.width,
+                   c_.mode, c_.fill.bytes(), out);
+    sample.spare = std::move(sample.image.pixels);
+    sample.image = std::move(out);
+    crop_boxes(sample.boxes, window.top, window.left, size.height, size.width);
+  }
+
+ private:
+  RandomCropWindow c_;
 };
 
 // torchvision's crop / center_crop anchor and their zero padding.
@@ -283,7 +309,9 @@ std::unique_ptr<const TransformStep> make_pad_step(const TransformParams& params
   FillArg fill = FillArg::read(args);
   const PadMode mode = read_pad_mode(args);
   args.finish();
-  return std::make_unique<PadStep>(padding, std::move(fill), mode);
+  Padding p{padding, std::move(fill), mode};
+  if (mode == PadMode::kConstant) return std::make_unique<ConstantPadStep>(std::move(p));
+  return std::make_unique<PadImageStep>(std::move(p));
 }
 
 std::unique_ptr<const TransformStep> make_random_crop_step(const TransformParams& params) {
@@ -295,7 +323,9 @@ std::unique_ptr<const TransformStep> make_random_crop_step(const TransformParams
   FillArg fill = FillArg::read(args);
   const PadMode mode = read_pad_mode(args);
   args.finish();
-  return std::make_unique<RandomCropStep>(size, padding, padded, pad_if_needed, std::move(fill), mode);
+  RandomCropWindow crop{size, padding, padded, pad_if_needed, std::move(fill), mode};
+  if (mode == PadMode::kConstant) return std::make_unique<ConstantRandomCropStep>(std::move(crop));
+  return std::make_unique<RandomCropImageStep>(std::move(crop));
 }
 
 void crop_function(const TransformParams& params, SampleImage& sample) {
@@ -327,7 +357,7 @@ void pad_function(const TransformParams& params, SampleImage& sample) {
   const PadMode mode = read_pad_mode(args);
   args.finish();
   fill.check_channels("pad", sample.image.channels);
-  PadStep::pad(sample, padding, mode, fill.bytes(), "pad");
+  pad(sample, padding, mode, fill.bytes(), "pad");
 }
 
 }  // namespace conveyor

@@ -254,7 +254,7 @@ TEST(PolicyStepTest, StepsApplyTheirDraws) {
     SampleImage got{Image{20, 24, 3, pixels}, {}, nullptr};
     SampleImage want{Image{20, 24, 3, pixels}, {}, nullptr};
     SampleRng rng(5, 0, i), ref(5, 0, i);
-    step->apply_image(got, rng);
+    step_as<ImageStep>(*step).apply_image(got, rng);
     const AugmentDraw d = draw_trivial_augment(31, 20, 24, ref);
     apply_augment_op(want, d.op, d.magnitude, Interpolation::kNearest, FillArg{});
     EXPECT_EQ(got.image.pixels, want.image.pixels) << i;
@@ -262,7 +262,7 @@ TEST(PolicyStepTest, StepsApplyTheirDraws) {
     SampleImage got_ra{Image{20, 24, 3, pixels}, {}, nullptr};
     SampleImage want_ra{Image{20, 24, 3, pixels}, {}, nullptr};
     SampleRng rng_ra(5, 0, i), ref_ra(5, 0, i);
-    rand->apply_image(got_ra, rng_ra);
+    step_as<ImageStep>(*rand).apply_image(got_ra, rng_ra);
     for (int k = 0; k < 3; ++k) {
       const AugmentDraw dk = draw_rand_augment_op(31, 5, 20, 24, ref_ra);
       apply_augment_op(want_ra, dk.op, dk.magnitude, Interpolation::kNearest, FillArg{});
@@ -272,7 +272,7 @@ TEST(PolicyStepTest, StepsApplyTheirDraws) {
     SampleImage got_aa{Image{20, 24, 3, pixels}, {}, nullptr};
     SampleImage want_aa{Image{20, 24, 3, pixels}, {}, nullptr};
     SampleRng rng_aa(5, 0, i), ref_aa(5, 0, i);
-    autoaug->apply_image(got_aa, rng_aa);
+    step_as<ImageStep>(*autoaug).apply_image(got_aa, rng_aa);
     for (const AugmentDraw& dk : draw_auto_augment(AutoAugmentPolicy::kCifar10, 20, 24, ref_aa)) {
       apply_augment_op(want_aa, dk.op, dk.magnitude, Interpolation::kNearest, FillArg{{1, 2, 3}});
     }
@@ -352,7 +352,7 @@ TEST(PolicyStepTest, AugMixMixesTheChainsInFloat32) {
   for (uint64_t s = 0; s < 16; ++s) {
     SampleImage got{Image{12, 16, 3, pixels}, {}, nullptr};
     SampleRng rng(9, 0, s), ref(9, 0, s);
-    step->apply_image(got, rng);
+    step_as<ImageStep>(*step).apply_image(got, rng);
     // By hand: the draws in torchvision's order, torch's float32 roundings.
     AugMixParams params;
     params.severity = 5;

@@ -10,15 +10,13 @@ namespace {
 // Python's round(): half to even (the default floating-point rounding mode).
 double round_half_even(double v) { return std::nearbyint(v); }
 
-class RandomResizedCropStep final : public TransformStep {
+class RandomResizedCropStep final : public GeometricStep {
  public:
   explicit RandomResizedCropStep(RandomResizedCropSpec spec) : spec_(spec) {}
 
-  StepKind kind() const override { return StepKind::kGeometric; }
-
-  void plan(ChainPlan& chain) const override {
+  StepPlan plan(ChainPlan& chain) const override {
     chain.size = spec_.size;
-    chain.antialias = chain.antialias && spec_.antialias;
+    return {.antialias = spec_.antialias};
   }
 
   void place(Placement& p, SampleRng& rng) const override {
@@ -27,12 +25,6 @@ class RandomResizedCropStep final : public TransformStep {
     p.crop(box.top, box.left, box.height, box.width);
     p.resize(spec_.size.height, spec_.size.width);
   }
-
-  float map_value(int /*channel*/, float value) const override { return value; }
-
-  void apply_image(SampleImage& /*sample*/, SampleRng& /*rng*/) const override {}
-
-  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
 
  private:
   RandomResizedCropSpec spec_;

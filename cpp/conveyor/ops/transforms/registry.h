@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "conveyor/core/dtype.h"
+#include "conveyor/core/error.h"
 #include "conveyor/core/geometry.h"
 #include "conveyor/core/rng.h"
 #include "conveyor/ops/image.h"
@@ -74,23 +75,20 @@ struct ChainPlan {
   int channels = 3;               ///< Output channels (1 or 3); read-only for steps.
   DType dtype = DType::kFloat32;  ///< Output dtype; read-only for steps.
   std::optional<Size2D> size;     ///< The fixed output size so far, or none (depends on the image).
-  /// False once a resizing step of the current axis-aligned group (the
-  /// geometric and mirror steps resampled together) asked for no antialiasing.
-  bool antialias = true;
-  /// What the current axis-aligned group's padding shows (a crop reaching
-  /// outside the image), once a step declared it with pads_with().
-  std::optional<Fill> fill;
-  /// Set by pads_with() when the step pads with another value than an earlier
-  /// step of the group: the planner then starts a new group at this step (the
-  /// image so far is resampled first), so each group pads with one value.
-  bool new_group = false;
+};
 
-  /// Geometric steps whose crops may reach outside the image call this from
-  /// plan() with the value the padding shows (CenterCrop: zeros).
-  void pads_with(const Fill& value) {
-    if (fill && *fill != value) new_group = true;
-    fill = value;
-  }
+/// What a step's plan() says about itself. The planner combines the choices
+/// of the geometric and mirror steps resampled together (a group); no step
+/// reads or edits another's.
+struct StepPlan {
+  /// False for a resizing step that asks for no antialiasing: its group's
+  /// resample then has none.
+  bool antialias = true;
+  /// For a step whose crops may reach outside the image: the value the
+  /// padding shows (CenterCrop: zeros). Each group pads with one value, so a
+  /// step that pads with another value than an earlier step of its group
+  /// starts a new group (the image so far is resampled first).
+  std::optional<Fill> fill;
 };
 
 /// How a step acts, which decides where it may stand in the chain.
@@ -169,50 +167,133 @@ struct OutputSample {
   int width = 0;
 };
 
-/// One planned transform. Every hook is pure virtual, so a step that forgets
-/// one does not compile; the pipeline calls every hook of every step (no
-/// type switch that could miss a case). One optional capability is asked
-/// for by type: a kImage step that is a WarpingStep (warp.h) lets the
-/// crops and resizes after it compute only their window; any other step's
-/// apply_image() gives the same pixels, computed whole.
+/// The per-channel arithmetic of torchvision's Normalize on values in
+/// [0, 1]: (x - mean[c]) / std[c] in float32, one entry per channel.
+struct ChannelNormalization {
+  std::vector<float> mean;
+  std::vector<float> std;
+};
+
+class WarpingStep;
+
+/// One planned transform. A step derives from the base of its kind
+/// (GeometricStep, MirrorStep, PointwiseStep, ImageStep or OutputStep), which
+/// fixes kind() and declares the one per-sample hook that kind has; the other
+/// hooks are defaulted. Only those bases can derive from TransformStep, so a
+/// step's kind() always names its base (step_as relies on it).
 ///
-/// Thread-safety: immutable after construction; place(), map_value(),
-/// apply_image() and apply_output() may run concurrently.
+/// Thread-safety: immutable after construction; the per-sample hooks may run
+/// concurrently.
 class TransformStep {
  public:
   virtual ~TransformStep() = default;
+  TransformStep(const TransformStep&) = delete;
+  TransformStep& operator=(const TransformStep&) = delete;
 
-  /// Geometric, mirror or pointwise: where the step may stand in the chain (StepKind).
+  /// Where the step may stand in the chain (StepKind); final in each base.
   virtual StepKind kind() const = 0;
 
-  /// Construction time: updates the chain's output size and resampling
-  /// options, or throws Error{kConfig} when the step cannot follow the chain
-  /// so far (e.g. Normalize with a uint8 output).
-  virtual void plan(ChainPlan& chain) const = 0;
+  /// Construction time: checks that the step can follow the chain so far
+  /// (throws Error{kConfig}, e.g. Normalize with a uint8 output), updates the
+  /// chain's output size when the step changes it, and returns the step's own
+  /// choices. By default the step changes nothing and chooses nothing.
+  virtual StepPlan plan(ChainPlan& /*chain*/) const { return {}; }
 
-  /// Per sample (geometric and mirror steps): draws this step's parameters from `rng`
-  /// and moves the placement (crop, resize, flip). Bounding boxes follow the
-  /// composed placement (SampleGeometry), so a step that moves pixels here
-  /// moves the boxes too. Other kinds leave it unchanged and draw nothing.
-  /// Throws Error{kTooLarge} when the image makes a size overflow.
+ private:
+  TransformStep() = default;
+  friend class PlacementStep;
+  friend class PointwiseStep;
+  friend class ImageStep;
+  friend class OutputStep;
+};
+
+/// The common base of geometric and mirror steps: they move pixels through
+/// the composed placement.
+class PlacementStep : public TransformStep {
+ public:
+  static constexpr bool holds(StepKind kind) { return kind == StepKind::kGeometric || kind == StepKind::kMirror; }
+
+  /// Per sample: draws this step's parameters from `rng` and moves the
+  /// placement (crop, resize, flip). Bounding boxes follow the composed
+  /// placement (SampleGeometry), so they move too. Throws Error{kTooLarge}
+  /// when the image makes a size overflow.
   virtual void place(Placement& placement, SampleRng& rng) const = 0;
 
-  /// Pointwise steps: maps a value of channel `channel` (in [0, 1] after
-  /// ToTensor's scaling, float32 arithmetic). Folded into the output pass's
-  /// per-channel tables at construction. Other kinds return `value`.
+ private:
+  PlacementStep() = default;
+  friend class GeometricStep;
+  friend class MirrorStep;
+};
+
+/// A step of kind kGeometric (a crop, a resize).
+class GeometricStep : public PlacementStep {
+ public:
+  StepKind kind() const final { return StepKind::kGeometric; }
+};
+
+/// A step of kind kMirror (a flip).
+class MirrorStep : public PlacementStep {
+ public:
+  StepKind kind() const final { return StepKind::kMirror; }
+};
+
+/// A step of kind kPointwise: folded into the output pass's per-channel tables
+/// at construction.
+class PointwiseStep : public TransformStep {
+ public:
+  static constexpr bool holds(StepKind kind) { return kind == StepKind::kPointwise; }
+  StepKind kind() const final { return StepKind::kPointwise; }
+
+  /// Maps a value of channel `channel` (in [0, 1] after ToTensor's scaling,
+  /// float32 arithmetic).
   virtual float map_value(int channel, float value) const = 0;
 
-  /// Per sample (kImage steps): draws this step's parameters from `rng` and
-  /// transforms `sample` (its pixels, and its boxes when tracked). Other kinds
-  /// leave it unchanged and draw nothing. Throws Error{kDecode} (bad image
-  /// data, e.g. from a user function) or Error{kTooLarge}.
+  /// The step's map as a Normalize, when it is one: a lone Normalize is then
+  /// computed arithmetically by the output pass instead of through tables
+  /// (same values). None by default.
+  virtual std::optional<ChannelNormalization> normalization() const { return std::nullopt; }
+};
+
+/// A step of kind kImage: runs on the decoded image with per-sample
+/// parameters.
+class ImageStep : public TransformStep {
+ public:
+  static constexpr bool holds(StepKind kind) { return kind == StepKind::kImage; }
+  StepKind kind() const final { return StepKind::kImage; }
+
+  /// Per sample: draws this step's parameters from `rng` and transforms
+  /// `sample` (its pixels, and its boxes when tracked). Throws
+  /// Error{kDecode} (bad image data, e.g. from a user function) or
+  /// Error{kTooLarge}.
   virtual void apply_image(SampleImage& sample, SampleRng& rng) const = 0;
 
-  /// Per sample (kOutput steps): draws this step's parameters from `rng` and
-  /// rewrites values of the written `sample`. Other kinds leave it unchanged
-  /// and draw nothing.
+  /// The step as one warp (warp.h), when it is one: the crops and resizes
+  /// after it then compute only their window of its output (the same pixels
+  /// apply_image() gives, computed whole). Null by default.
+  virtual const WarpingStep* warping() const { return nullptr; }
+};
+
+/// A step of kind kOutput: runs on the written output, after every other
+/// kind.
+class OutputStep : public TransformStep {
+ public:
+  static constexpr bool holds(StepKind kind) { return kind == StepKind::kOutput; }
+  StepKind kind() const final { return StepKind::kOutput; }
+
+  /// Per sample: draws this step's parameters from `rng` and rewrites values
+  /// of the written `sample`.
   virtual void apply_output(OutputSample& sample, SampleRng& rng) const = 0;
 };
+
+/// `step` as the base of its kind (`KindBase` is PlacementStep,
+/// PointwiseStep, ImageStep or OutputStep). Throws Error{kInternal} when the
+/// step is of another kind.
+template <class KindBase>
+const KindBase& step_as(const TransformStep& step) {
+  if (!KindBase::holds(step.kind())) throw Error(ErrorKind::kInternal, "a transform step taken for another kind");
+  // Safe: only the kinds' bases derive from TransformStep, each with its kind() final.
+  return static_cast<const KindBase&>(step);
+}
 
 /// Parses a transform's parameters with errors naming the transform and the
 /// argument ("Resize: size must be ..."). Every argument read is marked;

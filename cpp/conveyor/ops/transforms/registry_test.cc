@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +14,9 @@
 #include "conveyor/core/error.h"
 #include "conveyor/ops/image_pipeline.h"
 #include "conveyor/ops/testing/test_images.h"
+#include "conveyor/ops/transforms/center_crop.h"
+#include "conveyor/ops/transforms/normalize.h"
+#include "conveyor/ops/transforms/resize.h"
 
 namespace conveyor {
 namespace {
@@ -22,30 +26,20 @@ namespace {
 // the registry like the built-in ones.
 
 // Pointwise: 1 - x.
-class InvertStep final : public TransformStep {
+class InvertStep final : public PointwiseStep {
  public:
-  StepKind kind() const override { return StepKind::kPointwise; }
-  void plan(ChainPlan& /*chain*/) const override {}
-  void place(Placement& /*placement*/, SampleRng& /*rng*/) const override {}
   float map_value(int /*channel*/, float value) const override { return 1.0f - value; }
-
-  void apply_image(SampleImage& /*sample*/, SampleRng& /*rng*/) const override {}
-
-  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
 };
 
 // Geometric: the top-left `size` x `size` square.
-class TopLeftStep final : public TransformStep {
+class TopLeftStep final : public GeometricStep {
  public:
   explicit TopLeftStep(int size) : size_(size) {}
-  StepKind kind() const override { return StepKind::kGeometric; }
-  void plan(ChainPlan& chain) const override { chain.size = Size2D{size_, size_}; }
+  StepPlan plan(ChainPlan& chain) const override {
+    chain.size = Size2D{size_, size_};
+    return {};
+  }
   void place(Placement& placement, SampleRng& /*rng*/) const override { placement.crop(0, 0, size_, size_); }
-  float map_value(int /*channel*/, float value) const override { return value; }
-
-  void apply_image(SampleImage& /*sample*/, SampleRng& /*rng*/) const override {}
-
-  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
 
  private:
   int size_;
@@ -132,6 +126,51 @@ TEST(TransformRegistryTest, GeometricTestTransformMovesPixelsAndBoxes) {
   EXPECT_EQ(config_error({NormalizeSpec{{0, 0, 0}, {1, 1, 1}}, TransformSpec{"test_top_left", {{"size", {5}}}}}),
             "transform 1 test_top_left (a resize or crop) comes after Normalize: put Normalize after every resize and "
             "crop");
+}
+
+TEST(TransformRegistryTest, EachStepIsTakenAsTheBaseOfItsKindAndNoOther) {
+  const auto crop = make_transform_step(CenterCropSpec{{4, 4}});
+  const auto flip = make_transform_step({"horizontal_flip", {}});
+  const auto normalize = make_transform_step(NormalizeSpec{{0.5f}, {0.5f}});
+  const auto jitter = make_transform_step({"color_jitter", {{"brightness", {0.5, 1.5}}}});
+  const auto erasing = make_transform_step({"random_erasing", {}});
+  EXPECT_EQ(crop->kind(), StepKind::kGeometric);
+  EXPECT_EQ(flip->kind(), StepKind::kMirror);
+  EXPECT_EQ(&step_as<PlacementStep>(*crop), crop.get());
+  EXPECT_EQ(&step_as<PlacementStep>(*flip), flip.get());
+  EXPECT_EQ(&step_as<PointwiseStep>(*normalize), normalize.get());
+  EXPECT_EQ(&step_as<ImageStep>(*jitter), jitter.get());
+  EXPECT_EQ(&step_as<OutputStep>(*erasing), erasing.get());
+  for (const auto* step : {crop.get(), flip.get(), normalize.get(), erasing.get()}) {
+    try {
+      step_as<ImageStep>(*step);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInternal);
+      EXPECT_EQ(e.cause(), "a transform step taken for another kind");
+    }
+  }
+  // A padding mode that needs pixels makes the same transform a step on the image.
+  EXPECT_EQ(make_transform_step({"pad", {{"padding", {1, 1, 1, 1}}}})->kind(), StepKind::kGeometric);
+  EXPECT_EQ(make_transform_step({"pad", {{"padding", {1, 1, 1, 1}}, {"padding_mode", {2}}}})->kind(), StepKind::kImage);
+  EXPECT_EQ(make_transform_step({"random_crop", {{"size", {4}}, {"padding_mode", {1}}}})->kind(), StepKind::kImage);
+}
+
+TEST(TransformRegistryTest, PlanReturnsTheStepsOwnChoicesAndChangesOnlyTheSize) {
+  ChainPlan chain;
+  EXPECT_FALSE(make_transform_step(ResizeSpec{0, {10, 12}, false})->plan(chain).antialias);
+  ASSERT_TRUE(chain.size.has_value());
+  EXPECT_EQ(chain.size->height, 10);
+  EXPECT_EQ(chain.size->width, 12);
+  const StepPlan crop = make_transform_step(CenterCropSpec{{4, 6}})->plan(chain);
+  EXPECT_TRUE(crop.antialias);
+  EXPECT_EQ(crop.fill, (std::optional<Fill>{Fill{0, 0, 0}}));
+  EXPECT_EQ(chain.size->width, 6);
+  const StepPlan pad = make_transform_step({"pad", {{"padding", {2, 2, 2, 2}}, {"fill", {1, 2, 3}}}})->plan(chain);
+  EXPECT_EQ(pad.fill, (std::optional<Fill>{Fill{1, 2, 3}}));
+  EXPECT_EQ(chain.size->height, 8);
+  EXPECT_EQ(chain.size->width, 10);
+  EXPECT_FALSE(make_transform_step({"horizontal_flip", {}})->plan(chain).fill.has_value());
 }
 
 TEST(TransformRegistryTest, ImageFunctionsRunByNameWithTheirArguments) {

@@ -16,19 +16,17 @@ namespace conveyor {
 
 namespace {
 
-class ResizeStep final : public TransformStep {
+class ResizeStep final : public GeometricStep {
  public:
   ResizeStep(int shorter, Size2D size, bool antialias) : shorter_(shorter), size_(size), antialias_(antialias) {}
 
-  StepKind kind() const override { return StepKind::kGeometric; }
-
-  void plan(ChainPlan& chain) const override {
+  StepPlan plan(ChainPlan& chain) const override {
     if (shorter_ > 0) {
       chain.size.reset();
     } else {
       chain.size = size_;
     }
-    chain.antialias = chain.antialias && antialias_;
+    return {.antialias = antialias_};
   }
 
   void place(Placement& p, SampleRng& /*rng*/) const override {
@@ -51,12 +49,6 @@ class ResizeStep final : public TransformStep {
       p.resize(shorter_, new_long);
     }
   }
-
-  float map_value(int /*channel*/, float value) const override { return value; }
-
-  void apply_image(SampleImage& /*sample*/, SampleRng& /*rng*/) const override {}
-
-  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
 
  private:
   int shorter_;

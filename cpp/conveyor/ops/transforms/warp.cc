@@ -422,16 +422,14 @@ class WarpStep : public WarpingStep {
   WarpStep(Interpolation interpolation, FillArg fill, std::string name)
       : interpolation_(interpolation), fill_(std::move(fill)), name_(std::move(name)) {}
 
-  StepKind kind() const override { return StepKind::kImage; }
-  void plan(ChainPlan& chain) const override { fill_.check_channels(name_, chain.channels); }
-  void place(Placement& /*placement*/, SampleRng& /*rng*/) const override {}
-  float map_value(int /*channel*/, float value) const override { return value; }
+  StepPlan plan(ChainPlan& chain) const override {
+    fill_.check_channels(name_, chain.channels);
+    return {};
+  }
   void apply_image(SampleImage& sample, SampleRng& rng) const override {
     const std::optional<Warp> warp = draw(sample.image.height, sample.image.width, rng);
     if (warp) apply_warp(*warp, interpolation_, fill_, sample, name_);
   }
-
-  void apply_output(OutputSample& /*sample*/, SampleRng& /*rng*/) const override {}
 
   std::array<int, 2> apply_drawn(const Warp& warp, SampleImage& sample, const WarpWindow* window) const override {
     return apply_warp(warp, interpolation_, fill_, sample, name_, window);
@@ -452,9 +450,10 @@ class RandomRotationStep final : public WarpStep {
         expand_(expand),
         center_(center) {}
 
-  void plan(ChainPlan& chain) const override {
-    WarpStep::plan(chain);
+  StepPlan plan(ChainPlan& chain) const override {
+    const StepPlan own = WarpStep::plan(chain);
     if (expand_) chain.size.reset();  // The size depends on the angle.
+    return own;
   }
 
   std::optional<Warp> draw(int height, int width, SampleRng& rng) const override {
@@ -793,7 +792,7 @@ std::unique_ptr<const TransformStep> make_random_perspective_step(const Transfor
 }
 
 std::optional<Warp> draw_warp(const TransformStep& step, int height, int width, SampleRng& rng) {
-  const auto* warp = dynamic_cast<const WarpingStep*>(&step);
+  const WarpingStep* warp = step.kind() == StepKind::kImage ? step_as<ImageStep>(step).warping() : nullptr;
   if (warp == nullptr) return std::nullopt;
   return warp->draw(height, width, rng);
 }

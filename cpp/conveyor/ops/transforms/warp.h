@@ -89,8 +89,9 @@ std::array<int, 2> apply_warp(const Warp& warp, Interpolation interpolation, con
 /// RandomPerspective). The planner draws the warp first and computes only the
 /// window of its output that the crops and resizes after it read: a crop
 /// after a warp is part of the warp (decision 11).
-class WarpingStep : public TransformStep {
+class WarpingStep : public ImageStep {
  public:
+  const WarpingStep* warping() const final { return this; }
   /// This sample's warp of a height x width image (none: the image stays as
   /// it is), drawn from `rng` as apply_image() draws it.
   virtual std::optional<Warp> draw(int height, int width, SampleRng& rng) const = 0;

@@ -303,7 +303,7 @@ TEST(WarpDrawTest, RandomCropPositionsAreUniform) {
     Placement p;
     p.height = 40;
     p.width = 50;
-    step->place(p, rng);
+    step_as<PlacementStep>(*step).place(p, rng);
     ++tops[static_cast<int>(p.y0) + 4];
     ++lefts[static_cast<int>(p.x0) + 4];
   }
