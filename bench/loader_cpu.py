@@ -30,7 +30,7 @@ from typing import Any
 
 import conveyor
 from conveyor import transforms as T
-from conveyor._bench.reference import IMAGENET_MEAN, IMAGENET_STD
+from conveyor.bench.reference import IMAGENET_MEAN, IMAGENET_STD
 
 
 def _threads() -> dict[str, tuple[str, float, float]]:

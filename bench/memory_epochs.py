@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from conveyor._bench.procmem import process_tree
+from conveyor.bench.procmem import process_tree
 from conveyor.sources import IMG_EXTENSIONS
 
 MEAN = [0.485, 0.456, 0.406]

@@ -12,9 +12,10 @@ import time
 
 import pytest
 
-from conveyor import bench, dataset
-from conveyor._bench import peers, report
-from conveyor._bench.procmem import TreeMemorySampler
+from conveyor import dataset
+from conveyor.bench import cli as bench
+from conveyor.bench import peers, report, runner
+from conveyor.bench.procmem import TreeMemorySampler
 from conveyor.cli import main
 from conveyor.sources import ImageFolder
 
@@ -183,9 +184,10 @@ def test_quick_remote_run(tmp_path, data, capsys):
     cases = ["local files", "HTTP 0 ms", "HTTP 20 ms", "HTTP 100 ms"]
     stock = _runs(full, "remote", "DataLoader")
     assert [r["case"] for r in stock] == cases
-    # The folder's 24 images repeated up to --quick's count.
+    # The folder's 24 images spread over (or repeated up to) --quick's counts.
     assert all(
-        r["result"]["images"] == bench.QUICK_REMOTE_IMAGES and r["result"]["images_per_s"] > 0 for r in stock
+        r["result"]["images"] == bench.QUICK_REMOTE_DATALOADER_IMAGES and r["result"]["images_per_s"] > 0
+        for r in stock
     )
     ours = _runs(full, "remote", "conveyor")
     latency = f"{bench.REMOTE_S3_LATENCY_MS:g} ms"
@@ -216,6 +218,18 @@ def test_quick_remote_run(tmp_path, data, capsys):
         "auto_over_best_fixed_100ms",
     }
     assert all(value > 0 for value in full["remote_ratios"].values())
+
+
+def test_reused_worker_reports_a_failed_run_and_goes_on_in_the_same_process():
+    with runner.ReusedWorker() as worker:
+        failed = worker.execute({"bench": "no such bench"})
+        pid = worker._proc.pid
+        assert failed["result"] is None and failed["error"].startswith("raised: ")
+        assert "KeyError: 'no such bench'" in failed["error"]
+        done = worker.execute({"bench": "baseline"})
+        assert done["error"] is None and done["result"]["conveyor"] == "conveyor.sources"
+        assert worker._proc.pid == pid
+    assert worker._proc is None
 
 
 def _run(bench_name, case, label, repeat, **result):
@@ -480,7 +494,7 @@ def test_quick_cifar_run(tmp_path, data, capsys):
 
 
 def test_quick_autotune_run_reports_the_grid_the_default_and_auto(tmp_path, capsys):
-    from conveyor._bench import autotune
+    from conveyor.bench import autotune
 
     out_json = str(tmp_path / "a.json")
     argv = [
@@ -526,7 +540,7 @@ def test_quick_autotune_run_reports_the_grid_the_default_and_auto(tmp_path, caps
 
 
 def test_autotune_targets_are_judged_on_the_re_runs_of_the_best_point():
-    from conveyor._bench import autotune
+    from conveyor.bench import autotune
 
     def run(kind, setting, epoch_s):
         return {"kind": kind, "setting": list(setting), "epoch_s": epoch_s, "cpu_s": 1.0}
@@ -551,7 +565,7 @@ def test_autotune_targets_are_judged_on_the_re_runs_of_the_best_point():
 
 
 def test_autotune_grid_is_the_issues():
-    from conveyor._bench import autotune
+    from conveyor.bench import autotune
 
     expected = [(t, i, p) for t in (1, 2) for i in (1, 4, 16, 64) for p in (1, 2, 4)]
     assert autotune.grid(2, quick=False) == expected

@@ -153,7 +153,7 @@ def test_bad_arguments_exit_2_with_a_message(tmp_path, capsys, args, message):
 
 
 def test_mnist_idx_files(tmp_path):
-    from conveyor._bench.reference import read_idx
+    from conveyor.bench.reference import read_idx
 
     out = str(tmp_path / "mnist")
     paths = dataset.make_mnist(out, 120, seed=1)
@@ -179,7 +179,7 @@ def _normalized(digit):
 def test_mnist_labels_match_the_drawn_digit(tmp_path):
     # Cropped to their ink, digits of a label are nearer their label's mean than
     # any other: far above the 10% of chance.
-    from conveyor._bench.reference import read_idx
+    from conveyor.bench.reference import read_idx
 
     paths = dataset.make_mnist(str(tmp_path / "m"), 600, seed=0)
     images = np.stack([_normalized(d) for d in read_idx(paths["train-images-idx3-ubyte"])]).reshape(600, -1)

@@ -1,5 +1,5 @@
 """Remote storage: FileList and TarShards over URLs, against a local HTTP
-server started by each test (conveyor._bench.http_server: byte ranges,
+server started by each test (conveyor.bench.http_server: byte ranges,
 injected latency, 503s for the first N requests of a path, 404s).
 
 Never asserts on time: a hang (e.g. close() waiting out a backoff) fails
@@ -18,7 +18,7 @@ import pytest
 import conveyor  # noqa: E402
 from conftest import run_python  # noqa: E402
 from conveyor import transforms as T  # noqa: E402
-from conveyor._bench.http_server import FileServer  # noqa: E402
+from conveyor.bench.http_server import FileServer  # noqa: E402
 from conveyor.errors import ConfigError, ReadError  # noqa: E402
 from conveyor.pack import pack_image_folder  # noqa: E402
 from conveyor.sources import FileList, ImageFolder, RetryPolicy, TarShards  # noqa: E402
@@ -217,7 +217,7 @@ def test_close_is_prompt_during_a_backoff(color_folder):
         import signal, sys, threading, _thread
         import conveyor
         from conveyor import transforms as T
-        from conveyor._bench.http_server import FileServer
+        from conveyor.bench.http_server import FileServer
         from conveyor.sources import FileList, RetryPolicy
 
         # interrupt_main does nothing where SIGINT is ignored, as it is in a
@@ -269,7 +269,7 @@ def test_close_is_prompt_while_a_server_has_not_answered(color_folder):
         import sys, time
         import conveyor
         from conveyor import transforms as T
-        from conveyor._bench.http_server import FileServer
+        from conveyor.bench.http_server import FileServer
         from conveyor.sources import FileList
 
         with FileServer(sys.argv[1], latency=3600) as server:

@@ -18,7 +18,7 @@ pytest.importorskip("boto3")
 import conveyor  # noqa: E402
 from conftest import run_python  # noqa: E402
 from conveyor import transforms as T  # noqa: E402
-from conveyor._bench.s3_server import S3Server  # noqa: E402
+from conveyor.bench.s3_server import S3Server  # noqa: E402
 from conveyor.errors import ConfigError, ReadError  # noqa: E402
 from conveyor.pack import pack_image_folder  # noqa: E402
 from conveyor.sources import FileList, ImageFolder, RetryPolicy, TarShards  # noqa: E402

@@ -19,7 +19,7 @@ from typing import Optional
 import conveyor
 from conveyor._distribution import pip_install
 
-_COMMAND_MODULES = ("conveyor.dataset", "conveyor.bench", "conveyor.pack", "conveyor.doctor.cli")
+_COMMAND_MODULES = ("conveyor.dataset", "conveyor.bench.cli", "conveyor.pack", "conveyor.doctor.cli")
 
 
 def int_at_least(minimum: int) -> Callable[[str], int]:

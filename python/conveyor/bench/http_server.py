@@ -362,6 +362,7 @@ class FileServer:
 
     @property
     def port(self) -> int:
+        """The port the server listens on (127.0.0.1)."""
         return int(self._loop.listener.getsockname()[1])
 
     def url(self, path: str) -> str:
@@ -384,6 +385,7 @@ class FileServer:
             return [r for r in self._log if path is None or r.path == path]
 
     def clear_log(self) -> None:
+        """Forgets the requests answered so far."""
         with self._lock:
             self._log.clear()
 
@@ -401,10 +403,12 @@ class FileServer:
             self._log.append(request)
 
     def start(self) -> FileServer:
+        """Starts serving in a background thread; returns the server."""
         self._thread.start()
         return self
 
     def close(self) -> None:
+        """Stops serving and joins the thread."""
         self._loop.shutdown(running=self._thread.is_alive())
         self._thread.join(timeout=10)
 

@@ -1,11 +1,17 @@
-"""One measurement in a fresh process: ``python -m conveyor._bench.worker SPEC``.
+"""One measurement in a fresh process: ``python -m conveyor.bench.worker SPEC``.
 
 SPEC is a JSON object naming the benchmark (``bench``), the side
-(``conveyor``, ``dataloader`` or a peer of ``conveyor._bench.peers``) and its
+(``conveyor``, ``dataloader`` or a peer of ``conveyor.bench.peers``) and its
 parameters; the figures are printed
 as one JSON line prefixed with ``RESULT `` on stdout. Running each measurement
 in its own process gives each side the same clean start and lets the parent
 sample the memory of exactly this process tree.
+
+``python -m conveyor.bench.worker --serve`` runs one measurement per line of
+stdin (a SPEC each), one after the other in this one process, and answers
+each with its ``RESULT `` line, or an ``ERROR `` line (the traceback's end, as
+JSON) when it raised: ``bench remote --quick`` runs so, sparing a start (and
+torch's import) per run where only the run's completion matters.
 """
 
 from __future__ import annotations
@@ -16,19 +22,24 @@ import resource
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Iterable, Iterator
 from typing import Any, Callable, Optional
 
-from conveyor._bench.subset import spread
+from conveyor.bench.subset import spread
 
 RESULT_PREFIX = "RESULT "
+#: Prefixes the answer of ``--serve`` to a measurement that raised.
+ERROR_PREFIX = "ERROR "
+#: The argument that makes this module serve measurements from stdin.
+SERVE = "--serve"
 
 Spec = dict[str, Any]
 
 
 def _conveyor_image_transforms(case: str) -> list[Any]:
     from conveyor import transforms as T
-    from conveyor._bench.reference import IMAGENET_MEAN, IMAGENET_STD
+    from conveyor.bench.reference import IMAGENET_MEAN, IMAGENET_STD
 
     if case == "train":
         return [T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
@@ -36,7 +47,7 @@ def _conveyor_image_transforms(case: str) -> list[Any]:
 
 
 def _image_loader(spec: Spec) -> Iterable[Any]:
-    from conveyor._bench import peers
+    from conveyor.bench import peers
 
     if spec["side"] in peers.LOADERS:
         return peers.LOADERS[spec["side"]](spec)
@@ -57,7 +68,7 @@ def _image_loader(spec: Spec) -> Iterable[Any]:
         )
     import torch
 
-    from conveyor._bench import reference
+    from conveyor.bench import reference
 
     transform = reference.train_transform() if train else reference.eval_transform()
     dataset = reference.image_folder(spec["data"], transform)
@@ -95,7 +106,8 @@ class _Timed:
 
 
 def _rusage() -> dict[str, float]:
-    """Peak RSS (MB) of this process and of its largest finished child (Linux: KB units)."""
+    """Peak RSS (MB) of this process and of its largest finished child (Linux:
+    KB units); with ``--serve``, over all the measurements so far."""
     return {
         "maxrss_self_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "maxrss_largest_child_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
@@ -169,7 +181,7 @@ def _start_server(root: str, latency_ms: float) -> tuple[subprocess.Popen[str], 
     not with ``-m``: importing the ``conveyor`` package imports torch, whose
     ~170,000 objects made each of the server's garbage collections long (~20 %
     of its CPU at 20 ms latency, docs/benchmarks.md "Remote storage")."""
-    from conveyor._bench import http_server
+    from conveyor.bench import http_server
 
     server = subprocess.Popen(
         [sys.executable, http_server.__file__, root, "--latency-ms", str(latency_ms)],
@@ -204,7 +216,7 @@ def _remote_loader(spec: Spec, source: Any, files: list[str], labels: list[int])
         )
     import torch
 
-    from conveyor._bench import reference
+    from conveyor.bench import reference
 
     if spec["latency_ms"] is None:  # Local files: the throughput bench's dataset.
         dataset = reference.image_folder(spec["data"], reference.train_transform())
@@ -259,7 +271,7 @@ def _remote_shards(spec: Spec) -> dict[str, Any]:
             finally:
                 server.kill()
                 server.wait()
-        from conveyor._bench.s3_server import S3Server
+        from conveyor.bench.s3_server import S3Server
 
         with S3Server(latency=spec["latency_ms"] / 1000) as s3:
             for shard in shards:
@@ -306,7 +318,7 @@ def remote(spec: Spec) -> dict[str, Any]:
     shards; with ``cache``, the second epoch over a cache folder; images/s."""
     import urllib.parse
 
-    from conveyor._bench.reference import ImageFolderDataset
+    from conveyor.bench.reference import ImageFolderDataset
     from conveyor.sources import FileList
 
     if spec.get("store") in ("s3", "s3-files"):
@@ -335,7 +347,7 @@ def remote(spec: Spec) -> dict[str, Any]:
 
 
 def _slow_loader(spec: Spec) -> Iterable[Any]:
-    from conveyor._bench.reference import SlowDecodedFiles, SlowFiles
+    from conveyor.bench.reference import SlowDecodedFiles, SlowFiles
 
     paths = sorted(
         os.path.join(folder, name)
@@ -357,7 +369,7 @@ def _slow_loader(spec: Spec) -> Iterable[Any]:
         )
     import torch
 
-    from conveyor._bench.reference import resize_transform
+    from conveyor.bench.reference import resize_transform
 
     return torch.utils.data.DataLoader(
         SlowDecodedFiles(files, resize_transform(size, size)),
@@ -421,7 +433,7 @@ def _mnist_loader(spec: Spec) -> Iterable[Any]:
     if spec["side"] == "conveyor":
         import conveyor
         from conveyor import transforms as T
-        from conveyor._bench.reference import IdxDataset
+        from conveyor.bench.reference import IdxDataset
 
         return conveyor.Loader(
             conveyor.sources.MNIST(spec["mnist_data"], train=True),
@@ -433,7 +445,7 @@ def _mnist_loader(spec: Spec) -> Iterable[Any]:
         )
     import torch
 
-    from conveyor._bench.reference import IdxDataset
+    from conveyor.bench.reference import IdxDataset
 
     images, labels = (os.path.join(spec["mnist_data"], name) for name in MNIST_FILES[True])
     return torch.utils.data.DataLoader(
@@ -482,7 +494,7 @@ def cifar_transforms() -> list[Any]:
     """conveyor's CIFAR-10 recipe, the one list both sides follow: the
     DataLoader side crops only when this list holds a RandomCrop."""
     from conveyor import transforms as T
-    from conveyor._bench.reference import CIFAR_MEAN, CIFAR_STD
+    from conveyor.bench.reference import CIFAR_MEAN, CIFAR_STD
 
     return [T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.Normalize(CIFAR_MEAN, CIFAR_STD)]
 
@@ -502,7 +514,7 @@ def _cifar_loader(spec: Spec) -> Iterable[Any]:
         )
     import torch
 
-    from conveyor._bench.reference import CifarDataset
+    from conveyor.bench.reference import CifarDataset
 
     crops = any(type(t).__name__ == "RandomCrop" for t in recipe)
     return torch.utils.data.DataLoader(
@@ -530,7 +542,7 @@ def baseline(spec: Spec) -> dict[str, Any]:
 
 def ffcv_setup(spec: Spec) -> dict[str, Any]:
     """Writes FFCV's dataset file before its runs (not timed)."""
-    from conveyor._bench import peers
+    from conveyor.bench import peers
 
     return peers.ffcv_setup(spec)
 
@@ -546,12 +558,34 @@ RUNNERS: dict[str, Callable[[Spec], dict[str, Any]]] = {
 }
 
 
-def main(argv: list[str]) -> int:
-    """Runs the measurement described by ``argv[0]`` (JSON) and prints the result."""
-    spec = json.loads(argv[0])
+def _measure(spec: Spec) -> dict[str, Any]:
     result = RUNNERS[spec["bench"]](spec)
     result.update(_rusage())
-    print(RESULT_PREFIX + json.dumps(result), flush=True)
+    return result
+
+
+def serve(lines: Iterable[str]) -> int:
+    """Runs the measurement of each line of ``lines`` (JSON), in turn, and
+    prints its result or, when it raised, the end of its traceback."""
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            result = _measure(json.loads(line))
+        except Exception:
+            tail = "\n".join(traceback.format_exc().strip().splitlines()[-6:])
+            print(ERROR_PREFIX + json.dumps(tail), flush=True)
+        else:
+            print(RESULT_PREFIX + json.dumps(result), flush=True)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    """Runs the measurement described by ``argv[0]`` (JSON) and prints the
+    result; with ``--serve``, those of stdin's lines (see ``serve``)."""
+    if argv == [SERVE]:
+        return serve(sys.stdin)
+    print(RESULT_PREFIX + json.dumps(_measure(json.loads(argv[0]))), flush=True)
     return 0
 
 

@@ -5,15 +5,16 @@ time to first batch, peak memory of the process tree), ``slow-storage`` (the
 field report's experiment: slow reads, slow steps), ``mnist`` (one epoch of a
 small CNN), ``all`` (those three), ``cifar`` (one epoch of the CIFAR-10
 training recipe over generated arrays in the CIFAR layout), ``autotune``
-(fixed settings against autotune, ``conveyor._bench.autotune``) and ``remote``
+(fixed settings against autotune, ``conveyor.bench.autotune``) and ``remote``
 (images/s over a local HTTP server adding 0, 20 and 100 ms to every request,
 against the local files; not part of ``all``). Each measurement runs in a fresh process
-(``conveyor._bench.worker``); the sides alternate over ``--repeats``
+(``conveyor.bench.worker``; ``remote --quick``, a smoke test, runs them one after
+the other in one worker process); the sides alternate over ``--repeats``
 repeats (default 1, the quick demo; ``--repeats 3`` for the full study), so
 drifting machine load hits them alike. The stock side uses torchvision's
 transforms when torchvision is importable, else a PIL implementation of the
-same algorithms (``conveyor._bench.reference``). ``throughput --peers`` adds
-other pipelines side by side (``conveyor._bench.peers``: torchvision v2, DALI,
+same algorithms (``conveyor.bench.reference``). ``throughput --peers`` adds
+other pipelines side by side (``conveyor.bench.peers``: torchvision v2, DALI,
 SPDL, FFCV; ``make bench-peers`` installs them in their own venv).
 """
 
@@ -25,17 +26,16 @@ import importlib
 import importlib.util
 import json
 import os
-import platform
-import subprocess
 import sys
 from collections.abc import Sequence
 from typing import Any, Callable, Optional
 
-from conveyor._bench import autotune as autotune_bench
-from conveyor._bench import peers as peer_pipelines
-from conveyor._bench import report
-from conveyor._bench.procmem import TreeMemorySampler
-from conveyor._bench.report import CONVEYOR, Metric, format_number
+from conveyor.bench import autotune as autotune_bench
+from conveyor.bench import peers as peer_pipelines
+from conveyor.bench import report
+from conveyor.bench.machine import cores, machine_info, version
+from conveyor.bench.report import CONVEYOR, Metric, format_number
+from conveyor.bench.runner import ReusedWorker, execute
 from conveyor.cli import int_at_least
 
 __all__ = ["BENCHES", "add_commands", "machine_info", "run_benchmarks"]
@@ -57,6 +57,9 @@ REMOTE_IMAGES = 6144
 #: Images per run of the DataLoader sides of ``bench remote``: a few per
 #: second at 100 ms, whose rate is steady after the first batches.
 REMOTE_DATALOADER_IMAGES = 1024
+#: The same under --quick: at 100 ms per request one DataLoader worker reads
+#: them in 1.6 s (its 64 would take 6.4 s, a fifth of the smoke test).
+QUICK_REMOTE_DATALOADER_IMAGES = 16
 #: Latencies (ms) added by the server in ``bench remote``; None: local files.
 REMOTE_LATENCIES: tuple[Optional[float], ...] = (None, 0.0, 20.0, 100.0)
 #: Latency (ms) of the S3 server (moto) in ``bench remote``'s shards case.
@@ -64,7 +67,8 @@ REMOTE_S3_LATENCY_MS = 20.0
 #: Pinned reads in flight run beside autotune's over URLs in ``bench
 #: remote``: the former default for URLs (64) and autotune's ceiling (256).
 REMOTE_FIXED_IO_THREADS = (64, 256)
-RUN_TIMEOUT_S = 1800
+#: The benchmarks whose --quick runs share one worker process (``ReusedWorker``).
+REUSED_WORKER_BENCHES = ("remote",)
 #: The small CNN trains on one thread on both sides: on a shared machine, torch's
 #: multi-threaded kernels stall whenever one of their threads is descheduled,
 #: which would swamp the loaders' difference; the loader keeps the other cores.
@@ -145,60 +149,6 @@ NEEDS = {
 # --- environment -------------------------------------------------------------------------------
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def _ram_gb() -> Optional[float]:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return round(int(line.split()[1]) / 1024 / 1024, 1)
-    except OSError:
-        pass
-    return None
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # Not Linux.
-        return os.cpu_count() or 1
-
-
-def _version(package: str) -> Optional[str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return None
-
-
-def machine_info() -> dict[str, Any]:
-    """The machine and software the figures were measured on."""
-    return {
-        "cores": _cores(),
-        "cpu": _cpu_model(),
-        "ram_gb": _ram_gb(),
-        "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        **{
-            name: _version(name)
-            for name in ("torch", "torchvision", "pillow", "numpy", "nvidia-dali-cuda120", "spdl", "ffcv")
-        },
-    }
-
-
 def _importable(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
@@ -208,7 +158,7 @@ def _importable(module: str) -> bool:
 
 def _reference_pipeline() -> str:
     if _importable("torchvision"):
-        return f"torchvision {_version('torchvision')}"
+        return f"torchvision {version('torchvision')}"
     return "PIL implementation of torchvision's transforms (torchvision not installed)"
 
 
@@ -358,7 +308,9 @@ def _remote_group(
     if store == "http" and latency is not None and common["cache"]:
         return sides
     if store == "http":
-        limit = min(common["limit"], REMOTE_DATALOADER_IMAGES)
+        limit = min(
+            common["limit"], QUICK_REMOTE_DATALOADER_IMAGES if args.quick else REMOTE_DATALOADER_IMAGES
+        )
         spec = {**common, "side": "dataloader", "limit": limit}
         sides.append(_side("remote", case, _dataloader_label(args.workers), spec))
     return sides
@@ -410,39 +362,6 @@ def _has_accelerator() -> bool:
 # --- running -----------------------------------------------------------------------------------
 
 
-def _worker_env() -> dict[str, str]:
-    """The environment of a worker process: this conveyor package first on the path."""
-    import conveyor
-
-    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(conveyor.__file__)))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
-    return env
-
-
-def execute(spec: dict[str, Any]) -> dict[str, Any]:
-    """Runs one measurement in a fresh process while sampling its process tree's
-    memory; returns ``result``, ``memory`` and ``error`` (None or the reason)."""
-    from conveyor._bench.worker import RESULT_PREFIX
-
-    command = [sys.executable, "-m", "conveyor._bench.worker", json.dumps(spec)]
-    proc = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_worker_env()
-    )
-    with TreeMemorySampler(proc.pid) as sampler:
-        try:
-            out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-            err += f"\ntimed out after {RUN_TIMEOUT_S} s"
-    lines = [line for line in out.splitlines() if line.startswith(RESULT_PREFIX)]
-    if proc.returncode != 0 or not lines:
-        tail = "\n".join(err.strip().splitlines()[-6:])
-        return {"result": None, "memory": sampler.result(), "error": f"exit code {proc.returncode}: {tail}"}
-    return {"result": json.loads(lines[-1][len(RESULT_PREFIX) :]), "memory": sampler.result(), "error": None}
-
-
 def run_benchmarks(
     benches: Sequence[str],
     args: argparse.Namespace,
@@ -456,10 +375,13 @@ def run_benchmarks(
     groups = [group for bench in benches for group in plan(bench, args)]
     runs: list[dict[str, Any]] = []
     todo = [(r, side) for r in range(args.repeats) for group in groups for side in _ordered(group, r)]
-    with tqdm(total=len(todo), desc="bench", unit="run", file=sys.stderr, disable=args.no_progress) as bar:
+    bar = tqdm(total=len(todo), desc="bench", unit="run", file=sys.stderr, disable=args.no_progress)
+    with bar, ReusedWorker() as reused:  # Starts its process at its first run only.
         for repeat, side in todo:
             bar.set_postfix_str(f"{side['bench']} {side['case']} {side['label']} #{repeat + 1}")
-            runs.append({**side, "repeat": repeat, **execute(side["spec"])})
+            quick_reused = args.quick and side["bench"] in REUSED_WORKER_BENCHES
+            outcome = reused.execute(side["spec"]) if quick_reused else execute(side["spec"])
+            runs.append({**side, "repeat": repeat, **outcome})
             bar.update()
             if on_run is not None:
                 on_run(runs)
@@ -591,7 +513,7 @@ def _prepare_mnist(args: argparse.Namespace) -> None:
 
 
 def _prepare_cifar(args: argparse.Namespace) -> None:
-    from conveyor._bench.reference import write_cifar10
+    from conveyor.bench.reference import write_cifar10
 
     count = QUICK_CIFAR if args.quick else args.cifar_images
     stamp = os.path.join(args.cifar_data, f".conveyor-cifar-{count}")
@@ -764,7 +686,7 @@ def _png(text: str) -> str:
     return text
 
 
-def _common_options() -> argparse.ArgumentParser:
+def _common_options(quick_help: str = "tiny sizes (a smoke test)") -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--data", type=_directory, required=True, metavar="DIR", help="image folder (make-dataset)"
@@ -779,11 +701,11 @@ def _common_options() -> argparse.ArgumentParser:
     common.add_argument(
         "--workers",
         type=int_at_least(1),
-        default=_cores(),
+        default=cores(),
         metavar="W",
-        help=f"DataLoader workers and conveyor threads (default: the core count, {_cores()})",
+        help=f"DataLoader workers and conveyor threads (default: the core count, {cores()})",
     )
-    common.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test)")
+    common.add_argument("--quick", action="store_true", help=quick_help)
     common.add_argument("--json", metavar="FILE", help="write every raw figure to FILE")
     common.add_argument("--plot", type=_png, metavar="FILE.png", help="draw the medians as a bar chart")
     common.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -878,7 +800,14 @@ def add_commands(subparsers: Any) -> None:
         "remote": (
             "images/s over a local HTTP server at 0, 20 and 100 ms per request and from local files, "
             "and of tar shards from a local S3 server (moto) and from local disk",
-            [common, remote_options],
+            [
+                _common_options(
+                    f"a smoke test: {QUICK_REMOTE_IMAGES} images per run "
+                    f"({QUICK_REMOTE_DATALOADER_IMAGES} for the DataLoader), every run one after "
+                    "the other in one worker process (not a fresh one each)"
+                ),
+                remote_options,
+            ],
         ),
         "all": ("throughput, slow-storage and mnist", [common, slow, mnist]),
         "cifar": (
@@ -903,6 +832,6 @@ def add_commands(subparsers: Any) -> None:
             sub.set_defaults(peers=False)
         sub.set_defaults(run=_run)
     autotune_bench.add_command(benches)
-    from conveyor._bench import lambda_cost
+    from conveyor.bench import lambda_cost
 
     lambda_cost.add_command(benches)

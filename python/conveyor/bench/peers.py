@@ -110,7 +110,7 @@ def ffcv_beton_path(data: str, limit: Optional[int]) -> str:
 def _files(spec: dict[str, Any]) -> tuple[list[str], list[int]]:
     """The image files and labels that conveyor's side reads for ``spec``."""
     import conveyor
-    from conveyor._bench.subset import spread
+    from conveyor.bench.subset import spread
 
     folder = conveyor.sources.ImageFolder(spec["data"])
     keep = spread(len(folder), spec.get("limit"))

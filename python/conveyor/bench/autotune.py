@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
+from conveyor.bench.machine import cores
 from conveyor.cli import int_at_least
 
 IO_GRID = (1, 4, 16, 64)
@@ -71,13 +72,6 @@ WORKLOADS = (
 
 Setting = tuple[Union[int, str], Union[int, str], Union[int, str]]  # threads, io_threads, prefetch
 AUTO: Setting = ("auto", "auto", "auto")
-
-
-def cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # Not Linux.
-        return os.cpu_count() or 1
 
 
 def grid(core_count: int, quick: bool) -> list[Setting]:
@@ -150,7 +144,7 @@ def run_point(
     """One epoch of ``steps`` steps with ``setting``; its figures."""
     import conveyor
     from conveyor import transforms as T
-    from conveyor._bench.reference import IMAGENET_MEAN, IMAGENET_STD
+    from conveyor.bench.reference import IMAGENET_MEAN, IMAGENET_STD
 
     if workload.train:
         chain = [T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
@@ -268,6 +262,7 @@ def _row(label: str, run: dict[str, Any]) -> str:
 
 
 def report_lines(workload: Workload, verdict: dict[str, Any]) -> list[str]:
+    """The printed lines of ``workload``'s verdict: its best point, the default, auto and the targets."""
     yes = {True: "met", False: "NOT met"}
     return [
         f"workload {workload.name}: {workload.description}   (threads/io_threads/prefetch)",
@@ -284,6 +279,7 @@ def report_lines(workload: Workload, verdict: dict[str, Any]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Runs ``conveyor bench autotune``; returns the exit code."""
     core_count = cores()
     workloads = [w for w in WORKLOADS if w.name in args.workloads]
     blobs = _images(args.data, 8 if args.quick else 48)
