@@ -90,14 +90,14 @@ def test_functional_erase_on_arrays_and_tensors():
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: T.RandomErasing(p=1.5), "RandomErasing: p must be a number in [0, 1], got 1.5"),
+        (lambda: T.RandomErasing(p=1.5), "RandomErasing: p must be in [0, 1], got 1.5"),
         (
             lambda: T.RandomErasing(scale=(0.5, 0.1)),
             "scale must be (min, max) with min <= max",
         ),
         (lambda: T.RandomErasing(scale=(0.1, 2)), "RandomErasing: scale must be within [0, 1], got (0.1, 2)"),
         (lambda: T.RandomErasing(ratio=(0, 1)), "RandomErasing: ratio must be positive, got (0, 1)"),
-        (lambda: T.RandomErasing(ratio=3), "RandomErasing: ratio must be (min, max): two finite numbers"),
+        (lambda: T.RandomErasing(ratio=3), "RandomErasing: ratio must be a pair of numbers (lo, hi), got 3"),
         (
             lambda: T.RandomErasing(value="noise"),
             "value must be numbers or 'random', got 'noise'",

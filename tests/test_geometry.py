@@ -41,13 +41,16 @@ InterpolationMode.__name__ = "InterpolationMode"
         (lambda: T.RandomCrop(8, padding=1.5), "RandomCrop: padding must be an int"),
         (lambda: T.RandomCrop(8, pad_if_needed=1), "RandomCrop: pad_if_needed must be True or False"),
         (lambda: T.RandomCrop(8, fill=256), r"RandomCrop: fill values must be in \[0, 255\]"),
-        (lambda: T.RandomCrop(8, fill=(1, 2)), "RandomCrop: fill must be a number or a sequence of 1 or 3"),
+        (
+            lambda: T.RandomCrop(8, fill=(1, 2)),
+            r"RandomCrop: fill must be one number or one per channel \(3\), got \[1, 2\]",
+        ),
         (lambda: T.RandomCrop(8, fill="red"), "RandomCrop: fill must be a number"),
         (lambda: T.RandomCrop(8, padding_mode="wrap"), "RandomCrop: padding_mode must be 'constant', 'edge'"),
         (lambda: T.Pad(), None),
         (lambda: T.Pad("2"), "Pad: padding must be an int"),
         (lambda: T.Pad(2, padding_mode="circular"), "Pad: padding_mode must be"),
-        (lambda: T.RandomVerticalFlip(p=1.5), r"RandomVerticalFlip: p must be a number in \[0, 1\]"),
+        (lambda: T.RandomVerticalFlip(p=1.5), r"RandomVerticalFlip: p must be in \[0, 1\], got 1.5"),
         (lambda: T.RandomVerticalFlip(p="x"), "RandomVerticalFlip: p must be a number"),
         (lambda: T.RandomRotation(-5), "RandomRotation: if degrees is a single number, it must be positive"),
         (
@@ -82,9 +85,9 @@ InterpolationMode.__name__ = "InterpolationMode"
         (lambda: T.RandomAffine(float("nan")), "RandomAffine: degrees must be finite"),
         (
             lambda: T.RandomPerspective(1.5),
-            r"RandomPerspective: distortion_scale must be a number in \[0, 1\]",
+            r"RandomPerspective: distortion_scale must be in \[0, 1\], got 1.5",
         ),
-        (lambda: T.RandomPerspective(p=-0.1), r"RandomPerspective: p must be a number in \[0, 1\]"),
+        (lambda: T.RandomPerspective(p=-0.1), r"RandomPerspective: p must be in \[0, 1\], got -0.1"),
         (lambda: T.RandomPerspective(interpolation="lanczos"), "RandomPerspective: interpolation must be"),
     ],
 )
@@ -233,11 +236,11 @@ def test_functional_ops_on_numpy_and_torch_agree():
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda im: F.rotate(im, "x"), "rotate: angle must be a finite number"),
+        (lambda im: F.rotate(im, "x"), "rotate: angle must be a number, got 'x'"),
         (lambda im: F.affine(im, 0.0, [1], 1.0, 0.0), "affine: translate must be a sequence of 2 numbers"),
-        (lambda im: F.affine(im, 0.0, [1, 1], 0.0, 0.0), "affine: scale must be a positive number"),
+        (lambda im: F.affine(im, 0.0, [1, 1], 0.0, 0.0), "affine: scale must be positive, got 0"),
         (lambda im: F.pad(im, 1, padding_mode="x"), "pad: padding_mode must be"),
-        (lambda im: F.crop(im, 0, 0, 0, 5), "crop: height and width must be positive"),
+        (lambda im: F.crop(im, 0, 0, 0, 5), "crop: size must be positive integers"),
         (
             lambda im: F.perspective(im, None, None),
             "perspective: either the startpoints/endpoints or the coeff",

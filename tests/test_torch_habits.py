@@ -151,8 +151,7 @@ def test_unknown_and_unconvertible_transforms_name_class_and_position(color_fold
     with pytest.raises(conveyor.ConfigError) as info:
         from_torchvision([fake("RandomHorizontalFlip", p=1.5)])
     assert str(info.value) == (
-        "transforms[0]: torchvision RandomHorizontalFlip: RandomHorizontalFlip: p must be a number in "
-        "[0, 1], got 1.5"
+        "transforms[0]: torchvision RandomHorizontalFlip: RandomHorizontalFlip: p must be in [0, 1], got 1.5"
     )
     with pytest.raises(conveyor.ConfigError) as info:
         from_torchvision(42)

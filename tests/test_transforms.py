@@ -342,10 +342,22 @@ def test_invalid_configurations_raise_config_error(make, needle):
 @pytest.mark.parametrize(
     "make,needle",
     [
-        (lambda: T.Resize(2**31), "Resize: size must be at most 2147483647, got 2147483648"),
-        (lambda: T.Resize((8, np.int64(2**40))), "Resize: size must be at most 2147483647"),
-        (lambda: T.CenterCrop(2**63), "CenterCrop: size must be at most 2147483647"),
-        (lambda: T.RandomResizedCrop((2**31, 8)), "RandomResizedCrop: size must be at most 2147483647"),
+        (
+            lambda: T.Resize(2**31),
+            "Resize: size must be positive integers of at most 2147483647, got 2147483648",
+        ),
+        (
+            lambda: T.Resize((8, np.int64(2**40))),
+            "Resize: size must be positive integers of at most 2147483647, got [8, 1099511627776]",
+        ),
+        (
+            lambda: T.CenterCrop(2**63),
+            "CenterCrop: size must be positive integers of at most 2147483647, got [",
+        ),
+        (
+            lambda: T.RandomResizedCrop((2**31, 8)),
+            "RandomResizedCrop: size must be positive integers of at most 2147483647, got [2147483648, 8]",
+        ),
     ],
 )
 def test_sizes_beyond_a_cpp_int_are_config_errors_at_construction(make, needle):
@@ -524,3 +536,42 @@ def test_antialias_must_be_a_bool(make):
     with pytest.raises(conveyor.ConfigError, match="antialias must be True or False, got 'no'"):
         make("no")
     assert make(np.bool_(False)).antialias is False
+
+
+# The required arguments of each registered class, for constructing one.
+_REQUIRED = {
+    "CenterCrop": {"size": 4},
+    "GaussianBlur": {"kernel_size": 3},
+    "Normalize": {"mean": [0.5], "std": [0.5]},
+    "Pad": {"padding": 1},
+    "RandomAdjustSharpness": {"sharpness_factor": 2},
+    "RandomAffine": {"degrees": 5},
+    "RandomCrop": {"size": 4},
+    "RandomPosterize": {"bits": 4},
+    "RandomResizedCrop": {"size": 4},
+    "RandomRotation": {"degrees": 5},
+    "RandomSolarize": {"threshold": 128},
+    "Resize": {"size": 4},
+}
+
+
+@pytest.mark.parametrize("name", sorted(T.Transform.registered))
+def test_every_transform_hands_its_arguments_to_the_engine_once_at_construction(name, monkeypatch):
+    calls = []
+    monkeypatch.setattr(conveyor._conveyor, "check_transform", lambda *spec: calls.append(spec))
+    transform = T.Transform.registered[name](**_REQUIRED.get(name, {}))
+    assert calls == [transform._spec()]
+    assert calls[0][0] == T.Transform.registered[name].name
+
+
+def test_engine_defaults_are_the_factorys_fallbacks():
+    from conveyor.transforms.base import engine_defaults
+
+    assert engine_defaults("random_resized_crop", size=4) == {
+        "scale": (0.08, 1.0),
+        "ratio": (3 / 4, 4 / 3),
+        "antialias": 1.0,
+    }
+    assert engine_defaults("horizontal_flip", p=0.25) == {}
+    with pytest.raises(conveyor.ConfigError, match="^CenterCrop: size is required$"):
+        engine_defaults("center_crop")

@@ -61,6 +61,22 @@ Layout parse_layout(const std::string& name) {
 void bind_ops(nb::module_& m) {
   m.def("registered_transforms", &registered_transform_names,
         "The names of the registered C++ transforms (what a Python Transform's `name` refers to).");
+  m.def(
+      "check_transform",
+      [](const std::string& name, const TransformParams& params) {
+        make_transform_step({name, params});
+      },
+      nb::arg("name"), nb::arg("params"),
+      "Builds the registered transform `name` from `params` and drops it: raises ConfigError naming the transform "
+      "and the argument when the parameters are bad.");
+  m.def(
+      "transform_defaults",
+      [](const std::string& name, const TransformParams& params) {
+        return transform_defaults({name, params});
+      },
+      nb::arg("name"), nb::arg("params"),
+      "The defaults of the arguments `params` leaves out, as the C++ factory of `name` applies them: "
+      "{argument: [numbers]}. Raises ConfigError as check_transform.");
   m.def("registered_image_functions", &registered_image_function_names,
         "The names of the registered image functions (what conveyor.transforms.functional calls).");
   m.attr("DEFAULT_MAX_PIXELS") = kDefaultMaxPixels;

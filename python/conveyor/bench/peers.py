@@ -200,7 +200,11 @@ def dali(spec: dict[str, Any]) -> Iterable[Any]:
 
 
 def _crop_box(width: int, height: int, rng: random.Random) -> tuple[int, int, int, int]:
-    """RandomResizedCrop's box (left, top, w, h): scale 0.08-1, ratio 3/4-4/3, 10 tries, then the centre."""
+    """RandomResizedCrop's box (left, top, w, h): scale 0.08-1, ratio 3/4-4/3, 10 tries, then the centre.
+
+    SPDL has no RandomResizedCrop, so this is the code an SPDL user writes for
+    it, part of that peer's pipeline (in Python, as the user's would be); it is
+    deliberately not conveyor's implementation."""
     area = width * height
     log_ratio = (math.log(3 / 4), math.log(4 / 3))
     for _ in range(10):

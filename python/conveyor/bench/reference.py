@@ -3,6 +3,10 @@
 is importable, else a PIL implementation of the same algorithms (PIL bilinear
 resize, which antialiases when it shrinks; RandomResizedCrop's ``get_params``;
 ToTensor and Normalize with torch ops).
+
+This is the reference the benchmarks measure conveyor against, so it keeps
+its own implementation of those algorithms (torchvision's, written in Python
+on PIL and torch); it deliberately uses nothing of conveyor's.
 """
 
 from __future__ import annotations

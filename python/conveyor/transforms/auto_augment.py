@@ -7,24 +7,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from conveyor._checks import check_bool, is_int, is_real
+from conveyor._checks import check_bool, is_int
 from conveyor.errors import ConfigError
 from conveyor.transforms import _geometry_args as args
-from conveyor.transforms.base import Transform
+from conveyor.transforms.base import Transform, engine_defaults
 
 __all__ = ["AugMix", "AutoAugment", "RandAugment", "TrivialAugmentWide"]
 
 #: torchvision's AutoAugmentPolicy values → the engine's policy number.
 POLICIES = {"imagenet": 0, "cifar10": 1, "svhn": 2}
 
-# The C++ bounds (policies.cc).
-_MAX_BINS = 1_000_000
-_MAX_OPS = 1000
+_TRIVIAL = engine_defaults("trivial_augment_wide")
+_RAND = engine_defaults("rand_augment")
+_AUG_MIX = engine_defaults("aug_mix")
 
 
-def _int_in(name: str, arg: str, value: Any, low: int, high: int) -> int:
-    if not is_int(value) or not low <= int(value) <= high:
-        raise ConfigError(f"{name}: {arg} must be an integer in [{low}, {high}], got {value!r}")
+def _int(name: str, arg: str, value: Any) -> int:
+    """An int (the engine checks its range)."""
+    if not is_int(value):
+        raise ConfigError(f"{name}: {arg} must be an integer, got {value!r}")
     return int(value)
 
 
@@ -35,6 +36,7 @@ class _Policy(Transform):
         self.interpolation = interpolation
         self._interpolation = args.interpolation(name, interpolation)
         self.fill = args.fill(name, fill)
+        self._check()
 
     def _op_params(self) -> dict[str, Any]:
         return {"interpolation": self._interpolation, "fill": self.fill}
@@ -57,10 +59,13 @@ class TrivialAugmentWide(_Policy, name="trivial_augment_wide"):
     """
 
     def __init__(
-        self, num_magnitude_bins: int = 31, interpolation: Any = "nearest", fill: Any = None
+        self,
+        num_magnitude_bins: int = int(_TRIVIAL["num_magnitude_bins"]),
+        interpolation: Any = "nearest",
+        fill: Any = None,
     ) -> None:
         name = "TrivialAugmentWide"
-        self.num_magnitude_bins = _int_in(name, "num_magnitude_bins", num_magnitude_bins, 2, _MAX_BINS)
+        self.num_magnitude_bins = _int(name, "num_magnitude_bins", num_magnitude_bins)
         super().__init__(name, interpolation, fill)
 
     def _params(self) -> dict[str, Any]:
@@ -89,16 +94,16 @@ class RandAugment(_Policy, name="rand_augment"):
 
     def __init__(
         self,
-        num_ops: int = 2,
-        magnitude: int = 9,
-        num_magnitude_bins: int = 31,
+        num_ops: int = int(_RAND["num_ops"]),
+        magnitude: int = int(_RAND["magnitude"]),
+        num_magnitude_bins: int = int(_RAND["num_magnitude_bins"]),
         interpolation: Any = "nearest",
         fill: Any = None,
     ) -> None:
         name = "RandAugment"
-        self.num_ops = _int_in(name, "num_ops", num_ops, 0, _MAX_OPS)
-        self.num_magnitude_bins = _int_in(name, "num_magnitude_bins", num_magnitude_bins, 2, _MAX_BINS)
-        self.magnitude = _int_in(name, "magnitude", magnitude, 0, self.num_magnitude_bins - 1)
+        self.num_ops = _int(name, "num_ops", num_ops)
+        self.num_magnitude_bins = _int(name, "num_magnitude_bins", num_magnitude_bins)
+        self.magnitude = _int(name, "magnitude", magnitude)
         super().__init__(name, interpolation, fill)
 
     def _params(self) -> dict[str, Any]:
@@ -172,21 +177,19 @@ class AugMix(_Policy, name="aug_mix"):
 
     def __init__(
         self,
-        severity: int = 3,
-        mixture_width: int = 3,
-        chain_depth: int = -1,
-        alpha: float = 1.0,
-        all_ops: bool = True,
+        severity: int = int(_AUG_MIX["severity"]),
+        mixture_width: int = int(_AUG_MIX["mixture_width"]),
+        chain_depth: int = int(_AUG_MIX["chain_depth"]),
+        alpha: float = _AUG_MIX["alpha"],
+        all_ops: bool = bool(_AUG_MIX["all_ops"]),
         interpolation: Any = "bilinear",
         fill: Any = None,
     ) -> None:
         name = "AugMix"
-        self.severity = _int_in(name, "severity", severity, 1, 10)
-        self.mixture_width = _int_in(name, "mixture_width", mixture_width, 1, 100)
-        self.chain_depth = _int_in(name, "chain_depth", chain_depth, -1_000_000, 100)
-        if not is_real(alpha) or not 0 < float(alpha) <= 1e6:
-            raise ConfigError(f"{name}: alpha must be a number in (0, 1000000], got {alpha!r}")
-        self.alpha = float(alpha)
+        self.severity = _int(name, "severity", severity)
+        self.mixture_width = _int(name, "mixture_width", mixture_width)
+        self.chain_depth = _int(name, "chain_depth", chain_depth)
+        self.alpha = args.real(name, "alpha", alpha)
         self.all_ops = check_bool(all_ops, "AugMix: all_ops")
         super().__init__(name, interpolation, fill)
 

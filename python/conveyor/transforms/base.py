@@ -5,7 +5,6 @@ and the torchvision conversion."""
 
 from __future__ import annotations
 
-import math
 import numbers
 from collections.abc import Sequence
 from typing import Any, ClassVar, Optional, Union
@@ -25,37 +24,28 @@ OUTPUT_DTYPES: tuple[str, ...] = tuple(_conveyor.IMAGE_DTYPES)
 
 SizeArg = Union[int, Sequence[int]]
 
-#: The largest size the engine takes (sizes are C++ ints).
-_MAX_SIZE = 2**31 - 1
-
 
 def _pair(name: str, size: Any) -> tuple[int, int]:
-    """(h, w) from an int or a pair of ints, as torchvision accepts."""
+    """(h, w) from an int or a pair of ints, as torchvision accepts (the
+    engine checks the values)."""
     if is_int(size):
-        pair = (int(size), int(size))
-    elif (
+        return (int(size), int(size))
+    if (
         isinstance(size, Sequence)
         and not isinstance(size, str)
         and len(size) in (1, 2)
         and all(is_int(s) for s in size)
     ):
-        pair = (int(size[0]), int(size[-1]))
-    else:
-        raise ConfigError(f"{name}: size must be an int or a pair of ints (h, w), got {size!r}")
-    if min(pair) <= 0:
-        raise ConfigError(f"{name}: size must be positive, got {size!r}")
-    if max(pair) > _MAX_SIZE:
-        raise ConfigError(f"{name}: size must be at most {_MAX_SIZE}, got {size!r}")
-    return pair
+        return (int(size[0]), int(size[-1]))
+    raise ConfigError(f"{name}: size must be an int or a pair of ints (h, w), got {size!r}")
 
 
 def _range(name: str, arg: str, value: Any) -> tuple[float, float]:
+    """A pair of numbers (lo, hi) (the engine checks the values)."""
     try:
         lo, hi = (float(v) for v in value)
     except (TypeError, ValueError):
         raise ConfigError(f"{name}: {arg} must be a pair of numbers (lo, hi), got {value!r}") from None
-    if not (0 < lo <= hi and math.isfinite(hi)):
-        raise ConfigError(f"{name}: {arg} must satisfy 0 < lo <= hi, got {value!r}")
     return lo, hi
 
 
@@ -64,6 +54,16 @@ def _numbers(value: Any) -> list[float]:
     if isinstance(value, (bool, numbers.Real)):
         return [float(value)]
     return [float(v) for v in value]
+
+
+def engine_defaults(name: str, **given: Any) -> dict[str, Any]:
+    """The defaults the engine's factory of transform ``name`` applies to the
+    arguments ``given`` leaves out (give the required ones): one number as a
+    float, several as a tuple. The factory is where each default is written;
+    the classes' signatures show these values."""
+    params = {arg: _numbers(value) for arg, value in given.items()}
+    found = _conveyor.transform_defaults(name, params)
+    return {arg: values[0] if len(values) == 1 else tuple(values) for arg, values in found.items()}
 
 
 class Transform:
@@ -80,8 +80,12 @@ class Transform:
             def _params(self):
                 return {"p": self.p}
 
-    The engine checks the parameters again and raises ConfigError naming the
-    argument.
+    Python converts the forms torchvision accepts (an int or a pair, a
+    mode's name) into the engine's numbers; the engine owns every rule on the
+    values and every default (``engine_defaults``). A subclass calls
+    ``self._check()`` at the end of ``__init__``, so bad values raise there,
+    as torchvision's constructors raise, with the engine's ConfigError naming
+    the transform and the argument.
     """
 
     #: The name the C++ transform is registered under (``registered_transforms()``).
@@ -101,4 +105,17 @@ class Transform:
 
     def _spec(self) -> tuple[str, dict[str, list[float]]]:
         """(registered name, parameters) as the engine's ImagePipeline takes them."""
-        return type(self).name, {arg: _numbers(value) for arg, value in self._params().items()}
+        params: dict[str, list[float]] = {}
+        for arg, value in self._params().items():
+            try:
+                params[arg] = _numbers(value)
+            except (TypeError, ValueError):
+                raise ConfigError(
+                    f"{type(self).__name__}: {arg} must be a number or a sequence of numbers, got {value!r}"
+                ) from None
+        return type(self).name, params
+
+    def _check(self) -> None:
+        """Builds the engine's step from the parameters and drops it: raises
+        ConfigError (the engine's message) when a value breaks its rules."""
+        _conveyor.check_transform(*self._spec())

@@ -5,13 +5,12 @@ color.cc, blur.cc and histogram.cc)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, ClassVar, Optional, Union
 
-from conveyor._checks import INT_MAX, is_int, is_real, warn_once
+from conveyor._checks import is_int, is_real, warn_once
 from conveyor.errors import ConfigError
-from conveyor.transforms.base import Transform
+from conveyor.transforms.base import Transform, engine_defaults
 
 __all__ = [
     "ColorJitter",
@@ -43,10 +42,7 @@ class Normalize(Transform, name="normalize"):
     def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
         self.mean = self._values("mean", mean)
         self.std = self._values("std", std)
-        if len(self.mean) != len(self.std):
-            raise ConfigError(f"Normalize: mean has {len(self.mean)} values but std has {len(self.std)}")
-        if any(s == 0 for s in self.std):
-            raise ConfigError(f"Normalize: std must be non-zero, got {list(std)!r}")
+        self._check()
         if any(abs(v) > 1 for v in (*self.mean, *self.std)):
             warn_once(
                 "normalize-255",
@@ -60,8 +56,6 @@ class Normalize(Transform, name="normalize"):
             out = [float(v) for v in values]
         except (TypeError, ValueError):
             raise ConfigError(f"Normalize: {arg} must be a sequence of numbers, got {values!r}") from None
-        if not out or not all(math.isfinite(v) for v in out):
-            raise ConfigError(f"Normalize: {arg} must be non-empty and finite, got {values!r}")
         return out
 
     def _params(self) -> dict[str, Any]:
@@ -72,18 +66,11 @@ class Normalize(Transform, name="normalize"):
 
 
 def _real(name: str, arg: str, value: Any) -> float:
-    """A finite real number (never a bool), else ConfigError naming the argument."""
-    if not is_real(value) or not math.isfinite(float(value)):
-        raise ConfigError(f"{name}: {arg} must be a finite number, got {value!r}")
+    """A real number (never a bool), else ConfigError naming the argument;
+    the engine checks its range."""
+    if not is_real(value):
+        raise ConfigError(f"{name}: {arg} must be a number, got {value!r}")
     return float(value)
-
-
-def _probability(name: str, p: Any) -> float:
-    """torchvision's ``p``: a number in [0, 1]."""
-    value = _real(name, "p", p)
-    if not 0.0 <= value <= 1.0:
-        raise ConfigError(f"{name}: p must be in [0, 1], got {p!r}")
-    return value
 
 
 class _ColorTransform(Transform):
@@ -123,17 +110,15 @@ class ColorJitter(_ColorTransform, name="color_jitter"):
         self.brightness = self._check_input(brightness, "brightness")
         self.contrast = self._check_input(contrast, "contrast")
         self.saturation = self._check_input(saturation, "saturation")
-        self.hue = self._check_input(hue, "hue", center=0, bound=(-0.5, 0.5), clip_first_on_zero=False)
+        self.hue = self._check_input(hue, "hue", center=0, clip_first_on_zero=False)
+        self._check()
 
     @staticmethod
     def _check_input(
-        value: Any,
-        arg: str,
-        center: float = 1.0,
-        bound: tuple[float, float] = (0.0, math.inf),
-        clip_first_on_zero: bool = True,
+        value: Any, arg: str, center: float = 1.0, clip_first_on_zero: bool = True
     ) -> Optional[tuple[float, float]]:
-        # torchvision's ColorJitter._check_input, with ConfigErrors.
+        # torchvision's ColorJitter._check_input, with ConfigErrors; the
+        # engine checks the range's bounds.
         if value is None:
             return None
         if is_real(value):
@@ -154,11 +139,6 @@ class ColorJitter(_ColorTransform, name="color_jitter"):
         else:
             raise ConfigError(
                 f"ColorJitter: {arg} must be a single number or a pair (min, max), got {value!r}"
-            )
-        if not (bound[0] <= lo <= hi <= bound[1]):
-            raise ConfigError(
-                f"ColorJitter: {arg} values must be between {bound[0]} and {bound[1]} "
-                f"and increasing, got {value!r}"
             )
         return None if lo == hi == center else (lo, hi)
 
@@ -183,10 +163,13 @@ class Grayscale(_ColorTransform, name="grayscale"):
 
     _fields = ("num_output_channels",)
 
-    def __init__(self, num_output_channels: int = 1) -> None:
-        if not is_int(num_output_channels) or num_output_channels not in (1, 3):
+    def __init__(
+        self, num_output_channels: int = int(engine_defaults("grayscale")["num_output_channels"])
+    ) -> None:
+        if not is_int(num_output_channels):
             raise ConfigError(f"Grayscale: num_output_channels must be 1 or 3, got {num_output_channels!r}")
         self.num_output_channels = int(num_output_channels)
+        self._check()
 
     def _params(self) -> dict[str, Any]:
         return {"num_output_channels": self.num_output_channels}
@@ -202,8 +185,9 @@ class RandomGrayscale(_ColorTransform, name="random_grayscale"):
 
     _fields = ("p",)
 
-    def __init__(self, p: float = 0.1) -> None:
-        self.p = _probability("RandomGrayscale", p)
+    def __init__(self, p: float = engine_defaults("random_grayscale")["p"]) -> None:
+        self.p = _real("RandomGrayscale", "p", p)
+        self._check()
 
     def _params(self) -> dict[str, Any]:
         return {"p": self.p}
@@ -222,21 +206,21 @@ class GaussianBlur(_ColorTransform, name="gaussian_blur"):
     _fields = ("kernel_size", "sigma")
 
     def __init__(
-        self, kernel_size: Union[int, Sequence[int]], sigma: Union[float, Sequence[float]] = (0.1, 2.0)
+        self,
+        kernel_size: Union[int, Sequence[int]],
+        sigma: Union[float, Sequence[float]] = engine_defaults("gaussian_blur", kernel_size=3)["sigma"],
     ) -> None:
         self.kernel_size = _kernel_size("GaussianBlur", kernel_size)
         self.sigma = _sigma_pair("GaussianBlur", sigma)
-        if not 0.0 < self.sigma[0] <= self.sigma[1]:
-            raise ConfigError(
-                f"GaussianBlur: sigma must be positive and of the form (min, max), got {sigma!r}"
-            )
+        self._check()
 
     def _params(self) -> dict[str, Any]:
         return {"kernel_size": list(self.kernel_size), "sigma": list(self.sigma)}
 
 
 def _kernel_size(name: str, kernel_size: Any) -> tuple[int, int]:
-    """(x, y) from an int or one or two ints, each odd and positive."""
+    """(x, y) from an int or one or two ints (the engine checks that each is
+    odd and positive)."""
     if is_int(kernel_size):
         pair = (int(kernel_size), int(kernel_size))
     elif (
@@ -248,13 +232,12 @@ def _kernel_size(name: str, kernel_size: Any) -> tuple[int, int]:
         pair = (int(kernel_size[0]), int(kernel_size[-1]))
     else:
         raise ConfigError(f"{name}: kernel_size must be an int or a pair of ints, got {kernel_size!r}")
-    if any(k <= 0 or k % 2 == 0 or k > INT_MAX for k in pair):
-        raise ConfigError(f"{name}: kernel_size must be odd and positive, got {kernel_size!r}")
     return pair
 
 
 def _sigma_pair(name: str, sigma: Any) -> tuple[float, float]:
-    """(x, y) or (min, max) from a number or one or two numbers, each positive."""
+    """(x, y) or (min, max) from a number or one or two numbers (the engine
+    checks that each is positive)."""
     if is_real(sigma):
         pair = (float(sigma), float(sigma))
     elif (
@@ -266,29 +249,13 @@ def _sigma_pair(name: str, sigma: Any) -> tuple[float, float]:
         pair = (float(sigma[0]), float(sigma[-1]))
     else:
         raise ConfigError(f"{name}: sigma must be a number or a pair of numbers, got {sigma!r}")
-    if not all(math.isfinite(s) and s > 0 for s in pair):
-        raise ConfigError(f"{name}: sigma must be positive, got {sigma!r}")
     return pair
 
 
 def _bits(name: str, bits: Any) -> int:
-    if not is_int(bits) or not 0 <= bits <= 8:
+    if not is_int(bits):
         raise ConfigError(f"{name}: bits must be an int in [0, 8], got {bits!r}")
     return int(bits)
-
-
-def _threshold(name: str, threshold: Any) -> float:
-    value = _real(name, "threshold", threshold)
-    if value > 255:
-        raise ConfigError(f"{name}: threshold must be at most 255 (the uint8 maximum), got {threshold!r}")
-    return value
-
-
-def _non_negative(name: str, arg: str, value: Any) -> float:
-    number = _real(name, arg, value)
-    if number < 0:
-        raise ConfigError(f"{name}: {arg} must be non-negative, got {value!r}")
-    return number
 
 
 class RandomInvert(_ColorTransform, name="random_invert"):
@@ -300,8 +267,9 @@ class RandomInvert(_ColorTransform, name="random_invert"):
 
     _fields = ("p",)
 
-    def __init__(self, p: float = 0.5) -> None:
-        self.p = _probability("RandomInvert", p)
+    def __init__(self, p: float = engine_defaults("random_invert")["p"]) -> None:
+        self.p = _real("RandomInvert", "p", p)
+        self._check()
 
     def _params(self) -> dict[str, Any]:
         return {"p": self.p}
@@ -318,9 +286,10 @@ class RandomPosterize(_ColorTransform, name="random_posterize"):
 
     _fields = ("bits", "p")
 
-    def __init__(self, bits: int, p: float = 0.5) -> None:
+    def __init__(self, bits: int, p: float = engine_defaults("random_posterize", bits=8)["p"]) -> None:
         self.bits = _bits("RandomPosterize", bits)
-        self.p = _probability("RandomPosterize", p)
+        self.p = _real("RandomPosterize", "p", p)
+        self._check()
 
     def _params(self) -> dict[str, Any]:
         return {"bits": self.bits, "p": self.p}
@@ -337,9 +306,12 @@ class RandomSolarize(_ColorTransform, name="random_solarize"):
 
     _fields = ("threshold", "p")
 
-    def __init__(self, threshold: float, p: float = 0.5) -> None:
-        self.threshold = _threshold("RandomSolarize", threshold)
-        self.p = _probability("RandomSolarize", p)
+    def __init__(
+        self, threshold: float, p: float = engine_defaults("random_solarize", threshold=128)["p"]
+    ) -> None:
+        self.threshold = _real("RandomSolarize", "threshold", threshold)
+        self.p = _real("RandomSolarize", "p", p)
+        self._check()
 
     def _params(self) -> dict[str, Any]:
         return {"threshold": self.threshold, "p": self.p}
@@ -357,9 +329,14 @@ class RandomAdjustSharpness(_ColorTransform, name="random_adjust_sharpness"):
 
     _fields = ("sharpness_factor", "p")
 
-    def __init__(self, sharpness_factor: float, p: float = 0.5) -> None:
-        self.sharpness_factor = _non_negative("RandomAdjustSharpness", "sharpness_factor", sharpness_factor)
-        self.p = _probability("RandomAdjustSharpness", p)
+    def __init__(
+        self,
+        sharpness_factor: float,
+        p: float = engine_defaults("random_adjust_sharpness", sharpness_factor=1)["p"],
+    ) -> None:
+        self.sharpness_factor = _real("RandomAdjustSharpness", "sharpness_factor", sharpness_factor)
+        self.p = _real("RandomAdjustSharpness", "p", p)
+        self._check()
 
     def _params(self) -> dict[str, Any]:
         return {"sharpness_factor": self.sharpness_factor, "p": self.p}
@@ -375,8 +352,9 @@ class RandomAutocontrast(_ColorTransform, name="random_autocontrast"):
 
     _fields = ("p",)
 
-    def __init__(self, p: float = 0.5) -> None:
-        self.p = _probability("RandomAutocontrast", p)
+    def __init__(self, p: float = engine_defaults("random_autocontrast")["p"]) -> None:
+        self.p = _real("RandomAutocontrast", "p", p)
+        self._check()
 
     def _params(self) -> dict[str, Any]:
         return {"p": self.p}
@@ -392,8 +370,9 @@ class RandomEqualize(_ColorTransform, name="random_equalize"):
 
     _fields = ("p",)
 
-    def __init__(self, p: float = 0.5) -> None:
-        self.p = _probability("RandomEqualize", p)
+    def __init__(self, p: float = engine_defaults("random_equalize")["p"]) -> None:
+        self.p = _real("RandomEqualize", "p", p)
+        self._check()
 
     def _params(self) -> dict[str, Any]:
         return {"p": self.p}

@@ -4,40 +4,31 @@ run by cpp/conveyor/ops/transforms/erase.cc."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, Union
 
 from conveyor._checks import is_real
 from conveyor.errors import ConfigError
-from conveyor.transforms.base import Transform
+from conveyor.transforms.base import Transform, _range, engine_defaults
 
 __all__ = ["RandomErasing"]
 
 
-def _range(arg: str, value: Any) -> tuple[float, float]:
-    """A (min, max) pair of finite numbers with min <= max."""
-    if (
-        isinstance(value, (str, bytes))
-        or not isinstance(value, Sequence)
-        or len(value) != 2
-        or not all(is_real(v) and math.isfinite(float(v)) for v in value)
-    ):
-        raise ConfigError(f"RandomErasing: {arg} must be (min, max): two finite numbers, got {value!r}")
-    lo, hi = float(value[0]), float(value[1])
-    if lo > hi:
-        raise ConfigError(f"RandomErasing: {arg} must be (min, max) with min <= max, got {value!r}")
-    return lo, hi
-
-
 def erase_values(name: str, arg: str, value: Any) -> list[float]:
-    """A number or a non-empty sequence of finite numbers, as a list."""
+    """A number or a non-empty sequence of numbers, as a list (the engine
+    checks that they are finite)."""
     values = [value] if is_real(value) else value
-    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+    if (
+        isinstance(values, (str, bytes))
+        or not isinstance(values, Sequence)
+        or not values
+        or not all(is_real(v) for v in values)
+    ):
         raise ConfigError(f"{name}: {arg} must be a number or a sequence of numbers, got {value!r}")
-    if not all(is_real(v) and math.isfinite(float(v)) for v in values):
-        raise ConfigError(f"{name}: {arg} must be finite numbers, got {value!r}")
     return [float(v) for v in values]
+
+
+_DEFAULTS = engine_defaults("random_erasing")
 
 
 class RandomErasing(Transform, name="random_erasing"):
@@ -63,21 +54,17 @@ class RandomErasing(Transform, name="random_erasing"):
 
     def __init__(
         self,
-        p: float = 0.5,
-        scale: Sequence[float] = (0.02, 0.33),
-        ratio: Sequence[float] = (0.3, 3.3),
+        p: float = _DEFAULTS["p"],
+        scale: Sequence[float] = _DEFAULTS["scale"],
+        ratio: Sequence[float] = _DEFAULTS["ratio"],
         value: Union[float, Sequence[float], str] = 0.0,
         inplace: bool = False,
     ) -> None:
-        if not is_real(p) or not 0.0 <= float(p) <= 1.0:
-            raise ConfigError(f"RandomErasing: p must be a number in [0, 1], got {p!r}")
+        if not is_real(p):
+            raise ConfigError(f"RandomErasing: p must be a number, got {p!r}")
         self.p = float(p)
-        self.scale = _range("scale", scale)
-        if self.scale[0] < 0 or self.scale[1] > 1:
-            raise ConfigError(f"RandomErasing: scale must be within [0, 1], got {scale!r}")
-        self.ratio = _range("ratio", ratio)
-        if self.ratio[0] <= 0:
-            raise ConfigError(f"RandomErasing: ratio must be positive, got {ratio!r}")
+        self.scale = _range("RandomErasing", "scale", scale)
+        self.ratio = _range("RandomErasing", "ratio", ratio)
         if isinstance(value, str):
             if value != "random":
                 raise ConfigError(f"RandomErasing: value must be numbers or 'random', got {value!r}")
@@ -88,6 +75,7 @@ class RandomErasing(Transform, name="random_erasing"):
         if not isinstance(inplace, bool):
             raise ConfigError(f"RandomErasing: inplace must be a bool, got {inplace!r}")
         self.inplace = inplace
+        self._check()
 
     def _params(self) -> dict[str, Any]:
         params: dict[str, Any] = {"p": self.p, "scale": list(self.scale), "ratio": list(self.ratio)}

@@ -7,10 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Optional, Union
 
-from conveyor._checks import check_bool, is_int, is_real
-from conveyor.errors import ConfigError
+from conveyor._checks import check_bool, is_int
 from conveyor.transforms import _geometry_args as args
-from conveyor.transforms.base import SizeArg, Transform, _pair, _range
+from conveyor.transforms.base import SizeArg, Transform, _pair, _range, engine_defaults
 
 __all__ = [
     "CenterCrop",
@@ -41,6 +40,7 @@ class Resize(Transform, name="resize"):
         else:
             self.size = _pair("Resize", size)
         self.antialias = check_bool(antialias, "Resize: antialias")
+        self._check()
 
     def _params(self) -> dict[str, Any]:
         return {"size": self.size, "antialias": self.antialias}
@@ -59,12 +59,16 @@ class CenterCrop(Transform, name="center_crop"):
 
     def __init__(self, size: SizeArg) -> None:
         self.size = _pair("CenterCrop", size)
+        self._check()
 
     def _params(self) -> dict[str, Any]:
         return {"size": self.size}
 
     def __repr__(self) -> str:
         return f"CenterCrop(size={self.size})"
+
+
+_RESIZED_CROP = engine_defaults("random_resized_crop", size=1)
 
 
 class RandomResizedCrop(Transform, name="random_resized_crop"):
@@ -82,14 +86,15 @@ class RandomResizedCrop(Transform, name="random_resized_crop"):
     def __init__(
         self,
         size: SizeArg,
-        scale: Sequence[float] = (0.08, 1.0),
-        ratio: Sequence[float] = (3.0 / 4.0, 4.0 / 3.0),
-        antialias: bool = True,
+        scale: Sequence[float] = _RESIZED_CROP["scale"],
+        ratio: Sequence[float] = _RESIZED_CROP["ratio"],
+        antialias: bool = bool(_RESIZED_CROP["antialias"]),
     ) -> None:
         self.size = _pair("RandomResizedCrop", size)
         self.scale = _range("RandomResizedCrop", "scale", scale)
         self.ratio = _range("RandomResizedCrop", "ratio", ratio)
         self.antialias = check_bool(antialias, "RandomResizedCrop: antialias")
+        self._check()
 
     def _params(self) -> dict[str, Any]:
         return {"size": self.size, "scale": self.scale, "ratio": self.ratio, "antialias": self.antialias}
@@ -101,10 +106,9 @@ class RandomResizedCrop(Transform, name="random_resized_crop"):
 class RandomHorizontalFlip(Transform, name="horizontal_flip"):
     """Mirror the image left-right with probability ``p``."""
 
-    def __init__(self, p: float = 0.5) -> None:
-        if not is_real(p) or not 0.0 <= float(p) <= 1.0:
-            raise ConfigError(f"RandomHorizontalFlip: p must be a number in [0, 1], got {p!r}")
-        self.p = float(p)
+    def __init__(self, p: float = engine_defaults("horizontal_flip")["p"]) -> None:
+        self.p = args.real("RandomHorizontalFlip", "p", p)
+        self._check()
 
     def _params(self) -> dict[str, Any]:
         return {"p": self.p}
@@ -118,8 +122,9 @@ class RandomVerticalFlip(Transform, name="vertical_flip"):
     ``torchvision.transforms.v2.RandomVerticalFlip`` (free: the output pass
     reads the rows in reverse)."""
 
-    def __init__(self, p: float = 0.5) -> None:
-        self.p = args.probability("RandomVerticalFlip", p)
+    def __init__(self, p: float = engine_defaults("vertical_flip")["p"]) -> None:
+        self.p = args.real("RandomVerticalFlip", "p", p)
+        self._check()
 
     def _params(self) -> dict[str, Any]:
         return {"p": self.p}
@@ -146,6 +151,7 @@ class Pad(Transform, name="pad"):
         self.fill = args.fill("Pad", fill)
         self.padding_mode = padding_mode
         self._mode = args.padding_mode("Pad", padding_mode)
+        self._check()
 
     def _params(self) -> dict[str, Any]:
         return {"padding": self.padding, "fill": self.fill, "padding_mode": self._mode}
@@ -188,6 +194,7 @@ class RandomCrop(Transform, name="random_crop"):
         self.fill = args.fill("RandomCrop", fill)
         self.padding_mode = padding_mode
         self._mode = args.padding_mode("RandomCrop", padding_mode)
+        self._check()
 
     def _params(self) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -236,6 +243,7 @@ class RandomRotation(Transform, name="random_rotation"):
         self.expand = check_bool(expand, "RandomRotation: expand")
         self.center = None if center is None else args.pair("RandomRotation", "center", center)
         self.fill = args.fill("RandomRotation", fill)
+        self._check()
 
     def _params(self) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -284,18 +292,13 @@ class RandomAffine(Transform, name="random_affine"):
         name = "RandomAffine"
         self.degrees = args.angle_range(name, "degrees", degrees)
         self.translate = None if translate is None else args.pair(name, "translate", translate)
-        if self.translate is not None and not all(0.0 <= t <= 1.0 for t in self.translate):
-            raise ConfigError(f"{name}: translate values must be in [0, 1], got {translate!r}")
         self.scale = None if scale is None else args.pair(name, "scale", scale)
-        if self.scale is not None:
-            if not all(v > 0 for v in self.scale):
-                raise ConfigError(f"{name}: scale values must be positive, got {scale!r}")
-            args.check_ranges(name, "scale", self.scale)
         self.shear = None if shear is None else args.angle_range(name, "shear", shear, (2, 4))
         self.interpolation = interpolation
         self._interpolation = args.interpolation(name, interpolation)
         self.fill = args.fill(name, fill)
         self.center = None if center is None else args.pair(name, "center", center)
+        self._check()
 
     def _params(self) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -316,6 +319,9 @@ class RandomAffine(Transform, name="random_affine"):
         )
 
 
+_PERSPECTIVE = engine_defaults("random_perspective")
+
+
 class RandomPerspective(Transform, name="random_perspective"):
     """With probability ``p``, a random perspective warp, as
     ``torchvision.transforms.v2.RandomPerspective`` (each corner moves inward
@@ -329,18 +335,19 @@ class RandomPerspective(Transform, name="random_perspective"):
     """
 
     def __init__(
-        self, distortion_scale: float = 0.5, p: float = 0.5, interpolation: Any = "bilinear", fill: Any = 0
+        self,
+        distortion_scale: float = _PERSPECTIVE["distortion_scale"],
+        p: float = _PERSPECTIVE["p"],
+        interpolation: Any = "bilinear",
+        fill: Any = 0,
     ) -> None:
         name = "RandomPerspective"
-        if not is_real(distortion_scale) or not 0.0 <= float(distortion_scale) <= 1.0:
-            raise ConfigError(
-                f"{name}: distortion_scale must be a number in [0, 1], got {distortion_scale!r}"
-            )
-        self.distortion_scale = float(distortion_scale)
-        self.p = args.probability(name, p)
+        self.distortion_scale = args.real(name, "distortion_scale", distortion_scale)
+        self.p = args.real(name, "p", p)
         self.interpolation = interpolation
         self._interpolation = args.interpolation(name, interpolation)
         self.fill = args.fill(name, fill)
+        self._check()
 
     def _params(self) -> dict[str, Any]:
         return {

@@ -3,6 +3,8 @@
 #include <cstring>
 #include <utility>
 
+#include "conveyor/ops/transforms/image_step.h"
+
 namespace conveyor {
 
 namespace {
@@ -28,8 +30,7 @@ class FlipStep final : public MirrorStep {
 
 std::unique_ptr<const TransformStep> make_flip_step(const char* name, const TransformParams& params, bool vertical) {
   TransformArgs args(name, params);
-  const double p = args.number("p", 0.5);
-  args.check(p >= 0 && p <= 1, "p must be in [0, 1]");
+  const double p = probability_arg(args, 0.5);
   args.finish();
   return std::make_unique<FlipStep>(p, vertical);
 }

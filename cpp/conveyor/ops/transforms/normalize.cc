@@ -44,11 +44,14 @@ std::unique_ptr<const TransformStep> make_normalize_step(const TransformParams& 
   TransformArgs args("Normalize", params);
   std::vector<float> mean = to_floats(args.numbers("mean"));
   std::vector<float> std = to_floats(args.numbers("std"));
+  args.check(!mean.empty() && !std.empty(), "mean and std must be non-empty");
+  args.check(mean.size() == std.size(),
+             "mean has " + std::to_string(mean.size()) + " values but std has " + std::to_string(std.size()));
   for (size_t k = 0; k < mean.size(); ++k) {
-    args.check(std::isfinite(mean[k]), "mean must be finite and std finite and non-zero");
+    args.check(std::isfinite(mean[k]), "mean must be finite, got " + args.given("mean"));
   }
   for (size_t k = 0; k < std.size(); ++k) {
-    args.check(std::isfinite(std[k]) && std[k] != 0, "mean must be finite and std finite and non-zero");
+    args.check(std::isfinite(std[k]) && std[k] != 0, "std must be finite and non-zero, got " + args.given("std"));
   }
   args.finish();
   return std::make_unique<NormalizeStep>(std::move(mean), std::move(std));

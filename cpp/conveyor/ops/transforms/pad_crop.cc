@@ -38,7 +38,7 @@ std::array<int, 4> read_padding(TransformArgs& args, std::optional<std::vector<d
   std::array<int, 4> padding{};
   for (size_t i = 0; i < 4; ++i) {
     args.check(values[i] == std::floor(values[i]) && values[i] >= 0 && values[i] <= (1 << 30),
-               "padding must be non-negative integers of at most 2**30");
+               "padding must be non-negative integers of at most 2**30, got " + args.given("padding"));
     padding[i] = static_cast<int>(values[i]);
   }
   return padding;
@@ -234,9 +234,10 @@ FillArg FillArg::read(TransformArgs& args, std::string_view arg) {
   FillArg fill;
   fill.values = args.numbers(arg, 0, std::vector<double>{0});
   args.check(fill.values.size() == 1 || fill.values.size() == 3,
-             std::string(arg) + " must be one number or one per channel (3)");
+             std::string(arg) + " must be one number or one per channel (3), got " + args.given(arg));
   for (const double v : fill.values) {
-    args.check(std::isfinite(v) && v >= 0 && v <= 255, std::string(arg) + " values must be in [0, 255]");
+    args.check(std::isfinite(v) && v >= 0 && v <= 255,
+               std::string(arg) + " values must be in [0, 255], got " + args.given(arg));
   }
   return fill;
 }

@@ -120,15 +120,16 @@ TEST(PadCropTest, VerticalFlipIsFreeAndMirrorsCropsAndBoxes) {
 TEST(PadCropTest, ErrorsNameTheArgument) {
   EXPECT_EQ(config_error({random_crop(8, 1, 0, {1, 2, 3})}, {DType::kUInt8, Layout::kHWC, 1}),
             "transform 0 RandomCrop: fill has 3 values but the images have 1 channel(s)");
-  EXPECT_EQ(config_error({random_crop(8, 1, 0, {300})}), "transform 0 RandomCrop: fill values must be in [0, 255]");
+  EXPECT_EQ(config_error({random_crop(8, 1, 0, {300})}),
+            "transform 0 RandomCrop: fill values must be in [0, 255], got 300");
   EXPECT_EQ(config_error({random_crop(8, 1, 0, {1, 2})}),
-            "transform 0 RandomCrop: fill must be one number or one per channel (3)");
+            "transform 0 RandomCrop: fill must be one number or one per channel (3), got [1, 2]");
   EXPECT_EQ(config_error({random_crop(8, 1, 7)}),
             "transform 0 RandomCrop: padding_mode must be 0 (constant), 1 (edge), 2 (reflect) or 3 (symmetric)");
   EXPECT_EQ(config_error({TransformSpec{"pad", {{"padding", {1, 1, -1, 1}}}}}),
-            "transform 0 Pad: padding must be non-negative integers of at most 2**30");
+            "transform 0 Pad: padding must be non-negative integers of at most 2**30, got [1, 1, -1, 1]");
   EXPECT_EQ(config_error({TransformSpec{"vertical_flip", {{"p", {1.5}}}}, CenterCropSpec{{4, 4}}}),
-            "transform 0 RandomVerticalFlip: p must be in [0, 1]");
+            "transform 0 RandomVerticalFlip: p must be in [0, 1], got 1.5");
 }
 
 TEST(PadCropTest, ACropLargerThanThePaddedImageIsAnErrorUnlessPadIfNeeded) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <numbers>
 #include <string>
 #include <utility>
@@ -372,9 +373,9 @@ std::unique_ptr<const TransformStep> make_aug_mix_step(const TransformParams& pa
   AugMixParams p;
   const auto int_arg = [&args](std::string_view arg, double fallback, double lo, double hi) {
     const double v = args.number(arg, fallback);
-    args.check(v == std::floor(v) && v >= lo && v <= hi, std::string(arg) + " must be an integer in [" +
-                                                             format_shortest(lo) + ", " + format_shortest(hi) +
-                                                             "], got " + format_shortest(v));
+    args.check(v == std::floor(v) && v >= lo && v <= hi,
+               std::string(arg) + " must be an integer in [" + std::to_string(static_cast<int64_t>(lo)) + ", " +
+                   std::to_string(static_cast<int64_t>(hi)) + "], got " + args.given(arg));
     return static_cast<int>(v);
   };
   p.severity = int_arg("severity", 3, 1, 10);

@@ -82,9 +82,9 @@ std::unique_ptr<const TransformStep> make_random_resized_crop_step(const Transfo
   const std::vector<double> scale = args.numbers("scale", 2, std::vector<double>{spec.scale[0], spec.scale[1]});
   const std::vector<double> ratio = args.numbers("ratio", 2, std::vector<double>{spec.ratio[0], spec.ratio[1]});
   args.check(scale[0] > 0 && scale[0] <= scale[1] && std::isfinite(scale[1]),
-             "scale must be (lo, hi) with 0 < lo <= hi");
+             "scale must be (lo, hi) with 0 < lo <= hi, got " + args.given("scale"));
   args.check(ratio[0] > 0 && ratio[0] <= ratio[1] && std::isfinite(ratio[1]),
-             "ratio must be (lo, hi) with 0 < lo <= hi");
+             "ratio must be (lo, hi) with 0 < lo <= hi, got " + args.given("ratio"));
   spec.scale = {scale[0], scale[1]};
   spec.ratio = {ratio[0], ratio[1]};
   spec.antialias = args.flag("antialias", true);

@@ -144,10 +144,24 @@ void Placement::resize(double h, double w) {
   width = w;
 }
 
+namespace {
+
+// Set by transform_defaults() on its thread while the factory runs: where
+// TransformArgs records each fallback it uses.
+thread_local TransformParams* recorded_defaults = nullptr;
+
+}  // namespace
+
 TransformArgs::TransformArgs(std::string transform, const TransformParams& params)
     : transform_(std::move(transform)), params_(params) {}
 
 bool TransformArgs::has(std::string_view arg) const { return params_.find(arg) != params_.end(); }
+
+std::string TransformArgs::given(std::string_view arg) const {
+  const auto it = params_.find(arg);
+  if (it == params_.end()) return "nothing";
+  return it->second.size() == 1 ? number_text(it->second[0]) : join_numbers(it->second);
+}
 
 void TransformArgs::check(bool condition, std::string_view message) const {
   if (!condition) throw Error(ErrorKind::kConfig, transform_ + ": " + std::string(message));
@@ -159,6 +173,7 @@ std::vector<double> TransformArgs::numbers(std::string_view arg, size_t count,
   const auto it = params_.find(arg);
   if (it == params_.end()) {
     check(fallback.has_value(), std::string(arg) + " is required");
+    if (recorded_defaults != nullptr) recorded_defaults->emplace(std::string(arg), *fallback);
     return *fallback;
   }
   check(count == 0 || it->second.size() == count,
@@ -193,7 +208,7 @@ std::vector<int> TransformArgs::sizes(std::string_view arg, std::vector<size_t> 
     // Doubles hold every int exactly; anything else is rejected before the cast.
     check(v == std::floor(v) && v >= 1 && v <= std::numeric_limits<int>::max(),
           std::string(arg) + " must be positive integers of at most " +
-              std::to_string(std::numeric_limits<int>::max()) + ", got " + join_numbers(values));
+              std::to_string(std::numeric_limits<int>::max()) + ", got " + given(arg));
     out.push_back(static_cast<int>(v));
   }
   return out;
@@ -253,6 +268,16 @@ std::unique_ptr<const TransformStep> make_transform_step(const TransformSpec& sp
                 "unknown transform '" + spec.name + "' (registered: " + joined(registered_transform_names()) + ")");
   }
   return factory(spec.params);
+}
+
+TransformParams transform_defaults(const TransformSpec& spec) {
+  TransformParams defaults;
+  recorded_defaults = &defaults;
+  struct Reset {
+    ~Reset() { recorded_defaults = nullptr; }
+  } reset;
+  make_transform_step(spec);
+  return defaults;
 }
 
 std::vector<std::string> registered_transform_names() {

@@ -320,6 +320,9 @@ class TransformArgs {
   Size2D size2d(std::string_view arg);
   /// Throws Error{kConfig} naming any argument that was given but never read.
   void finish() const;
+  /// What was given for `arg`, for a message: one number as "0.5", several
+  /// as "[0.08, 1]", "nothing" when it was not given.
+  std::string given(std::string_view arg) const;
   /// Throws Error{kConfig, "<transform>: <message>"} when `condition` is false.
   void check(bool condition, std::string_view message) const;
 
@@ -343,6 +346,14 @@ bool register_transform(std::string name, TransformFactory factory);
 /// Error{kConfig} for an unknown name (listing the registered ones) or bad
 /// parameters. Thread-safe.
 std::unique_ptr<const TransformStep> make_transform_step(const TransformSpec& spec);
+
+/// The defaults of the arguments `spec.params` leaves out: builds the step
+/// (as make_transform_step, throwing what it throws) and returns each
+/// argument its factory read with a fallback, and that fallback. The one
+/// place defaults are written is the factory; Python's classes show these.
+/// An argument the factory reads only when another is given appears only
+/// then. Thread-safe.
+TransformParams transform_defaults(const TransformSpec& spec);
 
 /// The registered names, sorted. Thread-safe.
 std::vector<std::string> registered_transform_names();

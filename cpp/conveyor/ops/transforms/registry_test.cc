@@ -173,6 +173,23 @@ TEST(TransformRegistryTest, PlanReturnsTheStepsOwnChoicesAndChangesOnlyTheSize) 
   EXPECT_FALSE(make_transform_step({"horizontal_flip", {}})->plan(chain).fill.has_value());
 }
 
+TEST(TransformRegistryTest, TheDefaultsAreWhatTheFactoryFallsBackTo) {
+  EXPECT_EQ(transform_defaults({"random_resized_crop", {{"size", {8}}}}),
+            (TransformParams{{"antialias", {1}}, {"ratio", {3.0 / 4.0, 4.0 / 3.0}}, {"scale", {0.08, 1.0}}}));
+  // A given argument has no default to report; a required one is an error as make_transform_step's.
+  EXPECT_EQ(transform_defaults({"horizontal_flip", {{"p", {0.25}}}}), TransformParams{});
+  EXPECT_EQ(transform_defaults({"horizontal_flip", {}}), (TransformParams{{"p", {0.5}}}));
+  try {
+    transform_defaults({"center_crop", {}});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.cause(), "CenterCrop: size is required");
+  }
+  // Recording ends with the call: a step built afterwards records nothing anywhere.
+  EXPECT_NE(make_transform_step({"vertical_flip", {}}), nullptr);
+  EXPECT_EQ(transform_defaults({"vertical_flip", {{"p", {1}}}}), TransformParams{});
+}
+
 TEST(TransformRegistryTest, ImageFunctionsRunByNameWithTheirArguments) {
   SampleImage sample;
   sample.image = {1, 2, 3, {0, 10, 20, 250, 251, 252}};
@@ -229,7 +246,7 @@ TEST(TransformRegistryTest, SizesOutsideAnIntAreConfigErrorsNamingTheArgument) {
         << message;
   }
   EXPECT_EQ(config_error({TransformSpec{"random_resized_crop", {{"size", {3e9}}}}}),
-            "transform 0 RandomResizedCrop: size must be positive integers of at most 2147483647, got [3000000000]");
+            "transform 0 RandomResizedCrop: size must be positive integers of at most 2147483647, got 3000000000");
   EXPECT_EQ(config_error({TransformSpec{"center_crop", {{"size", {1e300}}}}}).rfind("transform 0 CenterCrop: size", 0),
             0);
   // Each side fits, the output's byte count does not.

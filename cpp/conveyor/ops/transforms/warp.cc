@@ -14,6 +14,7 @@
 #include "conveyor/core/error.h"
 #include "conveyor/core/number_format.h"
 #include "conveyor/ops/resize.h"
+#include "conveyor/ops/transforms/image_step.h"
 #include "conveyor/ops/transforms/vector_clones.h"
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
@@ -395,23 +396,23 @@ void warp_nearest(const Image& src, const Warp& warp, std::array<int, 2> origin,
 // Arguments shared by the warps.
 Interpolation read_interpolation(TransformArgs& args, Interpolation fallback) {
   const double v = args.number("interpolation", static_cast<double>(fallback));
-  args.check(v == 0 || v == 1, "interpolation must be 0 (nearest) or 1 (bilinear)");
+  args.check(v == 0 || v == 1, "interpolation must be 0 (nearest) or 1 (bilinear), got " + args.given("interpolation"));
   return static_cast<Interpolation>(static_cast<int>(v));
 }
 
 std::optional<std::array<double, 2>> read_center(TransformArgs& args) {
   if (!args.has("center")) return std::nullopt;
   const std::vector<double> c = args.numbers("center", 2);
-  for (const double v : c) args.check(std::isfinite(v), "center must be finite");
+  for (const double v : c) args.check(std::isfinite(v), "center must be finite, got " + args.given("center"));
   return std::array<double, 2>{c[0], c[1]};
 }
 
 // A range (lo, hi) with lo <= hi, finite.
 std::array<double, 2> read_range(TransformArgs& args, std::string_view arg, size_t count = 2) {
   const std::vector<double> v = args.numbers(arg, count);
-  for (const double x : v) args.check(std::isfinite(x), std::string(arg) + " must be finite");
+  for (const double x : v) args.check(std::isfinite(x), std::string(arg) + " must be finite, got " + args.given(arg));
   for (size_t i = 0; i + 1 < v.size(); i += 2) {
-    args.check(v[i] <= v[i + 1], std::string(arg) + " must be ranges (min, max) with min <= max");
+    args.check(v[i] <= v[i + 1], std::string(arg) + " must be (min, max) with min <= max, got " + args.given(arg));
   }
   return {v[0], v[1]};
 }
@@ -759,17 +760,18 @@ std::unique_ptr<const TransformStep> make_random_affine_step(const TransformPara
   r.degrees = read_range(args, "degrees");
   if (args.has("translate")) {
     const std::vector<double> t = args.numbers("translate", 2);
-    for (const double v : t) args.check(v >= 0 && v <= 1, "translate values must be in [0, 1]");
+    for (const double v : t)
+      args.check(v >= 0 && v <= 1, "translate values must be in [0, 1], got " + args.given("translate"));
     r.translate = std::array<double, 2>{t[0], t[1]};
   }
   if (args.has("scale")) {
     const std::array<double, 2> s = read_range(args, "scale");
-    args.check(s[0] > 0, "scale values must be positive");
+    args.check(s[0] > 0, "scale values must be positive, got " + args.given("scale"));
     r.scale = s;
   }
   if (args.has("shear")) {
     r.shear = args.numbers("shear");
-    args.check(r.shear.size() == 2 || r.shear.size() == 4, "shear must have 2 or 4 values");
+    args.check(r.shear.size() == 2 || r.shear.size() == 4, "shear must have 2 or 4 values, got " + args.given("shear"));
     read_range(args, "shear", r.shear.size());
   }
   const Interpolation interpolation = read_interpolation(args, Interpolation::kNearest);
@@ -782,9 +784,9 @@ std::unique_ptr<const TransformStep> make_random_affine_step(const TransformPara
 std::unique_ptr<const TransformStep> make_random_perspective_step(const TransformParams& params) {
   TransformArgs args("RandomPerspective", params);
   const double distortion = args.number("distortion_scale", 0.5);
-  args.check(distortion >= 0 && distortion <= 1, "distortion_scale must be in [0, 1]");
-  const double p = args.number("p", 0.5);
-  args.check(p >= 0 && p <= 1, "p must be in [0, 1]");
+  args.check(distortion >= 0 && distortion <= 1,
+             "distortion_scale must be in [0, 1], got " + args.given("distortion_scale"));
+  const double p = probability_arg(args, 0.5);
   const Interpolation interpolation = read_interpolation(args, Interpolation::kBilinear);
   FillArg fill = FillArg::read(args);
   args.finish();
@@ -816,7 +818,7 @@ void affine_function(const TransformParams& params, SampleImage& sample) {
   const double angle = args.number("angle");
   const std::vector<double> translate = args.numbers("translate", 2);
   const double scale = args.number("scale");
-  args.check(scale > 0, "scale must be positive");
+  args.check(scale > 0, "scale must be positive, got " + args.given("scale"));
   const std::vector<double> shear = args.numbers("shear", 2);
   for (const double v : translate) args.check(std::isfinite(v), "translate must be finite");
   for (const double v : shear) args.check(std::isfinite(v), "shear must be finite");

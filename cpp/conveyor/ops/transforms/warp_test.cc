@@ -327,18 +327,19 @@ TEST(WarpTest, ErrorsNameTheArgument) {
     return std::string("accepted");
   };
   EXPECT_EQ(error({"random_rotation", {{"degrees", {10, -10}}}}),
-            "transform 0 RandomRotation: degrees must be ranges (min, max) with min <= max");
+            "transform 0 RandomRotation: degrees must be (min, max) with min <= max, got [10, -10]");
   EXPECT_EQ(error({"random_rotation", {{"degrees", {0, 10}}, {"interpolation", {2}}}}),
-            "transform 0 RandomRotation: interpolation must be 0 (nearest) or 1 (bilinear)");
+            "transform 0 RandomRotation: interpolation must be 0 (nearest) or 1 (bilinear), got 2");
   EXPECT_EQ(error({"random_affine", {{"degrees", {0, 0}}, {"translate", {0.5, 1.5}}}}),
-            "transform 0 RandomAffine: translate values must be in [0, 1]");
+            "transform 0 RandomAffine: translate values must be in [0, 1], got [0.5, 1.5]");
   EXPECT_EQ(error({"random_affine", {{"degrees", {0, 0}}, {"scale", {0, 1}}}}),
-            "transform 0 RandomAffine: scale values must be positive");
+            "transform 0 RandomAffine: scale values must be positive, got [0, 1]");
   EXPECT_EQ(error({"random_affine", {{"degrees", {0, 0}}, {"shear", {1, 2, 3}}}}),
-            "transform 0 RandomAffine: shear must have 2 or 4 values");
+            "transform 0 RandomAffine: shear must have 2 or 4 values, got [1, 2, 3]");
   EXPECT_EQ(error({"random_perspective", {{"distortion_scale", {1.5}}}}),
-            "transform 0 RandomPerspective: distortion_scale must be in [0, 1]");
-  EXPECT_EQ(error({"random_perspective", {{"p", {-0.5}}}}), "transform 0 RandomPerspective: p must be in [0, 1]");
+            "transform 0 RandomPerspective: distortion_scale must be in [0, 1], got 1.5");
+  EXPECT_EQ(error({"random_perspective", {{"p", {-0.5}}}}),
+            "transform 0 RandomPerspective: p must be in [0, 1], got -0.5");
 }
 
 }  // namespace
