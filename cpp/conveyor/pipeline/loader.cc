@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <deque>
 #include <iterator>
 #include <limits>
 #include <new>
@@ -25,276 +24,23 @@
 #include "conveyor/core/fork_guard.h"
 #include "conveyor/core/number_format.h"
 #include "conveyor/core/rng.h"
+#include "conveyor/pipeline/epoch_run.h"
 
 namespace conveyor {
 
-namespace detail {
-
-// A failure kept as plain strings: Error (a std::runtime_error) shares its
-// message buffer between copies, which must not cross threads. The
-// attachment (e.g. a Python exception) is reference counted atomically.
-struct SampleError {
-  ErrorKind kind;
-  std::string cause;
-  std::string key;
-  std::shared_ptr<const ErrorAttachment> attachment = nullptr;
-
-  static SampleError from(const Error& e, const std::string& key) {
-    return {e.kind(), e.cause(), e.key().empty() ? key : e.key(), e.attachment()};
-  }
-
-  Error to_error() const { return Error(kind, cause, key, attachment); }
-};
-
-// A sample slot of an in-flight batch. A slot is `busy` from the moment a task
-// is issued for it until that task finishes, even if the slot was reassigned
-// meanwhile (ticket changed): the old task may still be writing the slot's
-// memory, so the slot is not issued again before it is idle.
-struct Slot {
-  enum class State { kEmpty, kPending, kDone, kFailed };
-  State state = State::kEmpty;
-  int64_t position = -1;
-  uint64_t ticket = 0;  // 0: not assigned.
-  bool busy = false;
-  std::optional<SampleError> error;
-};
-
-struct InFlightBatch {
-  int64_t index = 0;
-  PooledBuffer buffer;
-  std::vector<Slot> slots;
-  std::vector<int64_t> labels;
-  std::vector<std::vector<BoundingBox>> boxes;
-  int64_t issued = 0;  // Slots [0, issued) are assigned, in position order.
-  // Batch mix (LoaderOptions::batch_mix): started once the batch's positions
-  // are final, done when its buffer and soft labels are mixed (or it failed).
-  bool mixing = false;
-  bool mixed = false;
-  std::vector<float> soft_labels;
-  std::optional<SampleError> mix_error;
-  std::vector<SampleOutput> samples;  // Variable-shape samples, by slot (then `buffer` is empty).
-};
-
-// What a task works on: a slot of an in-flight batch, and the ticket that
-// tells whether the slot is still the task's (a skip may reassign it).
-struct SlotTicket {
-  int64_t batch = 0;
-  int64_t slot = 0;
-  uint64_t ticket = 0;
-};
-
-// The cpu pool runs a sample's work in the epoch's order (ThreadPool::
-// submit_in_order): reads that finish out of order on the io pool must not
-// let a later batch's samples be decoded before the batch the consumer waits
-// for.
-static int64_t queue_order(const SlotTicket& task, int64_t batch_size) noexcept {
-  return task.batch * batch_size + task.slot;
-}
-
-// One epoch: the order, the in-flight batches and their slots. Tasks hold a
-// shared_ptr to it. Every field and method is guarded by the loader's mutex:
-// callers hold it.
-struct EpochRun : std::enable_shared_from_this<EpochRun> {
-  EpochRun(int64_t epoch_, std::vector<int64_t> order_, int64_t start_position, int64_t start_batch,
-           int64_t batch_size_, int64_t prefetch_)
-      : epoch(epoch_),
-        order(std::move(order_)),
-        batch_size(batch_size_),
-        prefetch(prefetch_),
-        next_position(start_position),
-        front_index(start_batch) {}
-
-  const int64_t epoch;
-  const std::vector<int64_t> order;  // Sample index at each position of the epoch.
-  const int64_t batch_size;
-  int64_t prefetch;                   // Most batches in flight or ready at once (autotune may change it).
-  int64_t next_position;              // Next position to issue.
-  std::deque<InFlightBatch> batches;  // front() is the next to deliver.
-  int64_t front_index;                // Batch index of batches.front().
-  uint64_t last_ticket = 0;
-  int64_t outstanding = 0;  // Tasks issued and not yet finished.
-  bool cancelled = false;
-  // Cancelled by stop(): ends the waits of reads in flight (a remote read's
-  // backoff), which see it as their thread's current Cancellation.
-  Cancellation stopping;
-  bool finished = false;
-  bool mixes = false;                // Batches are mixed (batch_mix) before hand-off.
-  bool variable = false;             // Samples have their own buffers (the transform has no fixed shape).
-  std::optional<SampleError> fatal;  // A failure outside any sample (e.g. allocation), raised by next().
-  std::vector<SkippedSample> skipped;
-
-  bool at_end() const { return next_position >= static_cast<int64_t>(order.size()); }
-  InFlightBatch& batch(int64_t index) { return batches[static_cast<size_t>(index - front_index)]; }
-  Slot& slot(const SlotTicket& task) { return batch(task.batch).slots[static_cast<size_t>(task.slot)]; }
-
-  // Assigns the next position of the order to the first unassigned slot
-  // (starting a batch with a buffer from `pool` when prefetch allows) and
-  // counts its task as outstanding. Nothing when the epoch is over, prefetch
-  // batches are under way, or the slot's old task still runs (its finish
-  // resumes issuing). Throws when a buffer cannot be allocated.
-  std::optional<SlotTicket> assign_next_slot(BufferPool& pool) {
-    if (cancelled || finished || at_end()) return std::nullopt;
-    InFlightBatch* target = nullptr;
-    for (auto& b : batches) {
-      if (b.issued < batch_size) {
-        target = &b;
-        break;
-      }
-    }
-    if (target == nullptr) {
-      if (static_cast<int64_t>(batches.size()) >= prefetch) return std::nullopt;
-      InFlightBatch b;
-      b.index = front_index + static_cast<int64_t>(batches.size());
-      if (variable) {
-        b.samples.resize(static_cast<size_t>(batch_size));
-      } else {
-        b.buffer = pool.acquire();
-      }
-      b.slots.resize(static_cast<size_t>(batch_size));
-      b.labels.resize(static_cast<size_t>(batch_size), -1);
-      b.boxes.resize(static_cast<size_t>(batch_size));
-      batches.push_back(std::move(b));
-      target = &batches.back();
-    }
-    Slot& s = target->slots[static_cast<size_t>(target->issued)];
-    if (s.busy) return std::nullopt;
-    s.state = Slot::State::kPending;
-    s.position = next_position++;
-    s.ticket = ++last_ticket;
-    s.busy = true;
-    s.error.reset();
-    ++outstanding;
-    return SlotTicket{target->index, target->issued++, s.ticket};
-  }
-
-  // The sample `task` is to work on, or nothing when the run was cancelled or
-  // the slot reassigned (the task then only has to finish).
-  std::optional<int64_t> sample_for(const SlotTicket& task) {
-    const Slot& s = slot(task);
-    if (cancelled || s.ticket != task.ticket) return std::nullopt;
-    return order[static_cast<size_t>(s.position)];
-  }
-
-  // Ends `task`: its slot is idle again and it no longer counts as outstanding.
-  void end_task(const SlotTicket& task) {
-    --outstanding;
-    slot(task).busy = false;
-  }
-
-  // Records the outcome of a finished task (label and boxes, or its error)
-  // in its slot, unless the slot was reassigned or the run cancelled. Under
-  // kSkip a failure drops the position (skip_and_shift). Returns whether the
-  // outcome was current.
-  bool record_finished(const SlotTicket& task, int64_t label, std::vector<BoundingBox> boxes, const SampleError* error,
-                       OnError on_error) {
-    end_task(task);
-    Slot& s = slot(task);
-    if (cancelled || s.ticket != task.ticket) return false;
-    InFlightBatch& b = batch(task.batch);
-    if (error == nullptr) {
-      s.state = Slot::State::kDone;
-      b.labels[static_cast<size_t>(task.slot)] = label;
-      b.boxes[static_cast<size_t>(task.slot)] = std::move(boxes);
-    } else if (on_error == OnError::kRaise) {
-      s.state = Slot::State::kFailed;
-      s.error = *error;
-    } else {
-      skip_and_shift(task, *error);
-    }
-    return true;
-  }
-
-  // Drops the failed position of `task` and shifts every later one down a
-  // slot: slots from the failed one on are unassigned and will be assigned
-  // again in order (positions after the failure move up). Records of skips
-  // after this one are dropped, as those positions are issued again and
-  // re-recorded if they fail again.
-  void skip_and_shift(const SlotTicket& task, const SampleError& error) {
-    const int64_t position = slot(task).position;
-    std::erase_if(skipped, [&](const SkippedSample& s) { return s.position > position; });
-    skipped.push_back({position, error.key, error.cause});
-    next_position = position + 1;
-    for (auto& b : batches) {
-      if (b.index < task.batch) continue;
-      const int64_t first = b.index == task.batch ? task.slot : 0;
-      for (int64_t i = first; i < b.issued; ++i) {
-        Slot& s = b.slots[static_cast<size_t>(i)];
-        s.state = Slot::State::kEmpty;
-        s.ticket = 0;
-        s.error.reset();
-      }
-      b.issued = std::min(b.issued, first);
-    }
-  }
-
-  // True when no batch has a sample and none can start: the epoch is over.
-  bool exhausted() const { return (batches.empty() || batches.front().issued == 0) && at_end(); }
-
-  // True when the front batch can be handed out (or raised): every assigned
-  // slot is done or failed, it is full or the order is exhausted, and no
-  // unassigned slot's old task can still write its buffer (possible after a
-  // skip near the end of the epoch).
-  bool front_ready() const {
-    if (batches.empty() || batches.front().issued == 0) return false;
-    const InFlightBatch& front = batches.front();
-    if (front.issued < batch_size && !at_end()) return false;
-    for (int64_t i = 0; i < front.issued; ++i) {
-      const Slot::State state = front.slots[static_cast<size_t>(i)].state;
-      if (state != Slot::State::kDone && state != Slot::State::kFailed) return false;
-    }
-    for (int64_t i = front.issued; i < batch_size; ++i) {
-      if (front.slots[static_cast<size_t>(i)].busy) return false;
-    }
-    return !mixes || front.mixed || front_failure() != nullptr;
-  }
-
-  // The first failed slot's error of the front batch (once front_ready()),
-  // else its batch mix's error, or null.
-  const SampleError* front_failure() const {
-    const InFlightBatch& front = batches.front();
-    for (int64_t i = 0; i < front.issued; ++i) {
-      const Slot& s = front.slots[static_cast<size_t>(i)];
-      if (s.state == Slot::State::kFailed) return &*s.error;
-    }
-    return front.mix_error ? &*front.mix_error : nullptr;
-  }
-
-  // True when the front batch (once front_ready()) has fewer than batch_size samples.
-  bool front_partial() const { return batches.front().issued < batch_size; }
-
-  // Hands the front batch (once front_ready(), without failure) out as a Batch.
-  std::shared_ptr<Batch> take_front(const SampleSpec& spec, int64_t num_classes) {
-    InFlightBatch& front = batches.front();
-    const int64_t size = front.issued;
-    const int64_t end_position = front.slots[static_cast<size_t>(size - 1)].position + 1;
-    front.labels.resize(static_cast<size_t>(size));
-    front.boxes.resize(static_cast<size_t>(size));
-    if (variable) front.samples.resize(static_cast<size_t>(size));
-    auto taken = std::make_shared<Batch>(front.index, size, end_position, spec, std::move(front.buffer),
-                                         std::move(front.labels), std::move(front.boxes), std::move(front.soft_labels),
-                                         mixes ? num_classes : 0, std::move(front.samples));
-    batches.pop_front();
-    ++front_index;
-    return taken;
-  }
-
-  // True when `b` has every sample done (a full batch, or the last one).
-  bool complete(const InFlightBatch& b) const {
-    if (b.issued == 0 || (b.issued < batch_size && !at_end())) return false;
-    for (int64_t i = 0; i < b.issued; ++i) {
-      if (b.slots[static_cast<size_t>(i)].state != Slot::State::kDone) return false;
-    }
-    return true;
-  }
-};
-
-}  // namespace detail
-
 using detail::EpochRun;
+using detail::NextStep;
+using detail::queue_order;
 using detail::SampleError;
 using detail::SlotTicket;
 
 namespace {
+
+// A failure to submit work (a thread that cannot start, a full queue's
+// allocation): the epoch ends with it.
+SampleError cannot_start(const std::exception& e) {
+  return {ErrorKind::kInternal, std::string("cannot start more work: ") + e.what(), {}};
+}
 
 LoaderOptions validated(LoaderOptions options, const Source& source) {
   check_config(options.batch_size >= 1, "batch_size must be >= 1, got " + std::to_string(options.batch_size));
@@ -662,26 +408,20 @@ void Loader::issue_locked(EpochRun& run) {
   } catch (const std::bad_alloc&) {
     // Nearly always the next batch's buffer, the one allocation that scales
     // with batch_size.
-    if (!run.fatal) {
-      run.fatal = SampleError{ErrorKind::kInternal,
-                              "out of memory for the next batch (its buffer is " +
-                                  human_bytes(static_cast<double>(pool_.buffer_bytes())) + ": batch_size " +
-                                  std::to_string(options_.batch_size) + " x " + std::to_string(sample_bytes_) +
-                                  " bytes per sample)",
-                              {}};
-    }
-    run.cancelled = true;
+    run.fail(SampleError{ErrorKind::kInternal,
+                         "out of memory for the next batch (its buffer is " +
+                             human_bytes(static_cast<double>(pool_.buffer_bytes())) + ": batch_size " +
+                             std::to_string(options_.batch_size) + " x " + std::to_string(sample_bytes_) +
+                             " bytes per sample)",
+                         {}});
     cv_.notify_all();
   } catch (const Error& e) {
     // Already says what failed (e.g. "allocator: allocate(N) raised ..."):
     // kept as it is, with its kind.
-    if (!run.fatal) run.fatal = SampleError::from(e, {});
-    run.cancelled = true;
+    run.fail(SampleError::from(e, {}));
     cv_.notify_all();
   } catch (const std::exception& e) {
-    if (!run.fatal)
-      run.fatal = SampleError{ErrorKind::kInternal, std::string("cannot start more work: ") + e.what(), {}};
-    run.cancelled = true;
+    run.fail(cannot_start(e));
     cv_.notify_all();
   }
 }
@@ -903,27 +643,21 @@ NextResult Loader::next(std::chrono::duration<double> timeout) {
   }
   for (;;) {
     std::shared_ptr<EpochRun> run = run_;
-    if (run != nullptr && run->fatal && !run->finished) {
-      run->finished = true;
+    const NextStep step = run == nullptr ? NextStep::kEnd : run->next_step(options_.drop_last);
+    if (step == NextStep::kRaiseFatal) {
       Error error = run->fatal->to_error();
       stop_locked(lock);
       throw error;
     }
-    if (run == nullptr || run->finished || run->cancelled) return {NextResult::Status::kEnd, nullptr};
-    if (run->exhausted()) {
-      run->finished = true;
-      return {NextResult::Status::kEnd, nullptr};
-    }
-    if (run->front_ready()) {
+    if (step == NextStep::kEnd) return {NextResult::Status::kEnd, nullptr};
+    if (step != NextStep::kWait) {
       wait_ns_ += steady_ns() - wait_started;
-      if (const SampleError* failure = run->front_failure()) {
-        Error error = failure->to_error();
-        run->finished = true;
+      if (step == NextStep::kRaiseSample) {
+        Error error = run->front_failure()->to_error();
         stop_locked(lock);
         throw error;
       }
-      if (run->front_partial() && options_.drop_last) {
-        run->finished = true;
+      if (step == NextStep::kDropPartial) {
         stop_locked(lock);  // The dropped batch's buffer goes back to the pool.
         return {NextResult::Status::kEnd, nullptr};
       }
@@ -972,23 +706,15 @@ std::vector<BoundingBox> Loader::apply_variable_sample(Record& record, SampleRng
 }
 
 void Loader::start_batch_mixes_locked(EpochRun& run) {
-  // A batch's positions are final once it and every batch before it are
-  // complete: a skip shifts only the positions after an unfinished sample.
-  for (auto& b : run.batches) {
-    if (run.cancelled || !run.complete(b)) return;
-    if (b.mixing || b.mixed) continue;
-    b.mixing = true;
-    ++run.outstanding;  // stop() waits for the mix like for a sample.
+  const std::vector<int64_t> started = run.start_mixes();
+  for (size_t i = 0; i < started.size(); ++i) {
     try {
       // Ahead of the queued samples of later batches (with reads inline the
       // queue holds every issued slot): the mix completes an earlier batch.
-      cpu_pool_->submit_first([this, run = run.shared_from_this(), index = b.index] { mix_task(run, index); });
+      cpu_pool_->submit_first([this, run = run.shared_from_this(), index = started[i]] { mix_task(run, index); });
     } catch (const std::exception& e) {
-      --run.outstanding;
-      b.mixing = false;
-      if (!run.fatal)
-        run.fatal = SampleError{ErrorKind::kInternal, std::string("cannot start more work: ") + e.what(), {}};
-      run.cancelled = true;
+      for (size_t j = i; j < started.size(); ++j) run.mix_not_started(started[j]);
+      run.fail(cannot_start(e));
       cv_.notify_all();
       return;
     }
@@ -1004,8 +730,7 @@ void Loader::mix_task(const std::shared_ptr<EpochRun>& run, int64_t batch_index)
   {
     std::lock_guard lock(mu_);
     if (run->cancelled) {
-      --run->outstanding;
-      if (run->outstanding == 0) cv_.notify_all();
+      if (run->end_cancelled_mix()) cv_.notify_all();
       return;
     }
     // The batch stays in place (and its memory untouched by other tasks)
@@ -1041,13 +766,7 @@ void Loader::mix_task(const std::shared_ptr<EpochRun>& run, int64_t batch_index)
     }
   }
   std::lock_guard lock(mu_);
-  --run->outstanding;
-  detail::InFlightBatch& b = run->batch(batch_index);
-  b.mixing = false;
-  b.mixed = true;
-  b.soft_labels = std::move(soft_labels);
-  b.mix_error = std::move(error);
-  if (batch_index == run->front_index || run->outstanding == 0) cv_.notify_all();
+  if (run->end_mix(batch_index, std::move(soft_labels), std::move(error))) cv_.notify_all();
 }
 
 void Loader::stop() {
@@ -1063,8 +782,7 @@ void Loader::stop() {
 void Loader::stop_locked(std::unique_lock<std::mutex>& lock) {
   if (run_ == nullptr) return;
   std::shared_ptr<EpochRun> run = run_;
-  run->cancelled = true;
-  run->stopping.cancel();
+  run->cancel();
   cv_.notify_all();
   // Queued tasks see `cancelled` and finish at once; running ones finish their sample.
   cv_.wait(lock, [&] { return run->outstanding == 0; });
