@@ -257,6 +257,25 @@ void bind_pipeline(nb::module_& m) {
       .def_prop_ro("threads", [](const PythonOwnedLoader& l) { return l.options().threads; })
       .def_prop_ro("io_threads", [](const PythonOwnedLoader& l) { return l.options().io_threads; })
       .def("segment_samples", &Loader::segment_samples, nb::arg("segment_start"))
+      .def(
+          "saved_position",
+          [](const PythonOwnedLoader& l, int64_t epoch, int64_t position, int64_t batch, int64_t segment_start) {
+            const SavedPosition saved = l.saved_position({epoch, position, batch, segment_start});
+            return nb::make_tuple(saved.epoch, saved.position, saved.batch, *saved.world_size, saved.segment_start);
+          },
+          nb::arg("epoch"), nb::arg("position"), nb::arg("batch"), nb::arg("segment_start"),
+          "(epoch, global position, batch, world_size, segment_start) of this rank at `position` of its order.")
+      .def(
+          "resume_point",
+          [](const PythonOwnedLoader& l, int64_t epoch, int64_t position, int64_t batch,
+             std::optional<int64_t> world_size, int64_t segment_start) {
+            const EpochStart start = l.resume_point({epoch, position, batch, world_size, segment_start});
+            return nb::make_tuple(start.epoch, start.position, start.batch, start.segment_start);
+          },
+          nb::arg("epoch"), nb::arg("position"), nb::arg("batch"), nb::arg("world_size").none(),
+          nb::arg("segment_start"),
+          "Where this rank resumes a saved epoch: (epoch, position in its order, batch, segment_start); "
+          "ConfigError naming the key when the state cannot come from this loader.")
       .def("start_epoch", &Loader::start_epoch, nb::arg("epoch"), nb::arg("start_position") = 0,
            nb::arg("start_batch") = 0, nb::arg("segment_start") = 0, nb::call_guard<nb::gil_scoped_release>())
       .def(

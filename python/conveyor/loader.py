@@ -20,7 +20,6 @@ import numpy
 
 from conveyor import _conveyor, _device
 from conveyor._checks import (
-    INT64_MAX,
     INT_MAX,
     UINT64_MAX,
     check_bool,
@@ -598,12 +597,15 @@ class Loader:
         else:
             epoch, local, batch = self._epoch, self._start_position, self._start_batch
             segment = self._start_segment
+        epoch, position, batch, world_size, segment = self._engine.saved_position(
+            epoch, local, batch, segment
+        )
         return {
             "seed": self._seed,
             "epoch": epoch,
-            "position": segment + local * self._world_size,
+            "position": position,
             "batch": batch,
-            "world_size": self._world_size,
+            "world_size": world_size,
             "segment_start": segment,
         }
 
@@ -630,43 +632,16 @@ class Loader:
                 else ""
             )
             raise ConfigError(f"state was saved with seed {seed}, this loader has seed {self._seed}{hint}")
-        epoch = check_int(state["epoch"], "state['epoch']", minimum=0, maximum=_conveyor.Loader.MAX_EPOCH)
-        if "world_size" in state:
-            world = check_int(state["world_size"], "state['world_size']", minimum=1)
-            segment = check_int(
-                state.get("segment_start", 0), "state['segment_start']", minimum=0, maximum=len(self.source)
-            )
-            # The last positions may be past the source's size: the padding.
-            most = INT64_MAX
-            if world == self._world_size:
-                most = segment + self._engine.segment_samples(segment) * world
-            position = check_int(state["position"], "state['position']", minimum=segment, maximum=most)
-        else:  # Saved before positions were global: this rank's position.
-            world, segment = self._world_size, 0
-            samples = self._engine.num_samples
-            local = check_int(state["position"], "state['position']", minimum=0, maximum=samples)
-            position = local * world
-        if world != self._world_size:
-            # Another world size: what the old ranks left of the epoch's global
-            # order is dealt among this world's ranks from its start.
-            batch = check_int(state["batch"], "state['batch']", minimum=0)
-            segment, local = min(position, len(self.source)), 0
-        else:
-            if (position - segment) % world != 0:
-                raise ConfigError(
-                    f"state['position'] = {position} is not a whole number of steps of {world} ranks "
-                    f"from state['segment_start'] = {segment}"
-                )
-            local = (position - segment) // world
-            most = self._batches_after(0, segment)
-            batch = check_int(state["batch"], "state['batch']", minimum=0, maximum=most)
-            # Each batch handed out covers at least batch_size positions, except
-            # the last one of the epoch.
-            if min(batch * self.batch_size, self._engine.segment_samples(segment)) > local:
-                raise ConfigError(
-                    f"state['batch'] = {batch} batches of {self.batch_size} need more than position "
-                    f"{local} of the epoch"
-                )
+        # The values' types here; where they may lie, the engine's rule
+        # (Loader::resume_point), with the same ConfigErrors naming the key.
+        epoch, position, batch = (
+            check_int(state[key], f"state[{key!r}]") for key in ("epoch", "position", "batch")
+        )
+        world = None
+        if "world_size" in state:  # Else saved before positions were global: this rank's position.
+            world = check_int(state["world_size"], "state['world_size']")
+        segment = check_int(state.get("segment_start", 0), "state['segment_start']")
+        epoch, local, batch, segment = self._engine.resume_point(epoch, position, batch, world, segment)
         self._epoch, self._start_position, self._start_batch = epoch, local, batch
         self._start_segment = segment
         self._running_epoch = None

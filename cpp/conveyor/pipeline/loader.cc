@@ -316,6 +316,55 @@ int64_t Loader::batches_after(int64_t position, int64_t segment_start) const {
   return batches_of(samples - position);
 }
 
+SavedPosition Loader::saved_position(const EpochStart& start) const {
+  return {start.epoch, start.segment_start + start.position * options_.world_size, start.batch, options_.world_size,
+          start.segment_start};
+}
+
+EpochStart Loader::resume_point(const SavedPosition& saved) const {
+  const auto check_key = [](int64_t value, const char* key, int64_t minimum, int64_t maximum) {
+    const std::string what = std::string("state['") + key + "']";
+    check_config(value >= minimum, what + " must be >= " + std::to_string(minimum) + ", got " + std::to_string(value));
+    check_config(value <= maximum, what + " must be <= " + std::to_string(maximum) + ", got " + std::to_string(value));
+  };
+  constexpr int64_t kMost = std::numeric_limits<int64_t>::max();
+  const int64_t world = options_.world_size;
+  const int64_t n = source_->epoch_size();
+  check_key(saved.epoch, "epoch", 0, kMaxEpoch);
+  int64_t saved_world = world;
+  int64_t position = 0;
+  int64_t segment = 0;
+  if (saved.world_size) {
+    saved_world = *saved.world_size;
+    check_key(saved_world, "world_size", 1, kMost);
+    segment = saved.segment_start;
+    check_key(segment, "segment_start", 0, n);
+    // The last positions may be past the source's size: the padding.
+    const int64_t most = saved_world == world ? segment + segment_samples(segment) * world : kMost;
+    check_key(saved.position, "position", segment, most);
+    position = saved.position;
+  } else {
+    check_key(saved.position, "position", 0, samples_per_epoch_);
+    position = saved.position * world;
+  }
+  if (saved_world != world) {
+    check_key(saved.batch, "batch", 0, kMost);
+    return {saved.epoch, 0, saved.batch, std::min(position, n)};
+  }
+  check_config((position - segment) % world == 0,
+               "state['position'] = " + std::to_string(position) + " is not a whole number of steps of " +
+                   std::to_string(world) + " ranks from state['segment_start'] = " + std::to_string(segment));
+  const int64_t local = (position - segment) / world;
+  check_key(saved.batch, "batch", 0, batches_after(0, segment));
+  // Each batch handed out covers at least batch_size positions, except the
+  // last one of the epoch.
+  check_config(std::min(saved.batch * options_.batch_size, segment_samples(segment)) <= local,
+               "state['batch'] = " + std::to_string(saved.batch) + " batches of " +
+                   std::to_string(options_.batch_size) + " need more than position " + std::to_string(local) +
+                   " of the epoch");
+  return {saved.epoch, local, saved.batch, segment};
+}
+
 int64_t Loader::segment_samples(int64_t segment_start) const {
   const int64_t n = source_->epoch_size();
   check_config(
@@ -396,7 +445,7 @@ void Loader::start_epoch(int64_t epoch, int64_t start_position, int64_t start_ba
   wait_ns_ = 0;
   batches_delivered_ = 0;
   epoch_started_ = std::chrono::steady_clock::now();
-  autotune_->begin_epoch(steady_ns(), autotune_counters_locked(0));
+  autotune_->begin_epoch(steady_ns(), counters_locked(0));
   issue_locked(*run);
 }
 
@@ -792,17 +841,20 @@ void Loader::stop_locked(std::unique_lock<std::mutex>& lock) {
 LoaderStats Loader::stats() const {
   check_not_forked();
   std::lock_guard lock(mu_);
+  // The same snapshot of the counters autotune reads.
+  const AutotuneCounters counters = counters_locked(0);
   LoaderStats stats;
-  stats.samples_read = samples_read_;
-  stats.samples_processed = samples_processed_;
+  stats.samples_read = counters.reads;
+  stats.samples_processed = counters.processed;
   for (const auto& count : part_samples_) stats.samples_per_part.push_back(count);
-  stats.read_seconds = static_cast<double>(read_ns_) * 1e-9;
-  stats.process_seconds = static_cast<double>(process_ns_) * 1e-9;
-  stats.read_cpu_seconds = static_cast<double>(read_cpu_ns_) * 1e-9;
-  stats.read_lock_wait_seconds = static_cast<double>(read_lock_wait_ns_) * 1e-9;
-  stats.process_cpu_seconds = static_cast<double>(process_cpu_ns_) * 1e-9;
-  stats.wait_seconds = static_cast<double>(wait_ns_) * 1e-9;
-  stats.batches_delivered = batches_delivered_;
+  stats.read_seconds = static_cast<double>(counters.read_ns) * 1e-9;
+  stats.process_seconds = static_cast<double>(counters.process_ns) * 1e-9;
+  stats.read_cpu_seconds = static_cast<double>(counters.read_cpu_ns) * 1e-9;
+  stats.read_lock_wait_seconds = static_cast<double>(counters.read_lock_wait_ns) * 1e-9;
+  stats.process_cpu_seconds = static_cast<double>(counters.process_cpu_ns) * 1e-9;
+  stats.wait_seconds = static_cast<double>(counters.wait_ns) * 1e-9;
+  stats.batches_delivered = counters.batches_taken;
+  stats.batches_ready = counters.batches_ready;
   stats.buffers_allocated = static_cast<int64_t>(pool_.allocated() + sample_pool_.allocated());
   stats.buffers_leased = static_cast<int64_t>(pool_.leased() + sample_pool_.leased());
   const AutotuneStatus autotune = autotune_->status();
@@ -833,12 +885,12 @@ LoaderStats Loader::stats() const {
     stats.epoch = run_->epoch;
     stats.skipped = static_cast<int64_t>(run_->skipped.size());
     stats.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_started_).count();
-    for (const auto& batch : run_->batches) ++(run_->complete(batch) ? stats.batches_ready : stats.batches_in_flight);
+    stats.batches_in_flight = static_cast<int64_t>(run_->batches.size()) - counters.batches_ready;
   }
   return stats;
 }
 
-AutotuneCounters Loader::autotune_counters_locked(int64_t waiting_since_ns) const {
+AutotuneCounters Loader::counters_locked(int64_t waiting_since_ns) const {
   AutotuneCounters c;
   c.consumer_steps = consumer_steps_;
   c.consumer_step_ns = consumer_step_ns_;
@@ -865,7 +917,7 @@ void Loader::autotune_tick_locked(int64_t waiting_since_ns) {
   const int64_t now = steady_ns();
   if (now < autotune_->window_end_ns()) return;
   if (std::optional<AutotuneSettings> settings =
-          autotune_->observe(now, autotune_counters_locked(waiting_since_ns), settings_)) {
+          autotune_->observe(now, counters_locked(waiting_since_ns), settings_)) {
     apply_settings_locked(*settings);
   }
 }

@@ -79,6 +79,27 @@ struct SkippedSample {
   std::string cause;
 };
 
+/// Where an epoch stands in its global order, as Loader.state_dict() saves
+/// it: the same on every rank. `position` counts the global order's
+/// positions handed out (all ranks'): with W ranks each at position p of its
+/// share, segment_start + p * W. A state saved before positions were global
+/// has no world size; its position is the rank's own.
+struct SavedPosition {
+  int64_t epoch = 0;
+  int64_t position = 0;
+  int64_t batch = 0;                  ///< Batches handed out.
+  std::optional<int64_t> world_size;  ///< None: an older state (position is the rank's).
+  int64_t segment_start = 0;          ///< Global positions an earlier world size consumed.
+};
+
+/// Where this rank starts an epoch: Loader::start_epoch's arguments.
+struct EpochStart {
+  int64_t epoch = 0;
+  int64_t position = 0;  ///< In this rank's order.
+  int64_t batch = 0;     ///< The number of the first batch.
+  int64_t segment_start = 0;
+};
+
 /// Per-stage counters since the current epoch started (or were reset).
 struct LoaderStats {
   int64_t epoch = 0;
@@ -212,6 +233,17 @@ class Loader {
   /// Error{kConfig} when `position` is outside that part's samples. Any
   /// thread (it reads only the options).
   int64_t batches_after(int64_t position, int64_t segment_start) const;
+  /// The saved position of this rank at `start` (its position and batch
+  /// count in its order): global, the same on every rank. Any thread.
+  SavedPosition saved_position(const EpochStart& start) const;
+  /// Where this rank resumes the epoch `saved` describes: at the saved world
+  /// size, exactly where it stopped (the same batches an uninterrupted run
+  /// gives); at another (elastic resume), what the old ranks left of the
+  /// epoch's global order is dealt among this world's ranks from its start.
+  /// Throws Error{kConfig} naming the key ("state['position'] must be >= 4,
+  /// got 3") when `saved` cannot come from this loader's state_dict(). Any
+  /// thread (it reads only the options and the source's size).
+  EpochStart resume_point(const SavedPosition& saved) const;
   const LoaderOptions& options() const noexcept { return options_; }
   SampleSpec sample_spec() const { return spec_; }
 
@@ -302,9 +334,11 @@ class Loader {
   void check_not_forked() const;
   // This rank's `samples` positions of the epoch's global order from `segment_start` on.
   std::vector<int64_t> epoch_order(int64_t epoch, int64_t segment_start, int64_t samples) const;
-  // Autotune hooks (the policy is in autotune.cc). Counters as they are now,
-  // with a wait under way since `waiting_since_ns` (0: none).
-  AutotuneCounters autotune_counters_locked(int64_t waiting_since_ns) const;
+  // The one snapshot of the counters, as they are now with a wait under way
+  // since `waiting_since_ns` (0: none): what autotune reads and what stats()
+  // reports.
+  AutotuneCounters counters_locked(int64_t waiting_since_ns) const;
+  // Autotune hooks (the policy is in autotune.cc).
   // Closes autotune's window if it ended and applies a change.
   void autotune_tick_locked(int64_t waiting_since_ns);
   // Resizes the pools and the running epoch's prefetch to `settings`.

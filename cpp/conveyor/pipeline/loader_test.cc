@@ -385,6 +385,51 @@ TEST(LoaderTest, ResumeFromABatchEndMatchesAnUninterruptedRun) {
   EXPECT_EQ(rest.batches, expected);
 }
 
+TEST(LoaderTest, ASavedPositionResumesWhereItWasTakenAtAnyWorldSize) {
+  // 30 samples, 2 ranks of 15 each in batches of 4.
+  LoaderOptions o = options(4, 1, 1, 2);
+  o.world_size = 2;
+  o.rank = 1;
+  Loader loader(std::make_shared<MemorySource>(30), std::make_shared<IndexTransform>(0), o);
+  const SavedPosition saved = loader.saved_position({5, 8, 2, 4});
+  EXPECT_EQ(saved.epoch, 5);
+  EXPECT_EQ(saved.position, 4 + 8 * 2);
+  EXPECT_EQ(saved.batch, 2);
+  EXPECT_EQ(saved.world_size, 2);
+  EXPECT_EQ(saved.segment_start, 4);
+  const EpochStart same = loader.resume_point(saved);
+  EXPECT_EQ(same.epoch, 5);
+  EXPECT_EQ(same.position, 8);
+  EXPECT_EQ(same.batch, 2);
+  EXPECT_EQ(same.segment_start, 4);
+  // Saved by 3 ranks: what they left of the global order is dealt from its start.
+  const EpochStart elastic = loader.resume_point({5, 19, 7, 3, 1});
+  EXPECT_EQ(elastic.position, 0);
+  EXPECT_EQ(elastic.batch, 7);
+  EXPECT_EQ(elastic.segment_start, 19);
+  // An older state (no world size): the rank's own position.
+  const EpochStart older = loader.resume_point({5, 8, 2, std::nullopt, 0});
+  EXPECT_EQ(older.position, 8);
+  EXPECT_EQ(older.segment_start, 0);
+  const auto error = [&](const SavedPosition& bad) {
+    try {
+      loader.resume_point(bad);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+      return e.cause();
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error({-1, 0, 0, 2, 0}), "state['epoch'] must be >= 0, got -1");
+  EXPECT_EQ(error({0, 3, 0, 2, 4}), "state['position'] must be >= 4, got 3");
+  EXPECT_EQ(error({0, 5, 0, 2, 4}),
+            "state['position'] = 5 is not a whole number of steps of 2 ranks from state['segment_start'] = 4");
+  EXPECT_EQ(error({0, 0, 0, 2, 31}), "state['segment_start'] must be <= 30, got 31");
+  EXPECT_EQ(error({0, 8, 3, 2, 0}), "state['batch'] = 3 batches of 4 need more than position 4 of the epoch");
+  EXPECT_EQ(error({0, 8, 5, 2, 0}), "state['batch'] must be <= 4, got 5");
+  EXPECT_EQ(error({0, 0, 0, 0, 0}), "state['world_size'] must be >= 1, got 0");
+}
+
 TEST(LoaderTest, DistributedRanksShareTheEpochDisjointly) {
   for (bool drop_last : {false, true}) {
     std::vector<int64_t> all;
