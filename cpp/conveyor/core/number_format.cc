@@ -1,6 +1,8 @@
 #include "conveyor/core/number_format.h"
 
 #include <charconv>
+#include <cmath>
+#include <iterator>
 
 namespace conveyor {
 namespace {
@@ -21,6 +23,17 @@ std::string format_general(double value, int significant) {
 }
 
 std::string format_fixed(double value, int decimals) { return to_text(value, std::chars_format::fixed, decimals); }
+
+std::string human_bytes(double bytes) {
+  static constexpr const char* kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB"};
+  double value = bytes;
+  size_t unit = 0;
+  while (value >= 1024 && unit + 1 < std::size(kUnits)) {
+    value /= 1024;
+    ++unit;
+  }
+  return format_fixed(value, value == std::floor(value) ? 0 : 1) + " " + kUnits[unit];
+}
 
 std::string format_shortest(double value) {
   char text[32];  // The longest is "-2.2250738585072014e-308" (24).

@@ -25,6 +25,13 @@ TEST(NumberFormatTest, FixedIsPrintfF) {
   EXPECT_EQ(format_fixed(1e300, 0).size(), 301u);
 }
 
+TEST(NumberFormatTest, HumanBytesUseBinaryUnitsWithOneDecimalUnlessWhole) {
+  EXPECT_EQ(human_bytes(768), "768 bytes");
+  EXPECT_EQ(human_bytes(1024), "1 KiB");
+  EXPECT_EQ(human_bytes(1.5 * 1024 * 1024 * 1024), "1.5 GiB");
+  EXPECT_EQ(human_bytes(8.0 * 1024 * 1024 * 1024 * 1024), "8 TiB");
+}
+
 TEST(NumberFormatTest, ShortestReadsBack) {
   EXPECT_EQ(format_shortest(0.1), "0.1");
   EXPECT_EQ(format_shortest(1e-9), "1e-09");

@@ -7,14 +7,9 @@
 #include <iterator>
 #include <limits>
 #include <new>
-#include <numeric>
 #include <optional>
 #include <stdexcept>
 #include <utility>
-
-#if __has_include(<unistd.h>)
-#include <unistd.h>
-#endif
 
 #include "conveyor/core/cancellation.h"
 #include "conveyor/core/checked_size.h"
@@ -24,6 +19,7 @@
 #include "conveyor/core/fork_guard.h"
 #include "conveyor/core/number_format.h"
 #include "conveyor/core/rng.h"
+#include "conveyor/pipeline/epoch_order.h"
 #include "conveyor/pipeline/epoch_run.h"
 
 namespace conveyor {
@@ -108,66 +104,6 @@ int64_t memory_budget_for(const LoaderOptions& options, size_t buffer_bytes) {
                    (options.prefetch > 0 ? " (prefetch " + std::to_string(options.prefetch) + " + the consumer's)"
                                          : " (one being prepared, one with the consumer)"));
   return budget;
-}
-
-// a / b rounded up, for a >= 0, b >= 1 (a + b - 1 could overflow).
-int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
-
-// DistributedSampler's split: pad by wrapping around (or truncate with
-// drop_last) to a multiple of world_size, then take every world_size-th.
-int64_t samples_per_rank(int64_t n, const LoaderOptions& options) {
-  if (options.world_size == 1) return n;
-  if (options.drop_last) return n / options.world_size;
-  return ceil_div(n, options.world_size);
-}
-
-// "8 TiB", "1.5 GiB", "768 bytes".
-std::string human_bytes(double bytes) {
-  static constexpr const char* kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB"};
-  double value = bytes;
-  size_t unit = 0;
-  while (value >= 1024 && unit + 1 < std::size(kUnits)) {
-    value /= 1024;
-    ++unit;
-  }
-  return format_fixed(value, value == std::floor(value) ? 0 : 1) + " " + kUnits[unit];
-}
-
-// The machine's memory in bytes (no limit where it cannot be asked).
-double physical_memory_bytes() {
-#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGE_SIZE)
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  if (pages > 0 && page > 0) return static_cast<double>(pages) * static_cast<double>(page);
-#endif
-  return std::numeric_limits<double>::infinity();
-}
-
-// Entries of the vectors behind an epoch's order: the source's samples, or
-// more with the padding for world_size (a double: the product may not fit).
-double order_samples(const Source& source, int64_t samples_per_rank, const LoaderOptions& options) {
-  return std::max(static_cast<double>(samples_per_rank) * static_cast<double>(options.world_size),
-                  static_cast<double>(source.epoch_size()));
-}
-
-// Why the epoch order of a source of `n` samples cannot be allocated; it
-// holds `order_samples` (n, or more with the padding for world_size).
-Error order_too_large(int64_t n, double order_samples, int64_t world_size) {
-  std::string samples = std::to_string(n) + " samples";
-  if (order_samples > static_cast<double>(n)) samples += " (padded for world_size " + std::to_string(world_size) + ")";
-  return Error(ErrorKind::kConfig, "the source has " + samples + ": its epoch order (" +
-                                       human_bytes(order_samples * sizeof(int64_t)) + ") cannot be allocated");
-}
-
-// samples_per_rank(), once the epoch's order is known to fit: every epoch's
-// order is a vector of int64_t (the base order padded to samples per rank x
-// world_size), so a source whose order cannot fit in memory is refused at
-// construction (before any thread starts) rather than at each start_epoch().
-int64_t samples_per_rank_of_an_order_that_fits(const Source& source, const LoaderOptions& options) {
-  const int64_t per_rank = samples_per_rank(source.epoch_size(), options);
-  const double samples = order_samples(source, per_rank, options);
-  if (samples * sizeof(int64_t) > physical_memory_bytes())
-    throw order_too_large(source.epoch_size(), samples, options.world_size);
-  return per_rank;
 }
 
 // A pool of `threads` threads; when the OS refuses one, the error says which
@@ -373,36 +309,6 @@ int64_t Loader::segment_samples(int64_t segment_start) const {
   return segment_start == 0 ? samples_per_epoch_ : samples_per_rank(n - segment_start, options_);
 }
 
-std::vector<int64_t> Loader::epoch_order(int64_t epoch, int64_t segment_start, int64_t samples) const {
-  const int64_t n = source_->epoch_size();
-  std::vector<int64_t> base = source_->epoch_order(options_.seed, static_cast<uint64_t>(epoch), options_.shuffle);
-  if (!base.empty()) {
-    // A source with its own order (a mixture).
-  } else if (options_.shuffle && options_.shuffle_buffer > 0) {
-    base = buffered_shuffle(n, source_->shard_starts(), options_.shuffle_buffer, options_.seed,
-                            static_cast<uint64_t>(epoch));
-  } else if (options_.shuffle) {
-    base = random_permutation(n, options_.seed, static_cast<uint64_t>(epoch));
-  } else {
-    base.resize(static_cast<size_t>(n));
-    std::iota(base.begin(), base.end(), int64_t{0});
-  }
-  // The part of the global order this world shares: all of it, or what an
-  // earlier world (another world_size) left of it (elastic resume).
-  if (segment_start > 0) base.erase(base.begin(), base.begin() + segment_start);
-  const int64_t world = options_.world_size;
-  if (world == 1) return base;
-  // As DistributedSampler: padded by repeating from the start (or truncated
-  // with drop_last) to `samples` per rank, dealt round-robin.
-  const int64_t left = n - segment_start;
-  const int64_t total = samples * world;
-  for (int64_t i = left; i < total; ++i) base.push_back(base[static_cast<size_t>((i - left) % left)]);
-  std::vector<int64_t> order;
-  order.reserve(static_cast<size_t>(samples));
-  for (int64_t i = options_.rank; i < total; i += world) order.push_back(base[static_cast<size_t>(i)]);
-  return order;
-}
-
 void Loader::start_epoch(int64_t epoch, int64_t start_position, int64_t start_batch, int64_t segment_start) {
   check_not_forked();
   check_not_reentered("start_epoch()");
@@ -413,13 +319,11 @@ void Loader::start_epoch(int64_t epoch, int64_t start_position, int64_t start_ba
                "epoch " + std::to_string(epoch) + " is outside [0, " + std::to_string(kMaxEpoch) + "]");
   std::vector<int64_t> order;
   try {
-    order = epoch_order(epoch, segment_start, samples);  // Outside the lock: O(n) for a shuffle.
+    order = rank_order(*source_, options_, epoch, segment_start, samples);  // Outside the lock: O(n) for a shuffle.
   } catch (const std::bad_alloc&) {
-    throw order_too_large(source_->epoch_size(), order_samples(*source_, samples_per_epoch_, options_),
-                          options_.world_size);
+    throw order_too_large(*source_, options_);
   } catch (const std::length_error&) {
-    throw order_too_large(source_->epoch_size(), order_samples(*source_, samples_per_epoch_, options_),
-                          options_.world_size);
+    throw order_too_large(*source_, options_);
   }
   std::unique_lock lock(mu_);
   check_config(!closed_, "the loader is closed");

@@ -332,8 +332,6 @@ class Loader {
   bool forked() const noexcept;
   // Throws the fork() error when forked().
   void check_not_forked() const;
-  // This rank's `samples` positions of the epoch's global order from `segment_start` on.
-  std::vector<int64_t> epoch_order(int64_t epoch, int64_t segment_start, int64_t samples) const;
   // The one snapshot of the counters, as they are now with a wait under way
   // since `waiting_since_ns` (0: none): what autotune reads and what stats()
   // reports.
