@@ -227,6 +227,9 @@ void bind_ops(nb::module_& m) {
       .def_rw("p", &BatchMixSpec::p)
       .def_rw("num_classes", &BatchMixSpec::num_classes)
       .def_rw("channels_last", &BatchMixSpec::channels_last);
+  m.def("check_batch_mix_arguments", &check_batch_mix_arguments, nb::arg("spec"), nb::arg("num_classes_known"),
+        "Raises ConfigError naming the transform and argument when a batch mix's own arguments break its rules "
+        "(alpha, RandomChoice's p, num_classes when known).");
   m.def(
       "sample_batch_mix",
       [](const BatchMixSpec& spec, int64_t height, int64_t width, uint64_t seed, uint64_t epoch, uint64_t batch) {

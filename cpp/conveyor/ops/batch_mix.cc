@@ -90,7 +90,7 @@ void paste_box(const BatchMixParams& p, const Layout3& l, bool channels_last, si
 
 const char* mix_kind_name(MixKind kind) noexcept { return kind == MixKind::kMixUp ? "MixUp" : "CutMix"; }
 
-void check_batch_mix(const BatchMixSpec& spec, const SampleSpec& sample) {
+void check_batch_mix_arguments(const BatchMixSpec& spec, bool num_classes_known) {
   check_config(!spec.options.empty(), "batch mix: no MixUp or CutMix given");
   bool mixup = false;
   for (const MixOption& option : spec.options) {
@@ -100,14 +100,27 @@ void check_batch_mix(const BatchMixSpec& spec, const SampleSpec& sample) {
     mixup = mixup || option.kind == MixKind::kMixUp;
   }
   if (!spec.p.empty()) {
+    std::string given;
+    for (double p : spec.p) given += (given.empty() ? "" : ", ") + format_shortest(p);
+    given = "[" + given + "]";
     check_config(spec.p.size() == spec.options.size(), "RandomChoice: p must have one probability per transform (" +
-                                                           std::to_string(spec.options.size()) + "), got " +
-                                                           std::to_string(spec.p.size()));
-    for (double p : spec.p) check_config(std::isfinite(p) && p >= 0, "RandomChoice: p must be finite numbers >= 0");
-    check_config(*std::max_element(spec.p.begin(), spec.p.end()) > 0, "RandomChoice: p must not be all 0");
+                                                           std::to_string(spec.options.size()) + "), got " + given);
+    for (double p : spec.p) {
+      check_config(std::isfinite(p) && p >= 0, "RandomChoice: p must be finite numbers >= 0, got " + given);
+    }
+    check_config(*std::max_element(spec.p.begin(), spec.p.end()) > 0,
+                 "RandomChoice: p must not be all 0, got " + given);
   }
   const std::string what = mixup ? "MixUp" : "CutMix";
-  check_config(spec.num_classes >= 1, what + ": num_classes must be >= 1, got " + std::to_string(spec.num_classes));
+  check_config(!num_classes_known || spec.num_classes >= 1,
+               what + ": num_classes must be >= 1, got " + std::to_string(spec.num_classes));
+}
+
+void check_batch_mix(const BatchMixSpec& spec, const SampleSpec& sample) {
+  check_batch_mix_arguments(spec);
+  const bool mixup = std::any_of(spec.options.begin(), spec.options.end(),
+                                 [](const MixOption& option) { return option.kind == MixKind::kMixUp; });
+  const std::string what = mixup ? "MixUp" : "CutMix";
   check_config(sample.shape.size() == 3, what + ": samples must be images (C x H x W or H x W x C), got " +
                                              std::to_string(sample.shape.size()) + " dimension(s)");
   for (int64_t d : sample.shape) check_config(d >= 1, what + ": samples must have a fixed size");

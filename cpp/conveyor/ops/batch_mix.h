@@ -31,6 +31,14 @@ struct BatchMixSpec {
   bool channels_last = false;      ///< Samples are H x W x C (true) or C x H x W.
 };
 
+/// The rules on a batch mix's own arguments, checked where it is written
+/// (Python's MixUp, CutMix and RandomChoice check at construction) and again
+/// by check_batch_mix: at least one option, each alpha finite and > 0,
+/// RandomChoice's p one finite number >= 0 per option and not all 0, and
+/// num_classes >= 1 unless `num_classes_known` is false (it is taken from the
+/// source later). Throws Error{kConfig} naming the transform and argument.
+void check_batch_mix_arguments(const BatchMixSpec& spec, bool num_classes_known = true);
+
 /// Throws Error{kConfig} naming the argument when `spec` cannot mix batches of
 /// `sample`s: no option, alpha <= 0 or not finite, bad probabilities,
 /// num_classes < 1, a sample that is not 3-D, a dtype other than uint8,

@@ -124,7 +124,7 @@ TEST(BatchMixTest, HugeProbabilitiesAreWeightsLikeAnyOthers) {
     check_batch_mix(spec, f32);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_EQ(e.cause(), "RandomChoice: p must not be all 0");
+    EXPECT_EQ(e.cause(), "RandomChoice: p must not be all 0, got [0, 0]");
   }
 }
 

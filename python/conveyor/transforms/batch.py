@@ -11,7 +11,6 @@ count and after resume.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, Callable, Optional, Union
 
@@ -44,6 +43,9 @@ class BatchTransform:
             raise ConfigError(
                 f"{type(self).__name__}: num_classes is required (the source has no .classes to take it from)"
             )
+        return self._engine_spec(num_classes, channels_last)
+
+    def _engine_spec(self, num_classes: int, channels_last: bool) -> _conveyor.BatchMixSpec:
         spec = _conveyor.BatchMixSpec()
         spec.options = self._options()
         spec.p = self._probabilities()
@@ -51,18 +53,24 @@ class BatchTransform:
         spec.channels_last = channels_last
         return spec
 
+    def _check(self) -> None:
+        """Hands the arguments to the engine's rules now (as torchvision's
+        constructors raise): ConfigError naming the transform and argument."""
+        num_classes = self._num_classes()
+        spec = self._engine_spec(0 if num_classes is None else num_classes, False)
+        _conveyor.check_batch_mix_arguments(spec, num_classes is not None)
+
 
 class _Mix(BatchTransform):
     _kind: _conveyor.MixKind
 
     def __init__(self, alpha: float = 1.0, num_classes: Optional[int] = None) -> None:
         name = type(self).__name__
-        if not is_real(alpha) or not (math.isfinite(alpha) and alpha > 0):
+        if not is_real(alpha):
             raise ConfigError(f"{name}: alpha must be a finite number > 0, got {alpha!r}")
         self.alpha = float(alpha)
-        self.num_classes = (
-            None if num_classes is None else check_int(num_classes, f"{name}: num_classes", minimum=1)
-        )
+        self.num_classes = None if num_classes is None else check_int(num_classes, f"{name}: num_classes")
+        self._check()
 
     def _options(self) -> list[_conveyor.MixOption]:
         return [_conveyor.MixOption(self._kind, self.alpha)]
@@ -125,13 +133,13 @@ class RandomChoice(BatchTransform):
         classes = {t.num_classes for t in transforms if t.num_classes is not None}
         if len(classes) > 1:
             raise ConfigError(f"RandomChoice: the transforms' num_classes differ ({sorted(classes)})")
-        if p is not None:
-            if isinstance(p, (str, bytes)) or not isinstance(p, Sequence) or len(p) != len(transforms):
-                raise ConfigError(f"RandomChoice: p must have one probability per transform, got {p!r}")
-            if not all(is_real(v) and math.isfinite(v) and v >= 0 for v in p) or sum(p) <= 0:
-                raise ConfigError(f"RandomChoice: p must be finite numbers >= 0, not all 0, got {p!r}")
+        if p is not None and (
+            isinstance(p, (str, bytes)) or not isinstance(p, Sequence) or not all(is_real(v) for v in p)
+        ):
+            raise ConfigError(f"RandomChoice: p must be a sequence of numbers, one per transform, got {p!r}")
         self.transforms = list(transforms)
         self.p = None if p is None else [float(v) for v in p]
+        self._check()
 
     def _options(self) -> list[_conveyor.MixOption]:
         return [option for t in self.transforms for option in t._options()]
