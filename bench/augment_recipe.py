@@ -1,6 +1,6 @@
 """Per-core speed of torchvision's ImageNet "TrivialAugmentWide + RandomErasing"
 train recipe: conveyor against torchvision v2 on uint8 tensors and v1 on PIL,
-in one process, one thread (docs/benchmarks.md, issue 10).
+in one process, one thread (docs/benchmarks.md, "The TrivialAugmentWide recipe").
 
 The recipe (torchvision's references/classification/presets.py with
 ``--auto-augment ta_wide --random-erase 0.1``): RandomResizedCrop(224) +

@@ -11,7 +11,8 @@ faulted in again by the host on first touch, which the guest sees as a slow
 
     .venv/bin/python bench/first_touch.py --mb 40 --runs 20
 
-Not a test: figures for docs/benchmarks.md (issue 14).
+Not a test: figures for docs/benchmarks.md ("The bench's own memory sampler,
+and fresh memory"); why they matter: docs/design/benchmarks.md.
 """
 
 from __future__ import annotations

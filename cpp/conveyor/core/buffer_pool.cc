@@ -39,10 +39,10 @@ namespace {
 // page needs a free 2 MiB block, and on a virtual machine whose balloon
 // reports free memory to the host (virtio-balloon free page reporting) such a
 // block is often one the host has taken back, so its first write faults on
-// the host too. On the 2-core VM of docs/benchmarks.md ("The bench's own
-// memory sampler, and fresh memory"), the first write of a 40 MB buffer took 4-5 ms with huge
-// pages in 16 of 20 fresh processes and 17-110 ms in the other 4; with 4 KiB
-// pages, 21-34 ms in every one. A buffer is written fresh once (the pool
+// the host too. On the 2-core VM of docs/design/benchmarks.md ("Fresh memory
+// and huge pages"), the first write of a 40 MB buffer took 4-5 ms with huge
+// pages in 15 of 20 fresh processes, 9 ms in one and 17-110 ms in the other
+// 4; with 4 KiB pages, 21-34 ms in every one. A buffer is written fresh once (the pool
 // reuses it), but that once is on a new loader's first batch.
 constexpr std::align_val_t kAlignment{64};
 

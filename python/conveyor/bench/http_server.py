@@ -18,7 +18,7 @@ same cores as the loader it measures, with 64 connections at once; a thread
 per connection (Python's ThreadingHTTPServer), each sleeping out the latency
 and parsing headers with the email package, cost ~0.6 ms of CPU per request
 there, most of it in thread switches and hand-offs of the GIL
-(docs/benchmarks.md, "Remote storage").
+(docs/design/benchmarks.md, "Remote storage").
 """
 
 from __future__ import annotations

@@ -180,7 +180,7 @@ def _start_server(root: str, latency_ms: float) -> tuple[subprocess.Popen[str], 
     the measured process's GIL); returns it and its port. Started as a script,
     not with ``-m``: importing the ``conveyor`` package imports torch, whose
     ~170,000 objects made each of the server's garbage collections long (~20 %
-    of its CPU at 20 ms latency, docs/benchmarks.md "Remote storage")."""
+    of its CPU at 20 ms latency, docs/design/benchmarks.md "Remote storage")."""
     from conveyor.bench import http_server
 
     server = subprocess.Popen(
