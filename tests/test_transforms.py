@@ -575,3 +575,25 @@ def test_engine_defaults_are_the_factorys_fallbacks():
     assert engine_defaults("horizontal_flip", p=0.25) == {}
     with pytest.raises(conveyor.ConfigError, match="^CenterCrop: size is required$"):
         engine_defaults("center_crop")
+
+
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (lambda: T.Resize(10**400), "Resize: size must be positive integers of at most 2147483647, got inf"),
+        (lambda: T.RandomPosterize(10**400), "RandomPosterize: bits must be finite, got inf"),
+        (lambda: T.RandAugment(num_ops=-(10**400)), "RandAugment: num_ops must be finite, got -inf"),
+        (
+            lambda: T.RandomErasing(scale="01"),
+            "RandomErasing: scale must be a pair of numbers (lo, hi), got '01'",
+        ),
+        (
+            lambda: T.RandomResizedCrop(8, ratio=(False, True)),
+            "RandomResizedCrop: ratio must be a pair of numbers (lo, hi), got (False, True)",
+        ),
+    ],
+)
+def test_numbers_beyond_a_double_and_pairs_of_the_wrong_type_are_config_errors(make, message):
+    with pytest.raises(conveyor.ConfigError) as info:
+        make()
+    assert str(info.value) == message

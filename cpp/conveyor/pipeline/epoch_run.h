@@ -188,7 +188,8 @@ struct EpochRun : std::enable_shared_from_this<EpochRun> {
   bool front_partial() const { return batches.front().issued < batch_size; }
 
   /// What next() does now (NextStep); marks the run finished when the
-  /// answer ends the epoch (every step but kDeliver and kWait).
+  /// answer ends the epoch by its end, an error or a drop (a stopped run's
+  /// kEnd leaves it as stop() left it).
   NextStep next_step(bool drop_last);
 
   /// Hands the front batch (once front_ready(), without failure) out as a Batch.

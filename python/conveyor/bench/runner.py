@@ -113,7 +113,9 @@ class ReusedWorker:
         """``execute(spec)``, in this worker process."""
         from conveyor.bench.worker import ERROR_PREFIX, RESULT_PREFIX
 
-        proc = self._proc if self._proc is not None and self._proc.poll() is None else self._start()
+        if self._proc is not None and self._proc.poll() is not None:
+            self.close()  # It died between runs: reap it and drop its stderr file first.
+        proc = self._proc if self._proc is not None else self._start()
         assert proc.stdin is not None
         with TreeMemorySampler(proc.pid) as sampler:
             try:

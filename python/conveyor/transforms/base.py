@@ -5,12 +5,13 @@ and the torchvision conversion."""
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Sequence
 from typing import Any, ClassVar, Optional, Union
 
 from conveyor import _conveyor
-from conveyor._checks import is_int
+from conveyor._checks import is_int, is_real
 from conveyor.errors import ConfigError
 
 __all__ = ["DEFAULT_MAX_PIXELS", "SizeArg", "Transform"]
@@ -42,18 +43,30 @@ def _pair(name: str, size: Any) -> tuple[int, int]:
 
 def _range(name: str, arg: str, value: Any) -> tuple[float, float]:
     """A pair of numbers (lo, hi) (the engine checks the values)."""
+    if (
+        isinstance(value, (str, bytes))
+        or not isinstance(value, Sequence)
+        or len(value) != 2
+        or not all(is_real(v) for v in value)
+    ):
+        raise ConfigError(f"{name}: {arg} must be a pair of numbers (lo, hi), got {value!r}")
+    return _number(value[0]), _number(value[1])
+
+
+def _number(value: Any) -> float:
+    """``float(value)``; an int beyond a double's range becomes an infinity,
+    which the engine's range checks then name."""
     try:
-        lo, hi = (float(v) for v in value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name}: {arg} must be a pair of numbers (lo, hi), got {value!r}") from None
-    return lo, hi
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def _numbers(value: Any) -> list[float]:
     """A parameter as the engine's list of numbers (a bool is 0 or 1)."""
     if isinstance(value, (bool, numbers.Real)):
-        return [float(value)]
-    return [float(v) for v in value]
+        return [_number(value)]
+    return [_number(v) for v in value]
 
 
 def engine_defaults(name: str, **given: Any) -> dict[str, Any]:

@@ -272,10 +272,13 @@ std::unique_ptr<const TransformStep> make_transform_step(const TransformSpec& sp
 
 TransformParams transform_defaults(const TransformSpec& spec) {
   TransformParams defaults;
+  // Restored on return or throw, so that a nested call (a factory that
+  // builds another step) leaves the outer recording in place.
+  struct Recording {
+    TransformParams* outer = recorded_defaults;
+    ~Recording() { recorded_defaults = outer; }
+  } recording;
   recorded_defaults = &defaults;
-  struct Reset {
-    ~Reset() { recorded_defaults = nullptr; }
-  } reset;
   make_transform_step(spec);
   return defaults;
 }
