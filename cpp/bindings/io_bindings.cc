@@ -14,6 +14,7 @@
 #include "conveyor/core/geometry.h"
 #include "conveyor/io/array_source.h"
 #include "conveyor/io/coco.h"
+#include "conveyor/io/given_order_source.h"
 #include "conveyor/io/http_store.h"
 #include "conveyor/io/idx_source.h"
 #include "conveyor/io/image_formats.h"
@@ -237,6 +238,11 @@ void bind_io(nb::module_& m) {
           nb::arg("label_offsets") = std::vector<int64_t>{})
       .def_prop_ro("draws", &MixSource::draws)
       .def("locate", &MixSource::locate, nb::arg("index"), "(part, index within the part) of sample `index`.");
+  nb::class_<GivenOrderSource, Source>(m, "GivenOrderSource",
+                                       "conveyor::GivenOrderSource (io/given_order_source.h): a source whose "
+                                       "epochs follow a sampler's indices.")
+      .def(nb::init<std::shared_ptr<const Source>, int64_t>(), nb::arg("inner"), nb::arg("epoch_size"))
+      .def("set_order", &GivenOrderSource::set_order, nb::arg("epoch"), nb::arg("order"));
   nb::class_<FileSource, Source>(m, "FileSource")
       .def(
           "__init__",

@@ -29,6 +29,7 @@ from conveyor._checks import (
     is_real,
     warn_once,
 )
+from conveyor._sampler import SamplerOrder
 from conveyor.errors import ConfigError, WaitTimeoutError
 from conveyor.sources import Mix, Source
 from conveyor.transforms import DEFAULT_MAX_PIXELS, Transform
@@ -161,6 +162,20 @@ class Loader:
             ``WaitTimeoutError``; 0 (the default) waits as long as it takes.
         generator: DataLoader's: a ``torch.Generator`` whose ``initial_seed()``
             is the seed (give ``seed`` or ``generator``, not both).
+        sampler: DataLoader's: the indices of each epoch, in order (any
+            ``torch.utils.data.Sampler`` such as ``WeightedRandomSampler``,
+            ``SubsetRandomSampler`` or ``DistributedSampler``, or a list of
+            indices), iterated once at the start of each epoch as DataLoader
+            does; it needs a length. The loader then neither shuffles nor
+            splits the epoch among ranks (the sampler decides what this rank
+            reads). A resumed epoch (load_state_dict) draws the sampler again
+            and continues at the saved position of that draw: the same samples
+            only when the sampler gives the same indices again.
+        batch_sampler: DataLoader's: the indices of each batch. torch's
+            ``BatchSampler`` is its sampler with its batch size and drop_last;
+            another batch sampler must give batches of one size (the last of
+            an epoch may be smaller). Excludes ``batch_size``, ``shuffle``,
+            ``sampler`` and ``drop_last``, as in DataLoader.
         persistent_workers, multiprocessing_context, in_order: DataLoader
             arguments with nothing to change here, accepted as they are: the
             threads already live as long as the Loader, there are no worker
@@ -229,6 +244,8 @@ class Loader:
         batch_transforms: Union[BatchTransform, Sequence[Union[BatchTransform, BatchFunction]], None] = None,
         timeout: float = 0,
         generator: Any = None,
+        sampler: Any = None,
+        batch_sampler: Any = None,
         persistent_workers: Optional[bool] = None,
         prefetch_factor: Optional[int] = None,
         worker_init_fn: Optional[Callable[[int], None]] = None,
@@ -299,6 +316,20 @@ class Loader:
             raise ConfigError(f"targets must be 'list' or 'padded', got {targets!r}")
         if box_format not in ("xywh", "xyxy"):
             raise ConfigError(f"box_format must be 'xywh' or 'xyxy', got {box_format!r}")
+        self._sampler: Optional[SamplerOrder] = None
+        if sampler is not None or batch_sampler is not None:
+            self._sampler = SamplerOrder(
+                sampler, batch_sampler, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last
+            )
+            batch_size, drop_last = self._sampler.batch_size, self._sampler.drop_last
+            if isinstance(source, Mix):
+                raise ConfigError("sampler= does not apply to a Mix: a mixture draws its own order")
+            if (world_size is not None and world_size != 1) or (rank is not None and rank != 0):
+                raise ConfigError(
+                    "rank/world_size do not apply with a sampler: the sampler decides what this rank reads "
+                    "(DistributedSampler)"
+                )
+            rank, world_size = 0, 1
         rank, world_size = _distributed(rank, world_size)
         batch_mix, self._batch_functions = split_batch_transforms(batch_transforms)
         if batch_mix is not None and source.has_boxes:
@@ -328,8 +359,13 @@ class Loader:
         if channels is not None:
             output["channels"] = channels
         transform = source._sample_transform(steps, **output)
+        engine_source = source._engine_source()
+        if self._sampler is not None:
+            engine_source = self._given_order = _conveyor.GivenOrderSource(
+                engine_source, self._sampler.length
+            )
         self._engine = _conveyor.Loader(
-            source._engine_source(),
+            engine_source,
             transform,
             _options(
                 batch_size=batch_size,
@@ -390,6 +426,8 @@ class Loader:
         self._engine.check_not_reentered("iter(loader)")  # Before any state changes.
         self._iteration += 1
         epoch = self._epoch
+        if self._sampler is not None:
+            self._given_order.set_order(epoch, self._sampler.draw(epoch))
         self._engine.start_epoch(epoch, self._start_position, self._start_batch, self._start_segment)
         self._position, self._batches_done = self._start_position, self._start_batch
         self._running_start, self._running_segment = self._start_position, self._start_segment
@@ -579,6 +617,16 @@ class Loader:
     def dataset(self) -> Source:
         """The source (DataLoader's name for what it loads from)."""
         return self.source
+
+    @property
+    def sampler(self) -> Any:
+        """The ``sampler=`` given, or None (the loader's own order)."""
+        return None if self._sampler is None else self._sampler.sampler
+
+    @property
+    def batch_sampler(self) -> Any:
+        """The ``batch_sampler=`` given, or None."""
+        return None if self._sampler is None else self._sampler.batch_sampler
 
     def state_dict(self) -> dict[str, int]:
         """Where the epoch stands, in its global order: small, picklable, the
