@@ -171,6 +171,32 @@ def test_a_dtype_that_disagrees_with_the_pipeline_is_refused(folder):
     )
 
 
+def test_the_doctor_passes_a_dataloaders_own_sampler_on(folder):
+    import torchvision
+
+    from conveyor.doctor.rules.conveyor_loader import replacement
+
+    dataset = torchvision.datasets.ImageFolder(str(folder), transform=eval_recipe(v2))
+    text, _ = replacement(
+        dataset, batch_size=2, shuffle=False, drop_last=False, sampler="WeightedRandomSampler"
+    )
+    lines = text.splitlines()
+    assert lines[1] == (
+        "# (`sampler`: your DataLoader's WeightedRandomSampler, drawn once per epoch as DataLoader does)"
+    )
+    assert "    sampler=sampler," in lines
+    weights = [1.0] * len(dataset)
+
+    def make():
+        return torch.utils.data.WeightedRandomSampler(weights, 5, generator=torch.Generator().manual_seed(4))
+
+    namespace: dict = {"sampler": make()}
+    exec(text, namespace)
+    ours = [y.tolist() for _, y in namespace["loader"]]
+    theirs = [y.tolist() for _, y in torch.utils.data.DataLoader(dataset, sampler=make(), batch_size=2)]
+    assert ours == theirs
+
+
 def test_the_doctor_replaces_a_real_torchvision_image_folder(folder):
     import torchvision
 

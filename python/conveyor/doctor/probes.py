@@ -21,7 +21,7 @@ import torch
 import torch.nn.modules.module as _module_hooks  # noqa: E402
 import torch.optim.optimizer as _optim_hooks  # noqa: E402
 from torch.overrides import TorchFunctionMode
-from torch.utils.data import DataLoader, RandomSampler
+from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
 from torch.utils.data import dataloader as _dataloader
 
 import conveyor
@@ -657,6 +657,11 @@ class Probes:
                     batch_size=loader.batch_size,
                     shuffle=isinstance(loader.sampler, RandomSampler),
                     drop_last=bool(loader.drop_last),
+                    # A sampler of the user's own (weighted, a subset) goes
+                    # into the replacement too; the default ones are shuffle.
+                    sampler=None
+                    if isinstance(loader.sampler, (RandomSampler, SequentialSampler))
+                    else type(loader.sampler).__name__,
                 )
             info.epochs += 1
             info.start_seconds.append(seconds)

@@ -73,12 +73,14 @@ def _pipeline(transform: object) -> bool:
 
 
 def replacement(
-    dataset: Any, *, batch_size: Optional[int], shuffle: bool, drop_last: bool
+    dataset: Any, *, batch_size: Optional[int], shuffle: bool, drop_last: bool, sampler: Optional[str] = None
 ) -> tuple[Optional[str], Optional[Trial]]:
     """The conveyor.Loader call (code) that replaces a DataLoader over
     ``dataset``, or the reason its transforms do not convert, and the trial
     to measure it on; (None, None) when the dataset is not a torchvision folder
-    dataset with a torchvision pipeline."""
+    dataset with a torchvision pipeline. ``sampler`` names the class of the
+    DataLoader's own sampler, if it has one: the code then passes it on as
+    ``sampler`` (the trial reads its files in order)."""
     module = type(dataset).__module__ or ""
     if not (module == _DATASETS or module.startswith(_DATASETS + ".")):
         return None, None
@@ -107,10 +109,13 @@ def replacement(
         )
     options = [f"batch_size={batch_size}"] if batch_size is not None else []
     options += ["shuffle=True"] if shuffle else []
+    options += ["sampler=sampler"] if sampler else []
     options += ["drop_last=True"] if drop_last else []
     options += [f'dtype="{steps.dtype}"'] if steps.dtype not in (None, "float32") else []
+    sampler_note = f"# (`sampler`: your DataLoader's {sampler}, drawn once per epoch as DataLoader does)"
     lines = [
         "# or conveyor.Loader on the same files, the transforms converted from torchvision:",
+        *([sampler_note] if sampler else []),
         "import conveyor",
         "from conveyor import transforms as T",
         "loader = conveyor.Loader(",
