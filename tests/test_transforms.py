@@ -552,16 +552,20 @@ _REQUIRED = {
     "RandomRotation": {"degrees": 5},
     "RandomSolarize": {"threshold": 128},
     "Resize": {"size": 4},
+    "RandomApply": {"transforms": [T.RandomInvert()]},
+    "RandomChoice": {"transforms": [T.RandomInvert()]},
+    "RandomOrder": {"transforms": [T.RandomInvert()]},
 }
 
 
 @pytest.mark.parametrize("name", sorted(T.Transform.registered))
 def test_every_transform_hands_its_arguments_to_the_engine_once_at_construction(name, monkeypatch):
     calls = []
-    monkeypatch.setattr(conveyor._conveyor, "check_transform", lambda *spec: calls.append(spec))
-    transform = T.Transform.registered[name](**_REQUIRED.get(name, {}))
+    monkeypatch.setattr(conveyor._conveyor, "check_transform", calls.append)
+    cls = T.Transform.registered[name]
+    transform = cls(**_REQUIRED.get(name, {}))
     assert calls == [transform._spec()]
-    assert calls[0][0] == T.Transform.registered[name].name
+    assert calls[0][0] == cls.name
 
 
 def test_engine_defaults_are_the_factorys_fallbacks():

@@ -56,27 +56,37 @@ Layout parse_layout(const std::string& name) {
   throw Error(ErrorKind::kConfig, "layout must be 'CHW' or 'HWC', got '" + name + "'");
 }
 
+// A transform as Python's Transform._spec() gives it: (name, params),
+// (name, params, function) for a user function (T.Lambda), or (name, params,
+// None, [children]) for a compound transform (T.RandomApply and its kin).
+TransformSpec transform_spec(const nb::handle& item) {
+  check_config(nb::isinstance<nb::tuple>(item), "transforms: each item must be a tuple (name, params, ...)");
+  const nb::tuple spec = nb::borrow<nb::tuple>(item);
+  check_config(spec.size() >= 2 && spec.size() <= 4,
+               "transforms: each item must be (name, params), (name, params, function) or (name, params, None, "
+               "children)");
+  TransformSpec out{nb::cast<std::string>(spec[0]), nb::cast<TransformParams>(spec[1])};
+  if (spec.size() >= 3 && !spec[2].is_none()) out.function = python_image_callback(nb::borrow(spec[2]), out.name);
+  if (spec.size() == 4) {
+    for (const nb::handle child : nb::borrow<nb::sequence>(spec[3])) out.children.push_back(transform_spec(child));
+  }
+  return out;
+}
+
 }  // namespace
 
 void bind_ops(nb::module_& m) {
   m.def("registered_transforms", &registered_transform_names,
         "The names of the registered C++ transforms (what a Python Transform's `name` refers to).");
   m.def(
-      "check_transform",
-      [](const std::string& name, const TransformParams& params) {
-        make_transform_step({name, params});
-      },
-      nb::arg("name"), nb::arg("params"),
-      "Builds the registered transform `name` from `params` and drops it: raises ConfigError naming the transform "
-      "and the argument when the parameters are bad.");
+      "check_transform", [](const nb::tuple& spec) { make_transform_step(transform_spec(spec)); }, nb::arg("spec"),
+      "Builds the transform of `spec` (as Transform._spec() gives it) and drops it: raises ConfigError naming the "
+      "transform and the argument when the parameters are bad.");
   m.def(
-      "transform_defaults",
-      [](const std::string& name, const TransformParams& params) {
-        return transform_defaults({name, params});
-      },
-      nb::arg("name"), nb::arg("params"),
-      "The defaults of the arguments `params` leaves out, as the C++ factory of `name` applies them: "
-      "{argument: [numbers]}. Raises ConfigError as check_transform.");
+      "transform_defaults", [](const nb::tuple& spec) { return transform_defaults(transform_spec(spec)); },
+      nb::arg("spec"),
+      "The defaults of the arguments the transform of `spec` (as check_transform takes it) leaves out, as its C++ "
+      "factory applies them: {argument: [numbers]}. Raises ConfigError as check_transform.");
   m.def("registered_image_functions", &registered_image_function_names,
         "The names of the registered image functions (what conveyor.transforms.functional calls).");
   m.attr("DEFAULT_MAX_PIXELS") = kDefaultMaxPixels;
@@ -108,17 +118,8 @@ void bind_ops(nb::module_& m) {
              double dct_margin, std::optional<std::array<int64_t, 3>> raw_shape, bool variable_size, bool stream_output,
              bool exif_orientation) {
             ImageOutputSpec output{parse_dtype(dtype), parse_layout(layout), channels};
-            // (name, params) of a registered transform, or (name, {}, function): a user function (T.Lambda).
             std::vector<TransformSpec> specs;
-            for (const nb::tuple& item : transforms) {
-              check_config(item.size() == 2 || item.size() == 3,
-                           "transforms: each item must be (name, params) or (name, params, function)");
-              TransformSpec spec{nb::cast<std::string>(item[0]), nb::cast<TransformParams>(item[1])};
-              if (item.size() == 3 && !item[2].is_none()) {
-                spec.function = python_image_callback(nb::borrow(item[2]), spec.name);
-              }
-              specs.push_back(std::move(spec));
-            }
+            for (const nb::tuple& item : transforms) specs.push_back(transform_spec(item));
             ImagePipelineOptions options;
             options.crop_decode = crop_decode;
             options.dct_scale = dct_scale;

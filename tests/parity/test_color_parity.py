@@ -164,3 +164,25 @@ def test_colour_steps_after_the_resize_are_exact_on_the_resized_image(photo):
         [v2.ColorJitter(brightness=(1.2, 1.2)), v2.ColorJitter(hue=(-0.3, -0.3)), v2.RandomEqualize(p=1.0)]
     )(to_tensor(base))
     np.testing.assert_array_equal(ours, theirs.permute(1, 2, 0).numpy())
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda m: m.RandomApply([m.RandomInvert(p=1.0), m.RandomPosterize(3, p=1.0)], p=1.0),
+        lambda m: m.RandomChoice([m.RandomInvert(p=1.0)]),
+        lambda m: m.RandomOrder([m.RandomEqualize(p=1.0)]),
+    ],
+    ids=["RandomApply", "RandomChoice", "RandomOrder"],
+)
+def test_random_apply_choice_and_order_convert_and_match_torchvision_where_the_draw_is_certain(photo, make):
+    from torchvision import transforms as v1
+
+    from conveyor.transforms import from_torchvision
+
+    for module in (v1, v2):
+        converted = from_torchvision(module.Compose([module.CenterCrop(160), make(module)]))
+        pipeline = compile_pipeline(list(converted), dtype="uint8", layout="HWC")
+        ours = np.asarray(pipeline.apply(png_bytes(photo)))
+        theirs = v2.Compose([v2.CenterCrop(160), make(v2)])(to_tensor(photo)).permute(1, 2, 0).numpy()
+        np.testing.assert_array_equal(ours, theirs)

@@ -28,6 +28,7 @@ from conveyor.transforms.color import (
     RandomPosterize,
     RandomSolarize,
 )
+from conveyor.transforms.compose import RandomApply, RandomOrder
 from conveyor.transforms.erase import RandomErasing
 from conveyor.transforms.function import Lambda
 from conveyor.transforms.geometry import (
@@ -62,6 +63,7 @@ __all__ = [
     "RandAugment",
     "RandomAdjustSharpness",
     "RandomAffine",
+    "RandomApply",
     "RandomAutocontrast",
     "RandomChoice",
     "RandomCrop",
@@ -70,6 +72,7 @@ __all__ = [
     "RandomGrayscale",
     "RandomHorizontalFlip",
     "RandomInvert",
+    "RandomOrder",
     "RandomPerspective",
     "RandomPosterize",
     "RandomResizedCrop",

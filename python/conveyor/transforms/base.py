@@ -69,13 +69,14 @@ def _numbers(value: Any) -> list[float]:
     return [_number(v) for v in value]
 
 
-def engine_defaults(name: str, **given: Any) -> dict[str, Any]:
+def engine_defaults(name: str, *, children: Sequence[Any] = (), **given: Any) -> dict[str, Any]:
     """The defaults the engine's factory of transform ``name`` applies to the
-    arguments ``given`` leaves out (give the required ones): one number as a
+    arguments ``given`` leaves out (give the required ones, and for a
+    compound transform the ``_spec()`` of a child or more): one number as a
     float, several as a tuple. The factory is where each default is written;
     the classes' signatures show these values."""
     params = {arg: _numbers(value) for arg, value in given.items()}
-    found = _conveyor.transform_defaults(name, params)
+    found = _conveyor.transform_defaults((name, params, None, list(children)))
     return {arg: values[0] if len(values) == 1 else tuple(values) for arg, values in found.items()}
 
 
@@ -131,4 +132,4 @@ class Transform:
     def _check(self) -> None:
         """Builds the engine's step from the parameters and drops it: raises
         ConfigError (the engine's message) when a value breaks its rules."""
-        _conveyor.check_transform(*self._spec())
+        _conveyor.check_transform(self._spec())

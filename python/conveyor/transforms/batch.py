@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional, Union
 from conveyor import _conveyor
 from conveyor._checks import check_int, is_real
 from conveyor.errors import ConfigError
+from conveyor.transforms.base import Transform
 
 __all__ = ["BatchTransform", "CutMix", "MixUp", "RandomChoice"]
 
@@ -117,7 +118,25 @@ class CutMix(_Mix):
 class RandomChoice(BatchTransform):
     """torchvision's RandomChoice over batch mixes: one of ``transforms``
     (MixUp or CutMix) per batch, with probabilities ``p`` (normalised; None:
-    equal), drawn from (seed, epoch, batch index)."""
+    equal), drawn from (seed, epoch, batch index).
+
+    Given per-sample transforms instead (``RandomChoice([ColorJitter(...),
+    GaussianBlur(3)])``), it makes the per-sample step,
+    ``conveyor.transforms.compose.RandomChoice``."""
+
+    def __new__(cls, transforms: Sequence[Any], p: Optional[Sequence[float]] = None) -> Any:
+        """Of per-sample transforms, the per-sample step (compose.RandomChoice);
+        of batch mixes, this batch transform."""
+        if (
+            isinstance(transforms, Sequence)
+            and not isinstance(transforms, (str, bytes))
+            and transforms
+            and all(isinstance(t, Transform) for t in transforms)
+        ):
+            from conveyor.transforms.compose import RandomChoice as PerSample
+
+            return PerSample(transforms, p)
+        return super().__new__(cls)
 
     def __init__(self, transforms: Sequence[Any], p: Optional[Sequence[float]] = None) -> None:
         if isinstance(transforms, (str, bytes)) or not isinstance(transforms, Sequence) or not transforms:

@@ -38,6 +38,7 @@ from conveyor.transforms.color import (
     RandomPosterize,
     RandomSolarize,
 )
+from conveyor.transforms.compose import RandomApply, RandomChoice, RandomOrder
 from conveyor.transforms.erase import RandomErasing
 from conveyor.transforms.geometry import (
     CenterCrop,
@@ -139,6 +140,14 @@ def _erasing_value(obj: Any) -> Any:
 #: torchvision class name → converter. One entry per class; torchvision's v1
 #: (``torchvision.transforms``) and v2 (``torchvision.transforms.v2``) classes
 #: of the same name share it. A transform added to conveyor adds its entry here.
+def _inner(obj: Any) -> list[Transform]:
+    """The converted transforms a RandomApply/RandomChoice/RandomOrder holds."""
+    converted = from_torchvision(list(obj.transforms))
+    if converted.dtype is not None:
+        raise _Unconvertible("it holds a type conversion (ToTensor, ToDtype): put that outside it")
+    return list(converted)
+
+
 CONVERTERS: dict[str, Callable[[Any], Conversion]] = {
     "Resize": _resize,
     "CenterCrop": lambda obj: [CenterCrop(obj.size)],
@@ -217,6 +226,10 @@ CONVERTERS: dict[str, Callable[[Any], Conversion]] = {
     "RandomErasing": lambda obj: [
         RandomErasing(obj.p, obj.scale, obj.ratio, _erasing_value(obj), obj.inplace)
     ],
+    # Per sample; steps on the image only (the classes name any other).
+    "RandomApply": lambda obj: [RandomApply(_inner(obj), p=obj.p)],
+    "RandomChoice": lambda obj: [RandomChoice(_inner(obj), p=obj.p)],
+    "RandomOrder": lambda obj: [RandomOrder(_inner(obj))],
     "ToTensor": lambda obj: _Dtype("float32"),
     "PILToTensor": lambda obj: _Dtype("uint8"),
     "ToImage": lambda obj: _Dtype("uint8"),

@@ -11,6 +11,7 @@
 #include "conveyor/ops/transforms/blur.h"
 #include "conveyor/ops/transforms/center_crop.h"
 #include "conveyor/ops/transforms/color.h"
+#include "conveyor/ops/transforms/compose.h"
 #include "conveyor/ops/transforms/erase.h"
 #include "conveyor/ops/transforms/flip.h"
 #include "conveyor/ops/transforms/function.h"
@@ -46,6 +47,7 @@ struct Registry {
   std::mutex mutex;
   std::map<std::string, TransformFactory, std::less<>> factories;
   std::map<std::string, ImageFunction, std::less<>> functions;
+  std::map<std::string, CompoundTransformFactory, std::less<>> compounds;
 };
 
 Registry& registry() {
@@ -109,7 +111,11 @@ Registry& registry() {
                      {"equalize", equalize_function},
                      {"augment_op", augment_op_function},
 
-                     {"erase", erase_function}}};
+                     {"erase", erase_function}},
+                    // Steps holding other steps (compose.cc).
+                    {{"random_apply", make_random_apply_step},
+                     {"random_choice", make_random_choice_step},
+                     {"random_order", make_random_order_step}}};
   return r;
 }
 
@@ -245,7 +251,7 @@ void TransformArgs::finish() const {
 bool register_transform(std::string name, TransformFactory factory) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  if (!r.factories.emplace(name, std::move(factory)).second) {
+  if (r.compounds.count(name) != 0 || !r.factories.emplace(name, std::move(factory)).second) {
     throw Error(ErrorKind::kInternal, "transform '" + name + "' is registered twice");
   }
   return true;
@@ -257,16 +263,40 @@ std::unique_ptr<const TransformStep> make_transform_step(const TransformSpec& sp
     return make_function_step(spec.name, spec.function);
   }
   TransformFactory factory;
+  CompoundTransformFactory compound;
   {
     Registry& r = registry();
     std::lock_guard lock(r.mutex);
     const auto it = r.factories.find(spec.name);
     if (it != r.factories.end()) factory = it->second;
+    const auto at = r.compounds.find(spec.name);
+    if (at != r.compounds.end()) compound = at->second;
+  }
+  if (compound) {
+    std::vector<std::unique_ptr<const TransformStep>> children;
+    {
+      // The children's own defaults are not the compound's.
+      TransformParams* const recording = std::exchange(recorded_defaults, nullptr);
+      struct Restore {
+        TransformParams* recording;
+        ~Restore() { recorded_defaults = recording; }
+      } restore{recording};
+      for (size_t i = 0; i < spec.children.size(); ++i) {
+        try {
+          children.push_back(make_transform_step(spec.children[i]));
+        } catch (const Error& e) {
+          if (e.kind() != ErrorKind::kConfig) throw;
+          throw Error(ErrorKind::kConfig, spec.name + ": transforms[" + std::to_string(i) + "]: " + e.cause());
+        }
+      }
+    }
+    return compound(spec.params, std::move(children));
   }
   if (!factory) {
     throw Error(ErrorKind::kConfig,
                 "unknown transform '" + spec.name + "' (registered: " + joined(registered_transform_names()) + ")");
   }
+  check_config(spec.children.empty(), spec.name + " takes no transforms");
   return factory(spec.params);
 }
 
@@ -286,7 +316,19 @@ TransformParams transform_defaults(const TransformSpec& spec) {
 std::vector<std::string> registered_transform_names() {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  return names_of(r.factories);
+  std::vector<std::string> names = names_of(r.factories);
+  for (const auto& entry : r.compounds) names.push_back(entry.first);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+bool register_compound_transform(std::string name, CompoundTransformFactory factory) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  if (r.factories.count(name) != 0 || !r.compounds.emplace(name, std::move(factory)).second) {
+    throw Error(ErrorKind::kInternal, "transform '" + name + "' is registered twice");
+  }
+  return true;
 }
 
 bool register_image_function(std::string name, ImageFunction function) {

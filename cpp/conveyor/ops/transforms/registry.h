@@ -41,11 +41,13 @@ using ImageCallback = std::function<void(SampleImage& sample)>;
 /// "resize") and its parameters. The factory registered under `name` parses
 /// and checks them (see TransformArgs). With `function` set, the step is that
 /// user function instead (transforms/function.h) and `name` names it in
-/// errors.
+/// errors. `children` are the transforms a compound one holds
+/// (register_compound_transform: RandomApply and its kin).
 struct TransformSpec {
   std::string name;
   TransformParams params;
   ImageCallback function = nullptr;
+  std::vector<TransformSpec> children;
 };
 
 /// Where one sample's output comes from, built by the geometric steps in
@@ -335,6 +337,15 @@ class TransformArgs {
 /// Builds a step from its parameters (throws Error{kConfig} on bad ones).
 using TransformFactory = std::function<std::unique_ptr<const TransformStep>(const TransformParams&)>;
 
+/// Builds a step that holds other steps (RandomApply, RandomChoice,
+/// RandomOrder) from its parameters and its children, already built
+/// (throws Error{kConfig} on bad ones).
+using CompoundTransformFactory = std::function<std::unique_ptr<const TransformStep>(
+    const TransformParams&, std::vector<std::unique_ptr<const TransformStep>> children)>;
+
+/// Registers a compound `factory` under `name`; as register_transform.
+bool register_compound_transform(std::string name, CompoundTransformFactory factory);
+
 /// Registers `factory` under `name` (e.g. "resize"); returns true so that a
 /// file can register from a static initializer. The built-in transforms are
 /// listed in registry.cc (a static library drops self-registering objects
@@ -342,9 +353,11 @@ using TransformFactory = std::function<std::unique_ptr<const TransformStep>(cons
 /// Thread-safety: call before building pipelines (static initialization).
 bool register_transform(std::string name, TransformFactory factory);
 
-/// The step registered under `spec.name`, built from `spec.params`. Throws
-/// Error{kConfig} for an unknown name (listing the registered ones) or bad
-/// parameters. Thread-safe.
+/// The step registered under `spec.name`, built from `spec.params` (and, for a
+/// compound transform, from its children, each built first; an error in one
+/// names it: "RandomApply: transforms[0]: ..."). Throws Error{kConfig} for an
+/// unknown name (listing the registered ones), bad parameters, or children
+/// given to a transform that takes none. Thread-safe.
 std::unique_ptr<const TransformStep> make_transform_step(const TransformSpec& spec);
 
 /// The defaults of the arguments `spec.params` leaves out: builds the step
