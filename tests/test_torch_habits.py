@@ -464,14 +464,15 @@ def test_a_pass_left_after_two_batches_counts_as_its_epoch(color_folder):
 def test_a_pass_ended_by_a_newer_iter_says_so(color_folder):
     loader = load(color_folder, [T.Resize((16, 16))])
     first = iter(loader)
-    next(first), next(first)
+    next(first)  # One batch: a peek, which the next iter() ends.
     second = iter(loader)
     next(second)
     with pytest.raises(conveyor.ConfigError) as info:
         next(first)
     assert str(info.value) == (
-        "this pass over epoch 0 was ended after 2 batch(es) by a newer iter(loader): one Loader runs one "
-        "pass at a time (make a second Loader for two at once)"
+        "this pass over epoch 0 was ended after 1 batch(es) by a newer iter(loader): a newer pass runs "
+        "beside this one only once it has handed out two batches (a training loop's); keep iterating one, "
+        "or make a second Loader"
     )
     assert len(list(second)) == 7  # The new pass is whole: 8 batches.
     closed = iter(loader)
@@ -589,3 +590,39 @@ def test_collate_fn_runs_after_the_batch_functions_and_must_be_callable(color_fo
         "collate_fn: the batch has 4 images but 2 labels or targets (a batch_transforms function changed "
         "one of them)"
     )
+
+
+def test_a_peek_inside_the_training_loop_runs_beside_it_and_changes_nothing_of_it(color_folder):
+    loader = load(color_folder, [T.Resize((16, 16))])
+    reference = load(color_folder, [T.Resize((16, 16))])
+    expected, epoch1 = cloned(reference), cloned(reference)  # Epochs 0 and 1, uninterrupted.
+    got, peeks, states = [], [], []
+    for images, labels in loader:
+        got.append((images.clone(), labels.clone()))
+        if len(got) >= 2:
+            peek_images, peek_labels = next(iter(loader))  # DataLoader lets this run beside the loop.
+            peeks.append((peek_images.clone(), peek_labels.clone()))
+            states.append(loader.state_dict()["position"])
+    assert_same(got, expected)
+    # Each peek is the first batch of a fresh pass over the next epoch.
+    for peek in peeks:
+        assert_same([peek], epoch1[:1])
+    ends = np.cumsum([len(labels) for _, labels in expected]).tolist()
+    assert states == ends[1:]  # The loop's positions after each of its batches from the second.
+    assert loader.state_dict()["epoch"] == 1
+
+
+def test_two_live_iterators_run_at_once_as_with_dataloader(color_folder):
+    loader = load(color_folder, [T.Resize((16, 16))])
+    first = iter(loader)
+    a = [next(first), next(first)]
+    second = iter(loader)  # Beside the first, which has handed out two batches.
+    b = list(second)
+    a += list(first)
+    assert len(a) == 8 and len(b) == 8
+    third = iter(loader)  # The first has ended: a fresh pass.
+    next(third)
+    fourth = iter(loader)  # The third has handed out one batch only: a peek, which this one ends.
+    assert len(list(fourth)) == 8
+    with pytest.raises(conveyor.ConfigError, match="was ended after 1 batch"):
+        next(third)

@@ -204,10 +204,13 @@ class Loader:
     has ended; so a peek, ``next(iter(loader))``, does not use up an epoch:
     the next ``iter()`` runs the same epoch again, from its first batch.
     ``state_dict()`` counts every batch handed out, a peek's too: taken after
-    one training step, it resumes after that step. One
-    pass runs at a time: a new ``iter()`` ends the pass under way, and that
-    pass's iterator then raises ConfigError (saying so) instead of ending
-    early in silence. Make a second Loader for two passes at once.
+    one training step, it resumes after that step. A new ``iter()`` while a
+    pass's iterator is alive and has handed out two batches or more (a
+    training loop) runs beside it on a second engine, as a DataLoader's
+    second iterator does: a pass over the next epoch that changes nothing
+    of the loop's (so ``next(iter(loader))`` inside the loop peeks). Else a
+    new ``iter()`` ends the pass under way, and that pass's iterator then
+    raises ConfigError (saying so) instead of ending early in silence.
 
     Raises:
         ConfigError: an invalid argument, naming it.
@@ -364,27 +367,32 @@ class Loader:
             engine_source = self._given_order = _conveyor.GivenOrderSource(
                 engine_source, self._sampler.length
             )
-        self._engine = _conveyor.Loader(
-            engine_source,
-            transform,
-            _options(
-                batch_size=batch_size,
-                shuffle=shuffle,
-                seed=seed,
-                drop_last=drop_last,
-                threads=threads,
-                io_threads=io_threads,
-                prefetch=prefetch,
-                memory_budget=memory_budget,
-                on_error=_conveyor.OnError.SKIP if on_error == "skip" else _conveyor.OnError.RAISE,
-                rank=rank,
-                world_size=world_size,
-                local_processes=_local_processes(),
-                shuffle_buffer=source.shuffle_buffer or 0,
-                batch_mix=_batch_mix_spec(batch_mix, source, engine_layout),
-            ),
-            **({"allocator": _pinned_allocator()} if self._pin else {}),
+        options = _options(
+            batch_size=batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+            threads=threads,
+            io_threads=io_threads,
+            prefetch=prefetch,
+            memory_budget=memory_budget,
+            on_error=_conveyor.OnError.SKIP if on_error == "skip" else _conveyor.OnError.RAISE,
+            rank=rank,
+            world_size=world_size,
+            local_processes=_local_processes(),
+            shuffle_buffer=source.shuffle_buffer or 0,
+            batch_mix=_batch_mix_spec(batch_mix, source, engine_layout),
         )
+        allocator = {"allocator": _pinned_allocator()} if self._pin else {}
+        self._engine = _conveyor.Loader(engine_source, transform, options, **allocator)
+        # A second engine for a pass beside the one under way (a peek inside
+        # the training loop), made at the first such pass.
+        self._side_args = (engine_source, transform, options, allocator)
+        self._side_engine: Optional[_conveyor.Loader] = None
+        self._side_iteration = 0  # Identifies the live side pass; older ones stop.
+        # The iteration whose iterator is alive, until it ends or is dropped.
+        self._live: Optional[int] = None
+        self._live_handed = 0  # Batches it has handed out.
         self._epoch = 0  # The epoch the next iter() runs.
         self._start_position = 0  # Where it starts on this rank (set by load_state_dict).
         self._start_batch = 0
@@ -424,6 +432,10 @@ class Loader:
         if self._closed:
             raise ConfigError("the loader is closed")
         self._engine.check_not_reentered("iter(loader)")  # Before any state changes.
+        if self._live is not None and self._live_handed >= 2:
+            # The pass under way is a training loop's (its iterator is alive and
+            # has handed out two batches): this one, a peek inside it, runs beside it.
+            return self._side_pass()
         self._iteration += 1
         epoch = self._epoch
         if self._sampler is not None:
@@ -447,9 +459,17 @@ class Loader:
                 (_device.move(images, device), _device.move(second, device), mark)
                 for images, second, mark in batches
             )
+        self._live, self._live_handed = self._iteration, 0
         return self._deliver(batches, self._iteration, epoch)
 
     def _deliver(self, batches: Iterator[_Marked], iteration: int, epoch: int) -> Iterator[Batch]:
+        try:
+            yield from self._handed_out(batches, iteration, epoch)
+        finally:  # Ended, failed, or its iterator dropped (CPython closes it at once).
+            if self._live == iteration:
+                self._live = None
+
+    def _handed_out(self, batches: Iterator[_Marked], iteration: int, epoch: int) -> Iterator[Batch]:
         # The resume position advances as the user receives a batch, not when
         # the engine delivers it (the CUDA path holds one batch back).
         # A batch handed out always counts for state_dict() (a checkpoint taken
@@ -461,6 +481,7 @@ class Loader:
                 break  # A batch the CUDA path held back: the pass has ended.
             self._position, self._batches_done = position, done
             handed += 1
+            self._live_handed = handed
             if handed == 2:
                 self._count_pass(iteration, epoch)
             yield images if second is _COLLATED else (images, second)
@@ -473,13 +494,14 @@ class Loader:
                 "the loader is closed"
                 if self._closed
                 else f"this pass over epoch {epoch} was ended after {handed} batch(es) by a newer "
-                "iter(loader): one Loader runs one pass at a time (make a second Loader for two at once)"
+                "iter(loader): a newer pass runs beside this one only once it has handed out two batches "
+                "(a training loop's); keep iterating one, or make a second Loader"
             )
         self._count_pass(iteration, epoch)
         self._epoch_finished(epoch)
 
-    def _raise_wait_timeout(self, epoch: int, batch: int) -> NoReturn:
-        stats = self._engine.stats()
+    def _raise_wait_timeout(self, engine: _conveyor.Loader, epoch: int, batch: int) -> NoReturn:
+        stats = engine.stats()
         raise WaitTimeoutError(
             f"no batch within timeout={self._timeout:g} s: epoch {epoch}, batch {batch} (counting from 1; "
             f"samples read {stats.samples_read}, processed {stats.samples_processed} this epoch): a read "
@@ -502,7 +524,7 @@ class Loader:
                 batch = self._engine.next(_WAIT_SLICE_SECONDS)
                 if batch is False:  # Timed out: Python handles pending signals here.
                     if self._timeout and time.monotonic() - waiting_since >= self._timeout:
-                        self._raise_wait_timeout(epoch, produced + 1)
+                        self._raise_wait_timeout(self._engine, epoch, produced + 1)
                     continue
                 if batch is None:
                     return
@@ -514,25 +536,11 @@ class Loader:
                         _autotune_log.info("%s", line)
                 if bar is not None:
                     self._update_bar(bar, batch.size)
-                if batch.variable_shape:  # A chain without a fixed size: one tensor per sample.
-                    images = [_as_tensor(image) for image in _conveyor.Batch.sample_images(batch)]
-                else:
-                    images = _as_tensor(_conveyor.Batch.images(batch))
-                    if self._channels_last:  # N×H×W×C memory seen as N×C×H×W: a view, no copy.
-                        images = images.permute(0, 3, 1, 2)
-                labels = _from_numpy(_conveyor.Batch.labels(batch))  # Its own memory, not the batch's.
-                soft_labels = _conveyor.Batch.soft_labels(batch)
-                second = self._targets(batch, labels) if self.source.has_boxes else labels
-                if soft_labels is not None:
-                    second = _from_numpy(soft_labels)
-                for i, function in self._batch_functions:
-                    images, second = _call_batch_function(i, function, images, second)
-                if self._collate_fn is not None:
-                    images, second = self._collate_fn(_samples(images, second)), _COLLATED
+                images, second = self._converted(batch)
                 produced = batch.index + 1
                 yield images, second, mark
                 waiting_since = time.monotonic()
-                del batch, images, labels, second  # See _deliver.
+                del batch, images, second  # See _deliver.
         finally:
             if bar is not None:
                 self._update_bar(bar, 0, refresh=True)
@@ -542,6 +550,71 @@ class Loader:
             # calls next() on it) was refused: stopping there would wait for itself.
             if iteration == self._iteration and not self._engine.on_own_thread():
                 self._engine.stop()
+
+    def _side_pass(self) -> Iterator[Batch]:
+        """A pass over the next epoch beside the training loop's, on a second
+        engine (made once): its own order and threads; it changes nothing
+        of the loop's pass (positions, epoch counter, state_dict)."""
+        if self._side_engine is None:
+            source, transform, options, allocator = self._side_args
+            self._side_engine = _conveyor.Loader(source, transform, options, **allocator)
+            weakref.finalize(self, _close_engine, self._side_engine)
+        self._side_iteration += 1
+        epoch = self._epoch
+        if self._sampler is not None:
+            self._given_order.set_order(epoch, self._sampler.draw(epoch))
+        self._side_engine.start_epoch(epoch, 0, 0, 0)
+        return self._side_batches(self._side_engine, self._side_iteration, epoch)
+
+    def _side_batches(self, engine: _conveyor.Loader, iteration: int, epoch: int) -> Iterator[Batch]:
+        try:
+            waiting_since = time.monotonic()
+            produced = 0
+            while iteration == self._side_iteration:
+                batch = engine.next(_WAIT_SLICE_SECONDS)
+                if batch is False:
+                    if self._timeout and time.monotonic() - waiting_since >= self._timeout:
+                        self._raise_wait_timeout(engine, epoch, produced + 1)
+                    continue
+                if batch is None:
+                    return
+                images, second = self._converted(batch)
+                produced = batch.index + 1
+                if self._device is not None:
+                    images, second = _device.move(images, self._device), _device.move(second, self._device)
+                yield images if second is _COLLATED else (images, second)
+                waiting_since = time.monotonic()
+                del batch, images, second
+            raise ConfigError(
+                "the loader is closed"
+                if self._closed
+                else f"this pass over epoch {epoch}, beside the training loop's, was ended by a newer "
+                "iter(loader) beside it: two passes run at once at most"
+            )
+        finally:
+            if iteration == self._side_iteration and not engine.on_own_thread():
+                engine.stop()
+
+    def _converted(self, batch: _conveyor.Batch) -> tuple[Any, Any]:
+        """(images, labels or targets) of an engine batch as the loader hands
+        them out, after the batch functions and collate_fn (then the second
+        item is _COLLATED)."""
+        if batch.variable_shape:  # A chain without a fixed size: one tensor per sample.
+            images = [_as_tensor(image) for image in _conveyor.Batch.sample_images(batch)]
+        else:
+            images = _as_tensor(_conveyor.Batch.images(batch))
+            if self._channels_last:  # N×H×W×C memory seen as N×C×H×W: a view, no copy.
+                images = images.permute(0, 3, 1, 2)
+        labels = _from_numpy(_conveyor.Batch.labels(batch))  # Its own memory, not the batch's.
+        soft_labels = _conveyor.Batch.soft_labels(batch)
+        second = self._targets(batch, labels) if self.source.has_boxes else labels
+        if soft_labels is not None:
+            second = _from_numpy(soft_labels)
+        for i, function in self._batch_functions:
+            images, second = _call_batch_function(i, function, images, second)
+        if self._collate_fn is not None:
+            images, second = self._collate_fn(_samples(images, second)), _COLLATED
+        return images, second
 
     def _targets(self, batch: _conveyor.Batch, labels: Any) -> Any:
         # Boxes are copied out of the engine (they are small): per image a
@@ -741,7 +814,10 @@ class Loader:
         self._engine.check_not_reentered("Loader.close()")  # Before any state changes.
         self._closed = True
         self._iteration += 1
+        self._side_iteration += 1
         self._engine.close()
+        if self._side_engine is not None:
+            self._side_engine.close()
 
     def __enter__(self) -> Loader:
         return self
