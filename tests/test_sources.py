@@ -473,7 +473,8 @@ def test_python_source_reads():
     assert PythonSource(Plain())._engine_source().read(0) == (b"raw", -1, "Plain[0]")
     assert PythonSource(Plain())._engine_source().read(1) == (b"ba", -1, "Plain[1]")
     assert PythonSource(["a", "b"])._engine_source().key(1) == "list[1]"
-    with pytest.raises(conveyor.ReadError, match=r"^list\[0\]: __getitem__ returned str; expected bytes"):
+    expected = r"^list\[0\]: __getitem__ returned builtins.str; expected encoded image bytes"
+    with pytest.raises(conveyor.ReadError, match=expected):
         PythonSource(["a"])._engine_source().read(0)
     with pytest.raises(
         conveyor.ReadError, match=r"^tuple\[0\]: the label returned by __getitem__ is not an int"

@@ -70,6 +70,7 @@ int python_source_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(Py_TYPE(self));
   if (!nb::inst_ready(self)) return 0;
   Py_VISIT(nb::inst_ptr<PythonSource>(self)->dataset().ptr());
+  Py_VISIT(nb::inst_ptr<PythonSource>(self)->encode().ptr());
   return 0;
 }
 
@@ -323,7 +324,7 @@ void bind_io(nb::module_& m) {
 
   // Constructed and destroyed with the GIL held; read() takes the GIL itself.
   nb::class_<PythonSource, Source>(m, "PythonSource", nb::type_slots(python_source_slots))
-      .def(nb::init<nb::object>(), nb::arg("dataset"))
+      .def(nb::init<nb::object, nb::object>(), nb::arg("dataset"), nb::arg("encode") = nb::none())
       .def_prop_ro("dataset", &PythonSource::dataset);
 
   nb::class_<CocoAnnotation>(m, "CocoAnnotation")

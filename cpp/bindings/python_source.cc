@@ -36,7 +36,8 @@ Bytes copy_bytes(nb::handle object, const std::string& key) {
 
 }  // namespace
 
-PythonSource::PythonSource(nb::object dataset) : dataset_(std::move(dataset)) {
+PythonSource::PythonSource(nb::object dataset, nb::object encode)
+    : dataset_(std::move(dataset)), encode_(std::move(encode)) {
   name_ =
       nb::borrow<nb::str>(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(dataset_.ptr()))).attr("__name__")).c_str();
   check_config(nb::hasattr(dataset_, "__getitem__"), "PythonSource: " + name_ + " has no __getitem__");
@@ -95,6 +96,18 @@ Record PythonSource::read(int64_t index) const {
         nb::python_error error;
         throw Error(ErrorKind::kRead, "bad label: " + describe_exception(error.value()), sample);
       }
+    }
+    // A decoded image (or anything but bytes) is encoded first, when asked.
+    nb::object encoded;
+    if (encode_.is_valid() && !encode_.is_none() && !PyBytes_Check(data.ptr()) && !PyByteArray_Check(data.ptr()) &&
+        !PyMemoryView_Check(data.ptr())) {
+      try {
+        encoded = encode_(data);
+      } catch (nb::python_error& e) {
+        // Its message says what __getitem__ returned and what it should.
+        throw Error(ErrorKind::kRead, nb::str(e.value()).c_str(), sample);
+      }
+      data = encoded;
     }
     return Record{copy_bytes(data, sample), label, sample};
   } catch (nb::python_error& e) {

@@ -11,7 +11,9 @@ namespace conveyor::bindings {
 
 /// A Source over a Python map-style dataset: `len(dataset)` samples, and
 /// `dataset[i]` returning a bytes-like object (bytes, bytearray, memoryview, a
-/// contiguous array) or a `(bytes_like, label)` pair. It lives in the bindings
+/// contiguous array) or a `(bytes_like, label)` pair. With `encode`, anything
+/// else it returns as the image (bytes, bytearray and memoryview excepted:
+/// a decoded image, an array) goes through `encode(image) -> bytes` first. It lives in the bindings
 /// because it holds Python objects; the core never includes Python headers.
 ///
 /// read() is called from the io pool without the GIL: it takes the GIL only
@@ -30,7 +32,8 @@ class PythonSource final : public Source {
  public:
   /// Calls len(dataset) once; the length is fixed from then on. Throws
   /// Error{kConfig} when it is negative or `dataset` has no `__getitem__`.
-  explicit PythonSource(nanobind::object dataset);
+  /// `encode` may be None.
+  explicit PythonSource(nanobind::object dataset, nanobind::object encode = nanobind::none());
   ~PythonSource() override;
 
   int64_t size() const override { return size_; }
@@ -39,12 +42,17 @@ class PythonSource final : public Source {
   std::string key(int64_t index) const override;
 
   const nanobind::object& dataset() const noexcept { return dataset_; }
-  /// Drops the reference to the dataset (the garbage collector's tp_clear);
-  /// reads fail from then on. Needs the GIL.
-  void clear() noexcept { dataset_.reset(); }
+  const nanobind::object& encode() const noexcept { return encode_; }
+  /// Drops the references to the dataset and `encode` (the garbage
+  /// collector's tp_clear); reads fail from then on. Needs the GIL.
+  void clear() noexcept {
+    dataset_.reset();
+    encode_.reset();
+  }
 
  private:
   nanobind::object dataset_;
+  nanobind::object encode_;
   std::string name_;
   int64_t size_ = 0;
 };
