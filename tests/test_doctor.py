@@ -453,6 +453,19 @@ def folder_fix(root: Path) -> tuple[str, str, str]:
     )
     first, comment, measured, rest = finding.fix.split("\n", 3)
     assert first.startswith("DataLoader(..., num_workers=")
+    # The gain of more workers is an estimate, with its assumption and this machine's CPUs.
+    workers = int(re.match(r"DataLoader\(\.\.\., num_workers=(\d+)", first).group(1))
+    cpus = len(os.sched_getaffinity(0))
+    assert finding.gain_kind == "estimated"
+    assert finding.gain.endswith(
+        f"an upper bound: it assumes {workers} worker processes load on CPUs the training step leaves idle; "
+        f"this process may use {cpus} CPU(s)"
+        + (
+            ", which the workers would share with the training step: it may slow down instead (measure)"
+            if cpus <= workers
+            else ""
+        )
+    )
     return first, measured, f"{comment}\n{rest}"
 
 

@@ -19,10 +19,31 @@ NO_WORKERS_SHARE = 0.10
 RESTART_SHARE = 0.05
 
 
+def _usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def _workers_for(obs: Observations, fetch: float) -> int:
     """Workers needed so that one batch is ready per step of compute."""
     compute = max(obs.median("compute"), 1e-6)
-    return max(2, min(os.cpu_count() or 2, math.ceil(fetch / compute) + 1))
+    return max(2, min(_usable_cpus(), math.ceil(fetch / compute) + 1))
+
+
+def _workers_assumption(workers: int) -> str:
+    """The assumption behind a gain promised for more workers: what it takes, and
+    what this machine has."""
+    cpus = _usable_cpus()
+    text = (
+        f"an upper bound: it assumes {workers} worker processes load on CPUs the training step leaves idle; "
+        f"this process may use {cpus} CPU(s)"
+    )
+    if cpus <= workers:
+        text += ", which the workers would share with the training step: it may slow down instead (measure)"
+    return text
 
 
 def _conveyor_advice(loader: LoaderInfo) -> str:
@@ -76,8 +97,9 @@ def input_stall(obs: Observations) -> list[Finding]:
                 "While the training loop waits for the loader, the accelerator idles; "
                 "data should be ready before the step ends.",
                 fix,
-                "measured",
-                f"up to {per_step * 1000:.2f} ms per step ({share:.0%}) when batches are ready in time",
+                "measured" if loader.kind != "DataLoader" else "estimated",
+                f"up to {per_step * 1000:.2f} ms per step ({share:.0%}) when batches are ready in time"
+                + (f" ({_workers_assumption(workers)})" if loader.kind == "DataLoader" else ""),
                 {"wait_share": round(share, 4), "wait_ms_per_step": round(per_step * 1000, 3)},
                 per_step,
             )
@@ -110,8 +132,9 @@ def dataloader_no_workers(obs: Observations) -> list[Finding]:
                 "With num_workers=0 loading and the training step run one after the other; "
                 "worker processes load the next batches while the model trains.",
                 f"DataLoader(..., num_workers={workers}, persistent_workers=True)" + _conveyor_advice(loader),
-                "measured",
-                f"up to {per_batch * 1000:.2f} ms per step (the measured load time) leaves the loop",
+                "estimated",
+                f"up to {per_batch * 1000:.2f} ms per step (the measured load time) leaves the loop: "
+                + _workers_assumption(workers),
                 {"load_ms_per_batch": round(per_batch * 1000, 3), "wait_share": round(share, 4)},
                 per_batch,
             )
