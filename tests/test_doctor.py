@@ -440,6 +440,31 @@ loader = conveyor.Loader(
 )"""
 
 
+@pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs (Linux)"
+)
+def test_workers_that_take_the_models_cpus_are_reported_with_the_measured_wait_not_more_workers():
+    saved = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, sorted(saved)[:2])  # Two CPUs: two workers and two torch threads share them.
+    try:
+        report, code = doctor.run_script(str(SCRIPTS / "oversubscribed.py"), steps=40)
+    finally:
+        os.sched_setaffinity(0, saved)
+    assert code == 0
+    assert "input-stall" not in report.rule_ids() and "cpu-oversubscription" in report.rule_ids(), str(report)
+    finding = next(f for f in report.findings if f.rule == "cpu-oversubscription")
+    assert (finding.site.file, finding.site.line) == (
+        str(SCRIPTS / "oversubscribed.py"),
+        marker("oversubscribed.py", "cpu-oversubscription"),
+    )
+    # CPU-time evidence, not wall-clock thresholds: the step waited for a CPU for at least a
+    # quarter of its compute while the workers used CPUs, on the 2 CPUs with 2 torch threads.
+    assert finding.counts["run_delay_share"] >= 0.25 and finding.counts["worker_cpus"] >= 0.25
+    assert (finding.counts["usable_cpus"], finding.counts["torch_threads"]) == (2, 2)
+    assert finding.fix.startswith("DataLoader(..., num_workers=1)  # now 2: no more than the CPUs")
+    assert finding.gain_kind == "estimated"
+
+
 def folder_fix(root: Path) -> tuple[str, str, str]:
     """Runs torchvision_folder.py on ``root``; its one finding's fix as (the
     DataLoader line, the measured line, the conveyor replacement)."""

@@ -35,6 +35,10 @@ class StepRecord:
     seconds: float
     data_wait: float
     copy: float
+    #: Seconds this process's threads waited for a CPU (runnable, not running) in the step.
+    run_delay: float = 0.0
+    #: CPU seconds the DataLoader worker processes used in the step.
+    worker_cpu: float = 0.0
 
     @property
     def compute(self) -> float:
@@ -68,6 +72,8 @@ class LoaderInfo:
     conveyor: Optional[str] = None
     #: That call run on the first files after the script (its images/s).
     conveyor_trial: Optional[Any] = None
+    #: Process ids of its worker processes (a DataLoader with workers).
+    worker_pids: list[int] = field(default_factory=list)
 
     def describe(self) -> str:
         """A one-line description with its settings."""
@@ -125,6 +131,8 @@ class OptimizerInfo:
 class Observations:
     """Everything the probes recorded during one run."""
 
+    #: torch's intra-op threads when the first step ended (the model's CPUs).
+    torch_threads: int = 0
     target: str = "cpu"
     script: Optional[str] = None
     steps: list[StepRecord] = field(default_factory=list)

@@ -36,6 +36,38 @@ from conveyor.doctor.observations import (
 )
 from conveyor.doctor.rules.conveyor_loader import replacement
 
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _process_run_delay() -> float:
+    """Seconds this process's threads have waited for a CPU (runnable, not
+    running), summed over its live threads (Linux schedstat); 0 elsewhere."""
+    total = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 0.0
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/schedstat") as f:
+                total += int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # The thread ended meanwhile, or no schedstat here.
+    return total / 1e9
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    """CPU seconds (user + system) the processes `pids` have used (Linux); 0 elsewhere."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15.
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / _TICKS
+
 
 class StopScript(BaseException):
     """Raised from the optimizer step hook to stop the script after enough steps.
@@ -202,6 +234,7 @@ class Probes:
         self._mode: Optional[_Mode] = None
         self._found_modes: list[Any] = []
         self._reset_step()
+        self._last_run_delay, self._last_worker_cpu = _process_run_delay(), 0.0
         self._start = self._last_step = time.perf_counter()
         # Step 1 starts at the first batch request or forward, not at start-up.
         self._started = False
@@ -395,6 +428,9 @@ class Probes:
         if len(args) <= 1 and kwargs.get("closure") is None:  # args[0] is the optimizer.
             self._step_suspended = self._suspend_mode()
 
+    def _worker_pids(self) -> list[int]:
+        return [pid for info in self.obs.loaders for pid in info.worker_pids]
+
     def _step_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self._step_suspended:
             self._step_suspended = False
@@ -402,8 +438,20 @@ class Probes:
         now = time.perf_counter()
         obs = self.obs
         index = len(obs.steps)
-        obs.steps.append(StepRecord(index, now - self._last_step, self._wait, self._copy))
-        self._last_step = now
+        run_delay, worker_cpu = _process_run_delay(), _cpu_seconds(self._worker_pids())
+        obs.steps.append(
+            StepRecord(
+                index,
+                now - self._last_step,
+                self._wait,
+                self._copy,
+                max(0.0, run_delay - self._last_run_delay),
+                max(0.0, worker_cpu - self._last_worker_cpu),
+            )
+        )
+        if index == 0:
+            obs.torch_threads = torch.get_num_threads()
+        self._last_step, self._last_run_delay, self._last_worker_cpu = now, run_delay, worker_cpu
         self._reset_step()
         self._chain_last, self._chain = None, 0
         if obs.step_site is None:
@@ -665,6 +713,8 @@ class Probes:
                 )
             info.epochs += 1
             info.start_seconds.append(seconds)
+            # The workers of this pass (persistent ones are the same processes).
+            info.worker_pids = [w.pid for w in getattr(iterator, "_workers", []) if w.pid is not None]
             iterator._conveyor_doctor = (info, info.epochs)
             return iterator
 

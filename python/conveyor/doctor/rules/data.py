@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
+from typing import Optional
 
 from conveyor.doctor.observations import LoaderInfo, Observations
 from conveyor.doctor.report import Finding
@@ -46,6 +47,30 @@ def _workers_assumption(workers: int) -> str:
     return text
 
 
+#: The share of its compute time the training step may wait for a CPU
+#: before workers that run meanwhile count as taking its CPUs.
+OVERSUBSCRIBED_SHARE = 0.25
+#: The CPUs the workers must keep busy meanwhile for that.
+OVERSUBSCRIBED_WORKER_CPUS = 0.25
+
+
+def _oversubscription(obs: Observations, loader: LoaderInfo) -> Optional[tuple[float, float, float]]:
+    """(seconds per step the training step waited for a CPU, that as a share
+    of its compute, the CPUs the workers used meanwhile) when a DataLoader's
+    workers take the training step's CPUs, else None (median steps)."""
+    if loader.kind != "DataLoader" or not loader.num_workers or not loader.worker_pids:
+        return None
+    steps = [s for s in obs.measured_steps() if s.compute > 0 and s.seconds > 0]
+    if not steps:
+        return None
+    delay = statistics.median(s.run_delay for s in steps)
+    share = statistics.median(s.run_delay / s.compute for s in steps)
+    worker_cpus = statistics.median(s.worker_cpu / s.seconds for s in steps)
+    if share < OVERSUBSCRIBED_SHARE or worker_cpus < OVERSUBSCRIBED_WORKER_CPUS:
+        return None
+    return delay, share, worker_cpus
+
+
 def _conveyor_advice(loader: LoaderInfo) -> str:
     """The conveyor.Loader that replaces the loader, with its measured speed
     (rules/conveyor_loader.py), as lines to add to a fix."""
@@ -66,6 +91,8 @@ def input_stall(obs: Observations) -> list[Finding]:
     for loader in obs.loaders:
         if loader.kind == "DataLoader" and loader.num_workers == 0:
             continue  # dataloader-no-workers reports it, with the same measurement.
+        if _oversubscription(obs, loader) is not None:
+            continue  # More workers would make it worse: cpu-oversubscription reports it.
         # Medians: one slow batch on a busy machine is not a stall.
         per_step = statistics.median(loader.step_waits.get(s.index, 0.0) for s in steps) if steps else 0.0
         if step_time <= 0 or per_step / step_time < STALL_SHARE:
@@ -102,6 +129,47 @@ def input_stall(obs: Observations) -> list[Finding]:
                 + (f" ({_workers_assumption(workers)})" if loader.kind == "DataLoader" else ""),
                 {"wait_share": round(share, 4), "wait_ms_per_step": round(per_step * 1000, 3)},
                 per_step,
+            )
+        )
+    return findings
+
+
+@rule
+def cpu_oversubscription(obs: Observations) -> list[Finding]:
+    """DataLoader workers take the CPUs the training step needs."""
+    findings = []
+    for loader in obs.loaders:
+        measured = _oversubscription(obs, loader)
+        if measured is None:
+            continue
+        delay, share, worker_cpus = measured
+        cpus, threads, workers = _usable_cpus(), max(1, obs.torch_threads), loader.num_workers or 0
+        fewer = max(1, min(workers - 1, cpus - threads))
+        findings.append(
+            Finding(
+                "cpu-oversubscription",
+                "high",
+                "DataLoader workers take the training step's CPUs",
+                f"the training step's threads waited {delay * 1000:.2f} ms per step for a CPU, summed over "
+                f"them ({share:.0%} of its compute time) while the {workers} workers used {worker_cpus:.2f} "
+                f"CPU(s); the model runs {threads} torch thread(s) and this process may use {cpus} CPU(s)",
+                loader.site,
+                "Worker processes and the model's threads share the CPUs: more workers than free CPUs "
+                "slow the training step down instead of feeding it.",
+                f"DataLoader(..., num_workers={fewer})  # now {workers}: no more than the CPUs the model "
+                "leaves free (or torch.set_num_threads lower)\n# or conveyor.Loader: native threads that "
+                "autotune keeps to the CPUs the step leaves" + _conveyor_advice(loader),
+                "estimated",
+                f"up to {delay * 1000:.2f} ms per step (the measured wait for a CPU) when the step has its "
+                "CPUs to itself",
+                {
+                    "run_delay_ms_per_step": round(delay * 1000, 3),
+                    "run_delay_share": round(share, 4),
+                    "worker_cpus": round(worker_cpus, 3),
+                    "usable_cpus": cpus,
+                    "torch_threads": threads,
+                },
+                delay,
             )
         )
     return findings
