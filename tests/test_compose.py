@@ -87,3 +87,28 @@ def test_bad_arguments_are_config_errors_naming_them(make, message):
     with pytest.raises(conveyor.ConfigError) as info:
         make()
     assert str(info.value) == message
+
+
+def test_nesting_deeper_than_the_limit_or_a_transform_holding_itself_is_a_config_error():
+    nested = T.RandomInvert()
+    with pytest.raises(conveyor.ConfigError, match=r"^RandomApply: transforms nested more than 32 deep"):
+        for _ in range(40):
+            nested = T.RandomApply([nested])
+    loop = T.RandomApply([T.RandomInvert()])
+    loop.transforms.append(loop)
+    with pytest.raises(conveyor.ConfigError, match=r"nested more than 32 deep \(or one holds itself\)"):
+        conveyor.transforms.compile_pipeline([T.CenterCrop(4), loop])
+
+
+def test_random_choice_of_batch_mixes_copies_and_pickles_and_each_kind_is_named_where_it_belongs():
+    import copy
+    import pickle
+
+    mixes = T.RandomChoice([T.MixUp(num_classes=3), T.CutMix(num_classes=3)])
+    for clone in (copy.copy(mixes), copy.deepcopy(mixes), pickle.loads(pickle.dumps(mixes))):
+        assert type(clone) is type(mixes) and repr(clone) == repr(mixes)
+    with pytest.raises(conveyor.ConfigError, match=r"pass it as batch_transforms="):
+        conveyor.Loader(images(), [mixes])
+    with pytest.raises(conveyor.ConfigError, match=r"runs on each sample: pass it in transforms="):
+        per_sample = T.RandomChoice([T.RandomInvert(), T.GaussianBlur(3)])
+        conveyor.Loader(images(), [], batch_transforms=[per_sample])

@@ -182,7 +182,7 @@ def test_arguments_dataloader_refuses_are_config_errors_with_its_message(kwargs,
     [
         ([0, 1, N], f"the sampler gave index {N} at position 2 of epoch 0; the source has {N} samples"),
         ([0, -1], f"the sampler gave index -1 at position 1 of epoch 0; the source has {N} samples"),
-        ([0, 1.5], "the sampler gave 1.5 at position 1 of epoch 0: indices must be integers"),
+        ([0, 1.5], "sampler gave 1.5 at position 1 of epoch 0: indices must be integers"),
     ],
 )
 def test_a_bad_index_is_named_with_its_position_and_epoch(sampler, message):
@@ -192,12 +192,81 @@ def test_a_bad_index_is_named_with_its_position_and_epoch(sampler, message):
     assert str(info.value) == message
 
 
-def test_a_batch_sampler_whose_epochs_change_length_is_named_at_that_epoch():
-    loader = conveyor.Loader(source(), [], batch_sampler=Growing(), dtype="uint8")
-    assert loader_batches(loader) == [[0, 1], [0, 1]]
+def test_a_sampler_whose_epochs_change_length_is_named_at_that_epoch():
+    lengths = iter([4, 4, 6])
+
+    class Curriculum:
+        def __iter__(self):
+            return iter(range(next(lengths)))
+
+        def __len__(self):
+            return 4
+
+    loader = conveyor.Loader(source(), [], batch_size=2, sampler=Curriculum(), dtype="uint8")
+    assert loader_batches(loader) == [[0, 1], [2, 3]]
+    assert loader_batches(loader) == [[0, 1], [2, 3]]
     with pytest.raises(conveyor.ConfigError) as info:
         iter(loader)
-    assert str(info.value) == "the sampler gave 6 indices for epoch 1, its length is 4"
+    assert str(info.value) == (
+        "sampler gave more indices for epoch 2 than the 4 its epochs had when the Loader was made (conveyor "
+        "fixes the epoch's length then; an endless sampler is refused)"
+    )
+
+
+def test_a_batch_sampler_of_ones_own_is_drawn_again_for_each_epoch():
+    loader = conveyor.Loader(source(), [], batch_sampler=Growing(), dtype="uint8")
+    with pytest.raises(conveyor.ConfigError) as info:
+        iter(loader)  # Drawn again: 3 batches of 2 where the first draw gave 2.
+    assert str(info.value).startswith("batch_sampler gave 6 indices for epoch 0; its epochs had 4 when")
+
+
+def test_loader_set_epoch_is_passed_on_to_a_distributed_sampler():
+    sampler = DistributedSampler(range(N), num_replicas=2, rank=0, shuffle=True, seed=0)
+    loader = conveyor.Loader(source(), [], batch_size=4, sampler=sampler, dtype="uint8")
+    orders = []
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        orders.append(loader_batches(loader))
+        reference = DistributedSampler(range(N), num_replicas=2, rank=0, shuffle=True, seed=0)
+        reference.set_epoch(epoch)
+        assert orders[-1] == dataloader_batches(sampler=reference, batch_size=4)
+    assert orders[0] != orders[1]
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (
+            {"sampler": [2**63, 1]},
+            "sampler gave index 9223372036854775808 at position 0 of epoch 0: beyond int64",
+        ),
+        ({"sampler": [True, 1]}, "sampler gave True at position 0 of epoch 0: indices must be integers"),
+        (
+            {"batch_sampler": [1, 2, 3]},
+            "batch_sampler gave 1 at batch 0 of epoch 0: each batch must be a list of indices",
+        ),
+    ],
+)
+def test_indices_that_are_not_int64_and_batches_that_are_not_lists_are_named(kwargs, message):
+    with pytest.raises(conveyor.ConfigError) as info:
+        iter(conveyor.Loader(source(), [], dtype="uint8", **kwargs))
+    assert str(info.value) == message
+
+
+def test_an_endless_sampler_is_refused_at_its_length_not_waited_for():
+    class Endless:
+        def __iter__(self):
+            i = 0
+            while True:
+                yield i % 5
+                i += 1
+
+        def __len__(self):
+            return 5
+
+    loader = conveyor.Loader(source(), [], batch_size=2, sampler=Endless(), dtype="uint8")
+    with pytest.raises(conveyor.ConfigError, match="^sampler gave more indices for epoch 0 than the 5 its"):
+        iter(loader)
 
 
 def test_numpy_and_tensor_indices_are_taken_as_ints():

@@ -471,8 +471,8 @@ def test_a_pass_ended_by_a_newer_iter_says_so(color_folder):
         next(first)
     assert str(info.value) == (
         "this pass over epoch 0 was ended after 1 batch(es) by a newer iter(loader): a newer pass runs "
-        "beside this one only once it has handed out two batches (a training loop's); keep iterating one, "
-        "or make a second Loader"
+        "beside this one only when a for statement drives it and it has handed out two batches; keep "
+        "iterating one, or make a second Loader"
     )
     assert len(list(second)) == 7  # The new pass is whole: 8 batches.
     closed = iter(loader)
@@ -612,17 +612,40 @@ def test_a_peek_inside_the_training_loop_runs_beside_it_and_changes_nothing_of_i
     assert loader.state_dict()["epoch"] == 1
 
 
-def test_two_live_iterators_run_at_once_as_with_dataloader(color_folder):
+def test_an_iterator_beside_a_for_loop_runs_whole_and_the_loop_goes_on(color_folder):
     loader = load(color_folder, [T.Resize((16, 16))])
-    first = iter(loader)
-    a = [next(first), next(first)]
-    second = iter(loader)  # Beside the first, which has handed out two batches.
-    b = list(second)
-    a += list(first)
-    assert len(a) == 8 and len(b) == 8
-    third = iter(loader)  # The first has ended: a fresh pass.
-    next(third)
-    fourth = iter(loader)  # The third has handed out one batch only: a peek, which this one ends.
-    assert len(list(fourth)) == 8
-    with pytest.raises(conveyor.ConfigError, match="was ended after 1 batch"):
-        next(third)
+    main, side = [], []
+    for batch in loader:
+        main.append(batch)
+        if len(main) == 2:
+            beside = iter(loader)  # Beside the for statement's iterator, which no variable holds.
+            side = list(beside)
+    assert len(main) == 8 and len(side) == 8
+
+
+def test_an_iterator_kept_in_a_variable_is_ended_by_the_next_pass_which_runs_as_the_epoch(color_folder):
+    loader = load(color_folder, [T.Resize((16, 16))])
+    kept = iter(loader)
+    next(kept), next(kept)  # A sanity check left alive: epoch 0 counts as run.
+    epochs = []
+    for _ in range(2):
+        epochs.append(cloned(loader))  # Each loop is the epoch, with its state_dict.
+        assert loader.state_dict()["position"] == 0
+    reference = load(color_folder, [T.Resize((16, 16))])
+    cloned(reference)
+    assert_same(epochs[0], cloned(reference))  # Epoch 1.
+    assert_same(epochs[1], cloned(reference))  # Epoch 2.
+    assert loader.epoch == 3
+    with pytest.raises(conveyor.ConfigError, match="was ended after 2 batch"):
+        next(kept)
+
+
+def test_torchvisions_batch_mixes_are_pointed_to_batch_transforms():
+    from conveyor.transforms import from_torchvision
+
+    with pytest.raises(conveyor.ConfigError) as info:
+        from_torchvision([fake("RandomHorizontalFlip", p=0.5), fake("CutMix", num_classes=3)])
+    assert str(info.value) == (
+        "transforms[1]: CutMix (torchvision.transforms.transforms.CutMix) mixes whole batches: give "
+        "conveyor's T.CutMix (or T.RandomChoice of T.MixUp and T.CutMix) as the Loader's batch_transforms="
+    )

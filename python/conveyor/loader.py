@@ -205,8 +205,9 @@ class Loader:
     the next ``iter()`` runs the same epoch again, from its first batch.
     ``state_dict()`` counts every batch handed out, a peek's too: taken after
     one training step, it resumes after that step. A new ``iter()`` while a
-    pass's iterator is alive and has handed out two batches or more (a
-    training loop) runs beside it on a second engine, as a DataLoader's
+    pass's iterator is driven by a ``for`` statement (held by no variable)
+    and has handed out two batches or more (a training loop) runs beside it
+    on a second engine, as a DataLoader's
     second iterator does: a pass over the next epoch that changes nothing
     of the loop's (so ``next(iter(loader))`` inside the loop peeks). Else a
     new ``iter()`` ends the pass under way, and that pass's iterator then
@@ -393,6 +394,7 @@ class Loader:
         # The iteration whose iterator is alive, until it ends or is dropped.
         self._live: Optional[int] = None
         self._live_handed = 0  # Batches it has handed out.
+        self._live_generator: Optional[weakref.ref[Any]] = None  # Its iterator.
         self._epoch = 0  # The epoch the next iter() runs.
         self._start_position = 0  # Where it starts on this rank (set by load_state_dict).
         self._start_batch = 0
@@ -432,9 +434,10 @@ class Loader:
         if self._closed:
             raise ConfigError("the loader is closed")
         self._engine.check_not_reentered("iter(loader)")  # Before any state changes.
-        if self._live is not None and self._live_handed >= 2:
-            # The pass under way is a training loop's (its iterator is alive and
-            # has handed out two batches): this one, a peek inside it, runs beside it.
+        if self._live is not None and self._live_handed >= 2 and not self._live_held():
+            # The pass under way is a loop's (its iterator is alive, has handed out
+            # two batches and no variable holds it: a for statement does): this
+            # one, a peek inside it, runs beside it.
             return self._side_pass()
         self._iteration += 1
         epoch = self._epoch
@@ -460,7 +463,25 @@ class Loader:
                 for images, second, mark in batches
             )
         self._live, self._live_handed = self._iteration, 0
-        return self._deliver(batches, self._iteration, epoch)
+        generator = self._deliver(batches, self._iteration, epoch)
+        self._live_generator = weakref.ref(generator)
+        return generator
+
+    def _live_held(self) -> bool:
+        """Whether a variable of a frame on the stack (a local or a global)
+        holds the live pass's iterator: an iterator kept aside (``it =
+        iter(loader)``), not the one a ``for`` statement drives."""
+        generator = self._live_generator() if self._live_generator is not None else None
+        if generator is None:
+            return False
+        frame = sys._getframe(1)
+        while frame is not None:
+            if any(value is generator for value in frame.f_locals.values()) or any(
+                value is generator for value in frame.f_globals.values()
+            ):
+                return True
+            frame = frame.f_back
+        return False
 
     def _deliver(self, batches: Iterator[_Marked], iteration: int, epoch: int) -> Iterator[Batch]:
         try:
@@ -494,8 +515,8 @@ class Loader:
                 "the loader is closed"
                 if self._closed
                 else f"this pass over epoch {epoch} was ended after {handed} batch(es) by a newer "
-                "iter(loader): a newer pass runs beside this one only once it has handed out two batches "
-                "(a training loop's); keep iterating one, or make a second Loader"
+                "iter(loader): a newer pass runs beside this one only when a for statement drives it "
+                "and it has handed out two batches; keep iterating one, or make a second Loader"
             )
         self._count_pass(iteration, epoch)
         self._epoch_finished(epoch)
@@ -666,6 +687,8 @@ class Loader:
         beginning and drops the loaded position.
         """
         epoch = check_int(epoch, "epoch", minimum=0, maximum=_conveyor.Loader.MAX_EPOCH)
+        if self._sampler is not None:
+            self._sampler.set_epoch(epoch)
         if epoch != self._epoch:
             self._start_position = self._start_batch = self._start_segment = 0
         self._epoch = epoch

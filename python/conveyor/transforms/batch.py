@@ -141,13 +141,14 @@ class RandomChoice(BatchTransform):
     def __init__(self, transforms: Sequence[Any], p: Optional[Sequence[float]] = None) -> None:
         if isinstance(transforms, (str, bytes)) or not isinstance(transforms, Sequence) or not transforms:
             raise ConfigError(
-                f"RandomChoice: transforms must be a non-empty list of MixUp/CutMix, got {transforms!r}"
+                "RandomChoice: transforms must be a non-empty list of batch mixes (MixUp, CutMix) or of "
+                f"per-sample transforms, got {transforms!r}"
             )
         for i, t in enumerate(transforms):
             if not isinstance(t, _Mix):
                 raise ConfigError(
-                    f"RandomChoice: transforms[{i}] is {type(t).__name__}; conveyor's RandomChoice picks "
-                    "between batch mixes (MixUp, CutMix)"
+                    f"RandomChoice: transforms[{i}] is {type(t).__name__}; RandomChoice picks between batch "
+                    "mixes (MixUp, CutMix) or between per-sample transforms, not both"
                 )
         classes = {t.num_classes for t in transforms if t.num_classes is not None}
         if len(classes) > 1:
@@ -159,6 +160,10 @@ class RandomChoice(BatchTransform):
         self.transforms = list(transforms)
         self.p = None if p is None else [float(v) for v in p]
         self._check()
+
+    def __getnewargs__(self) -> tuple[Any, ...]:
+        # copy and pickle call __new__ with these (it needs the transforms to choose the class).
+        return (self.transforms, self.p)
 
     def _options(self) -> list[_conveyor.MixOption]:
         return [option for t in self.transforms for option in t._options()]
@@ -207,6 +212,11 @@ def split_batch_transforms(
             engine = item
         elif callable(item):
             functions.append((i, item))
+        elif isinstance(item, Transform):
+            raise ConfigError(
+                f"batch_transforms[{i}]: {type(item).__name__} runs on each sample: pass it in transforms= "
+                "(batch_transforms takes MixUp, CutMix, RandomChoice of them, and batch functions)"
+            )
         else:
             raise ConfigError(
                 f"batch_transforms[{i}]: {type(item).__name__} is neither a batch transform (MixUp, CutMix, "

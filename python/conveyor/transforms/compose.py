@@ -33,6 +33,11 @@ def _transforms(name: str, transforms: Any) -> list[Transform]:
     return list(transforms)
 
 
+#: The deepest nesting of RandomApply and its kin (a deeper one, or one that
+#: holds itself, is a ConfigError rather than a RecursionError).
+MOST_DEPTH = 32
+
+
 class _Compound(Transform):
     """What the three share: the transforms they hold, passed to the engine
     as the step's children."""
@@ -40,8 +45,18 @@ class _Compound(Transform):
     transforms: list[Transform]
 
     def _spec(self) -> tuple[Any, ...]:  # type: ignore[override]
+        return self._spec_within(0)
+
+    def _spec_within(self, depth: int) -> tuple[Any, ...]:
+        if depth >= MOST_DEPTH:
+            raise ConfigError(
+                f"{type(self).__name__}: transforms nested more than {MOST_DEPTH} deep (or one holds itself)"
+            )
         name, params = super()._spec()
-        return name, params, None, [t._spec() for t in self.transforms]
+        children = [
+            t._spec_within(depth + 1) if isinstance(t, _Compound) else t._spec() for t in self.transforms
+        ]
+        return name, params, None, children
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.transforms!r}{self._extra_repr()})"

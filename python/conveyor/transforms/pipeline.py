@@ -12,6 +12,7 @@ from conveyor._checks import check_bool, is_int
 from conveyor.errors import ConfigError
 from conveyor.transforms import torchvision
 from conveyor.transforms.base import DEFAULT_MAX_PIXELS, OUTPUT_DTYPES, Transform
+from conveyor.transforms.batch import BatchTransform
 
 __all__ = ["as_transform_list", "compile_pipeline", "transform_chain"]
 
@@ -49,6 +50,11 @@ def transform_chain(transforms: object) -> tuple[list[Transform], Optional[str]]
         )
     steps = list(transforms)
     for i, step in enumerate(steps):
+        if isinstance(step, BatchTransform):
+            raise ConfigError(
+                f"transforms[{i}]: {type(step).__name__} of batch mixes works on whole batches: pass it as "
+                "batch_transforms="
+            )
         if not isinstance(step, Transform):
             raise ConfigError(
                 f"transforms[{i}]: {_qualified_name(step)} is not a conveyor transform; "

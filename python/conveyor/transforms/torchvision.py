@@ -294,6 +294,11 @@ def from_torchvision(obj: object) -> Converted:
             continue
         name = type(step).__name__
         converter = CONVERTERS.get(name) if is_torchvision(step) else None
+        if converter is None and name in ("MixUp", "CutMix"):
+            raise ConfigError(
+                f"{where}: {_describe(step)} mixes whole batches: give conveyor's T.{name} (or "
+                "T.RandomChoice of T.MixUp and T.CutMix) as the Loader's batch_transforms="
+            )
         if converter is None:
             raise ConfigError(
                 f"{where}: {_describe(step)} has no conveyor equivalent; wrap it as T.Lambda(obj) to run "

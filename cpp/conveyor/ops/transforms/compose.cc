@@ -1,5 +1,6 @@
 #include "conveyor/ops/transforms/compose.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <optional>
@@ -97,6 +98,10 @@ class RandomChoiceStep final : public CompoundStep {
  public:
   RandomChoiceStep(std::vector<double> weights, Children children)
       : CompoundStep("RandomChoice", std::move(children)), cumulative_(std::move(weights)) {
+    // Scaled by the largest first, so that huge weights do not sum to
+    // infinity and tiny ones keep their ratios.
+    const double most = *std::max_element(cumulative_.begin(), cumulative_.end());
+    for (double& w : cumulative_) w /= most;
     std::partial_sum(cumulative_.begin(), cumulative_.end(), cumulative_.begin());
   }
 
@@ -156,12 +161,10 @@ std::unique_ptr<const TransformStep> make_random_choice_step(const TransformPara
   args.check(!children.empty(), "transforms must not be empty");
   std::vector<double> weights = args.numbers(
       "p", children.size(), std::vector<double>(children.size(), 1.0 / std::max<size_t>(1, children.size())));
-  double total = 0;
   for (double w : weights) {
     args.check(std::isfinite(w) && w >= 0, "p must be finite numbers >= 0, got " + args.given("p"));
-    total += w;
   }
-  args.check(total > 0, "p must not be all 0, got " + args.given("p"));
+  args.check(*std::max_element(weights.begin(), weights.end()) > 0, "p must not be all 0, got " + args.given("p"));
   args.finish();
   return std::make_unique<RandomChoiceStep>(std::move(weights), std::move(children));
 }

@@ -67,6 +67,14 @@ TEST(ComposeTest, RandomChoiceRunsOneTransformWithItsWeightsShare) {
   }
   EXPECT_NEAR(second / 10000.0, 0.75, 0.022);  // Binomial sd 0.0043; 5 sd.
   EXPECT_EQ(apply(compound("random_choice", {{"p", {0, 2}}}, {kInvert, kPosterize}), 5), posterized);
+  // Weights whose sum overflows, or that are subnormal, keep their ratios.
+  for (const double w : {1e308, 5e-324}) {
+    int first = 0;
+    for (uint64_t i = 0; i < 2000; ++i) {
+      first += apply(compound("random_choice", {{"p", {w, w}}}, {kInvert, kPosterize}), i) == inverted;
+    }
+    EXPECT_NEAR(first / 2000.0, 0.5, 0.056) << w;  // Binomial sd 0.011; 5 sd.
+  }
   // Without p: equal weights.
   int without_p = 0;
   for (uint64_t i = 0; i < 2000; ++i) {
