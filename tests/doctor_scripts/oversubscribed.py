@@ -28,7 +28,7 @@ class Costly(torch.utils.data.Dataset):
         return self.data[index]
 
 
-loader = c.loader(Costly(), num_workers=2, persistent_workers=True)  # doctor: cpu-oversubscription
+loader = c.loader(Costly(), num_workers=2)  # doctor: cpu-oversubscription
 big = torch.randn(384, 384)
 for x, y in loader:
     for _ in range(6):  # A CPU-bound step on both torch threads.
