@@ -447,6 +447,7 @@ def test_workers_that_take_the_models_cpus_are_reported_with_the_measured_wait_n
     saved = os.sched_getaffinity(0)
     os.sched_setaffinity(0, sorted(saved)[:2])  # Two CPUs: two workers and two torch threads share them.
     try:
+        usable = conveyor._conveyor.default_cpu_threads()  # 2, or fewer under a cgroup quota.
         report, code = doctor.run_script(str(SCRIPTS / "oversubscribed.py"), steps=40)
     finally:
         os.sched_setaffinity(0, saved)
@@ -460,7 +461,7 @@ def test_workers_that_take_the_models_cpus_are_reported_with_the_measured_wait_n
     # CPU-time evidence, not wall-clock thresholds: the step waited for a CPU for at least a
     # quarter of its compute while the workers used CPUs, on the 2 CPUs with 2 torch threads.
     assert finding.counts["run_delay_share"] >= 0.25 and finding.counts["worker_cpus"] >= 0.25
-    assert (finding.counts["usable_cpus"], finding.counts["torch_threads"]) == (2, 2)
+    assert (finding.counts["usable_cpus"], finding.counts["torch_threads"]) == (usable, 2)
     assert finding.fix.startswith("DataLoader(..., num_workers=1)  # now 2: no more than the CPUs")
     assert finding.gain_kind == "estimated"
 
@@ -480,7 +481,7 @@ def folder_fix(root: Path) -> tuple[str, str, str]:
     assert first.startswith("DataLoader(..., num_workers=")
     # The gain of more workers is an estimate, with its assumption and this machine's CPUs.
     workers = int(re.match(r"DataLoader\(\.\.\., num_workers=(\d+)", first).group(1))
-    cpus = len(os.sched_getaffinity(0))
+    cpus = conveyor._conveyor.default_cpu_threads()
     assert finding.gain_kind == "estimated"
     assert finding.gain.endswith(
         f"an upper bound: it assumes {workers} worker processes load on CPUs the training step leaves idle; "

@@ -33,11 +33,10 @@ def _ram_gb() -> Optional[float]:
 
 
 def cores() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # Not Linux.
-        return os.cpu_count() or 1
+    """The CPUs this process may use (affinity and cgroup quota), as the engine counts them."""
+    from conveyor import _conveyor
+
+    return _conveyor.default_cpu_threads()
 
 
 def version(package: str) -> Optional[str]:

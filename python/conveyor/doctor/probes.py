@@ -438,7 +438,12 @@ class Probes:
         now = time.perf_counter()
         obs = self.obs
         index = len(obs.steps)
-        run_delay, worker_cpu = _process_run_delay(), _cpu_seconds(self._worker_pids())
+        # Read only while DataLoader workers run (cpu-oversubscription's evidence):
+        # a file per thread and worker, at each step.
+        pids = self._worker_pids()
+        run_delay, worker_cpu = self._last_run_delay, 0.0
+        if pids:
+            run_delay, worker_cpu = _process_run_delay(), _cpu_seconds(pids)
         obs.steps.append(
             StepRecord(
                 index,

@@ -4,10 +4,10 @@ memory, persistent workers, blocking host-to-device copies."""
 from __future__ import annotations
 
 import math
-import os
 import statistics
 from typing import Optional
 
+from conveyor import _conveyor
 from conveyor.doctor.observations import LoaderInfo, Observations
 from conveyor.doctor.report import Finding
 from conveyor.doctor.rules.registry import MEASURED_ON, rule
@@ -21,11 +21,8 @@ RESTART_SHARE = 0.05
 
 
 def _usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity), else the machine's."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    """The CPUs this process may use (affinity and cgroup quota), as the engine counts them."""
+    return _conveyor.default_cpu_threads()
 
 
 def _workers_for(obs: Observations, fetch: float) -> int:
