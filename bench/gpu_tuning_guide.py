@@ -604,6 +604,9 @@ def main() -> int:
     if args.smoke:
         for key, value in SMOKE.items():
             setattr(args, key, value)
+        # Tiny sizes want one thread; torch's pool of spinning threads made this
+        # 6 s run take minutes beside other busy processes (make stress).
+        torch.set_num_threads(1)
     started = time.perf_counter()
     device = torch.device(args.device)
     if device.type == "cpu":
