@@ -261,6 +261,7 @@ def test_the_environment_variable_traces_decisions_to_stderr(tmp_path):
     assert "io threads 16 -> " in child.stderr
 
 
+@pytest.mark.measures_cpu
 def test_a_consumer_that_burns_a_core_keeps_it(tmp_path):
     # The training step keeps a core busy (a busy loop of 25 ms of its own CPU
     # time per batch); the loader's work is light. On 2 usable cores (the

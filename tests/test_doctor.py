@@ -440,6 +440,7 @@ loader = conveyor.Loader(
 )"""
 
 
+@pytest.mark.measures_cpu
 @pytest.mark.skipif(
     not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs (Linux)"
 )
