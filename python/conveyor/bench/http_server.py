@@ -146,7 +146,10 @@ class _Loop:
         the sockets."""
         self._stopping = True
         if running:
-            self._wake_write.send(b"x")
+            try:
+                self._wake_write.send(b"x")
+            except OSError:
+                pass  # The loop saw _stopping first and closed its end: it is ending anyway.
             self._stopped.wait(timeout=10)
         else:
             self._selector.close()
