@@ -15,7 +15,7 @@ APT_PACKAGES := build-essential pkg-config libturbojpeg0-dev libjpeg62-turbo-dev
 	libgtest-dev libbenchmark-dev nlohmann-json3-dev zlib1g-dev libcurl4-openssl-dev nginx clang clang-format libclang-rt-14-dev cmake ninja-build curl debootstrap debian-archive-keyring ccache
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test test-fast prepare setup build wheel wheel-root wheel-check gpu-check gpu-deps cpp-test py-test parity-test asan asan-build tsan tsan-build asan-python fuzz fuzz-build fuzz-smoke stress lint format bench-cpp bench-peers clean
+.PHONY: demo test test-background test-fast prepare setup build wheel wheel-root wheel-check gpu-check gpu-deps cpp-test py-test parity-test asan asan-build tsan tsan-build asan-python fuzz fuzz-build fuzz-smoke stress lint format bench-cpp bench-peers clean
 
 # --- set-up -------------------------------------------------------------------
 $(STAMPS)/apt: Makefile
@@ -76,20 +76,28 @@ demo: build
 # `make test` is test-fast, asan, tsan, fuzz-smoke and wheel-check, ordered
 # to keep both cores busy: the Python suite waits on sleeps, child processes
 # and servers about half its time, so the sanitizer trees and the wheel build
-# beside it at the lowest priority (nice 19; their log: build/test-builds.log).
-# The tests that measure CPU time or scheduling delay (marker measures_cpu)
-# run after those builds, on an otherwise idle machine, as `make py-test`
-# runs them.
-TEST_BUILDS_LOG := build/test-builds.log
+# beside it at the lowest priority (nice 19), then the fuzzers' short run and
+# the wheel's check (test-background; its log: build/test-background.log,
+# printed but for the build lines). The tests that measure CPU time or
+# scheduling delay (marker measures_cpu) and the sanitized C++ suites run
+# after it, on an otherwise idle machine.
+TEST_BACKGROUND_LOG := build/test-background.log
 test: prepare
-	@setsid nice -n 19 $(MAKE) -s --no-print-directory asan-build tsan-build wheel >$(TEST_BUILDS_LOG) 2>&1 & builds=$$!; \
-	trap 'kill -- -$$builds 2>/dev/null' EXIT; \
+	@setsid nice -n 19 $(MAKE) -s --no-print-directory test-background >$(TEST_BACKGROUND_LOG) 2>&1 & background=$$!; \
+	trap 'kill -- -$$background 2>/dev/null' EXIT; \
 	$(MAKE) -s --no-print-directory cpp-test parity-test && \
 	  $(MAKE) -s --no-print-directory py-test PYTEST_ARGS='-m "not measures_cpu"'; rc=$$?; \
 	[ $$rc -eq 0 ] || exit $$rc; \
-	wait $$builds || { tail -n 40 $(TEST_BUILDS_LOG); echo "(the whole log: $(TEST_BUILDS_LOG))"; exit 1; }
+	wait $$background; rc=$$?; grep -v '^\[[0-9]*/[0-9]*\] ' $(TEST_BACKGROUND_LOG) | tail -n 60; \
+	[ $$rc -eq 0 ] || { echo "(the whole log: $(TEST_BACKGROUND_LOG))"; exit 1; }
 	@$(MAKE) -s --no-print-directory py-test PYTEST_ARGS='-m measures_cpu'
-	@$(MAKE) -s --no-print-directory asan tsan fuzz-smoke
+	@$(MAKE) -s --no-print-directory asan tsan
+
+# Its fuzzers may wait for a core behind the tests: 60 s per input, not 20,
+# before one counts as a hang.
+test-background: setup
+	@$(MAKE) -s --no-print-directory asan-build tsan-build wheel
+	@$(MAKE) -s --no-print-directory fuzz-smoke FUZZ_TIMEOUT=60
 	@$(PY) packaging/wheel_check.py $(WHEEL_DIR)/dist
 
 # The set-up steps that wait on the disk and the network more than on the
@@ -230,7 +238,8 @@ FUZZ_BUILD := $(ASAN_BUILD)
 FUZZERS := image_decode_fuzzer image_pipeline_fuzzer tar_shards_fuzzer idx_fuzzer coco_fuzzer image_function_fuzzer \
 	s3_reply_fuzzer
 FUZZ_SEED ?=
-FUZZ_FLAGS := -rss_limit_mb=2048 -timeout=20 -max_len=65536 -print_final_stats=1 $(FUZZ_SEED)
+FUZZ_TIMEOUT ?= 20
+FUZZ_FLAGS := -rss_limit_mb=2048 -timeout=$(FUZZ_TIMEOUT) -max_len=65536 -print_final_stats=1 $(FUZZ_SEED)
 
 fuzz-build: asan-build
 	@$(PY) cpp/fuzz/make_corpus.py build/fuzz-corpus
