@@ -254,7 +254,7 @@ def test_functional_ops_on_numpy_and_torch_agree():
             "perspective: the start and end points do not",
         ),
         (lambda im: F.resize(im, [4, 4], max_size=10), "resize: max_size should only be passed"),
-        (lambda im: F.resize(im, 10, interpolation="nearest"), "resize: interpolation must be"),
+        (lambda im: F.resize(im, 10, interpolation="lanczos"), "resize: interpolation must be one of"),
         (lambda im: F.rotate(im, 5.0, fill=[1, 2, 3]), "rotate: fill has 3 values but the images have 1"),
     ],
 )

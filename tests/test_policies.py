@@ -114,8 +114,8 @@ BAD = [
     ),
     (
         lambda: T.TrivialAugmentWide(interpolation="bicubic"),
-        "TrivialAugmentWide: interpolation must be InterpolationMode.NEAREST or InterpolationMode.BILINEAR "
-        "(or 'nearest', 'bilinear'), got 'bicubic'",
+        "TrivialAugmentWide: interpolation must be one of InterpolationMode.NEAREST, "
+        "InterpolationMode.BILINEAR (or 'nearest', 'bilinear'), got 'bicubic'",
     ),
     (
         lambda: T.RandAugment(fill=[1, 2]),

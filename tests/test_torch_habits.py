@@ -141,12 +141,14 @@ def test_unknown_and_unconvertible_transforms_name_class_and_position(color_fold
         "(conveyor.transforms.torchvision.CONVERTERS lists the classes conveyor converts; docs/migrating.md "
         "maps each one)"
     )
-    nearest = fake("Resize", size=[8], interpolation="nearest", max_size=None, antialias=True)
+    lanczos = fake("Resize", size=[8], interpolation="lanczos", max_size=None, antialias=True)
     with pytest.raises(conveyor.ConfigError) as info:
-        from_torchvision([T.CenterCrop(8), nearest])
+        from_torchvision([T.CenterCrop(8), lanczos])
     assert str(info.value) == (
-        "transforms[1]: torchvision Resize cannot be converted: interpolation='nearest': conveyor resizes "
-        "with bilinear interpolation only"
+        "transforms[1]: torchvision Resize cannot be converted: Resize: interpolation must be one of "
+        "InterpolationMode.NEAREST, InterpolationMode.BILINEAR, InterpolationMode.BICUBIC, "
+        "InterpolationMode.NEAREST_EXACT (or 'nearest', 'bilinear', 'bicubic', 'nearest-exact'), "
+        "got 'lanczos' (torchvision has it for PIL images only)"
     )
     with pytest.raises(conveyor.ConfigError) as info:
         from_torchvision([fake("RandomHorizontalFlip", p=1.5)])

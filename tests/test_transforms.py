@@ -574,6 +574,7 @@ def test_engine_defaults_are_the_factorys_fallbacks():
     assert engine_defaults("random_resized_crop", size=4) == {
         "scale": (0.08, 1.0),
         "ratio": (3 / 4, 4 / 3),
+        "interpolation": 1.0,
         "antialias": 1.0,
     }
     assert engine_defaults("horizontal_flip", p=0.25) == {}

@@ -154,10 +154,12 @@ def test_an_unknown_torchvision_transform_names_its_class_and_position(folder):
 
 def test_unsupported_parameters_name_the_transform():
     with pytest.raises(conveyor.ConfigError) as info:
-        from_torchvision(v2.Compose([v2.Resize(256, interpolation=v2.InterpolationMode.NEAREST)]))
+        from_torchvision(v2.Compose([v2.Resize(256, interpolation=v2.InterpolationMode.LANCZOS)]))
     assert str(info.value) == (
-        "transforms[0]: torchvision Resize cannot be converted: interpolation='nearest': conveyor resizes "
-        "with bilinear interpolation only"
+        "transforms[0]: torchvision Resize cannot be converted: Resize: interpolation must be one of "
+        "InterpolationMode.NEAREST, InterpolationMode.BILINEAR, InterpolationMode.BICUBIC, "
+        "InterpolationMode.NEAREST_EXACT (or 'nearest', 'bilinear', 'bicubic', 'nearest-exact'), "
+        "got <InterpolationMode.LANCZOS: 'lanczos'> (torchvision has it for PIL images only)"
     )
 
 

@@ -104,6 +104,44 @@ def test_resize_and_resized_crop_match(image):
     assert mean_abs_diff(np.asarray(ours), hwc(TF.resized_crop(t, 20, 30, 200, 150, [64, 48]))) <= 1.0
 
 
+@pytest.mark.parametrize("mode", ["bicubic", "nearest", "nearest-exact"])
+@pytest.mark.parametrize("antialias", [True, False])
+def test_bicubic_and_nearest_resizes_are_exact(image, mode, antialias):
+    t = to_tensor(image)
+    im = InterpolationMode(mode)
+    # Shrinks, enlargements, one side each way, one side unchanged, 2x.
+    for size in (150, [90, 333], [500, 300], 37, [301, 123], [602, 800]):
+        assert_exact(
+            F.resize(image, size, interpolation=im, antialias=antialias),
+            TF.resize(t, size, interpolation=im, antialias=antialias),
+        )
+    assert_exact(
+        F.resized_crop(image, 20, 30, 200, 150, [64, 48], interpolation=im, antialias=antialias),
+        TF.resized_crop(t, 20, 30, 200, 150, [64, 48], interpolation=im, antialias=antialias),
+    )
+    # In a pipeline: a resize of the decoded image, and a crop then a resize.
+    assert_exact(
+        run_chain(image, [T.Resize((120, 170), im, antialias=antialias)]),
+        v2.Resize((120, 170), im, antialias=antialias)(t),
+    )
+    assert_exact(
+        run_chain(image, [T.CenterCrop(250), T.Resize(96, im, antialias=antialias)], variable_size=True),
+        v2.Compose([v2.CenterCrop(250), v2.Resize(96, im, antialias=antialias)])(t),
+    )
+
+
+def test_a_bicubic_resize_then_crop_is_within_a_level(image):
+    # One resample of the crop's box in the source: torch takes its fixed
+    # point's precision from the whole resized axis, the box from its own
+    # outputs, so a few pixels can differ by one level.
+    ours = run_chain(image, [T.Resize(256, "bicubic"), T.CenterCrop(224)])
+    reference = v2.Compose([v2.Resize(256, InterpolationMode.BICUBIC), v2.CenterCrop(224)])
+    theirs = hwc(reference(to_tensor(image)))
+    assert ours.shape == theirs.shape
+    diff = np.abs(ours.astype(int) - theirs.astype(int))
+    assert diff.max() <= 1 and diff.mean() < 0.05, (diff.max(), diff.mean())
+
+
 def run_chain(image, transforms, **kwargs):
     pipeline = compile_pipeline(transforms, dtype="uint8", layout="HWC", **kwargs)
     return np.asarray(pipeline.apply(png_bytes(image)))

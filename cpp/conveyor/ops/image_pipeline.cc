@@ -106,10 +106,11 @@ struct SamplePlan {
 // into one source box and one resample (the leading group's is fused into
 // the decode).
 struct Group {
-  const ImageStep* image = nullptr;         // The kImage step run before the group's resample, if any.
-  std::vector<const PlacementStep*> steps;  // Geometric and mirror steps, in order.
-  std::optional<Fill> fill;                 // What the padding shows, once a step declared it.
-  bool antialias = true;                    // False if a resizing step of the group asked for no antialiasing.
+  const ImageStep* image = nullptr;            // The kImage step run before the group's resample, if any.
+  std::vector<const PlacementStep*> steps;     // Geometric and mirror steps, in order.
+  std::optional<Fill> fill;                    // What the padding shows, once a step declared it.
+  bool antialias = true;                       // False if a resizing step of the group asked for no antialiasing.
+  std::optional<Interpolation> interpolation;  // The group's resizing steps' interpolation (bilinear if none).
 };
 
 bool whole(double v) { return std::abs(v - std::round(v)) < 1e-6; }
@@ -253,11 +254,14 @@ struct ImagePipeline::Plan {
   // when its edges are whole pixels (a crop: PIL crops, then resizes), else
   // the box grown by the resize kernel's reach, so the samples near its
   // edges see their real neighbours.
-  static detail::Region region_of(const SamplePlan& s, int width, int height) {
+  static detail::Region region_of(const SamplePlan& s, const Group& group, int width, int height) {
     const Placement& p = s.placement;
     const BoxF& box = s.box;
-    const int mx = s.exact ? 0 : static_cast<int>(std::ceil(std::max(p.sx, 1.0))) + 1;
-    const int my = s.exact ? 0 : static_cast<int>(std::ceil(std::max(p.sy, 1.0))) + 1;
+    // The kernel reaches 1 (bilinear's tent) or 2 (cubic) source pixels per
+    // output pixel's scale.
+    const double reach = group.interpolation == Interpolation::kBicubic ? 2.0 : 1.0;
+    const int mx = s.exact ? 0 : static_cast<int>(std::ceil(reach * std::max(p.sx, 1.0))) + 1;
+    const int my = s.exact ? 0 : static_cast<int>(std::ceil(reach * std::max(p.sy, 1.0))) + 1;
     const int rx0 = std::max(static_cast<int>(std::floor(box.x0 + 1e-6)) - mx, 0);
     const int rx1 = std::min(static_cast<int>(std::ceil(box.x1 - 1e-6)) + mx, width);
     const int ry0 = std::max(static_cast<int>(std::floor(box.y0 + 1e-6)) - my, 0);
@@ -265,13 +269,16 @@ struct ImagePipeline::Plan {
     return {rx0, ry0, rx1 - rx0, ry1 - ry0};
   }
 
-  detail::DecodeRequest decode_request(const SamplePlan& s, const ImageInfo& info) const {
+  detail::DecodeRequest decode_request(const SamplePlan& s, const Group& group, const ImageInfo& info) const {
     const BoxF& box = s.box;
     detail::DecodeRequest request;
     request.channels = output.channels;
-    request.region =
-        options.crop_decode ? region_of(s, info.width, info.height) : detail::Region{0, 0, info.width, info.height};
-    if (options.dct_scale) {
+    request.region = options.crop_decode ? region_of(s, group, info.width, info.height)
+                                         : detail::Region{0, 0, info.width, info.height};
+    // Nearest picks source pixels: a DCT-scaled decode has other pixels.
+    const bool nearest =
+        group.interpolation == Interpolation::kNearest || group.interpolation == Interpolation::kNearestExact;
+    if (options.dct_scale && !nearest) {
       // The region may be decoded downscaled as long as the box stays
       // dct_margin times larger than its output rectangle.
       // Capped at the region's size (no scaling is possible from there on):
@@ -322,7 +329,7 @@ struct ImagePipeline::Plan {
         // max_pixels (an intermediate image).
         uint8_t* dst = detail::grow_to(scratch.resized, static_cast<size_t>(s.rect_w) * s.rect_h * channels);
         resize_image(source, in_decoded, dst, s.rect_h, s.rect_w, static_cast<ptrdiff_t>(s.rect_w) * channels,
-                     group.antialias, scratch.prefiltered);
+                     {group.interpolation.value_or(Interpolation::kBilinear), group.antialias}, scratch.prefiltered);
         image = {dst, s.rect_h, s.rect_w, channels, static_cast<ptrdiff_t>(s.rect_w) * channels};
       }
     }
@@ -435,15 +442,19 @@ ImagePipeline::ImagePipeline(std::vector<TransformSpec> transforms, ImageOutputS
           break;
         case StepKind::kGeometric:
         case StepKind::kMirror: {
-          // A step padding with another value than its group's starts a new
-          // group: each group pads with one value.
-          if (own.fill && plan->groups.back().fill && *own.fill != *plan->groups.back().fill) {
+          // A step padding with another value, or resizing with another
+          // interpolation, than its group's starts a new group: each group
+          // pads with one value and resamples once.
+          const Group& last = plan->groups.back();
+          if ((own.fill && last.fill && *own.fill != *last.fill) ||
+              (own.interpolation && last.interpolation && *own.interpolation != *last.interpolation)) {
             plan->groups.emplace_back();
           }
           Group& group = plan->groups.back();
           group.steps.push_back(&step_as<PlacementStep>(*step));
           group.antialias = group.antialias && own.antialias;
           if (own.fill) group.fill = own.fill;
+          if (own.interpolation) group.interpolation = own.interpolation;
           break;
         }
       }
@@ -551,7 +562,7 @@ void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* fi
   SamplePlan s = plan.place(plan.groups[0], info.height, info.width, out_size, rng);
   ImageView image;
   if (s.covered) {
-    const detail::Decoded region = decoder->decode(plan.decode_request(s, info), scratch);
+    const detail::Decoded region = decoder->decode(plan.decode_request(s, plan.groups[0], info), scratch);
     image = plan.resample(region.view, region.x, region.y, region.scale, s, plan.groups[0], scratch);
   } else {
     image = plan.resample({}, 0, 0, 1, s, plan.groups[0], scratch);
@@ -595,7 +606,7 @@ void ImagePipeline::run(std::span<const uint8_t> input, SampleRng& rng, void* fi
       s = plan.place(group, warp->out_height, warp->out_width, out_size, rng);
       WarpWindow window{0, 0, warp->out_width, warp->out_height};
       if (s.covered) {
-        const detail::Region r = Plan::region_of(s, warp->out_width, warp->out_height);
+        const detail::Region r = Plan::region_of(s, group, warp->out_width, warp->out_height);
         window = {r.x, r.y, r.width, r.height};
       }
       sample.boxes = boxes;

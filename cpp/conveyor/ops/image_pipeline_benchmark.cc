@@ -229,7 +229,7 @@ void BM_Resize224(benchmark::State& state) {
   const BoxF box{o, o, o + extent, o + extent};
   std::vector<uint8_t> out(224 * 224 * 3), scratch;
   for (auto _ : state) {
-    resize_image(src, box, out.data(), 224, 224, 224 * 3, true, scratch);
+    resize_image(src, box, out.data(), 224, 224, 224 * 3, Resampling{}, scratch);
     benchmark::DoNotOptimize(out.data());
   }
   state.SetItemsProcessed(state.iterations());

@@ -11,7 +11,9 @@
 
 #include "conveyor/core/error.h"
 #include "conveyor/ops/image_pipeline.h"
+#include "conveyor/ops/resize.h"
 #include "conveyor/ops/testing/test_images.h"
+#include "conveyor/ops/transforms/resize.h"
 
 namespace conveyor {
 namespace {
@@ -271,6 +273,27 @@ TEST(ImagePipelineGroupsTest, AnotherPaddingFillStartsANewGroup) {
   EXPECT_EQ(inner[0], 7);
   EXPECT_EQ(inner[2], 9);
   EXPECT_EQ(inner[(1 * 8 + 1) * 3], image.pixels[0]);
+}
+
+TEST(ImagePipelineGroupsTest, AnotherInterpolationStartsANewGroup) {
+  // A bicubic resize to 12 x 14, then a nearest one to 5 x 6: two resamples,
+  // the nearest picking pixels of the bicubic result (one group would have
+  // resampled the source once).
+  const Image image = make_pattern(20, 24);
+  const ResizeSpec bicubic{.size = {12, 14}, .interpolation = Interpolation::kBicubic};
+  const ResizeSpec nearest{.size = {5, 6}, .interpolation = Interpolation::kNearest};
+  std::vector<uint8_t> middle(12 * 14 * 3), want(5 * 6 * 3), scratch;
+  resize_image(image.view(), {0, 0, 24, 20}, middle.data(), 12, 14, 14 * 3, {Interpolation::kBicubic, true}, scratch);
+  resize_image({middle.data(), 12, 14, 3, 14 * 3}, {0, 0, 14, 12}, want.data(), 5, 6, 6 * 3,
+               {Interpolation::kNearest, true}, scratch);
+  EXPECT_EQ(run(ImagePipeline({bicubic, nearest}, kU8), encode_png(image)), want);
+  // The same interpolation twice: one group, one resample of the source.
+  const ResizeSpec nearest_again{.size = {5, 6}, .interpolation = Interpolation::kNearest};
+  resize_image(image.view(), {0, 0, 24, 20}, want.data(), 5, 6, 6 * 3, {Interpolation::kNearest, true}, scratch);
+  EXPECT_EQ(
+      run(ImagePipeline({ResizeSpec{.size = {12, 14}, .interpolation = Interpolation::kNearest}, nearest_again}, kU8),
+          encode_png(image)),
+      want);
 }
 
 TEST(ImagePipelineGroupsTest, ImageStepsComeBeforeNormalize) {

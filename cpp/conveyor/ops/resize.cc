@@ -24,6 +24,9 @@ namespace {
 // Largest shrink the tent filter handles directly; beyond it an integer box
 // reduction comes first.
 constexpr double kMaxTentScale = 8.0;
+// The same for the cubic kernel (4s weights per output pixel): torch's
+// results exactly up to this shrink.
+constexpr double kMaxCubicScale = 64.0;
 // A box wider than this is box-reduced first as well, which bounds the
 // prefilter's window (OpenCV's warpAffine, used before bilinear_sample, needed
 // sides under SHRT_MAX).
@@ -291,6 +294,231 @@ void bilinear_sample(const ImageView& src, double ox, double oy, double sx, doub
   }
 }
 
+// --- bicubic and nearest: torch's arithmetic ---------------------------------
+
+// torch's cubic convolution kernel with parameter a.
+double cubic_kernel(double x, double a) {
+  x = std::abs(x);
+  if (x < 1) return ((a + 2) * x - (a + 3)) * x * x + 1;
+  if (x < 2) return (((x - 5) * x + 8) * x - 4) * a;
+  return 0;
+}
+
+// One axis of a bicubic resample as torch computes it for uint8 images: per
+// output index, the first source index and the taps, in fixed point with
+// `precision` bits (aten's int16 weights).
+struct AxisTaps {
+  std::vector<int> first;
+  std::vector<int> count;
+  std::vector<int16_t> weights;  // `stride` per output index.
+  int stride = 0;
+  int precision = 0;
+};
+
+// The taps of `out` outputs over [lo, hi) on an axis of `size` pixels,
+// centred at (i + 0.5) * scale from lo (or, for a box that starts a whole
+// number of outputs into the source, a crop of a resize, from 0 as torch
+// places that resize's outputs). Antialiased: PIL's kernel (a = -0.5)
+// widened by the shrink, cut at the image's edges and renormalised. Else:
+// a = -0.75 on the four pixels around the centre, those beyond an edge read
+// as the edge pixel (their weights added to it).
+AxisTaps cubic_taps(double lo, double hi, int size, int out, bool antialias) {
+  const double scale = (hi - lo) / out;
+  const double skipped = lo / scale;  // Outputs before the box.
+  const bool whole_outputs = std::abs(skipped - std::round(skipped)) < 1e-6;
+  const bool widen = antialias && scale >= 1.0;
+  const double support = widen ? 2.0 * scale : 2.0;
+  const double invscale = widen ? 1.0 / scale : 1.0;
+  AxisTaps t;
+  t.stride = antialias ? static_cast<int>(std::ceil(support)) * 2 + 1 : 4;
+  t.first.resize(static_cast<size_t>(out));
+  t.count.resize(static_cast<size_t>(out));
+  std::vector<double> w(static_cast<size_t>(out) * t.stride, 0.0);
+  double largest = 0;
+  for (int i = 0; i < out; ++i) {
+    const double center = whole_outputs ? scale * (std::round(skipped) + i + 0.5) : lo + scale * (i + 0.5);
+    double* wi = w.data() + static_cast<size_t>(i) * t.stride;
+    if (!antialias) {
+      const double c = center - 0.5;
+      const auto x0 = static_cast<int64_t>(std::floor(c));
+      const double f = c - static_cast<double>(x0);
+      const auto at = [&](int64_t x) { return std::clamp<int64_t>(x, 0, size - 1); };
+      const int64_t first = at(x0 - 1);
+      const double taps[4] = {cubic_kernel(1 + f, -0.75), cubic_kernel(f, -0.75), cubic_kernel(1 - f, -0.75),
+                              cubic_kernel(2 - f, -0.75)};
+      for (int k = 0; k < 4; ++k) wi[at(x0 - 1 + k) - first] += taps[k];
+      t.first[i] = static_cast<int>(first);
+      t.count[i] = static_cast<int>(at(x0 + 2) - first + 1);
+      for (int k = 0; k < t.count[i]; ++k) largest = std::max(largest, wi[k]);
+      continue;
+    }
+    // Truncations toward zero, as torch's casts.
+    const int64_t xmin = std::max<int64_t>(static_cast<int64_t>(center - support + 0.5), 0);
+    const int64_t xsize =
+        std::clamp<int64_t>(std::min<int64_t>(static_cast<int64_t>(center + support + 0.5), size) - xmin, 0, t.stride);
+    double total = 0;
+    for (int64_t j = 0; j < xsize; ++j) {
+      wi[j] = cubic_kernel((static_cast<double>(j + xmin) - center + 0.5) * invscale, -0.5);
+      total += wi[j];
+    }
+    if (total != 0) {
+      for (int64_t j = 0; j < xsize; ++j) {
+        wi[j] /= total;
+        largest = std::max(largest, wi[j]);
+      }
+    }
+    t.first[i] = static_cast<int>(xmin);
+    t.count[i] = static_cast<int>(xsize);
+  }
+  // The most bits that keep the largest weight (doubled) under 2^15.
+  for (t.precision = 0; t.precision < 22; ++t.precision) {
+    if (static_cast<int>(0.5 + largest * (1 << (t.precision + 1))) >= (1 << 15)) break;
+  }
+  t.weights.resize(w.size());
+  for (size_t k = 0; k < w.size(); ++k) {
+    const double v = w[k] * (1 << t.precision);
+    t.weights[k] = static_cast<int16_t>(v < 0 ? static_cast<int>(-0.5 + v) : static_cast<int>(0.5 + v));
+  }
+  return t;
+}
+
+// One output value: the rounded fixed-point sum, clamped to 8 bits.
+inline uint8_t clamp8(int32_t sum, int precision) { return static_cast<uint8_t>(std::clamp(sum >> precision, 0, 255)); }
+
+// Whether an axis needs no resampling: a whole-pixel origin and one output
+// per box pixel (torch skips that pass).
+bool identity_axis(double lo, double hi, int out) {
+  return std::abs(lo - std::round(lo)) < 1e-9 && std::abs(hi - lo - out) < 1e-9;
+}
+
+// One row's horizontal pass: each output pixel's taps over `C` channels
+// (C = 0: `channels` at run time).
+template <int C>
+void cubic_row(const uint8_t* __restrict in, const AxisTaps& t, int width, int channels, uint8_t* __restrict out) {
+  const int c = C > 0 ? C : channels;
+  const int32_t half = 1 << (t.precision - 1);
+  for (int x = 0; x < width; ++x) {
+    const int16_t* w = t.weights.data() + static_cast<size_t>(x) * t.stride;
+    const uint8_t* p = in + static_cast<ptrdiff_t>(t.first[x]) * c;
+    const int n = t.count[x];
+    if constexpr (C == 3) {
+      int32_t s0 = half, s1 = half, s2 = half;
+      for (int k = 0; k < n; ++k, p += 3) {
+        s0 += p[0] * w[k];
+        s1 += p[1] * w[k];
+        s2 += p[2] * w[k];
+      }
+      out[3 * x] = clamp8(s0, t.precision);
+      out[3 * x + 1] = clamp8(s1, t.precision);
+      out[3 * x + 2] = clamp8(s2, t.precision);
+    } else {
+      for (int ch = 0; ch < c; ++ch) {
+        int32_t sum = half;
+        for (int k = 0; k < n; ++k) sum += p[k * c + ch] * w[k];
+        out[x * c + ch] = clamp8(sum, t.precision);
+      }
+    }
+  }
+}
+
+// out[i] = clamp8(half + sum_k rows[k][i] * w[k]): one output row of the
+// vertical pass, the taps outer so the inner loop vectorizes.
+CONVEYOR_VECTOR_CLONES void cubic_column(const uint8_t* rows, size_t row_values, const int16_t* w, int taps,
+                                         int precision, int32_t* __restrict sums, uint8_t* __restrict out) {
+  std::fill_n(sums, row_values, 1 << (precision - 1));
+  for (int k = 0; k < taps; ++k) {
+    const uint8_t* __restrict row = rows + static_cast<size_t>(k) * row_values;
+    const int32_t wk = w[k];
+    for (size_t i = 0; i < row_values; ++i) sums[i] += row[i] * wk;
+  }
+  for (size_t i = 0; i < row_values; ++i) out[i] = clamp8(sums[i], precision);
+}
+
+void cubic_resample(const ImageView& src, const BoxF& box, uint8_t* dst, int dst_height, int dst_width,
+                    ptrdiff_t dst_stride, bool antialias, std::vector<uint8_t>& scratch) {
+  const int c = src.channels;
+  const bool copy_x = identity_axis(box.x0, box.x1, dst_width);
+  const bool copy_y = identity_axis(box.y0, box.y1, dst_height);
+  const int x0 = static_cast<int>(std::lround(box.x0)), y0 = static_cast<int>(std::lround(box.y0));
+  AxisTaps tx, ty;
+  if (!copy_x) tx = cubic_taps(box.x0, box.x1, src.width, dst_width, antialias);
+  if (!copy_y) ty = cubic_taps(box.y0, box.y1, src.height, dst_height, antialias);
+  // The source rows the vertical pass reads, each resampled horizontally
+  // into `scratch` first (8 bits, as torch's intermediate image).
+  int r0 = y0, r1 = y0 + dst_height;
+  if (!copy_y) {
+    r0 = ty.first.front();
+    r1 = r0;
+    for (int y = 0; y < dst_height; ++y) {
+      r0 = std::min(r0, ty.first[y]);
+      r1 = std::max(r1, ty.first[y] + ty.count[y]);
+    }
+  }
+  const size_t row_values = static_cast<size_t>(dst_width) * c;
+  uint8_t* rows = detail::grow_to(scratch, row_values * static_cast<size_t>(std::max(r1 - r0, 1)));
+  for (int r = r0; r < r1; ++r) {
+    const uint8_t* in = src.row(r);
+    uint8_t* out = rows + static_cast<size_t>(r - r0) * row_values;
+    if (copy_x) {
+      std::memcpy(out, in + static_cast<ptrdiff_t>(x0) * c, row_values);
+    } else if (c == 3) {
+      cubic_row<3>(in, tx, dst_width, c, out);
+    } else {
+      cubic_row<0>(in, tx, dst_width, c, out);
+    }
+  }
+  thread_local std::vector<int32_t> sums;
+  sums.resize(row_values);
+  for (int y = 0; y < dst_height; ++y) {
+    uint8_t* out = dst + static_cast<ptrdiff_t>(y) * dst_stride;
+    if (copy_y) {
+      std::memcpy(out, rows + static_cast<size_t>(y) * row_values, row_values);
+    } else {
+      cubic_column(rows + static_cast<size_t>(ty.first[y] - r0) * row_values, row_values,
+                   ty.weights.data() + static_cast<size_t>(y) * ty.stride, ty.count[y], ty.precision, sums.data(), out);
+    }
+  }
+}
+
+// The source index of each output on an axis, as torch computes it: nearest
+// floor(i * scale), nearest-exact floor((i + 0.5) * scale), in float, clamped
+// to the last pixel. A box that starts a whole number of outputs into the
+// source (a crop of a resize: its outputs are those from that number on) is
+// placed as torch places that resize's outputs; another (a DCT-scaled
+// decode's box) at lo + (i [+ 0.5]) * scale.
+std::vector<int> nearest_indices(double lo, double hi, int size, int out, bool exact) {
+  std::vector<int> index(static_cast<size_t>(out));
+  const double scale = (hi - lo) / out;
+  const double skipped = lo / scale;  // Outputs before the box.
+  const bool whole_outputs = std::abs(skipped - std::round(skipped)) < 1e-6;
+  const auto skip = static_cast<int64_t>(std::llround(skipped));
+  const auto scale_f = static_cast<float>(scale);
+  for (int i = 0; i < out; ++i) {
+    double j = 0;
+    if (!whole_outputs) {
+      j = std::floor(lo + (i + (exact ? 0.5 : 0.0)) * scale);
+    } else if (exact) {
+      j = std::floor(static_cast<float>((static_cast<double>(skip + i) + 0.5) * static_cast<double>(scale_f)));
+    } else {
+      j = std::floor(static_cast<float>(skip + i) * scale_f);
+    }
+    index[i] = static_cast<int>(std::clamp(j, 0.0, static_cast<double>(size - 1)));
+  }
+  return index;
+}
+
+void nearest_resample(const ImageView& src, const BoxF& box, uint8_t* dst, int dst_height, int dst_width,
+                      ptrdiff_t dst_stride, bool exact) {
+  const int c = src.channels;
+  const std::vector<int> xs = nearest_indices(box.x0, box.x1, src.width, dst_width, exact);
+  const std::vector<int> ys = nearest_indices(box.y0, box.y1, src.height, dst_height, exact);
+  for (int y = 0; y < dst_height; ++y) {
+    const uint8_t* in = src.row(ys[y]);
+    uint8_t* out = dst + static_cast<ptrdiff_t>(y) * dst_stride;
+    for (int x = 0; x < dst_width; ++x) std::memcpy(out + x * c, in + static_cast<ptrdiff_t>(xs[x]) * c, c);
+  }
+}
+
 }  // namespace
 
 void use_single_threaded_opencv() {
@@ -299,22 +527,31 @@ void use_single_threaded_opencv() {
 }
 
 void resize_image(const ImageView& src, const BoxF& box, uint8_t* dst, int dst_height, int dst_width,
-                  ptrdiff_t dst_stride, bool antialias, std::vector<uint8_t>& scratch) {
+                  ptrdiff_t dst_stride, Resampling resampling, std::vector<uint8_t>& scratch) {
+  const Interpolation interpolation = resampling.interpolation;
+  if (interpolation == Interpolation::kNearest || interpolation == Interpolation::kNearestExact) {
+    nearest_resample(src, box, dst, dst_height, dst_width, dst_stride, interpolation == Interpolation::kNearestExact);
+    return;
+  }
+  const bool cubic = interpolation == Interpolation::kBicubic;
+  const bool antialias = resampling.antialias;
   use_single_threaded_opencv();
   const double sx = (box.x1 - box.x0) / dst_width, sy = (box.y1 - box.y0) / dst_height;
   // Cells to average per axis first: strong antialiased shrinks, and very
-  // wide boxes.
+  // wide boxes (bilinear).
   const auto cells = [&](double scale, double extent) {
-    int k = antialias && scale > kMaxTentScale ? static_cast<int>(scale / 4) : 1;
-    return std::max(k, static_cast<int>(std::ceil((extent + 8) / kMaxWarpSide)));
+    const double max_scale = cubic ? kMaxCubicScale : kMaxTentScale;
+    int k = antialias && scale > max_scale ? static_cast<int>(scale / (max_scale / 2)) : 1;
+    return cubic ? k : std::max(k, static_cast<int>(std::ceil((extent + 8) / kMaxWarpSide)));
   };
   const int kx = cells(sx, box.x1 - box.x0), ky = cells(sy, box.y1 - box.y0);
   if (kx > 1 || ky > 1) {
     // The tent costs ~2s taps per source pixel and axis: a strong shrink (a
-    // 10000 x 1 strip to 1 x 1, a large PNG to 64 px) would take seconds. An
-    // exact box average by an integer factor first (INTER_AREA, one pass)
-    // leaves a shrink of 4-8 for the tent; the result stays within the PIL
-    // parity tolerance (docs/design/resize.md).
+    // 10000 x 1 strip to 1 x 1, a large PNG to 64 px) would take seconds (and
+    // the cubic kernel's 4s weights per output pixel, memory). An exact box
+    // average by an integer factor first (INTER_AREA, one pass) leaves a
+    // shrink of 4-8 for the tent (32-64 for the cubic kernel); the result
+    // stays within the PIL parity tolerance (docs/design/resize.md).
     // Whole kx x ky cells covering the box and a margin of two cells.
     int x0 = std::max(static_cast<int>(std::floor(box.x0)) - 2 * kx, 0);
     int y0 = std::max(static_cast<int>(std::floor(box.y0)) - 2 * ky, 0);
@@ -331,9 +568,13 @@ void resize_image(const ImageView& src, const BoxF& box, uint8_t* dst, int dst_h
       const ImageView view{reduced.data, reduced.rows, reduced.cols, src.channels,
                            static_cast<ptrdiff_t>(reduced.step)};
       const BoxF in_reduced{(box.x0 - x0) / kx, (box.y0 - y0) / ky, (box.x1 - x0) / kx, (box.y1 - y0) / ky};
-      resize_image(view, in_reduced, dst, dst_height, dst_width, dst_stride, antialias, scratch);
+      resize_image(view, in_reduced, dst, dst_height, dst_width, dst_stride, resampling, scratch);
       return;
     }
+  }
+  if (cubic) {
+    cubic_resample(src, box, dst, dst_height, dst_width, dst_stride, antialias, scratch);
+    return;
   }
   cv::Mat in = as_mat(src);
   double ox = box.x0, oy = box.y0;  // Box origin in `in`.

@@ -15,31 +15,38 @@ from conveyor.errors import ConfigError
 #: torchvision's padding modes, in the engine's numbering.
 PADDING_MODES = {"constant": 0, "edge": 1, "reflect": 2, "symmetric": 3}
 
-#: torchvision's InterpolationMode values the warps support, in the engine's numbering.
+#: torchvision's InterpolationMode values the warps support, in the engine's
+#: numbering (conveyor::Interpolation).
 INTERPOLATIONS = {"nearest": 0, "bilinear": 1}
 
-#: PIL's integer constants torchvision accepts for them.
-_PIL_INTERPOLATIONS = {0: "nearest", 2: "bilinear"}
+#: Those the resizes support: every mode of torchvision's tensor path (BOX,
+#: HAMMING and LANCZOS are for PIL images only there).
+RESIZE_INTERPOLATIONS = {"nearest": 0, "bilinear": 1, "bicubic": 2, "nearest-exact": 3}
+
+#: PIL's integer constants, which torchvision accepts for the modes.
+_PIL_INTERPOLATIONS = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
 
 
 def is_sequence(value: Any) -> bool:
     return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
 
 
-def interpolation(name: str, value: Any) -> int:
+def interpolation(name: str, value: Any, modes: dict[str, int] = INTERPOLATIONS) -> int:
     """torchvision's InterpolationMode (an enum member, its string value, or
-    PIL's integer constant) as the engine's number; only nearest and bilinear
-    (what torchvision supports on tensors for warps)."""
+    PIL's integer constant) as the engine's number, among ``modes`` (the
+    warps': nearest and bilinear, what torchvision supports on tensors)."""
     mode = value
     if type(value).__name__ == "InterpolationMode":
         mode = value.value
     elif is_int(value) and int(value) in _PIL_INTERPOLATIONS:
         mode = _PIL_INTERPOLATIONS[int(value)]
-    if isinstance(mode, str) and mode in INTERPOLATIONS:
-        return INTERPOLATIONS[mode]
+    if isinstance(mode, str) and mode in modes:
+        return modes[mode]
+    allowed = ", ".join(f"InterpolationMode.{m.upper().replace('-', '_')}" for m in modes)
+    strings = ", ".join(repr(m) for m in modes)
+    pil_only = " (torchvision has it for PIL images only)" if mode in ("box", "hamming", "lanczos") else ""
     raise ConfigError(
-        f"{name}: interpolation must be InterpolationMode.NEAREST or InterpolationMode.BILINEAR "
-        f"(or 'nearest', 'bilinear'), got {value!r}"
+        f"{name}: interpolation must be one of {allowed} (or {strings}), got {value!r}{pil_only}"
     )
 
 

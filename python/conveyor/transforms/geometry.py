@@ -25,28 +25,56 @@ __all__ = [
 ]
 
 
+def _interpolation_name(number: float) -> str:
+    """The InterpolationMode value of the engine's number (its defaults are numbers)."""
+    return next(name for name, n in args.RESIZE_INTERPOLATIONS.items() if n == number)
+
+
+_RESIZE = engine_defaults("resize", size=1)
+_RESIZE_INTERPOLATION = _interpolation_name(_RESIZE["interpolation"])
+
+
+def _interpolation_repr(given: Any, number: int) -> str:
+    """``, interpolation=...`` for a repr, or nothing for the default (bilinear)."""
+    return "" if number == args.RESIZE_INTERPOLATIONS["bilinear"] else f", interpolation={given!r}"
+
+
 class Resize(Transform, name="resize"):
     """Resize the image, as ``torchvision.transforms.Resize``.
 
     Args:
         size: an int resizes the shorter side to it (the longer side becomes
             ``int(size * long / short)``); a pair (h, w) resizes to exactly that.
-        antialias: antialias when downscaling (torchvision's default, True).
+        interpolation: InterpolationMode.BILINEAR (default: PIL's antialiased
+            bilinear, within a level of torchvision's), BICUBIC (torchvision's
+            uint8 result exactly), NEAREST or NEAREST_EXACT (exactly), or the
+            same as strings or PIL's constants. BOX, HAMMING and LANCZOS are
+            PIL-only in torchvision and refused.
+        antialias: antialias when downscaling (torchvision's default, True;
+            nearest never antialiases).
     """
 
-    def __init__(self, size: SizeArg, antialias: bool = True) -> None:
+    def __init__(
+        self,
+        size: SizeArg,
+        interpolation: Any = _RESIZE_INTERPOLATION,
+        antialias: bool = bool(_RESIZE["antialias"]),
+    ) -> None:
         if is_int(size) or (isinstance(size, Sequence) and not isinstance(size, str) and len(size) == 1):
             self.size: Union[int, tuple[int, int]] = _pair("Resize", size)[0]
         else:
             self.size = _pair("Resize", size)
+        self.interpolation = interpolation
+        self._interpolation = args.interpolation("Resize", interpolation, args.RESIZE_INTERPOLATIONS)
         self.antialias = check_bool(antialias, "Resize: antialias")
         self._check()
 
     def _params(self) -> dict[str, Any]:
-        return {"size": self.size, "antialias": self.antialias}
+        return {"size": self.size, "interpolation": self._interpolation, "antialias": self.antialias}
 
     def __repr__(self) -> str:
-        return f"Resize(size={self.size}, antialias={self.antialias})"
+        interpolation = _interpolation_repr(self.interpolation, self._interpolation)
+        return f"Resize(size={self.size}{interpolation}, antialias={self.antialias})"
 
 
 class CenterCrop(Transform, name="center_crop"):
@@ -69,6 +97,7 @@ class CenterCrop(Transform, name="center_crop"):
 
 
 _RESIZED_CROP = engine_defaults("random_resized_crop", size=1)
+_RESIZED_CROP_INTERPOLATION = _interpolation_name(_RESIZED_CROP["interpolation"])
 
 
 class RandomResizedCrop(Transform, name="random_resized_crop"):
@@ -80,6 +109,7 @@ class RandomResizedCrop(Transform, name="random_resized_crop"):
         size: output size, an int (square) or a pair (h, w).
         scale: range of the box's area as a fraction of the image's.
         ratio: range of the box's aspect ratio (width / height).
+        interpolation: as Resize's.
         antialias: antialias when downscaling.
     """
 
@@ -88,19 +118,33 @@ class RandomResizedCrop(Transform, name="random_resized_crop"):
         size: SizeArg,
         scale: Sequence[float] = _RESIZED_CROP["scale"],
         ratio: Sequence[float] = _RESIZED_CROP["ratio"],
+        interpolation: Any = _RESIZED_CROP_INTERPOLATION,
         antialias: bool = bool(_RESIZED_CROP["antialias"]),
     ) -> None:
         self.size = _pair("RandomResizedCrop", size)
         self.scale = _range("RandomResizedCrop", "scale", scale)
         self.ratio = _range("RandomResizedCrop", "ratio", ratio)
+        self.interpolation = interpolation
+        self._interpolation = args.interpolation(
+            "RandomResizedCrop", interpolation, args.RESIZE_INTERPOLATIONS
+        )
         self.antialias = check_bool(antialias, "RandomResizedCrop: antialias")
         self._check()
 
     def _params(self) -> dict[str, Any]:
-        return {"size": self.size, "scale": self.scale, "ratio": self.ratio, "antialias": self.antialias}
+        return {
+            "size": self.size,
+            "scale": self.scale,
+            "ratio": self.ratio,
+            "interpolation": self._interpolation,
+            "antialias": self.antialias,
+        }
 
     def __repr__(self) -> str:
-        return f"RandomResizedCrop(size={self.size}, scale={self.scale}, ratio={self.ratio})"
+        return (
+            f"RandomResizedCrop(size={self.size}, scale={self.scale}, ratio={self.ratio}"
+            f"{_interpolation_repr(self.interpolation, self._interpolation)})"
+        )
 
 
 class RandomHorizontalFlip(Transform, name="horizontal_flip"):

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from typing import Any, Callable, Optional, Union
 
 from conveyor.errors import ConfigError
+from conveyor.transforms import _geometry_args
 from conveyor.transforms.auto_augment import AugMix, AutoAugment, RandAugment, TrivialAugmentWide
 from conveyor.transforms.base import OUTPUT_DTYPES, Transform
 from conveyor.transforms.color import (
@@ -90,11 +91,15 @@ class _Unconvertible(Exception):
     """A known class with parameters conveyor does not have (the reason)."""
 
 
-def _interpolation(obj: Any) -> None:
+def _interpolation(obj: Any) -> Any:
+    """The resize's interpolation as conveyor takes it (PIL's constants too,
+    which v1 still accepts); a PIL-only mode is unconvertible."""
     mode = getattr(obj, "interpolation", "bilinear")
-    name = str(getattr(mode, "value", mode)).lower()
-    if name not in ("bilinear", "2"):  # 2 is PIL's BILINEAR, which v1 still accepts.
-        raise _Unconvertible(f"interpolation={name!r}: conveyor resizes with bilinear interpolation only")
+    try:
+        _geometry_args.interpolation(type(obj).__name__, mode, _geometry_args.RESIZE_INTERPOLATIONS)
+    except ConfigError as e:
+        raise _Unconvertible(str(e)) from None
+    return mode
 
 
 def _antialias(obj: Any) -> bool:
@@ -103,17 +108,21 @@ def _antialias(obj: Any) -> bool:
 
 
 def _resize(obj: Any) -> Conversion:
-    _interpolation(obj)
+    interpolation = _interpolation(obj)
     if getattr(obj, "max_size", None) is not None:
         raise _Unconvertible(f"max_size={obj.max_size!r}: conveyor's Resize has no max_size")
     if obj.size is None:
         raise _Unconvertible("size=None: conveyor's Resize needs a size")
-    return [Resize(obj.size, antialias=_antialias(obj))]
+    return [Resize(obj.size, interpolation=interpolation, antialias=_antialias(obj))]
 
 
 def _random_resized_crop(obj: Any) -> Conversion:
-    _interpolation(obj)
-    return [RandomResizedCrop(obj.size, scale=obj.scale, ratio=obj.ratio, antialias=_antialias(obj))]
+    interpolation = _interpolation(obj)
+    return [
+        RandomResizedCrop(
+            obj.size, scale=obj.scale, ratio=obj.ratio, interpolation=interpolation, antialias=_antialias(obj)
+        )
+    ]
 
 
 def _to_dtype(obj: Any) -> Conversion:

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "conveyor/ops/transforms/resize.h"
+
 namespace conveyor {
 
 namespace {
@@ -16,7 +18,7 @@ class RandomResizedCropStep final : public GeometricStep {
 
   StepPlan plan(ChainPlan& chain) const override {
     chain.size = spec_.size;
-    return {.antialias = spec_.antialias};
+    return {.antialias = spec_.antialias, .interpolation = spec_.interpolation};
   }
 
   void place(Placement& p, SampleRng& rng) const override {
@@ -68,11 +70,12 @@ CropBox sample_random_resized_crop(int height, int width, const std::array<doubl
 }
 
 RandomResizedCropSpec::operator TransformSpec() const {
-  return {"random_resized_crop",
-          {{"size", {static_cast<double>(size.height), static_cast<double>(size.width)}},
-           {"scale", {scale[0], scale[1]}},
-           {"ratio", {ratio[0], ratio[1]}},
-           {"antialias", {antialias ? 1.0 : 0.0}}}};
+  TransformSpec spec{"random_resized_crop",
+                     {{"size", {static_cast<double>(size.height), static_cast<double>(size.width)}},
+                      {"scale", {scale[0], scale[1]}},
+                      {"ratio", {ratio[0], ratio[1]}}}};
+  write_resampling({interpolation, antialias}, spec.params);
+  return spec;
 }
 
 std::unique_ptr<const TransformStep> make_random_resized_crop_step(const TransformParams& params) {
@@ -87,7 +90,9 @@ std::unique_ptr<const TransformStep> make_random_resized_crop_step(const Transfo
              "ratio must be (lo, hi) with 0 < lo <= hi, got " + args.given("ratio"));
   spec.scale = {scale[0], scale[1]};
   spec.ratio = {ratio[0], ratio[1]};
-  spec.antialias = args.flag("antialias", true);
+  const Resampling resampling = read_resampling(args);
+  spec.interpolation = resampling.interpolation;
+  spec.antialias = resampling.antialias;
   args.finish();
   return std::make_unique<RandomResizedCropStep>(spec);
 }

@@ -10,13 +10,15 @@ namespace conveyor {
 
 /// torchvision.transforms.RandomResizedCrop: torchvision's sampling rule (10
 /// attempts, then the central-crop fallback), then an antialiased resize.
-/// Registered as "random_resized_crop" with parameters size, scale, ratio and
-/// antialias. Converts implicitly to its TransformSpec.
+/// Registered as "random_resized_crop" with parameters size, scale, ratio,
+/// interpolation and antialias (as "resize" reads them: read_resampling).
+/// Converts implicitly to its TransformSpec.
 struct RandomResizedCropSpec {
   Size2D size;
   std::array<double, 2> scale{0.08, 1.0};
   std::array<double, 2> ratio{3.0 / 4.0, 4.0 / 3.0};
   bool antialias = true;
+  Interpolation interpolation = Interpolation::kBilinear;
 
   operator TransformSpec() const;  // NOLINT(google-explicit-constructor): chains are written as lists of specs.
 };

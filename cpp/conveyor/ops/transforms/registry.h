@@ -16,6 +16,7 @@
 #include "conveyor/core/rng.h"
 #include "conveyor/ops/image.h"
 #include "conveyor/ops/image_decode.h"
+#include "conveyor/ops/resize.h"
 
 namespace conveyor {
 
@@ -86,6 +87,10 @@ struct StepPlan {
   /// False for a resizing step that asks for no antialiasing: its group's
   /// resample then has none.
   bool antialias = true;
+  /// For a resizing step: its interpolation. Each group resamples with one,
+  /// so a step asking for another than an earlier step of its group starts a
+  /// new group (as `fill` does).
+  std::optional<Interpolation> interpolation;
   /// For a step whose crops may reach outside the image: the value the
   /// padding shows (CenterCrop: zeros). Each group pads with one value, so a
   /// step that pads with another value than an earlier step of its group

@@ -174,8 +174,10 @@ TEST(TransformRegistryTest, PlanReturnsTheStepsOwnChoicesAndChangesOnlyTheSize) 
 }
 
 TEST(TransformRegistryTest, TheDefaultsAreWhatTheFactoryFallsBackTo) {
-  EXPECT_EQ(transform_defaults({"random_resized_crop", {{"size", {8}}}}),
-            (TransformParams{{"antialias", {1}}, {"ratio", {3.0 / 4.0, 4.0 / 3.0}}, {"scale", {0.08, 1.0}}}));
+  EXPECT_EQ(
+      transform_defaults({"random_resized_crop", {{"size", {8}}}}),
+      (TransformParams{
+          {"antialias", {1}}, {"interpolation", {1}}, {"ratio", {3.0 / 4.0, 4.0 / 3.0}}, {"scale", {0.08, 1.0}}}));
   // A given argument has no default to report; a required one is an error as make_transform_step's.
   EXPECT_EQ(transform_defaults({"horizontal_flip", {{"p", {0.25}}}}), TransformParams{});
   EXPECT_EQ(transform_defaults({"horizontal_flip", {}}), (TransformParams{{"p", {0.5}}}));

@@ -5,14 +5,14 @@
 #include <optional>
 #include <vector>
 
+#include "conveyor/ops/resize.h"
 #include "conveyor/ops/transforms/pad_crop.h"
 #include "conveyor/ops/transforms/registry.h"
 
 namespace conveyor {
 
-/// How a warp samples the source (torchvision's InterpolationMode), numbered
-/// as in the parameter records.
-enum class Interpolation { kNearest = 0, kBilinear = 1 };
+// The warps sample with Interpolation::kNearest or kBilinear (what
+// torchvision's tensor warps take).
 
 /// A 3x3 matrix, row-major; an affine one has the last row (0, 0, 1).
 using Matrix3 = std::array<double, 9>;

@@ -104,11 +104,6 @@ def _resized_size(op: str, h: int, w: int, size: Any, max_size: Optional[int]) -
     return [new_h, new_w]
 
 
-def _bilinear_only(op: str, interpolation: Any) -> None:
-    if args.interpolation(op, interpolation) != args.INTERPOLATIONS["bilinear"]:
-        raise ConfigError(f"{op}: interpolation must be InterpolationMode.BILINEAR (the engine's resampler)")
-
-
 def resize(
     inpt: ImageLike,
     size: Union[int, Sequence[int], None],
@@ -116,13 +111,15 @@ def resize(
     max_size: Optional[int] = None,
     antialias: Optional[bool] = True,
 ) -> ImageLike:
-    """Resize (bilinear, antialiased when shrinking like PIL and torchvision's
-    uint8 path): an int or (s,) sets the shorter side (the longer one is
-    truncated, optionally capped by max_size), (h, w) the exact size."""
-    _bilinear_only("resize", interpolation)
+    """Resize, with the interpolations of the Resize transform (bilinear,
+    antialiased when shrinking like PIL and torchvision's uint8 path; bicubic,
+    nearest and nearest-exact as torchvision's): an int or (s,) sets the
+    shorter side (the longer one is truncated, optionally capped by max_size),
+    (h, w) the exact size."""
+    mode = args.interpolation("resize", interpolation, args.RESIZE_INTERPOLATIONS)
     out = _resized_size("resize", *_size(inpt), size, max_size)
     aa = True if antialias is None else check_bool(antialias, "resize: antialias")
-    return apply("resize", "resize", inpt, {"size": out, "antialias": aa})
+    return apply("resize", "resize", inpt, {"size": out, "interpolation": mode, "antialias": aa})
 
 
 def resized_crop(
@@ -137,12 +134,13 @@ def resized_crop(
 ) -> ImageLike:
     """crop(top, left, height, width), then resize(size)."""
     op = "resized_crop"
-    _bilinear_only(op, interpolation)
+    mode = args.interpolation(op, interpolation, args.RESIZE_INTERPOLATIONS)
     params: dict[str, Any] = {arg: _int(op, arg, v) for arg, v in (("top", top), ("left", left))}
     params["height"], params["width"] = _int(op, "height", height), _int(op, "width", width)
     if params["height"] <= 0 or params["width"] <= 0:
         raise ConfigError(f"{op}: height and width must be positive, got {height}, {width}")
     params["size"] = _resized_size(op, params["height"], params["width"], size, None)
+    params["interpolation"] = mode
     params["antialias"] = True if antialias is None else check_bool(antialias, f"{op}: antialias")
     return apply(op, op, inpt, params)
 
