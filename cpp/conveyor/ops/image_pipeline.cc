@@ -99,7 +99,8 @@ struct SamplePlan {
   int dx0 = 0, dy0 = 0;        // Where the covered output rectangle starts ...
   int rect_w = 0, rect_h = 0;  // ... and its size (smaller than the output when padding).
   bool covered = false;        // Whether any output pixel comes from the image.
-  bool exact = false;          // Whether the box's edges are whole pixels (a crop).
+  BoxF bound;                  // The source pixels the resample may read (Placement::bound, or the image).
+  bool bounded = false;        // Whether `bound` is a crop's (not the whole image).
 };
 
 // Geometric and mirror steps resampled together: their placements compose
@@ -244,28 +245,37 @@ struct ImagePipeline::Plan {
     s.rect_w = dx1 - s.dx0;
     s.rect_h = dy1 - s.dy0;
     s.covered = s.rect_w > 0 && s.rect_h > 0 && box.x1 > box.x0 && box.y1 > box.y0;
-    s.exact = s.covered && whole(box.x0) && whole(box.x1) && whole(box.y0) && whole(box.y1);
+    s.bounded = p.bound.has_value();
+    s.bound = {0, 0, static_cast<double>(width), static_cast<double>(height)};
+    if (p.bound) {
+      s.bound = {std::max(p.bound->x0, 0.0), std::max(p.bound->y0, 0.0), std::min(p.bound->x1, s.bound.x1),
+                 std::min(p.bound->y1, s.bound.y1)};
+    }
     return s;
   }
 
   // The leading group's decode request: the region of the source box, and
   // how far it may be DCT-downscaled.
-  // The part of a width x height image a covered group reads: the box itself
-  // when its edges are whole pixels (a crop: PIL crops, then resizes), else
-  // the box grown by the resize kernel's reach, so the samples near its
-  // edges see their real neighbours.
+  // The part of a width x height image a covered group reads: the box grown
+  // by the resize kernel's reach, so the samples near its edges see their
+  // real neighbours, within the bound (a crop made before the resizes: PIL
+  // and torchvision crop, then resize; the box itself for a crop resized).
   static detail::Region region_of(const SamplePlan& s, const Group& group, int width, int height) {
     const Placement& p = s.placement;
     const BoxF& box = s.box;
     // The kernel reaches 1 (bilinear's tent) or 2 (cubic) source pixels per
     // output pixel's scale.
     const double reach = group.interpolation == Interpolation::kBicubic ? 2.0 : 1.0;
-    const int mx = s.exact ? 0 : static_cast<int>(std::ceil(reach * std::max(p.sx, 1.0))) + 1;
-    const int my = s.exact ? 0 : static_cast<int>(std::ceil(reach * std::max(p.sy, 1.0))) + 1;
-    const int rx0 = std::max(static_cast<int>(std::floor(box.x0 + 1e-6)) - mx, 0);
-    const int rx1 = std::min(static_cast<int>(std::ceil(box.x1 - 1e-6)) + mx, width);
-    const int ry0 = std::max(static_cast<int>(std::floor(box.y0 + 1e-6)) - my, 0);
-    const int ry1 = std::min(static_cast<int>(std::ceil(box.y1 - 1e-6)) + my, height);
+    const int mx = static_cast<int>(std::ceil(reach * std::max(p.sx, 1.0))) + 1;
+    const int my = static_cast<int>(std::ceil(reach * std::max(p.sy, 1.0))) + 1;
+    const int bx0 = static_cast<int>(std::floor(s.bound.x0 + 1e-6)),
+              bx1 = static_cast<int>(std::ceil(s.bound.x1 - 1e-6));
+    const int by0 = static_cast<int>(std::floor(s.bound.y0 + 1e-6)),
+              by1 = static_cast<int>(std::ceil(s.bound.y1 - 1e-6));
+    const int rx0 = std::max({static_cast<int>(std::floor(box.x0 + 1e-6)) - mx, bx0, 0});
+    const int rx1 = std::min({static_cast<int>(std::ceil(box.x1 - 1e-6)) + mx, bx1, width});
+    const int ry0 = std::max({static_cast<int>(std::floor(box.y0 + 1e-6)) - my, by0, 0});
+    const int ry1 = std::min({static_cast<int>(std::ceil(box.y1 - 1e-6)) + my, by1, height});
     return {rx0, ry0, rx1 - rx0, ry1 - ry0};
   }
 
@@ -308,13 +318,15 @@ struct ImagePipeline::Plan {
       const double k = 1.0 / scale;
       BoxF in_decoded{(s.box.x0 - x) * k, (s.box.y0 - y) * k, (s.box.x1 - x) * k, (s.box.y1 - y) * k};
       ImageView source = decoded;
-      if (s.exact) {
-        // A crop: the resize must not see pixels beyond it, whether or not the
-        // decoder returned more (full decode) -- PIL crops, then resizes.
-        const int cx0 = std::clamp(static_cast<int>(std::floor(in_decoded.x0 + 1e-6)), 0, decoded.width - 1);
-        const int cy0 = std::clamp(static_cast<int>(std::floor(in_decoded.y0 + 1e-6)), 0, decoded.height - 1);
-        const int cx1 = std::clamp(static_cast<int>(std::ceil(in_decoded.x1 - 1e-6)), cx0 + 1, decoded.width);
-        const int cy1 = std::clamp(static_cast<int>(std::ceil(in_decoded.y1 - 1e-6)), cy0 + 1, decoded.height);
+      if (s.bounded) {
+        // A crop made before the resizes: they must not see pixels beyond it,
+        // whether or not the decoder returned more (full decode) -- PIL and
+        // torchvision crop, then resize.
+        const BoxF b{(s.bound.x0 - x) * k, (s.bound.y0 - y) * k, (s.bound.x1 - x) * k, (s.bound.y1 - y) * k};
+        const int cx0 = std::clamp(static_cast<int>(std::floor(b.x0 + 1e-6)), 0, decoded.width - 1);
+        const int cy0 = std::clamp(static_cast<int>(std::floor(b.y0 + 1e-6)), 0, decoded.height - 1);
+        const int cx1 = std::clamp(static_cast<int>(std::ceil(b.x1 - 1e-6)), cx0 + 1, decoded.width);
+        const int cy1 = std::clamp(static_cast<int>(std::ceil(b.y1 - 1e-6)), cy0 + 1, decoded.height);
         source = detail::crop_view(decoded, {cx0, cy0, cx1 - cx0, cy1 - cy0});
         in_decoded = {in_decoded.x0 - cx0, in_decoded.y0 - cy0, in_decoded.x1 - cx0, in_decoded.y1 - cy0};
       }

@@ -13,12 +13,14 @@
 #include "conveyor/ops/image_pipeline.h"
 #include "conveyor/ops/resize.h"
 #include "conveyor/ops/testing/test_images.h"
+#include "conveyor/ops/transforms/center_crop.h"
 #include "conveyor/ops/transforms/resize.h"
 
 namespace conveyor {
 namespace {
 
 using testing::encode_png;
+using testing::make_noise;
 using testing::make_pattern;
 
 // kImage: transposes the image (rows become columns), boxes too.
@@ -294,6 +296,33 @@ TEST(ImagePipelineGroupsTest, AnotherInterpolationStartsANewGroup) {
       run(ImagePipeline({ResizeSpec{.size = {12, 14}, .interpolation = Interpolation::kNearest}, nearest_again}, kU8),
           encode_png(image)),
       want);
+}
+
+// resize_image of all of `image` to h x w.
+Image resized_whole(const Image& image, int h, int w, Resampling r) {
+  Image out{h, w, 3, std::vector<uint8_t>(static_cast<size_t>(h) * w * 3)};
+  std::vector<uint8_t> scratch;
+  resize_image(image.view(), {0, 0, static_cast<double>(image.width), static_cast<double>(image.height)},
+               out.pixels.data(), h, w, w * 3, r, scratch);
+  return out;
+}
+
+TEST(ImagePipelineGroupsTest, ACropAfterAResizeSeesTheNeighboursOfItsBoxAndACropBeforeBoundsIt) {
+  // As torchvision: Resize then CenterCrop is the crop of the whole resized
+  // image (one resample of the crop's box, whose edge pixels see the source
+  // beyond it), even when that box's edges fall on whole source pixels (216 x
+  // 220 to 72 x 80, cropped to 64: the box is (22, 12)-(198, 204)).
+  const Image image = make_noise(216, 220, 3, 9);
+  const auto png = encode_png(image);
+  const Resampling bicubic{Interpolation::kBicubic, true};
+  const ResizeSpec resize{.size = {72, 80}, .interpolation = Interpolation::kBicubic};
+  EXPECT_EQ(run(ImagePipeline({resize, CenterCropSpec{{64, 64}}}, kU8), png),
+            cropped(resized_whole(image, 72, 80, bicubic), 4, 8, 64, 64).pixels);
+  // CenterCrop, Resize, CenterCrop: the resize reads the first crop only.
+  const Image first = cropped(image, 58, 60, 100, 100);
+  const ResizeSpec to_50{.size = {50, 50}, .interpolation = Interpolation::kBicubic};
+  EXPECT_EQ(run(ImagePipeline({CenterCropSpec{{100, 100}}, to_50, CenterCropSpec{{40, 40}}}, kU8), png),
+            cropped(resized_whole(first, 50, 50, bicubic), 5, 5, 40, 40).pixels);
 }
 
 TEST(ImagePipelineGroupsTest, ImageStepsComeBeforeNormalize) {

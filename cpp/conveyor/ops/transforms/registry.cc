@@ -141,6 +141,7 @@ void Placement::crop(double top, double left, double h, double w) {
   y0 += top * sy;
   height = h;
   width = w;
+  if (sx == 1 && sy == 1) bound = BoxF{x0, y0, x0 + w, y0 + h};
 }
 
 void Placement::resize(double h, double w) {

@@ -61,6 +61,11 @@ struct Placement {
   bool flip = false;
   double height = 0, width = 0;
   bool vflip = false;
+  /// The source pixels the resample may read: the last crop made before any
+  /// resize (a crop of the source's own pixels, which torchvision resizes
+  /// alone), or none (the whole image: a crop after a resize is a crop of
+  /// the resized image, whose pixels near its edges saw their neighbours).
+  std::optional<BoxF> bound;
 
   /// Crops rows [top, top + h) and columns [left, left + w) of the current
   /// image (may reach outside it: padding). A crop after a flip is mirrored.
