@@ -95,6 +95,24 @@ def test_clean_script_has_no_findings(target):
     assert report.rule_ids() == [], str(report)
     assert report.obs.stopped == "finished"
     assert len(report.obs.steps) == 16  # 2 epochs of 128 / 16.
+    assert report.obs.evaluations == 0  # One forward in eval mode per epoch is not a validation loop.
+
+
+def test_a_validation_loop_between_epochs_is_evaluation_not_the_next_steps_compute():
+    report, code = run("validation.py")
+    assert code == 0
+    assert report.rule_ids() == [], str(report)
+    obs = report.obs
+    # The first loop runs before step 9; the second after the last step, which closes nothing.
+    assert len(obs.steps) == 16 and obs.evaluations == 1, str(report)
+    after = obs.steps[8]
+    # 4 batches of which each slept 0.05 s while loading: at least 0.2 s of
+    # evaluation, taken out of the step's data wait and compute.
+    assert after.evaluation >= 0.2, after
+    assert after.data_wait < 0.05 and after.compute < after.evaluation, after
+    assert all(s.evaluation == 0 for s in obs.steps if s is not after)
+    assert "evaluation between steps (forwards in eval mode or without gradients): 1 time(s)" in str(report)
+    assert report.to_dict()["per_step"][8]["evaluation_ms"] == after.evaluation * 1000
 
 
 def patched_state():

@@ -39,11 +39,15 @@ class StepRecord:
     run_delay: float = 0.0
     #: CPU seconds the DataLoader worker processes used in the step.
     worker_cpu: float = 0.0
+    #: Seconds of evaluation in the step's time (a validation loop between
+    #: two steps: two or more forwards in a row of a model in eval mode or
+    #: without gradients, with the batch waits among them).
+    evaluation: float = 0.0
 
     @property
     def compute(self) -> float:
-        """Time neither waiting for data nor copying to the device."""
-        return max(0.0, self.seconds - self.data_wait - self.copy)
+        """Time neither waiting for data, nor copying to the device, nor evaluating."""
+        return max(0.0, self.seconds - self.data_wait - self.copy - self.evaluation)
 
 
 @dataclass
@@ -136,6 +140,9 @@ class Observations:
     target: str = "cpu"
     script: Optional[str] = None
     steps: list[StepRecord] = field(default_factory=list)
+    #: Evaluations between steps (validation loops: StepRecord.evaluation) and their seconds.
+    evaluations: int = 0
+    evaluation_seconds: float = 0.0
     loaders: list[LoaderInfo] = field(default_factory=list)
     models: list[ModelInfo] = field(default_factory=list)
     optimizers: list[OptimizerInfo] = field(default_factory=list)

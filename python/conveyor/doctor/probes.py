@@ -251,6 +251,11 @@ class Probes:
         self._user_zeros: dict[int, tuple[weakref.ref, Site]] = {}
         self._chain_last: Any = None
         self._chain = 0
+        self._last_wait = (0.0, 0.0)  # (start, seconds) of the latest batch wait.
+        self._last_forward_end = 0.0  # When the latest top-level forward ended.
+        self._eval_forwards = 0  # Forwards in eval mode in a row, since the last training one.
+        self._eval_begin = 0.0
+        self._eval_waits: list[tuple[float, float]] = []
 
     # --- where ---------------------------------------------------------------
 
@@ -374,6 +379,34 @@ class Probes:
     def _reset_step(self) -> None:
         self._wait = 0.0
         self._copy = 0.0
+        self._evaluation = 0.0
+
+    # --- evaluation between steps ----------------------------------------------
+    # A validation loop's time is not the next step's compute. An evaluation
+    # is two or more top-level forwards in a row of a model in eval mode or
+    # without gradients (one alone is a teacher's or an EMA model's forward
+    # inside a training step), from the batch wait before the first to the
+    # end of the last; the batch waits inside it are not the step's data wait.
+
+    def _evaluating_forward(self, now: float) -> None:
+        if self._eval_forwards == 0:
+            start, seconds = self._last_wait
+            after_forward = start >= self._last_forward_end
+            self._eval_begin = start if after_forward else now
+            self._eval_waits = [self._last_wait] if after_forward and seconds > 0 else []
+        self._eval_forwards += 1
+
+    def _end_evaluation(self) -> None:
+        """Closes the forwards in eval mode seen since the last training forward or step."""
+        if self._eval_forwards >= 2:
+            end = self._last_forward_end
+            waits = sum(seconds for start, seconds in self._eval_waits if start + seconds <= end + 1e-9)
+            self._evaluation += end - self._eval_begin
+            self._wait = max(0.0, self._wait - waits)
+            self.obs.evaluations += 1
+            self.obs.evaluation_seconds += end - self._eval_begin
+        self._eval_forwards = 0
+        self._eval_waits = []
 
     def _raise_stop(self) -> NoReturn:
         self._stopped_threads.add(threading.current_thread())
@@ -435,6 +468,7 @@ class Probes:
         if self._step_suspended:
             self._step_suspended = False
             self._resume_mode()
+        self._end_evaluation()
         now = time.perf_counter()
         obs = self.obs
         index = len(obs.steps)
@@ -452,6 +486,7 @@ class Probes:
                 self._copy,
                 max(0.0, run_delay - self._last_run_delay),
                 max(0.0, worker_cpu - self._last_worker_cpu),
+                self._evaluation,
             )
         )
         if index == 0:
@@ -610,6 +645,8 @@ class Probes:
 
     def _forward_post(self, module: Any, args: tuple, output: Any) -> None:
         self._depth = max(0, self._depth - 1)
+        if self._depth == 0:
+            self._last_forward_end = time.perf_counter()
         if self._tracing is not None:
             if self._depth == 0:
                 self._tracing = None
@@ -646,6 +683,10 @@ class Probes:
             self._tracing = {"names": names, "conv": None}
         info.calls += 1
         grad = torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+        if module.training and grad:
+            self._end_evaluation()
+        else:
+            self._evaluating_forward(time.perf_counter())
         if module.training:
             info.train_calls += 1
         elif grad and parameter.requires_grad:
@@ -726,6 +767,9 @@ class Probes:
         return __iter__
 
     def _waited(self, info: LoaderInfo, seconds: float, first: bool) -> None:
+        self._last_wait = (time.perf_counter() - seconds, seconds)
+        if self._eval_forwards:
+            self._eval_waits.append(self._last_wait)
         info.batches += 1
         info.wait += seconds
         (info.first_waits if first else info.steady_waits).append(seconds)

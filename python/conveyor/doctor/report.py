@@ -77,12 +77,15 @@ class Report:
                 "copy": obs.median("copy") * ms,
                 "compute": obs.median("compute") * ms,
             },
+            "evaluations": obs.evaluations,
+            "evaluation_ms": obs.evaluation_seconds * ms,
             "per_step": [
                 {
                     "step": s.index + 1,
                     "total_ms": s.seconds * ms,
                     "data_wait_ms": s.data_wait * ms,
                     "copy_ms": s.copy * ms,
+                    "evaluation_ms": s.evaluation * ms,
                     "compute_ms": s.compute * ms,
                 }
                 for s in obs.steps
@@ -108,7 +111,8 @@ class Report:
             file.write("\n")
 
     def plot(self, path: str) -> None:
-        """Writes a PNG of per-step stacked bars: data wait, host→device copy, compute."""
+        """Writes a PNG of per-step stacked bars: data wait, host→device copy,
+        compute, evaluation."""
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
 
@@ -117,12 +121,16 @@ class Report:
         wait = [s.data_wait * 1000 for s in steps]
         copy = [s.copy * 1000 for s in steps]
         compute = [s.compute * 1000 for s in steps]
+        evaluation = [s.evaluation * 1000 for s in steps]
         figure = Figure(figsize=(max(6.0, len(steps) * 0.15), 4))
         FigureCanvasAgg(figure)
         axes = figure.add_subplot()
         axes.bar(x, wait, label="data wait", color="#d62728")
         axes.bar(x, copy, bottom=wait, label="host→device copy", color="#ff7f0e")
         axes.bar(x, compute, bottom=[w + c for w, c in zip(wait, copy)], label="compute", color="#1f77b4")
+        if any(evaluation):
+            below = [w + c + k for w, c, k in zip(wait, copy, compute)]
+            axes.bar(x, evaluation, bottom=below, label="evaluation", color="#2ca02c")
         axes.set_xlabel("optimizer step")
         axes.set_ylabel("ms")
         name = os.path.basename(self.obs.script) if self.obs.script else "watched code"
@@ -145,6 +153,11 @@ class Report:
                 f" data wait {obs.median('data_wait') * 1000:.2f} ms"
                 f" ({share:.0f}%), host→device copy {obs.median('copy') * 1000:.2f} ms,"
                 f" compute {obs.median('compute') * 1000:.2f} ms"
+            )
+        if obs.evaluations:
+            lines.append(
+                f"  evaluation between steps (forwards in eval mode or without gradients): {obs.evaluations}"
+                f" time(s), {obs.evaluation_seconds:.2f} s in all, not counted in the steps' compute"
             )
         for loader in obs.loaders:
             per_batch = loader.wait / loader.batches * 1000 if loader.batches else 0.0
