@@ -92,13 +92,15 @@ test: prepare
 	[ $$rc -eq 0 ] || { echo "(the whole log: $(TEST_BACKGROUND_LOG))"; exit 1; }
 	@$(MAKE) -s --no-print-directory py-test PYTEST_ARGS='-m measures_cpu'
 	@$(MAKE) -s --no-print-directory asan tsan
+	$(if $(SUDO),@$(PY) packaging/wheel_check.py $(WHEEL_DIR)/dist)
 
 # Its fuzzers may wait for a core behind the tests: 60 s per input, not 20,
-# before one counts as a hang.
+# before one counts as a hang. The wheel's check runs here as root; through
+# sudo (which may ask for a password) it runs in the foreground, above.
 test-background: setup
 	@$(MAKE) -s --no-print-directory asan-build tsan-build wheel
 	@$(MAKE) -s --no-print-directory fuzz-smoke FUZZ_TIMEOUT=60
-	@$(PY) packaging/wheel_check.py $(WHEEL_DIR)/dist
+	$(if $(SUDO),,@$(PY) packaging/wheel_check.py $(WHEEL_DIR)/dist)
 
 # The set-up steps that wait on the disk and the network more than on the
 # CPU (the parity venv, the wheel's Debian root) run beside OpenCV's build and

@@ -233,10 +233,18 @@ struct ImagePipeline::Plan {
     }
     const int out_h = s.out.height, out_w = s.out.width;
 
-    // The source box (fractional after a resize), clipped to the image (a
-    // crop reaching outside it pads), and the output rectangle it covers.
-    s.box = {std::max(p.x0, 0.0), std::max(p.y0, 0.0), std::min(p.x0 + p.sx * out_w, static_cast<double>(width)),
-             std::min(p.y0 + p.sy * out_h, static_cast<double>(height))};
+    // The source pixels the resample may read: the crop made before the
+    // resizes, or the whole image.
+    s.bounded = p.bound.has_value();
+    s.bound = {0, 0, static_cast<double>(width), static_cast<double>(height)};
+    if (p.bound) {
+      s.bound = {std::max(p.bound->x0, 0.0), std::max(p.bound->y0, 0.0), std::min(p.bound->x1, s.bound.x1),
+                 std::min(p.bound->y1, s.bound.y1)};
+    }
+    // The source box (fractional after a resize), clipped to those pixels (a
+    // crop reaching outside them pads), and the output rectangle it covers.
+    s.box = {std::max(p.x0, s.bound.x0), std::max(p.y0, s.bound.y0), std::min(p.x0 + p.sx * out_w, s.bound.x1),
+             std::min(p.y0 + p.sy * out_h, s.bound.y1)};
     const BoxF& box = s.box;
     s.dx0 = std::clamp(static_cast<int>(std::lround((box.x0 - p.x0) / p.sx)), 0, out_w);
     const int dx1 = std::clamp(static_cast<int>(std::lround((box.x1 - p.x0) / p.sx)), 0, out_w);
@@ -245,13 +253,15 @@ struct ImagePipeline::Plan {
     s.rect_w = dx1 - s.dx0;
     s.rect_h = dy1 - s.dy0;
     s.covered = s.rect_w > 0 && s.rect_h > 0 && box.x1 > box.x0 && box.y1 > box.y0;
-    s.bounded = p.bound.has_value();
-    s.bound = {0, 0, static_cast<double>(width), static_cast<double>(height)};
-    if (p.bound) {
-      s.bound = {std::max(p.bound->x0, 0.0), std::max(p.bound->y0, 0.0), std::min(p.bound->x1, s.bound.x1),
-                 std::min(p.bound->y1, s.bound.y1)};
-    }
     return s;
+  }
+
+  // Whether the group reproduces torch's arithmetic exactly (bicubic,
+  // nearest), which places each output from the origin of the pixels it
+  // resizes: it reads all of them, decoded at full scale.
+  static bool torch_exact(const Group& group) {
+    return group.interpolation == Interpolation::kBicubic || group.interpolation == Interpolation::kNearest ||
+           group.interpolation == Interpolation::kNearestExact;
   }
 
   // The leading group's decode request: the region of the source box, and
@@ -259,19 +269,19 @@ struct ImagePipeline::Plan {
   // The part of a width x height image a covered group reads: the box grown
   // by the resize kernel's reach, so the samples near its edges see their
   // real neighbours, within the bound (a crop made before the resizes: PIL
-  // and torchvision crop, then resize; the box itself for a crop resized).
+  // and torchvision crop, then resize; the box itself for a crop resized);
+  // all of the bound for a torch-exact group.
   static detail::Region region_of(const SamplePlan& s, const Group& group, int width, int height) {
     const Placement& p = s.placement;
     const BoxF& box = s.box;
-    // The kernel reaches 1 (bilinear's tent) or 2 (cubic) source pixels per
-    // output pixel's scale.
-    const double reach = group.interpolation == Interpolation::kBicubic ? 2.0 : 1.0;
-    const int mx = static_cast<int>(std::ceil(reach * std::max(p.sx, 1.0))) + 1;
-    const int my = static_cast<int>(std::ceil(reach * std::max(p.sy, 1.0))) + 1;
-    const int bx0 = static_cast<int>(std::floor(s.bound.x0 + 1e-6)),
-              bx1 = static_cast<int>(std::ceil(s.bound.x1 - 1e-6));
-    const int by0 = static_cast<int>(std::floor(s.bound.y0 + 1e-6)),
-              by1 = static_cast<int>(std::ceil(s.bound.y1 - 1e-6));
+    const int bx0 = std::clamp(static_cast<int>(std::floor(s.bound.x0 + 1e-6)), 0, width);
+    const int bx1 = std::clamp(static_cast<int>(std::ceil(s.bound.x1 - 1e-6)), bx0, width);
+    const int by0 = std::clamp(static_cast<int>(std::floor(s.bound.y0 + 1e-6)), 0, height);
+    const int by1 = std::clamp(static_cast<int>(std::ceil(s.bound.y1 - 1e-6)), by0, height);
+    if (torch_exact(group)) return {bx0, by0, bx1 - bx0, by1 - by0};
+    // The tent reaches 1 source pixel per output pixel's scale.
+    const int mx = static_cast<int>(std::ceil(std::max(p.sx, 1.0))) + 1;
+    const int my = static_cast<int>(std::ceil(std::max(p.sy, 1.0))) + 1;
     const int rx0 = std::max({static_cast<int>(std::floor(box.x0 + 1e-6)) - mx, bx0, 0});
     const int rx1 = std::min({static_cast<int>(std::ceil(box.x1 - 1e-6)) + mx, bx1, width});
     const int ry0 = std::max({static_cast<int>(std::floor(box.y0 + 1e-6)) - my, by0, 0});
@@ -285,10 +295,8 @@ struct ImagePipeline::Plan {
     request.channels = output.channels;
     request.region = options.crop_decode ? region_of(s, group, info.width, info.height)
                                          : detail::Region{0, 0, info.width, info.height};
-    // Nearest picks source pixels: a DCT-scaled decode has other pixels.
-    const bool nearest =
-        group.interpolation == Interpolation::kNearest || group.interpolation == Interpolation::kNearestExact;
-    if (options.dct_scale && !nearest) {
+    // A DCT-scaled decode has other pixels than the ones torch resizes.
+    if (options.dct_scale && !torch_exact(group)) {
       // The region may be decoded downscaled as long as the box stays
       // dct_margin times larger than its output rectangle.
       // Capped at the region's size (no scaling is possible from there on):

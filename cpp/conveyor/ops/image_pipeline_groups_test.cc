@@ -325,6 +325,27 @@ TEST(ImagePipelineGroupsTest, ACropAfterAResizeSeesTheNeighboursOfItsBoxAndACrop
             cropped(resized_whole(first, 50, 50, bicubic), 5, 5, 40, 40).pixels);
 }
 
+TEST(ImagePipelineGroupsTest, APaddingCropAfterAResizePadsWithTheFillNotTheSourceBeyond) {
+  // CenterCrop(100), Resize(50) bicubic, Pad(4, fill 9): the border is the
+  // fill; the source beyond the first crop is never read (ASan checks the
+  // reads of the decoded region).
+  const Image image = make_noise(200, 200, 3, 4);
+  const ResizeSpec resize{.size = {50, 50}, .interpolation = Interpolation::kBicubic};
+  const TransformSpec pad{"pad", {{"padding", {4, 4, 4, 4}}, {"fill", {9}}}};
+  const std::vector<uint8_t> out =
+      run(ImagePipeline({CenterCropSpec{{100, 100}}, resize, pad}, kU8), encode_png(image));
+  const Image inner = resized_whole(cropped(image, 50, 50, 100, 100), 50, 50, {Interpolation::kBicubic, true});
+  for (int y = 0; y < 58; ++y) {
+    for (int x = 0; x < 58; ++x) {
+      const bool border = y < 4 || y >= 54 || x < 4 || x >= 54;
+      for (int c = 0; c < 3; ++c) {
+        const uint8_t want = border ? 9 : inner.pixels[((y - 4) * 50 + x - 4) * 3 + c];
+        ASSERT_EQ(out[(y * 58 + x) * 3 + c], want) << y << "," << x << "," << c;
+      }
+    }
+  }
+}
+
 TEST(ImagePipelineGroupsTest, ImageStepsComeBeforeNormalize) {
   try {
     ImagePipeline({CenterCropSpec{{8, 8}}, NormalizeSpec{{0, 0, 0}, {1, 1, 1}}, kTranspose}, {});

@@ -316,67 +316,78 @@ struct AxisTaps {
 };
 
 // The taps of `out` outputs over [lo, hi) on an axis of `size` pixels,
-// centred at (i + 0.5) * scale from lo (or, for a box that starts a whole
-// number of outputs into the source, a crop of a resize, from 0 as torch
-// places that resize's outputs). Antialiased: PIL's kernel (a = -0.5)
+// centred at (i + 0.5) * scale from lo. Antialiased: PIL's kernel (a = -0.5)
 // widened by the shrink, cut at the image's edges and renormalised. Else:
 // a = -0.75 on the four pixels around the centre, those beyond an edge read
-// as the edge pixel (their weights added to it).
+// as the edge pixel (their weights added to it). A box that starts a whole
+// number of outputs into an axis resized to a whole number of outputs (a
+// crop of a resize of `src`) is placed, and given its fixed point's
+// precision, as torch does that resize's outputs: torch takes the precision
+// from the largest weight of the whole axis.
 AxisTaps cubic_taps(double lo, double hi, int size, int out, bool antialias) {
   const double scale = (hi - lo) / out;
-  const double skipped = lo / scale;  // Outputs before the box.
+  const double skipped = lo / scale, total = size / scale;  // Outputs before the box; in the whole axis.
   const bool whole_outputs = std::abs(skipped - std::round(skipped)) < 1e-6;
+  const auto skip = static_cast<int64_t>(std::llround(skipped)), all = static_cast<int64_t>(std::llround(total));
+  const bool whole_axis = whole_outputs && std::abs(total - static_cast<double>(all)) < 1e-6 && skip >= 0 &&
+                          skip + out <= all && all <= (int64_t{1} << 30);
+  // Outputs [first, first + n) of the frame the centres are placed in.
+  const int64_t first = whole_axis ? 0 : skip, n = whole_axis ? all : out;
   const bool widen = antialias && scale >= 1.0;
   const double support = widen ? 2.0 * scale : 2.0;
   const double invscale = widen ? 1.0 / scale : 1.0;
-  AxisTaps t;
-  t.stride = antialias ? static_cast<int>(std::ceil(support)) * 2 + 1 : 4;
-  t.first.resize(static_cast<size_t>(out));
-  t.count.resize(static_cast<size_t>(out));
-  std::vector<double> w(static_cast<size_t>(out) * t.stride, 0.0);
+  const int stride = antialias ? static_cast<int>(std::ceil(support)) * 2 + 1 : 4;
+  std::vector<int> starts(static_cast<size_t>(n)), counts(static_cast<size_t>(n));
+  std::vector<double> w(static_cast<size_t>(n) * stride, 0.0);
   double largest = 0;
-  for (int i = 0; i < out; ++i) {
-    const double center = whole_outputs ? scale * (std::round(skipped) + i + 0.5) : lo + scale * (i + 0.5);
-    double* wi = w.data() + static_cast<size_t>(i) * t.stride;
+  for (int64_t i = 0; i < n; ++i) {
+    const double center = whole_outputs ? scale * (static_cast<double>(first + i) + 0.5) : lo + scale * (i + 0.5);
+    double* wi = w.data() + static_cast<size_t>(i) * stride;
     if (!antialias) {
       const double c = center - 0.5;
       const auto x0 = static_cast<int64_t>(std::floor(c));
       const double f = c - static_cast<double>(x0);
       const auto at = [&](int64_t x) { return std::clamp<int64_t>(x, 0, size - 1); };
-      const int64_t first = at(x0 - 1);
+      const int64_t from = at(x0 - 1);
       const double taps[4] = {cubic_kernel(1 + f, -0.75), cubic_kernel(f, -0.75), cubic_kernel(1 - f, -0.75),
                               cubic_kernel(2 - f, -0.75)};
-      for (int k = 0; k < 4; ++k) wi[at(x0 - 1 + k) - first] += taps[k];
-      t.first[i] = static_cast<int>(first);
-      t.count[i] = static_cast<int>(at(x0 + 2) - first + 1);
-      for (int k = 0; k < t.count[i]; ++k) largest = std::max(largest, wi[k]);
+      for (int k = 0; k < 4; ++k) wi[at(x0 - 1 + k) - from] += taps[k];
+      starts[i] = static_cast<int>(from);
+      counts[i] = static_cast<int>(at(x0 + 2) - from + 1);
+      for (int k = 0; k < counts[i]; ++k) largest = std::max(largest, wi[k]);
       continue;
     }
     // Truncations toward zero, as torch's casts.
     const int64_t xmin = std::max<int64_t>(static_cast<int64_t>(center - support + 0.5), 0);
     const int64_t xsize =
-        std::clamp<int64_t>(std::min<int64_t>(static_cast<int64_t>(center + support + 0.5), size) - xmin, 0, t.stride);
-    double total = 0;
+        std::clamp<int64_t>(std::min<int64_t>(static_cast<int64_t>(center + support + 0.5), size) - xmin, 0, stride);
+    double total_weight = 0;
     for (int64_t j = 0; j < xsize; ++j) {
       wi[j] = cubic_kernel((static_cast<double>(j + xmin) - center + 0.5) * invscale, -0.5);
-      total += wi[j];
+      total_weight += wi[j];
     }
-    if (total != 0) {
+    if (total_weight != 0) {
       for (int64_t j = 0; j < xsize; ++j) {
-        wi[j] /= total;
+        wi[j] /= total_weight;
         largest = std::max(largest, wi[j]);
       }
     }
-    t.first[i] = static_cast<int>(xmin);
-    t.count[i] = static_cast<int>(xsize);
+    starts[i] = static_cast<int>(std::min<int64_t>(xmin, size));
+    counts[i] = static_cast<int>(xsize);
   }
+  AxisTaps t;
+  t.stride = stride;
   // The most bits that keep the largest weight (doubled) under 2^15.
   for (t.precision = 0; t.precision < 22; ++t.precision) {
     if (static_cast<int>(0.5 + largest * (1 << (t.precision + 1))) >= (1 << 15)) break;
   }
-  t.weights.resize(w.size());
-  for (size_t k = 0; k < w.size(); ++k) {
-    const double v = w[k] * (1 << t.precision);
+  // This box's outputs: all of them, or [skip, skip + out) of the whole axis.
+  const int64_t from = whole_axis ? skip : 0;
+  t.first.assign(starts.begin() + from, starts.begin() + from + out);
+  t.count.assign(counts.begin() + from, counts.begin() + from + out);
+  t.weights.resize(static_cast<size_t>(out) * stride);
+  for (size_t k = 0; k < t.weights.size(); ++k) {
+    const double v = w[static_cast<size_t>(from) * stride + k] * (1 << t.precision);
     t.weights[k] = static_cast<int16_t>(v < 0 ? static_cast<int>(-0.5 + v) : static_cast<int>(0.5 + v));
   }
   return t;
@@ -437,8 +448,8 @@ CONVEYOR_VECTOR_CLONES void cubic_column(const uint8_t* rows, size_t row_values,
 void cubic_resample(const ImageView& src, const BoxF& box, uint8_t* dst, int dst_height, int dst_width,
                     ptrdiff_t dst_stride, bool antialias, std::vector<uint8_t>& scratch) {
   const int c = src.channels;
-  const bool copy_x = identity_axis(box.x0, box.x1, dst_width);
-  const bool copy_y = identity_axis(box.y0, box.y1, dst_height);
+  const bool copy_x = identity_axis(box.x0, box.x1, dst_width) && box.x0 >= 0 && box.x1 <= src.width;
+  const bool copy_y = identity_axis(box.y0, box.y1, dst_height) && box.y0 >= 0 && box.y1 <= src.height;
   const int x0 = static_cast<int>(std::lround(box.x0)), y0 = static_cast<int>(std::lround(box.y0));
   AxisTaps tx, ty;
   if (!copy_x) tx = cubic_taps(box.x0, box.x1, src.width, dst_width, antialias);
@@ -453,6 +464,8 @@ void cubic_resample(const ImageView& src, const BoxF& box, uint8_t* dst, int dst
       r0 = std::min(r0, ty.first[y]);
       r1 = std::max(r1, ty.first[y] + ty.count[y]);
     }
+    r0 = std::clamp(r0, 0, src.height);
+    r1 = std::clamp(r1, r0, src.height);
   }
   const size_t row_values = static_cast<size_t>(dst_width) * c;
   uint8_t* rows = detail::grow_to(scratch, row_values * static_cast<size_t>(std::max(r1 - r0, 1)));
@@ -601,20 +614,11 @@ void resize_image(const ImageView& src, const BoxF& box, uint8_t* dst, int dst_h
     oy -= y0;
   }
   // Output pixel centre x + 0.5 maps to source centre ox + (x + 0.5) * sx (minus
-  // 0.5 for pixel-index coordinates), as in PIL and torchvision. A box of
-  // whole pixels samples only that rectangle (edges replicated), as a crop
-  // followed by a resize does; a fractional box sees its real neighbours.
-  const auto whole = [](double v) { return std::abs(v - std::round(v)) < 1e-9; };
-  cv::Rect rect(0, 0, in.cols, in.rows);
-  if (whole(ox) && whole(oy) && whole(box.x1 - box.x0) && whole(box.y1 - box.y0)) {
-    const cv::Rect exact(static_cast<int>(std::lround(ox)), static_cast<int>(std::lround(oy)),
-                         static_cast<int>(std::lround(box.x1 - box.x0)),
-                         static_cast<int>(std::lround(box.y1 - box.y0)));
-    if ((exact & rect) == exact) rect = exact;
-  }
-  const ImageView sampled{in.ptr(rect.y, rect.x), rect.height, rect.width, src.channels,
-                          static_cast<ptrdiff_t>(in.step)};
-  bilinear_sample(sampled, ox - rect.x, oy - rect.y, sx, sy, tx, ty, dst, dst_height, dst_width, dst_stride);
+  // 0.5 for pixel-index coordinates), as in PIL and torchvision; the box's
+  // edge pixels see their neighbours in `src` (a crop then a resize passes
+  // the crop as `src`).
+  const ImageView sampled{in.data, in.rows, in.cols, src.channels, static_cast<ptrdiff_t>(in.step)};
+  bilinear_sample(sampled, ox, oy, sx, sy, tx, ty, dst, dst_height, dst_width, dst_stride);
 }
 
 }  // namespace conveyor

@@ -44,7 +44,8 @@ def interpolation(name: str, value: Any, modes: dict[str, int] = INTERPOLATIONS)
         return modes[mode]
     allowed = ", ".join(f"InterpolationMode.{m.upper().replace('-', '_')}" for m in modes)
     strings = ", ".join(repr(m) for m in modes)
-    pil_only = " (torchvision has it for PIL images only)" if mode in ("box", "hamming", "lanczos") else ""
+    resize_pil_only = modes is RESIZE_INTERPOLATIONS and mode in ("box", "hamming", "lanczos")
+    pil_only = " (torchvision has it for PIL images only)" if resize_pil_only else ""
     raise ConfigError(
         f"{name}: interpolation must be one of {allowed} (or {strings}), got {value!r}{pil_only}"
     )

@@ -46,10 +46,11 @@ class Resize(Transform, name="resize"):
         size: an int resizes the shorter side to it (the longer side becomes
             ``int(size * long / short)``); a pair (h, w) resizes to exactly that.
         interpolation: InterpolationMode.BILINEAR (default: PIL's antialiased
-            bilinear, within a level of torchvision's), BICUBIC (torchvision's
-            uint8 result exactly), NEAREST or NEAREST_EXACT (exactly), or the
-            same as strings or PIL's constants. BOX, HAMMING and LANCZOS are
-            PIL-only in torchvision and refused.
+            bilinear, close to torchvision's: docs/migrating.md gives the
+            differences), BICUBIC, NEAREST or NEAREST_EXACT (torchvision's
+            uint8 result exactly; bicubic shrinks past 64x are approximated),
+            or the same as strings or PIL's constants. BOX, HAMMING and
+            LANCZOS are PIL-only in torchvision and refused.
         antialias: antialias when downscaling (torchvision's default, True;
             nearest never antialiases).
     """

@@ -91,15 +91,16 @@ class _Unconvertible(Exception):
     """A known class with parameters conveyor does not have (the reason)."""
 
 
-def _interpolation(obj: Any) -> Any:
-    """The resize's interpolation as conveyor takes it (PIL's constants too,
-    which v1 still accepts); a PIL-only mode is unconvertible."""
+def _interpolation(obj: Any) -> str:
+    """The resize's interpolation by name ("bicubic"; from the enum or PIL's
+    constants, which v1 still accepts), so the converted transform holds no
+    torchvision object; a PIL-only mode is unconvertible."""
     mode = getattr(obj, "interpolation", "bilinear")
     try:
-        _geometry_args.interpolation(type(obj).__name__, mode, _geometry_args.RESIZE_INTERPOLATIONS)
+        number = _geometry_args.interpolation(type(obj).__name__, mode, _geometry_args.RESIZE_INTERPOLATIONS)
     except ConfigError as e:
         raise _Unconvertible(str(e)) from None
-    return mode
+    return next(name for name, n in _geometry_args.RESIZE_INTERPOLATIONS.items() if n == number)
 
 
 def _antialias(obj: Any) -> bool:

@@ -141,7 +141,15 @@ void Placement::crop(double top, double left, double h, double w) {
   y0 += top * sy;
   height = h;
   width = w;
-  if (sx == 1 && sy == 1) bound = BoxF{x0, y0, x0 + w, y0 + h};
+  if (sx == 1 && sy == 1) {
+    // A crop can only narrow what an earlier one left (a padding crop after
+    // a crop shows the fill around it, not the pixels beyond the first).
+    BoxF b{x0, y0, x0 + w, y0 + h};
+    if (bound) {
+      b = {std::max(b.x0, bound->x0), std::max(b.y0, bound->y0), std::min(b.x1, bound->x1), std::min(b.y1, bound->y1)};
+    }
+    bound = b;
+  }
 }
 
 void Placement::resize(double h, double w) {

@@ -28,7 +28,8 @@ std::unique_ptr<const TransformStep> make_resize_step(const TransformParams& par
 /// the rule on them: the steps and functions that resize read them so.
 Resampling read_resampling(TransformArgs& args);
 
-/// The parameters of `r` that differ from read_resampling's defaults, added to `params`.
+/// `r` as parameters added to `params`: antialias always, interpolation when
+/// not bilinear (the default).
 void write_resampling(Resampling r, TransformParams& params);
 
 /// The image functions "resize" (size [h, w], interpolation, antialias) and
