@@ -1,5 +1,8 @@
-"""Planted: the DataLoader prepares costly samples in the training process."""
+"""Planted: the DataLoader prepares costly samples in the training process.
+WORKERS=k in the environment runs it with num_workers=k instead (the fix,
+to measure it)."""
 
+import os
 import time
 
 import doctor_common as c
@@ -14,7 +17,7 @@ class Decoded(torch.utils.data.Dataset):
     """Samples that take 2 ms each to prepare (as decoding would)."""
 
     def __init__(self):
-        self.data = c.dataset()
+        self.data = c.dataset(512)  # 32 batches an epoch: long enough for workers to reach their pace.
 
     def __len__(self):
         return len(self.data)
@@ -24,7 +27,7 @@ class Decoded(torch.utils.data.Dataset):
         return self.data[index]
 
 
-loader = c.loader(Decoded(), num_workers=0)  # doctor: dataloader-no-workers
+loader = c.loader(Decoded(), num_workers=int(os.environ.get("WORKERS", "0")))  # doctor: dataloader-no-workers
 for _epoch in range(2):
     total = torch.zeros((), device=c.device)
     for x, y in loader:

@@ -76,6 +76,10 @@ class LoaderInfo:
     conveyor: Optional[str] = None
     #: That call run on the first files after the script (its images/s).
     conveyor_trial: Optional[Any] = None
+    #: A DataLoader with num_workers=0 over a map-style dataset: its
+    #: dataset and batching, to measure the suggested workers
+    #: (rules/worker_trial.py).
+    worker_trial: Optional[Any] = None
     #: Process ids of its worker processes (a DataLoader with workers).
     worker_pids: list[int] = field(default_factory=list)
 

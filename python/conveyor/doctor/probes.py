@@ -35,6 +35,7 @@ from conveyor.doctor.observations import (
     StepRecord,
 )
 from conveyor.doctor.rules.conveyor_loader import replacement
+from conveyor.doctor.rules.worker_trial import WorkerTrial
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -207,6 +208,11 @@ def _stop_must_wait(frame: Any) -> bool:
 
 def _times(count: int) -> str:
     return "once" if count == 1 else f"{count} times"
+
+
+def _map_style(dataset: object) -> bool:
+    """A dataset a DataLoader reads by index, with a length (not an IterableDataset)."""
+    return not isinstance(dataset, torch.utils.data.IterableDataset) and hasattr(dataset, "__len__")
 
 
 def _is_device(value: object) -> bool:
@@ -757,6 +763,10 @@ class Probes:
                     if isinstance(loader.sampler, (RandomSampler, SequentialSampler))
                     else type(loader.sampler).__name__,
                 )
+                if loader.num_workers == 0 and loader.batch_size and _map_style(loader.dataset):
+                    info.worker_trial = WorkerTrial(
+                        loader.dataset, loader.batch_size, loader.collate_fn, bool(loader.drop_last)
+                    )
             info.epochs += 1
             info.start_seconds.append(seconds)
             # The workers of this pass (persistent ones are the same processes).

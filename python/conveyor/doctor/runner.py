@@ -14,8 +14,9 @@ from typing import Any, Optional
 from conveyor.doctor.observations import Observations
 from conveyor.doctor.probes import Probes, StopScript
 from conveyor.doctor.report import Report
-from conveyor.doctor.rules import evaluate
+from conveyor.doctor.rules import evaluate, worker_trial
 from conveyor.doctor.rules.conveyor_loader import measure
+from conveyor.doctor.rules.data import no_workers_load
 from conveyor.errors import ConfigError
 
 TARGETS = ("cpu", "cuda")
@@ -82,11 +83,17 @@ def _watched(
 
 
 def _measure_trials(obs: Observations) -> None:
-    """Runs the conveyor.Loader trials of the fixes (rules/conveyor_loader.py):
-    after the probes are gone, so that a trial is not watched as the script's."""
+    """Runs the trials of the fixes, the conveyor.Loader replacement
+    (rules/conveyor_loader.py) and the workers dataloader-no-workers suggests
+    (rules/worker_trial.py): after the probes are gone, so that a trial is
+    not watched as the script's."""
     for loader in obs.loaders:
         if loader.conveyor_trial is not None:
             measure(loader.conveyor_trial)
+        if loader.worker_trial is not None:
+            load = no_workers_load(obs, loader)
+            if load is not None:
+                worker_trial.measure(loader.worker_trial, load.workers, obs.median("compute"))
 
 
 def _status(ended: Optional[BaseException]) -> int:

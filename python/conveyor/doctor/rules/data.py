@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from conveyor import _conveyor
 from conveyor.doctor.observations import LoaderInfo, Observations
@@ -172,20 +172,46 @@ def cpu_oversubscription(obs: Observations) -> list[Finding]:
     return findings
 
 
+class NoWorkersLoad(NamedTuple):
+    """A DataLoader with num_workers=0 whose loading takes a share of the step."""
+
+    per_batch: float  #: Seconds to load a batch in the training process (median).
+    share: float  #: Of the step time.
+    workers: int  #: The workers to suggest.
+
+
+def no_workers_load(obs: Observations, loader: LoaderInfo) -> Optional[NoWorkersLoad]:
+    """What dataloader-no-workers reports on ``loader``, or None (another
+    loader, or loading too cheap for workers to pay)."""
+    steps = obs.measured_steps()
+    step_time = obs.median("seconds")
+    if loader.kind != "DataLoader" or loader.num_workers != 0 or not steps or step_time <= 0:
+        return None
+    per_batch = statistics.median(loader.steady_waits or loader.first_waits or [0.0])
+    share = statistics.median(loader.step_waits.get(s.index, 0.0) for s in steps) / step_time
+    if share < NO_WORKERS_SHARE:
+        return None  # Cheap samples (e.g. tensors in memory): workers would cost more in IPC.
+    return NoWorkersLoad(per_batch, share, _workers_for(obs, per_batch))
+
+
 @rule
 def dataloader_no_workers(obs: Observations) -> list[Finding]:
     """A DataLoader loads in the training process (num_workers=0)."""
     findings = []
-    steps = obs.measured_steps()
-    step_time = obs.median("seconds")
     for loader in obs.loaders:
-        if loader.kind != "DataLoader" or loader.num_workers != 0 or not steps or step_time <= 0:
+        load = no_workers_load(obs, loader)
+        if load is None:
             continue
-        per_batch = statistics.median(loader.steady_waits or loader.first_waits or [0.0])
-        share = statistics.median(loader.step_waits.get(s.index, 0.0) for s in steps) / step_time
-        if share < NO_WORKERS_SHARE:
-            continue  # Cheap samples (e.g. tensors in memory): workers would cost more in IPC.
-        workers = _workers_for(obs, per_batch)
+        per_batch, share, workers = load
+        trial = loader.worker_trial
+        measured = trial is not None and trial.gain is not None
+        if measured and trial.gain < NO_WORKERS_SHARE * obs.median("seconds"):
+            continue  # Measured: the workers would not pay here (they share the step's CPUs).
+        gain = trial.gain if measured else per_batch
+        counts = {"load_ms_per_batch": round(per_batch * 1000, 3), "wait_share": round(share, 4)}
+        if measured:
+            counts["trial_wait_ms_without"] = round(trial.wait_without * 1000, 3)
+            counts["trial_wait_ms_with"] = round(trial.wait_with * 1000, 3)
         findings.append(
             Finding(
                 "dataloader-no-workers",
@@ -197,11 +223,14 @@ def dataloader_no_workers(obs: Observations) -> list[Finding]:
                 "With num_workers=0 loading and the training step run one after the other; "
                 "worker processes load the next batches while the model trains.",
                 f"DataLoader(..., num_workers={workers}, persistent_workers=True)" + _conveyor_advice(loader),
-                "estimated",
-                f"up to {per_batch * 1000:.2f} ms per step (the measured load time) leaves the loop: "
-                + _workers_assumption(workers),
-                {"load_ms_per_batch": round(per_batch * 1000, 3), "wait_share": round(share, 4)},
-                per_batch,
+                "measured" if measured else "estimated",
+                f"{gain * 1000:.2f} ms per step, {trial.describe()}"
+                if measured
+                else f"up to {per_batch * 1000:.2f} ms per step (the measured load time) leaves the loop: "
+                + _workers_assumption(workers)
+                + (f" (a trial was {trial.describe()})" if trial is not None and trial.error else ""),
+                counts,
+                gain,
             )
         )
     return findings
