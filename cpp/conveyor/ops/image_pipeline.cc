@@ -100,7 +100,6 @@ struct SamplePlan {
   int rect_w = 0, rect_h = 0;  // ... and its size (smaller than the output when padding).
   bool covered = false;        // Whether any output pixel comes from the image.
   BoxF bound;                  // The source pixels the resample may read (Placement::bound, or the image).
-  bool bounded = false;        // Whether `bound` is a crop's (not the whole image).
 };
 
 // Geometric and mirror steps resampled together: their placements compose
@@ -235,7 +234,6 @@ struct ImagePipeline::Plan {
 
     // The source pixels the resample may read: the crop made before the
     // resizes, or the whole image.
-    s.bounded = p.bound.has_value();
     s.bound = {0, 0, static_cast<double>(width), static_cast<double>(height)};
     if (p.bound) {
       s.bound = {std::max(p.bound->x0, 0.0), std::max(p.bound->y0, 0.0), std::min(p.bound->x1, s.bound.x1),
@@ -326,18 +324,16 @@ struct ImagePipeline::Plan {
       const double k = 1.0 / scale;
       BoxF in_decoded{(s.box.x0 - x) * k, (s.box.y0 - y) * k, (s.box.x1 - x) * k, (s.box.y1 - y) * k};
       ImageView source = decoded;
-      if (s.bounded) {
-        // A crop made before the resizes: they must not see pixels beyond it,
-        // whether or not the decoder returned more (full decode) -- PIL and
-        // torchvision crop, then resize.
-        const BoxF b{(s.bound.x0 - x) * k, (s.bound.y0 - y) * k, (s.bound.x1 - x) * k, (s.bound.y1 - y) * k};
-        const int cx0 = std::clamp(static_cast<int>(std::floor(b.x0 + 1e-6)), 0, decoded.width - 1);
-        const int cy0 = std::clamp(static_cast<int>(std::floor(b.y0 + 1e-6)), 0, decoded.height - 1);
-        const int cx1 = std::clamp(static_cast<int>(std::ceil(b.x1 - 1e-6)), cx0 + 1, decoded.width);
-        const int cy1 = std::clamp(static_cast<int>(std::ceil(b.y1 - 1e-6)), cy0 + 1, decoded.height);
-        source = detail::crop_view(decoded, {cx0, cy0, cx1 - cx0, cy1 - cy0});
-        in_decoded = {in_decoded.x0 - cx0, in_decoded.y0 - cy0, in_decoded.x1 - cx0, in_decoded.y1 - cy0};
-      }
+      // What the resizes may read (a crop made before them: not the pixels
+      // beyond it, whether or not the decoder returned more -- PIL and
+      // torchvision crop, then resize).
+      const BoxF b{(s.bound.x0 - x) * k, (s.bound.y0 - y) * k, (s.bound.x1 - x) * k, (s.bound.y1 - y) * k};
+      const int cx0 = std::clamp(static_cast<int>(std::floor(b.x0 + 1e-6)), 0, decoded.width - 1);
+      const int cy0 = std::clamp(static_cast<int>(std::floor(b.y0 + 1e-6)), 0, decoded.height - 1);
+      const int cx1 = std::clamp(static_cast<int>(std::ceil(b.x1 - 1e-6)), cx0 + 1, decoded.width);
+      const int cy1 = std::clamp(static_cast<int>(std::ceil(b.y1 - 1e-6)), cy0 + 1, decoded.height);
+      source = detail::crop_view(decoded, {cx0, cy0, cx1 - cx0, cy1 - cy0});
+      in_decoded = {in_decoded.x0 - cx0, in_decoded.y0 - cy0, in_decoded.x1 - cx0, in_decoded.y1 - cy0};
       const bool plain_crop = whole(in_decoded.x0) && whole(in_decoded.y0) &&
                               std::abs(in_decoded.x1 - in_decoded.x0 - s.rect_w) < 1e-6 &&
                               std::abs(in_decoded.y1 - in_decoded.y0 - s.rect_h) < 1e-6;

@@ -315,79 +315,113 @@ struct AxisTaps {
   int precision = 0;
 };
 
-// The taps of `out` outputs over [lo, hi) on an axis of `size` pixels,
-// centred at (i + 0.5) * scale from lo. Antialiased: PIL's kernel (a = -0.5)
-// widened by the shrink, cut at the image's edges and renormalised. Else:
-// a = -0.75 on the four pixels around the centre, those beyond an edge read
-// as the edge pixel (their weights added to it). A box that starts a whole
-// number of outputs into an axis resized to a whole number of outputs (a
-// crop of a resize of `src`) is placed, and given its fixed point's
-// precision, as torch does that resize's outputs: torch takes the precision
-// from the largest weight of the whole axis.
-AxisTaps cubic_taps(double lo, double hi, int size, int out, bool antialias) {
-  const double scale = (hi - lo) / out;
-  const double skipped = lo / scale, total = size / scale;  // Outputs before the box; in the whole axis.
-  const bool whole_outputs = std::abs(skipped - std::round(skipped)) < 1e-6;
-  const auto skip = static_cast<int64_t>(std::llround(skipped)), all = static_cast<int64_t>(std::llround(total));
-  const bool whole_axis = whole_outputs && std::abs(total - static_cast<double>(all)) < 1e-6 && skip >= 0 &&
-                          skip + out <= all && all <= (int64_t{1} << 30);
-  // Outputs [first, first + n) of the frame the centres are placed in.
-  const int64_t first = whole_axis ? 0 : skip, n = whole_axis ? all : out;
-  const bool widen = antialias && scale >= 1.0;
-  const double support = widen ? 2.0 * scale : 2.0;
-  const double invscale = widen ? 1.0 / scale : 1.0;
-  const int stride = antialias ? static_cast<int>(std::ceil(support)) * 2 + 1 : 4;
-  std::vector<int> starts(static_cast<size_t>(n)), counts(static_cast<size_t>(n));
-  std::vector<double> w(static_cast<size_t>(n) * stride, 0.0);
-  double largest = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double center = whole_outputs ? scale * (static_cast<double>(first + i) + 0.5) : lo + scale * (i + 0.5);
-    double* wi = w.data() + static_cast<size_t>(i) * stride;
-    if (!antialias) {
-      const double c = center - 0.5;
-      const auto x0 = static_cast<int64_t>(std::floor(c));
-      const double f = c - static_cast<double>(x0);
-      const auto at = [&](int64_t x) { return std::clamp<int64_t>(x, 0, size - 1); };
-      const int64_t from = at(x0 - 1);
-      const double taps[4] = {cubic_kernel(1 + f, -0.75), cubic_kernel(f, -0.75), cubic_kernel(1 - f, -0.75),
-                              cubic_kernel(2 - f, -0.75)};
-      for (int k = 0; k < 4; ++k) wi[at(x0 - 1 + k) - from] += taps[k];
-      starts[i] = static_cast<int>(from);
-      counts[i] = static_cast<int>(at(x0 + 2) - from + 1);
-      for (int k = 0; k < counts[i]; ++k) largest = std::max(largest, wi[k]);
-      continue;
-    }
-    // Truncations toward zero, as torch's casts.
-    const int64_t xmin = std::max<int64_t>(static_cast<int64_t>(center - support + 0.5), 0);
-    const int64_t xsize =
-        std::clamp<int64_t>(std::min<int64_t>(static_cast<int64_t>(center + support + 0.5), size) - xmin, 0, stride);
-    double total_weight = 0;
-    for (int64_t j = 0; j < xsize; ++j) {
-      wi[j] = cubic_kernel((static_cast<double>(j + xmin) - center + 0.5) * invscale, -0.5);
-      total_weight += wi[j];
-    }
-    if (total_weight != 0) {
-      for (int64_t j = 0; j < xsize; ++j) {
-        wi[j] /= total_weight;
-        largest = std::max(largest, wi[j]);
-      }
-    }
-    starts[i] = static_cast<int>(std::min<int64_t>(xmin, size));
-    counts[i] = static_cast<int>(xsize);
+// Where a box's outputs sit on its axis: `out` outputs over [lo, hi), each
+// `scale` source pixels. A box that starts a whole number of outputs into
+// the axis (a crop of a resize) has its outputs placed as torch places that
+// resize's outputs, from the axis' origin: output i is the resize's output
+// `skip + i`.
+struct AxisFrame {
+  double lo, scale;
+  bool whole_outputs;
+  int64_t skip;
+
+  AxisFrame(double lo_, double hi, int out) : lo(lo_), scale((hi - lo_) / out) {
+    const double skipped = lo / scale;
+    whole_outputs = std::abs(skipped - std::round(skipped)) < 1e-6;
+    skip = static_cast<int64_t>(std::llround(skipped));
   }
+  /// The source position of output i's centre.
+  double centre(int64_t i) const {
+    return whole_outputs ? scale * (static_cast<double>(skip + i) + 0.5) : lo + scale * (static_cast<double>(i) + 0.5);
+  }
+};
+
+// The weights of one output centred at `center` on an axis of `size`
+// pixels, into `w` (`stride` of them, zeros after the taps); sets `first`
+// and `count` and returns the largest weight. Antialiased: PIL's kernel (a =
+// -0.5) widened by the shrink, cut at the image's edges and renormalised.
+// Else: a = -0.75 on the four pixels around the centre, those beyond an
+// edge read as the edge pixel (their weights added to it).
+double cubic_weights(double center, double scale, int size, bool antialias, int stride, double* w, int& first,
+                     int& count) {
+  std::fill_n(w, stride, 0.0);
+  double largest = 0;
+  if (!antialias) {
+    const double c = center - 0.5;
+    const auto x0 = static_cast<int64_t>(std::floor(c));
+    const double f = c - static_cast<double>(x0);
+    const auto at = [&](int64_t x) { return std::clamp<int64_t>(x, 0, size - 1); };
+    const int64_t from = at(x0 - 1);
+    const double taps[4] = {cubic_kernel(1 + f, -0.75), cubic_kernel(f, -0.75), cubic_kernel(1 - f, -0.75),
+                            cubic_kernel(2 - f, -0.75)};
+    for (int k = 0; k < 4; ++k) w[at(x0 - 1 + k) - from] += taps[k];
+    first = static_cast<int>(from);
+    count = static_cast<int>(at(x0 + 2) - from + 1);
+    for (int k = 0; k < count; ++k) largest = std::max(largest, w[k]);
+    return largest;
+  }
+  const bool widen = scale >= 1.0;
+  const double support = widen ? 2.0 * scale : 2.0, invscale = widen ? 1.0 / scale : 1.0;
+  // Truncations toward zero, as torch's casts.
+  const int64_t xmin = std::max<int64_t>(static_cast<int64_t>(center - support + 0.5), 0);
+  const int64_t xsize =
+      std::clamp<int64_t>(std::min<int64_t>(static_cast<int64_t>(center + support + 0.5), size) - xmin, 0, stride);
+  double total = 0;
+  for (int64_t j = 0; j < xsize; ++j) {
+    w[j] = cubic_kernel((static_cast<double>(j + xmin) - center + 0.5) * invscale, -0.5);
+    total += w[j];
+  }
+  if (total != 0) {
+    for (int64_t j = 0; j < xsize; ++j) {
+      w[j] /= total;
+      largest = std::max(largest, w[j]);
+    }
+  }
+  first = static_cast<int>(std::min<int64_t>(xmin, size));
+  count = static_cast<int>(xsize);
+  return largest;
+}
+
+// The taps of the box's `out` outputs (AxisFrame) on an axis of `size`
+// pixels. torch takes the fixed point's precision from the largest weight
+// of the whole resized axis: for a box a whole number of outputs into an
+// axis resized to a whole number of outputs (at most kMaxAxisOutputs), the
+// largest is taken over all of them.
+constexpr int64_t kMaxAxisOutputs = int64_t{1} << 20;
+AxisTaps cubic_taps(double lo, double hi, int size, int out, bool antialias) {
+  const AxisFrame frame(lo, hi, out);
+  const double scale = frame.scale;
+  const int stride = antialias ? static_cast<int>(std::ceil(scale >= 1.0 ? 2.0 * scale : 2.0)) * 2 + 1 : 4;
   AxisTaps t;
   t.stride = stride;
+  t.first.resize(static_cast<size_t>(out));
+  t.count.resize(static_cast<size_t>(out));
+  std::vector<double> w(static_cast<size_t>(out) * stride);
+  double largest = 0;
+  for (int i = 0; i < out; ++i) {
+    largest = std::max(largest, cubic_weights(frame.centre(i), scale, size, antialias, stride,
+                                              w.data() + static_cast<size_t>(i) * stride, t.first[i], t.count[i]));
+  }
+  const double total = size / scale;  // Outputs of the whole resized axis.
+  const auto all = static_cast<int64_t>(std::llround(total));
+  if (frame.whole_outputs && std::abs(total - static_cast<double>(all)) < 1e-6 && frame.skip >= 0 &&
+      frame.skip + out <= all && all <= kMaxAxisOutputs) {
+    std::vector<double> other(static_cast<size_t>(stride));
+    int first = 0, count = 0;
+    for (int64_t i = -frame.skip; i < all - frame.skip; ++i) {
+      if (i < 0 || i >= out) {
+        largest = std::max(largest,
+                           cubic_weights(frame.centre(i), scale, size, antialias, stride, other.data(), first, count));
+      }
+    }
+  }
   // The most bits that keep the largest weight (doubled) under 2^15.
   for (t.precision = 0; t.precision < 22; ++t.precision) {
     if (static_cast<int>(0.5 + largest * (1 << (t.precision + 1))) >= (1 << 15)) break;
   }
-  // This box's outputs: all of them, or [skip, skip + out) of the whole axis.
-  const int64_t from = whole_axis ? skip : 0;
-  t.first.assign(starts.begin() + from, starts.begin() + from + out);
-  t.count.assign(counts.begin() + from, counts.begin() + from + out);
-  t.weights.resize(static_cast<size_t>(out) * stride);
-  for (size_t k = 0; k < t.weights.size(); ++k) {
-    const double v = w[static_cast<size_t>(from) * stride + k] * (1 << t.precision);
+  t.weights.resize(w.size());
+  for (size_t k = 0; k < w.size(); ++k) {
+    const double v = w[k] * (1 << t.precision);
     t.weights[k] = static_cast<int16_t>(v < 0 ? static_cast<int>(-0.5 + v) : static_cast<int>(0.5 + v));
   }
   return t;
@@ -493,27 +527,23 @@ void cubic_resample(const ImageView& src, const BoxF& box, uint8_t* dst, int dst
   }
 }
 
-// The source index of each output on an axis, as torch computes it: nearest
-// floor(i * scale), nearest-exact floor((i + 0.5) * scale), in float, clamped
-// to the last pixel. A box that starts a whole number of outputs into the
-// source (a crop of a resize: its outputs are those from that number on) is
-// placed as torch places that resize's outputs; another (a DCT-scaled
-// decode's box) at lo + (i [+ 0.5]) * scale.
+// The source index of each output on an axis (AxisFrame), as torch
+// computes it: nearest floor(i * scale), nearest-exact floor((i + 0.5) *
+// scale), in float, clamped to the last pixel; a box not a whole number of
+// outputs into its axis (a DCT-scaled decode's) at lo + (i [+ 0.5]) * scale.
 std::vector<int> nearest_indices(double lo, double hi, int size, int out, bool exact) {
+  const AxisFrame frame(lo, hi, out);
+  const auto scale_f = static_cast<float>(frame.scale);
   std::vector<int> index(static_cast<size_t>(out));
-  const double scale = (hi - lo) / out;
-  const double skipped = lo / scale;  // Outputs before the box.
-  const bool whole_outputs = std::abs(skipped - std::round(skipped)) < 1e-6;
-  const auto skip = static_cast<int64_t>(std::llround(skipped));
-  const auto scale_f = static_cast<float>(scale);
   for (int i = 0; i < out; ++i) {
+    const int64_t k = frame.skip + i;  // The output's index in the whole resized axis.
     double j = 0;
-    if (!whole_outputs) {
-      j = std::floor(lo + (i + (exact ? 0.5 : 0.0)) * scale);
+    if (!frame.whole_outputs) {
+      j = std::floor(lo + (i + (exact ? 0.5 : 0.0)) * frame.scale);
     } else if (exact) {
-      j = std::floor(static_cast<float>((static_cast<double>(skip + i) + 0.5) * static_cast<double>(scale_f)));
+      j = std::floor(static_cast<float>((static_cast<double>(k) + 0.5) * static_cast<double>(scale_f)));
     } else {
-      j = std::floor(static_cast<float>(skip + i) * scale_f);
+      j = std::floor(static_cast<float>(k) * scale_f);
     }
     index[i] = static_cast<int>(std::clamp(j, 0.0, static_cast<double>(size - 1)));
   }

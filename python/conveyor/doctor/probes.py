@@ -397,7 +397,8 @@ class Probes:
     def _evaluating_forward(self, now: float) -> None:
         if self._eval_forwards == 0:
             start, seconds = self._last_wait
-            after_forward = start >= self._last_forward_end
+            # The wait that fetched this forward's batch: after the last forward and in this step.
+            after_forward = start >= max(self._last_forward_end, self._last_step)
             self._eval_begin = start if after_forward else now
             self._eval_waits = [self._last_wait] if after_forward and seconds > 0 else []
         self._eval_forwards += 1

@@ -51,6 +51,11 @@ def interpolation(name: str, value: Any, modes: dict[str, int] = INTERPOLATIONS)
     )
 
 
+def interpolation_name(number: float) -> str:
+    """The InterpolationMode value ("bicubic") of a resize's engine number."""
+    return next(name for name, n in RESIZE_INTERPOLATIONS.items() if n == number)
+
+
 def fill(name: str, value: Any) -> list[float]:
     """A fill: None (zeros), a number, or a sequence of numbers (one per channel)."""
     if value is None:

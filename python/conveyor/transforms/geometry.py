@@ -25,13 +25,8 @@ __all__ = [
 ]
 
 
-def _interpolation_name(number: float) -> str:
-    """The InterpolationMode value of the engine's number (its defaults are numbers)."""
-    return next(name for name, n in args.RESIZE_INTERPOLATIONS.items() if n == number)
-
-
 _RESIZE = engine_defaults("resize", size=1)
-_RESIZE_INTERPOLATION = _interpolation_name(_RESIZE["interpolation"])
+_RESIZE_INTERPOLATION = args.interpolation_name(_RESIZE["interpolation"])
 
 
 def _interpolation_repr(given: Any, number: int) -> str:
@@ -98,7 +93,7 @@ class CenterCrop(Transform, name="center_crop"):
 
 
 _RESIZED_CROP = engine_defaults("random_resized_crop", size=1)
-_RESIZED_CROP_INTERPOLATION = _interpolation_name(_RESIZED_CROP["interpolation"])
+_RESIZED_CROP_INTERPOLATION = args.interpolation_name(_RESIZED_CROP["interpolation"])
 
 
 class RandomResizedCrop(Transform, name="random_resized_crop"):

@@ -100,7 +100,7 @@ def _interpolation(obj: Any) -> str:
         number = _geometry_args.interpolation(type(obj).__name__, mode, _geometry_args.RESIZE_INTERPOLATIONS)
     except ConfigError as e:
         raise _Unconvertible(str(e)) from None
-    return next(name for name, n in _geometry_args.RESIZE_INTERPOLATIONS.items() if n == number)
+    return _geometry_args.interpolation_name(number)
 
 
 def _antialias(obj: Any) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import statistics
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import torch
@@ -44,7 +44,6 @@ class WorkerTrial:
     wait_with: Optional[float] = None
     error: Optional[str] = None
     compute: float = 0.0
-    waits: dict[int, list[float]] = field(default_factory=dict)
 
     @property
     def gain(self) -> Optional[float]:
@@ -85,6 +84,7 @@ def _waits(trial: WorkerTrial, workers: int, work: torch.Tensor) -> list[float]:
         num_workers=workers,
         collate_fn=trial.collate_fn,
         drop_last=trial.drop_last,
+        timeout=TRIAL_SECONDS if workers else 0,  # A worker stuck on a sample ends the trial.
     )
     waits: list[float] = []
     deadline = time.perf_counter() + TRIAL_SECONDS
@@ -119,16 +119,15 @@ def measure(trial: WorkerTrial, workers: int, compute: float) -> None:
         # trial reading it again must not repeat them (at the trial's lines).
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            for count in (0, workers):
-                trial.waits[count] = _waits(trial, count, work)
-        measured = min(len(trial.waits[0]), len(trial.waits[workers]))
+            without, with_workers = _waits(trial, 0, work), _waits(trial, workers, work)
+        measured = min(len(without), len(with_workers))
         if measured == 0:
             trial.error = "the dataset is empty"
             return
         trial.batches = measured
         # Means, not medians: workers finish batches in bursts (two workers,
         # two batches at once), so the waits alternate long and short.
-        trial.wait_without = statistics.fmean(trial.waits[0])
-        trial.wait_with = statistics.fmean(trial.waits[workers])
+        trial.wait_without = statistics.fmean(without)
+        trial.wait_with = statistics.fmean(with_workers)
     except Exception as e:  # The advice must not break the report.
         trial.error = f"{type(e).__name__}: {e}"
