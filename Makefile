@@ -321,9 +321,10 @@ bench-peers: build $(STAMPS)/peers-venv
 
 # --- the GPU device check (bench/gpu_check.py) ---------------------------------------
 # `make gpu-deps` gathers here what a GPU machine without our Debian libraries
-# and without network needs to build conveyor: the .deb files (unpacked there
-# under a prefix in /tmp, never into /) and the wheels of pure-Python
-# dependencies. On that machine, carrying build/gpu-deps:
+# and without network needs to build conveyor: the .deb files of our libraries
+# and of the libraries they load, libcurl's included (unpacked there under a
+# prefix in /tmp, never into /; only those the machine lacks are loaded), and
+# the wheels of pure-Python dependencies. On that machine, carrying build/gpu-deps:
 #   python3 bench/gpu_check.py --deps build/gpu-deps --out "$$OUT"
 # `make gpu-check` runs the same check here, without a GPU: the CUDA tests
 # that need none, the GPU benchmarks in --smoke mode on the CPU, and says what
@@ -333,7 +334,10 @@ GPU_DEBS := libturbojpeg0-dev libturbojpeg0 libjpeg62-turbo-dev libjpeg62-turbo 
 	libjbig-dev libjbig0 liblerc-dev liblerc4 liblzma-dev liblzma5 libzstd-dev libzstd1 libgif-dev libgif7 \
 	libopencv-core-dev libopencv-core406 libopencv-imgproc-dev libopencv-imgproc406 libtbb12 libblas3 liblapack3 \
 	libgfortran5 libquadmath0 libx11-6 libxau6 libxcb1 libxdmcp6 libbsd0 libmd0 libglvnd0 libglx0 \
-	nlohmann-json3-dev zlib1g-dev zlib1g libcurl4-openssl-dev libcurl4 pkgconf pkgconf-bin libpkgconf3
+	nlohmann-json3-dev zlib1g-dev zlib1g libcurl4-openssl-dev libcurl4 pkgconf pkgconf-bin libpkgconf3 \
+	libnghttp2-14 libidn2-0 librtmp1 libssh2-1 libpsl5 libssl3 libgssapi-krb5-2 libldap-2.5-0 libbrotli1 \
+	libunistring2 libgnutls30 libhogweed6 libnettle8 libgmp10 libkrb5-3 libk5crypto3 libcom-err2 libkrb5support0 \
+	libsasl2-2 libsasl2-modules-db libdb5.3 libp11-kit0 libtasn1-6 libkeyutils1 libffi8
 gpu-deps: $(STAMPS)/venv
 	@mkdir -p build/gpu-deps
 	@cd build/gpu-deps && { apt-get download $(GPU_DEBS) >/dev/null 2>&1 || \

@@ -20,10 +20,12 @@ Steps, each recorded in ``gpu-check.json`` and ``gpu-check.log`` under
    compiler and Python (warnings are not errors: a newer compiler than the
    project's warns more). Libraries the machine lacks are found through
    ``LD_LIBRARY_PATH`` on a folder that links only those.
-3. ``tests``: tests/test_cuda_device.py (real GPU) and tests/test_cuda_path.py.
+3. ``tests``: tests/test_cuda_device.py (real GPU), tests/test_cuda_path.py
+   and tests/test_device_decode.py (decoding on the GPU).
 4. ``handoff``: bench/gpu_handoff.py (ResNet-50 fed by conveyor vs synthetic).
 5. ``guide``: bench/gpu_tuning_guide.py (the tuning guide's fixes measured).
-6. ``decode``: bench/gpu_decode_baseline.py (what GPU decode has to beat).
+6. ``decode``: bench/gpu_decode_baseline.py (GPU decode against the CPU path
+   and torchvision's GPU decode).
 
 Without a GPU (``make gpu-check``, part of ``make test``) it uses the
 extension already built, the tests that need a GPU skip, the benchmarks run
@@ -57,9 +59,10 @@ ARCH = "x86_64-linux-gnu"
 class Check:
     """The summary and the log of one run."""
 
-    def __init__(self, out: Path) -> None:
+    def __init__(self, out: Path, budget: Optional[float] = None) -> None:
         out.mkdir(parents=True, exist_ok=True)
         self.out = out
+        self.budget = budget
         self.log: TextIO = open(out / "gpu-check.log", "w")
         self.summary: dict[str, Any] = {"skipped": []}
         self.began = time.perf_counter()
@@ -77,6 +80,12 @@ class Check:
     def run(self, name: str, command: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
         """Runs ``command`` in the repository root, its output into the log;
         returns its exit status, seconds and output tail."""
+        if self.budget is not None:
+            left = self.budget - (time.perf_counter() - self.began)
+            if left < 30:
+                self.skip(name, f"the budget of {self.budget:.0f} s is spent ({left:.0f} s left)")
+                return {"status": "skipped", "seconds": 0, "tail": ""}
+            timeout = min(timeout, left - 10)
         self.say(f"{name}: {' '.join(command)}")
         began = time.perf_counter()
         try:
@@ -123,6 +132,23 @@ def environment() -> dict[str, Any]:
         "nvidia_smi": command_output(["nvidia-smi", "-L"]),
         "nvcc": command_output(["nvcc", "--version"]).split("\n")[-1],
         # What GPU decode would build against or load (docs/design: dlopen at run time).
+        "cuda_image_libraries": sorted(
+            path
+            for pattern in (
+                "/usr/local/cuda*/lib64/libnvjpeg.so*",
+                "/usr/local/cuda*/targets/*/lib/libnvjpeg.so*",
+                "/usr/local/cuda*/lib64/libnvrtc.so*",
+                "/usr/lib/x86_64-linux-gnu/libnvjpeg.so*",
+                "/usr/lib/x86_64-linux-gnu/libnvimgcodec.so*",
+                f"{sysconfig.get_paths()['purelib']}/nvidia/*/lib/lib*nvjpeg*.so*",
+                f"{sysconfig.get_paths()['purelib']}/nvidia/*/lib/libnvimgcodec*.so*",
+                f"{sysconfig.get_paths()['purelib']}/nvidia/*/lib/libnvrtc*.so*",
+                f"{sysconfig.get_paths()['purelib']}/torchvision*/**/*nvjpeg*",
+                "/usr/lib/x86_64-linux-gnu/libcuda.so*",
+                "/usr/local/nvidia/lib64/libcuda.so*",
+            )
+            for path in glob.glob(pattern, recursive=True)
+        ),
         "cuda_image_headers": sorted(
             path
             for pattern in (
@@ -264,6 +290,12 @@ def main() -> int:
     parser.add_argument("--deps", type=Path, help="build/gpu-deps (make gpu-deps): build against these first")
     parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument(
+        "--budget",
+        type=float,
+        help="seconds for the whole check: each step's timeout is cut to what is left, "
+        "and a step is skipped when under 30 s is left (default: no limit)",
+    )
+    parser.add_argument(
         "--only",
         default="tests,handoff,guide,decode",
         help="comma-separated steps after the build (default: all)",
@@ -273,7 +305,7 @@ def main() -> int:
     unknown = only - {"tests", "handoff", "guide", "decode"}
     if unknown:
         parser.error(f"--only: unknown step(s) {', '.join(sorted(unknown))} (tests, handoff, guide, decode)")
-    check = Check(args.out)
+    check = Check(args.out, args.budget)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     check.summary["environment"] = found = environment()
     check.say(f"environment: {json.dumps(found)}")
@@ -292,7 +324,7 @@ def main() -> int:
         tests = check.run(
             "tests",
             [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", f"--junitxml={junit}",
-             "tests/test_cuda_device.py", "tests/test_cuda_path.py"],
+             "tests/test_cuda_device.py", "tests/test_cuda_path.py", "tests/test_device_decode.py"],
             env, timeout=180,
         )  # fmt: skip
         if junit.exists():
@@ -300,7 +332,10 @@ def main() -> int:
         check.summary["tests"] = tests
         ok = tests["status"] == 0
         if not gpu:
-            check.skip("the real-GPU tests (tests/test_cuda_device.py)", "no CUDA device")
+            check.skip(
+                "the real-GPU tests (tests/test_cuda_device.py, tests/test_device_decode.py)",
+                "no CUDA device",
+            )
     if built:  # The benchmarks run also when a test failed: each is its own evidence.
         smoke = [] if gpu else ["--device", "cpu", "--smoke"]
         if not gpu:
@@ -308,7 +343,7 @@ def main() -> int:
         for name, script, timeout in (
             ("handoff", "bench/gpu_handoff.py", 150),
             ("guide", "bench/gpu_tuning_guide.py", 150),
-            ("decode", "bench/gpu_decode_baseline.py", 90),
+            ("decode", "bench/gpu_decode_baseline.py", 150),
         ):
             if name not in only:
                 continue

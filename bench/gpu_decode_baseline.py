@@ -1,7 +1,9 @@
-"""What GPU decode has to beat, measured on the GPU machine: the ImageNet
-train chain on conveyor's CPU path with every core and with 2, and
+"""conveyor's GPU decode against what it has to beat, measured on the GPU
+machine: the ImageNet train chain with ``decode_device="cuda"`` on 2 cores
+and on every core, on conveyor's CPU path with every core and with 2, and
 torchvision's batched ``decode_jpeg(device="cuda")`` followed by v2
-transforms on the GPU tensors.
+transforms on the GPU tensors. Also the GPU batches' mean difference from
+the CPU path's (uint8), and a profile of the GPU decode's device work.
 
     python3 bench/gpu_decode_baseline.py --json decode.json
 
@@ -63,24 +65,95 @@ def timed(run: Callable[[], int]) -> dict[str, Any]:
     }
 
 
-def conveyor_path(data: str, threads: int, args: argparse.Namespace) -> dict[str, Any]:
+def conveyor_path(
+    data: str, threads: int, args: argparse.Namespace, decode_device: Any = None
+) -> dict[str, Any]:
+    """The train chain's epochs on ``threads`` cpu threads; with
+    ``decode_device``, on that many cores too (the process's affinity while
+    the loader's threads start and run), decoding on the GPU."""
+    chain = [T.RandomResizedCrop(args.size), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)]
+    everywhere = os.sched_getaffinity(0)
+    if decode_device is not None:
+        os.sched_setaffinity(0, sorted(everywhere)[:threads])
+    try:
+        loader = conveyor.Loader(
+            ImageFolder(data),
+            chain,
+            batch_size=args.batch_size,
+            shuffle=True,
+            seed=0,
+            threads=threads,
+            decode_device=decode_device,
+        )
+        next(iter(loader))  # Warm-up: threads started, files in the page cache, the kernel compiled.
+
+        def run() -> int:
+            images = 0
+            for epoch in range(1, 1 + args.epochs):
+                loader.set_epoch(epoch)
+                images += sum(len(batch) for batch, _ in loader)
+            if decode_device is not None:
+                torch.cuda.synchronize()
+            return images
+
+        result = timed(run)
+        result["threads"] = threads
+        if decode_device is not None:
+            result["cores"] = len(os.sched_getaffinity(0))
+            result["device_decode"] = loader.stats()["device_decode"]
+        loader.close()
+    finally:
+        os.sched_setaffinity(0, everywhere)
+    return result
+
+
+def gpu_vs_cpu_pixels(data: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Mean and largest |difference| of the GPU decode's uint8 batches from
+    the CPU path's, over two batches of the train chain (crop, resize, flip)."""
+    chain = [T.RandomResizedCrop(args.size), T.RandomHorizontalFlip()]
+    made = [
+        conveyor.Loader(
+            ImageFolder(data), chain, batch_size=args.batch_size, seed=0, dtype="uint8", **options
+        )
+        for options in ({"decode_device": "cuda"}, {})
+    ]
+    total, most, values = 0.0, 0, 0
+    for (gpu, _), (cpu, _), _ in zip(made[0], made[1], range(2)):
+        difference = (gpu.cpu().int() - cpu.int()).abs()
+        total += float(difference.sum())
+        most = max(most, int(difference.max()))
+        values += difference.numel()
+    for loader in made:
+        loader.close()
+    return {"mean_abs_difference": total / values, "max_abs_difference": most, "values": values}
+
+
+def gpu_decode_profile(data: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The device work of 4 batches of the GPU decode (2 cpu threads): time
+    per kernel and copy as torch's profiler (CUPTI) sees them."""
+    from torch.profiler import ProfilerActivity, profile
+
     chain = [T.RandomResizedCrop(args.size), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)]
     loader = conveyor.Loader(
-        ImageFolder(data), chain, batch_size=args.batch_size, shuffle=True, seed=0, threads=threads
+        ImageFolder(data), chain, batch_size=args.batch_size, seed=0, threads=2, decode_device="cuda"
     )
-    next(iter(loader))  # Warm-up: threads started, files in the page cache.
-
-    def run() -> int:
-        images = 0
-        for epoch in range(1, 1 + args.epochs):
-            loader.set_epoch(epoch)
-            images += sum(len(batch) for batch, _ in loader)
-        return images
-
-    result = timed(run)
-    result["threads"] = threads
+    batches = iter(loader)
+    next(batches)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiled:
+        for _ in range(4):
+            next(batches)
+        torch.cuda.synchronize()
     loader.close()
-    return result
+    rows = []
+    for event in profiled.key_averages():
+        device_us = getattr(event, "device_time_total", 0) or getattr(event, "cuda_time_total", 0)
+        if device_us > 0:
+            rows.append(
+                {"name": event.key[:80], "count": event.count, "device_ms": round(device_us / 1000, 3)}
+            )
+    rows.sort(key=lambda row: -row["device_ms"])
+    return {"batches": 4, "device_work": rows[:12]}
 
 
 def torchvision_gpu(data: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -163,7 +236,14 @@ def main() -> int:
         ("conveyor_cpu_2_threads", lambda data: conveyor_path(data, 2, args)),
     ]
     if args.device == "cuda":
-        parts.append(("torchvision_gpu_decode", lambda data: torchvision_gpu(data, args)))
+        parts = [
+            ("conveyor_gpu_decode_2_cores", lambda data: conveyor_path(data, 2, args, "cuda")),
+            ("conveyor_gpu_decode_all_cores", lambda data: conveyor_path(data, cores, args, "cuda")),
+            *parts,
+            ("torchvision_gpu_decode", lambda data: torchvision_gpu(data, args)),
+            ("gpu_vs_cpu_pixels", lambda data: gpu_vs_cpu_pixels(data, args)),
+            ("gpu_decode_profile", lambda data: gpu_decode_profile(data, args)),
+        ]
     with tempfile.TemporaryDirectory() as scratch:
         data = args.data or os.path.join(scratch, "data")
         if args.data is None:

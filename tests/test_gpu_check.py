@@ -65,13 +65,16 @@ def test_without_a_gpu_the_check_runs_the_cpu_part_and_says_what_it_skipped(chec
     assert summary["ok"] is True and summary["environment"]["cuda_available"] is False
     assert [s["what"] for s in summary["skipped"]] == [
         "build",
-        "the real-GPU tests (tests/test_cuda_device.py)",
+        "the real-GPU tests (tests/test_cuda_device.py, tests/test_device_decode.py)",
         "the GPU benchmarks at full size",
     ]
-    assert "SKIPPED the real-GPU tests (tests/test_cuda_device.py): no CUDA device" in log
+    assert (
+        "SKIPPED the real-GPU tests (tests/test_cuda_device.py, tests/test_device_decode.py): no CUDA device"
+        in log
+    )
     tests = summary["tests"]
     assert tests["status"] == 0 and tests["failures"] == tests["errors"] == 0
-    assert tests["skipped"] == 12 and tests["tests"] > tests["skipped"]  # The real-device tests only.
+    assert tests["skipped"] == 17 and tests["tests"] > tests["skipped"]  # The real-device tests only.
     for name in ("handoff", "guide", "decode"):
         assert summary[name]["status"] == 0, name
     assert summary["handoff"]["results"]["smoke"] is summary["decode"]["results"]["smoke"] is True

@@ -16,6 +16,7 @@ void bind_core(nanobind::module_& m);
 void bind_io(nanobind::module_& m);
 void bind_ops(nanobind::module_& m);
 void bind_pipeline(nanobind::module_& m);
+void bind_cuda(nanobind::module_& m);
 
 // A Python exception carried by a conveyor::Error from the engine thread
 // where a user callback raised it to the translator, which makes it the

@@ -47,4 +47,5 @@ NB_MODULE(_conveyor, m) {
   conveyor::bindings::bind_io(m);
   conveyor::bindings::bind_ops(m);
   conveyor::bindings::bind_pipeline(m);
+  conveyor::bindings::bind_cuda(m);
 }

@@ -20,6 +20,7 @@
 #include "conveyor/core/error.h"
 #include "conveyor/core/rng.h"
 #include "conveyor/ops/batch_mix.h"
+#include "conveyor/ops/device_plan.h"
 #include "conveyor/ops/image_decode.h"
 #include "conveyor/ops/image_pipeline.h"
 #include "conveyor/ops/raw_tensor_transform.h"
@@ -201,6 +202,17 @@ void bind_ops(nb::module_& m) {
       },
       nb::arg("height"), nb::arg("width"), nb::arg("scale"), nb::arg("ratio"), nb::arg("seed"), nb::arg("epoch"),
       nb::arg("index"), "The RandomResizedCrop box (top, left, height, width) drawn from (seed, epoch, index).");
+
+  nb::class_<DevicePlanTransform, SampleTransform>(m, "DevicePlanTransform")
+      .def(nb::init<std::shared_ptr<const ImagePipeline>>(), nb::arg("pipeline"))
+      .def_prop_ro("device_samples", &DevicePlanTransform::device_samples)
+      .def_prop_ro("host_samples", &DevicePlanTransform::host_samples)
+      .def_static(
+          "jpeg_unsupported",
+          [](nb::bytes data) {
+            return device_jpeg_unsupported({reinterpret_cast<const uint8_t*>(data.c_str()), data.size()});
+          },
+          nb::arg("data"), "Why the device cannot decode this JPEG, or \"\" (ops/device_plan.h).");
 
   nb::class_<TensorCopyTransform, SampleTransform>(m, "TensorCopyTransform")
       .def(

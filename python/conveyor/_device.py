@@ -27,10 +27,37 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any, Callable, Protocol
 
-__all__ = ["DeviceOps", "TorchCuda", "map_tensors", "move", "prefetch"]
+__all__ = ["DecodeOnDevice", "DeviceOps", "TorchCuda", "map_tensors", "move", "prefetch"]
 
 #: (images, labels or detection targets, the Loader's resume mark).
 Marked = tuple[Any, Any, Any]
+
+
+class DecodeOnDevice:
+    """The images of a batch decoded on the GPU (``Loader(decode_device=...)``):
+    stands where the host images would until its ``to(device)``, which queues
+    the decode of the batch's records (the engine's DevicePlanTransform) into
+    a new device tensor on the current stream. Holding it holds the records,
+    which the decode reads until the stream has passed it."""
+
+    def __init__(
+        self, batch: Any, decoder: Any, shape: tuple[int, ...], dtype: Any, channels_last: bool
+    ) -> None:
+        self.batch, self.decoder = batch, decoder
+        self.shape, self.dtype, self.channels_last = shape, dtype, channels_last
+
+    def to(self, device: Any, non_blocking: bool = False) -> Any:
+        """The batch decoded into a tensor on ``device``; with ``non_blocking``
+        False, returns once it is done (the records may then be released)."""
+        import torch
+
+        out = torch.empty(self.shape, dtype=self.dtype, device=device)
+        stream = torch.cuda.current_stream(device)
+        self.decoder.decode(self.batch, out.data_ptr(), stream.cuda_stream)
+        if not non_blocking:
+            stream.synchronize()
+        # N×H×W×C memory seen as N×C×H×W: a view, no copy.
+        return out.permute(0, 3, 1, 2) if self.channels_last else out
 
 
 class DeviceOps(Protocol):
@@ -87,10 +114,12 @@ class TorchCuda:
         self._copy_stream: Any = None
 
     def is_tensor(self, value: Any) -> bool:  # noqa: D102 - documented in DeviceOps.
-        return isinstance(value, self._torch.Tensor)
+        # Images to decode on the device are "copied" by their decode.
+        return isinstance(value, (self._torch.Tensor, DecodeOnDevice))
 
     def pin(self, tensor: Any) -> Any:  # noqa: D102
-        return tensor.pin_memory()
+        # Records are in the engine's page-locked buffers already.
+        return tensor if isinstance(tensor, DecodeOnDevice) else tensor.pin_memory()
 
     def copy_stream(self) -> Any:  # noqa: D102
         if self._copy_stream is None:

@@ -113,6 +113,16 @@ class Loader:
         device: None or "cpu" for CPU tensors; "cuda", "cuda:1", "mps" or a
             torch.device to receive batches there (CUDA copies overlap the
             consumer's work on a side stream).
+        decode_device: "cuda" or "cuda:N" to decode JPEGs and resample them
+            on that GPU (batches then arrive there, as with ``device``): the
+            cpu threads read the files and draw each sample's random
+            parameters as the CPU path does, nvJPEG decodes (on the GPU's
+            hardware JPEG engines where it has them) and one kernel crops,
+            resizes, flips and normalizes into the batch. Files the GPU cannot
+            take (PNG, progressive or CMYK JPEG...) are finished by the CPU
+            path, counted in stats(). Takes chains of crops, bilinear
+            resizes, flips and pointwise steps (Normalize); needs CUDA's
+            driver, nvJPEG and NVRTC (loaded at run time; docs/api.md).
         pin_memory: page-locked batch buffers (and labels/targets pinned
             before their copy); None = True when device is CUDA. True without
             CUDA warns once and continues unpinned, as DataLoader does.
@@ -232,6 +242,7 @@ class Loader:
         prefetch: Union[int, str] = AUTO,
         memory_budget: Optional[int] = None,
         device: Union[str, Any, None] = None,
+        decode_device: Union[str, Any, None] = None,
         pin_memory: Optional[bool] = None,
         on_error: str = "raise",
         progress: bool = False,
@@ -363,6 +374,16 @@ class Loader:
         if channels is not None:
             output["channels"] = channels
         transform = source._sample_transform(steps, **output)
+        # Decoding on the GPU: the engine's threads make records for it.
+        self._device_pipeline: Any = None
+        self._device_plan: Any = None
+        self._device_decoder: Any = None
+        if decode_device is not None:
+            self._device, self._device_plan = _device_decode_plan(
+                decode_device, device, transform, source, batch_mix, self._batch_functions, collate_fn
+            )
+            self._device_pipeline, transform = transform, self._device_plan
+            self._pin = pin_memory is not False  # The records: read by nvJPEG and copied asynchronously.
         engine_source = source._engine_source()
         if self._sampler is not None:
             engine_source = self._given_order = _conveyor.GivenOrderSource(
@@ -620,7 +641,9 @@ class Loader:
         """(images, labels or targets) of an engine batch as the loader hands
         them out, after the batch functions and collate_fn (then the second
         item is _COLLATED)."""
-        if batch.variable_shape:  # A chain without a fixed size: one tensor per sample.
+        if self._device_plan is not None:  # Records, decoded on the GPU by their copy.
+            images = self._decode_on_device(batch)
+        elif batch.variable_shape:  # A chain without a fixed size: one tensor per sample.
             images = [_as_tensor(image) for image in _conveyor.Batch.sample_images(batch)]
         else:
             images = _as_tensor(_conveyor.Batch.images(batch))
@@ -636,6 +659,15 @@ class Loader:
         if self._collate_fn is not None:
             images, second = self._collate_fn(_samples(images, second)), _COLLATED
         return images, second
+
+    def _decode_on_device(self, batch: _conveyor.Batch) -> _device.DecodeOnDevice:
+        if self._device_decoder is None:  # Made at the first batch: it compiles its kernel.
+            index = self._device.index if self._device.index is not None else torch.cuda.current_device()
+            self._device_decoder = _conveyor.DeviceImageDecoder(self._device_pipeline, index)
+        pipeline = self._device_pipeline
+        shape = (batch.size, *pipeline.sample_shape)
+        dtype = getattr(torch, pipeline.dtype)
+        return _device.DecodeOnDevice(batch, self._device_decoder, shape, dtype, self._channels_last)
 
     def _targets(self, batch: _conveyor.Batch, labels: Any) -> Any:
         # Boxes are copied out of the engine (they are small): per image a
@@ -812,7 +844,12 @@ class Loader:
         and its limits (``usable_cores``, ``memory_budget``), with where
         ``usable_cores`` came from (``usable_cores_source``: the CPUs the
         process may use, shared by torchrun's ``LOCAL_WORLD_SIZE`` ranks of
-        a node)."""
+        a node). With ``decode_device``, ``device_decode``: nvJPEG's
+        ``backend`` ("hardware (N engines)" or another), and since the loader
+        was made, the samples planned for the GPU (``device_samples``), those
+        the CPU path finished because the GPU cannot take them
+        (``host_samples``), and JPEGs redone on the CPU after nvJPEG refused
+        their batch (``host_redone``)."""
         engine_stats = self._engine.stats()
         stats: dict[str, Any] = {name: getattr(engine_stats, name) for name in _STATS}
         wall, wait = float(stats["wall_seconds"]), float(stats["wait_seconds"])
@@ -823,6 +860,14 @@ class Loader:
         store = getattr(self.source, "_store", None)
         if store is not None and hasattr(store, "counters"):
             stats["remote"] = store.counters()
+        if self._device_plan is not None:
+            decoder = self._device_decoder
+            stats["device_decode"] = {
+                "backend": decoder.backend if decoder is not None else "",
+                "device_samples": self._device_plan.device_samples,
+                "host_samples": self._device_plan.host_samples,
+                "host_redone": decoder.host_redone if decoder is not None else 0,
+            }
         return stats
 
     def skipped(self) -> list[tuple[str, str]]:
@@ -1099,6 +1144,39 @@ def _parse_device(device: Union[str, Any, None]) -> Any:
     if parsed.type == "mps" and not torch.backends.mps.is_available():
         raise ConfigError(f"device={device!r} but MPS is not available")
     return parsed
+
+
+def _device_decode_plan(
+    decode_device: Any,
+    device: Any,
+    transform: Any,
+    source: Source,
+    batch_mix: Any,
+    batch_functions: Any,
+    collate_fn: Any,
+) -> tuple[Any, Any]:
+    """(the device, the engine's DevicePlanTransform) for decode_device, or a
+    ConfigError naming what cannot be decoded there: the chain and the
+    loader's options first, then CUDA's libraries, then the device."""
+    name = f"decode_device={decode_device!r}"
+    if str(decode_device).split(":")[0] != "cuda":
+        raise ConfigError(f"{name}: only 'cuda' or 'cuda:N' decodes on a device")
+    if not isinstance(transform, _conveyor.ImagePipeline):
+        raise ConfigError(f"{name} decodes encoded images; {type(source).__name__} gives other samples")
+    if source.has_boxes:
+        raise ConfigError(f"{name}: boxes are moved with the image on the CPU path only")
+    if batch_mix is not None or batch_functions:
+        raise ConfigError(
+            f"{name}: batch_transforms work on the CPU batch, which the GPU decode does not make"
+        )
+    if collate_fn is not None:
+        raise ConfigError(f"{name}: collate_fn takes CPU samples, which the GPU decode does not make")
+    plan = _conveyor.DevicePlanTransform(transform)  # Names a step the GPU cannot run.
+    _conveyor.load_cuda_libraries()  # Names each CUDA library missing.
+    parsed = _parse_device(decode_device)
+    if device is not None and _parse_device(device) != parsed:
+        raise ConfigError(f"{name} but device={device!r}: the batches are where they are decoded")
+    return parsed, plan
 
 
 def _is_cuda(device: Any) -> bool:

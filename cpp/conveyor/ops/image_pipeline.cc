@@ -208,6 +208,7 @@ struct ImagePipeline::Plan {
   // are at most one Normalize), used when no per-sample tables come first.
   std::optional<NormalizeArithmetic> normalize_f32;
   std::vector<const OutputStep*> output_steps;  // kOutput steps, in order (after the tables).
+  std::string device_unsupported;               // Why a device cannot run the chain ("" if it can).
 
   // Runs a group's steps symbolically on an image of `height` x `width`:
   // every crop and resize composes into one affine map from output to
@@ -446,6 +447,16 @@ ImagePipeline::ImagePipeline(std::vector<TransformSpec> transforms, ImageOutputS
       check_config(kind != StepKind::kImage || pointwise.empty(),
                    transforms[i].name + " comes after Normalize: put Normalize after every step on the image");
       const StepPlan own = step->plan(chain);
+      if (plan->device_unsupported.empty()) {
+        const std::string step = where + "(" + transforms[i].name + ")";
+        if (kind == StepKind::kImage) {
+          plan->device_unsupported = step + " works on the whole decoded image";
+        } else if (kind == StepKind::kOutput) {
+          plan->device_unsupported = step + " works on the written output";
+        } else if (own.interpolation && *own.interpolation != Interpolation::kBilinear) {
+          plan->device_unsupported = step + " resizes with another interpolation than bilinear";
+        }
+      }
       switch (kind) {
         case StepKind::kPointwise:
           pointwise.push_back(&step_as<PointwiseStep>(*step));
@@ -511,9 +522,74 @@ ImagePipeline::ImagePipeline(std::vector<TransformSpec> transforms, ImageOutputS
       plan->normalize_f32 = NormalizeArithmetic::make(channels, normalize.mean.data(), normalize.std.data());
     }
   }
+  if (plan->device_unsupported.empty() && plan->groups.size() > 1) {
+    plan->device_unsupported = "a crop pads with another fill than an earlier one";  // The only other second group.
+  }
+  if (options.raw_input) plan->device_unsupported = "the inputs are raw pixels, not JPEG files";
+  if (plan->variable) plan->device_unsupported = "the transforms give no fixed output size";
+  if (channels != 3) plan->device_unsupported = "the output is grayscale";
   use_single_threaded_opencv();
   plan_ = std::move(plan);
 }
+
+const std::string& ImagePipeline::device_unsupported() const noexcept { return plan_->device_unsupported; }
+
+DeviceSample ImagePipeline::place_on_device(int height, int width, SampleRng& rng) const {
+  const Plan& plan = *plan_;
+  check_config(plan.device_unsupported.empty(), "ImagePipeline: " + plan.device_unsupported);
+  const Group& group = plan.groups[0];
+  const SamplePlan s = plan.place(group, height, width, plan.size, rng);
+  DeviceSample d{};
+  d.box_x0 = s.box.x0;
+  d.box_y0 = s.box.y0;
+  d.box_x1 = s.box.x1;
+  d.box_y1 = s.box.y1;
+  // The whole pixels the resample may read, as resample() crops them.
+  d.bound_x0 = std::clamp(static_cast<int>(std::floor(s.bound.x0 + 1e-6)), 0, width - 1);
+  d.bound_y0 = std::clamp(static_cast<int>(std::floor(s.bound.y0 + 1e-6)), 0, height - 1);
+  d.bound_x1 = std::clamp(static_cast<int>(std::ceil(s.bound.x1 - 1e-6)), d.bound_x0 + 1, width);
+  d.bound_y1 = std::clamp(static_cast<int>(std::ceil(s.bound.y1 - 1e-6)), d.bound_y0 + 1, height);
+  d.dx0 = s.dx0;
+  d.dy0 = s.dy0;
+  d.rect_w = s.rect_w;
+  d.rect_h = s.rect_h;
+  d.covered = s.covered ? 1 : 0;
+  d.flip = s.placement.flip ? 1 : 0;
+  d.vflip = s.placement.vflip ? 1 : 0;
+  d.on_device = 1;
+  d.antialias = group.antialias ? 1 : 0;
+  const Fill fill = group.fill.value_or(Fill{});
+  for (int c = 0; c < 3; ++c) d.fill[c] = fill[static_cast<size_t>(c)];
+  return d;
+}
+
+std::vector<uint8_t> ImagePipeline::output_tables() const {
+  const Plan& plan = *plan_;
+  const auto bytes = [](const auto& table) {
+    std::vector<uint8_t> out(table.size() * sizeof(table[0]));
+    std::memcpy(out.data(), table.data(), out.size());
+    return out;
+  };
+  switch (plan.output.dtype) {
+    case DType::kUInt8:
+      return bytes(plan.lut_u8);
+    case DType::kFloat16:
+      return bytes(plan.lut_f16);
+    case DType::kBFloat16:
+      return bytes(plan.lut_bf16);
+    case DType::kFloat32:
+      return bytes(plan.lut_f32);
+    case DType::kInt64:
+      break;
+  }
+  throw Error(ErrorKind::kInternal, "ImagePipeline: no output tables for dtype int64");
+}
+
+const ImageOutputSpec& ImagePipeline::output() const noexcept { return plan_->output; }
+
+const ImagePipelineOptions& ImagePipeline::options() const noexcept { return plan_->options; }
+
+int64_t ImagePipeline::max_pixels() const noexcept { return plan_->max_pixels; }
 
 ImagePipeline::~ImagePipeline() = default;
 

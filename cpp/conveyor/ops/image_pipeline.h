@@ -4,11 +4,13 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "conveyor/core/dtype.h"
 #include "conveyor/core/rng.h"
 #include "conveyor/core/sample_transform.h"
+#include "conveyor/ops/device_resample.h"
 #include "conveyor/ops/image_decode.h"
 // The built-in transforms' specs, for C++ callers writing chains as
 // {ResizeSpec{256}, CenterCropSpec{{224, 224}}}; any registered transform can
@@ -102,6 +104,23 @@ class ImagePipeline final : public SampleTransform {
   /// and apply_tracked() then throw Error{kConfig}).
   void apply_variable(std::span<const uint8_t> input, SampleRng& rng, const SampleAllocator& allocate,
                       std::vector<BoundingBox>* boxes) const override;
+
+  /// Why a device that decodes JPEGs and resamples (ops/device_plan.h)
+  /// cannot run this chain, naming the step or option, or "" when it can:
+  /// one resample (crops, bilinear resizes, flips, padding with one fill),
+  /// then pointwise steps; RGB output of a fixed size; encoded inputs.
+  const std::string& device_unsupported() const noexcept;
+  /// The one resample's placement for a `height` x `width` image, drawing
+  /// from `rng` exactly as apply() does (`pixels` and `pitch` left 0).
+  /// Throws Error{kConfig} when device_unsupported() is not empty.
+  DeviceSample place_on_device(int height, int width, SampleRng& rng) const;
+  /// What the pointwise steps, dtype and all, make of each 8-bit value:
+  /// channels x 256 values of the output dtype, as bytes (the output pass's tables).
+  std::vector<uint8_t> output_tables() const;
+  const ImageOutputSpec& output() const noexcept;
+  const ImagePipelineOptions& options() const noexcept;
+  /// The most pixels an image may have (the constructor's max_pixels).
+  int64_t max_pixels() const noexcept;
 
  private:
   struct Plan;
