@@ -98,13 +98,36 @@ def conveyor_path(
 
         result = timed(run)
         result["threads"] = threads
+        stats = loader.stats()  # The last epoch's: the engine's threads' share of the CPU.
+        engine_cpu = stats["process_cpu_seconds"] + stats["read_cpu_seconds"]
+        result["engine_cpu_seconds_per_image"] = engine_cpu / max(1, stats["samples_processed"])
         if decode_device is not None:
             result["cores"] = len(os.sched_getaffinity(0))
-            result["device_decode"] = loader.stats()["device_decode"]
+            result["device_decode"] = stats["device_decode"]
+            result["decode_call_seconds_per_image"] = stats["device_decode"]["decode_seconds"] / (
+                result["images"] + args.batch_size
+            )
         loader.close()
     finally:
         os.sched_setaffinity(0, everywhere)
     return result
+
+
+def baseline_only(data: str, folder: str) -> str:
+    """``folder``: links to the JPEGs of ``data`` that nvJPEG's hardware
+    decoder takes (no progressive ones: the CPU path finishes those); made
+    at the first call."""
+    from conveyor import _conveyor
+
+    if os.path.isdir(folder):
+        return folder
+    for path in sorted(glob.glob(os.path.join(data, "*", "*"))):
+        with open(path, "rb") as f:
+            if _conveyor.DevicePlanTransform.jpeg_unsupported(f.read()) == "":
+                label = os.path.join(folder, os.path.basename(os.path.dirname(path)))
+                os.makedirs(label, exist_ok=True)
+                os.symlink(path, os.path.join(label, os.path.basename(path)))
+    return folder
 
 
 def gpu_vs_cpu_pixels(data: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -239,12 +262,21 @@ def main() -> int:
         parts = [
             ("conveyor_gpu_decode_2_cores", lambda data: conveyor_path(data, 2, args, "cuda")),
             ("conveyor_gpu_decode_all_cores", lambda data: conveyor_path(data, cores, args, "cuda")),
+            (
+                "conveyor_gpu_decode_2_cores_baseline_jpegs_only",
+                lambda data: conveyor_path(baseline_only(data, args.baseline), 2, args, "cuda"),
+            ),
+            (
+                "conveyor_cpu_all_threads_baseline_jpegs_only",
+                lambda data: conveyor_path(baseline_only(data, args.baseline), cores, args),
+            ),
             *parts,
             ("torchvision_gpu_decode", lambda data: torchvision_gpu(data, args)),
             ("gpu_vs_cpu_pixels", lambda data: gpu_vs_cpu_pixels(data, args)),
             ("gpu_decode_profile", lambda data: gpu_decode_profile(data, args)),
         ]
     with tempfile.TemporaryDirectory() as scratch:
+        args.baseline = os.path.join(scratch, "baseline")
         data = args.data or os.path.join(scratch, "data")
         if args.data is None:
             make_dataset(data, args.images)

@@ -136,7 +136,9 @@ def synthetic(trainer: Trainer, args: argparse.Namespace) -> dict[str, Any]:
 def parse_variant(text: str) -> dict[str, Any]:
     """``"auto"`` or comma-separated Loader arguments: ``"threads=8,prefetch=4"``,
     ``"dtype=uint8"`` (the chain then ends before Normalize, which the step
-    does on the GPU)."""
+    does on the GPU), ``"decode_device=cuda"``; and ``"cores=2"``: the
+    loader's threads run on that many cores (the process's affinity while
+    they start), as on a GPU node whose cores are shared by 8 GPUs."""
     if text == "auto":
         return {}
     options: dict[str, Any] = {}
@@ -147,8 +149,19 @@ def parse_variant(text: str) -> dict[str, Any]:
 
 
 def fed(trainer: Trainer, data: str, args: argparse.Namespace, variant: str) -> dict[str, Any]:
-    device = trainer.device
     options = parse_variant(variant)
+    everywhere = os.sched_getaffinity(0)
+    cores = options.pop("cores", None)
+    if cores is not None:
+        os.sched_setaffinity(0, sorted(everywhere)[:cores])
+    try:
+        return {"variant": variant, **fed_on(trainer, data, args, options)}
+    finally:
+        os.sched_setaffinity(0, everywhere)
+
+
+def fed_on(trainer: Trainer, data: str, args: argparse.Namespace, options: dict[str, Any]) -> dict[str, Any]:
+    device = trainer.device
     chain = train_chain(args.size)
     normalize = None
     if options.get("dtype") == "uint8":
@@ -209,7 +222,7 @@ def fed(trainer: Trainer, data: str, args: argparse.Namespace, variant: str) -> 
     trace.close()
     return {
         "autotune_trace": trace.lines[-40:],
-        "variant": variant,
+        "cores": len(os.sched_getaffinity(0)),
         "images_per_s": args.steps * args.batch_size / seconds,
         "seconds": seconds,
         # The share of the wall time spent in next(): waiting for the engine,
@@ -219,6 +232,7 @@ def fed(trainer: Trainer, data: str, args: argparse.Namespace, variant: str) -> 
         "engine_wait_share": (engine.seconds - engine_wait_at_start) / seconds,
         "memory_allocated": memory,
         "stats_at_end": {k: v for k, v in stats.items() if isinstance(v, (int, float, str))},
+        "device_decode": stats.get("device_decode"),
     }
 
 
@@ -273,8 +287,8 @@ def main() -> int:
     )
     parser.add_argument(
         "--fed",
-        default="auto;threads=12;dtype=uint8",
-        help="';'-separated fed variants (parse_variant)",
+        help="';'-separated fed variants (parse_variant); default: auto;threads=12;dtype=uint8, "
+        "and on CUDA decode_device=cuda,cores=2;decode_device=cuda (the GPU decode on 2 cores and on all)",
     )
     parser.add_argument("--steps", type=int, default=50, help="timed steps (default 50)")
     parser.add_argument("--loader-epochs", type=int, default=1)
@@ -285,6 +299,10 @@ def main() -> int:
         args.images, args.batch_size, args.size, args.warmup, args.fed_warmup, args.steps = 24, 4, 32, 1, 1, 2
         args.repeat = 1
     device = torch.device(args.device)
+    if args.fed is None:
+        args.fed = "auto;threads=12;dtype=uint8"
+        if device.type == "cuda":
+            args.fed += ";decode_device=cuda,cores=2;decode_device=cuda"
     torch.backends.cudnn.benchmark = True
     results: dict[str, Any] = {
         "torch": torch.__version__,

@@ -181,3 +181,25 @@ def test_a_truncated_jpeg_is_named_by_the_cpu_path(tmp_path, gpu_folder):
     made = conveyor.Loader(ImageFolder(tmp_path), TRAIN, batch_size=3, decode_device="cuda")
     with pytest.raises(conveyor.DecodeError, match="000.jpg"):
         epoch(made)
+
+
+@needs_gpu
+def test_a_peek_inside_the_loop_is_decoded_beside_it(gpu_folder):
+    # The peek decodes on the consumer's stream while the loop's batches are
+    # decoded on the copy stream's thread: both exact.
+    made = loader(gpu_folder, TRAIN, dtype="uint8", decode_device="cuda")
+    fresh = loader(gpu_folder, TRAIN, dtype="uint8", decode_device="cuda")
+    epoch_0 = epoch(fresh)
+    next_epoch = loader(gpu_folder, TRAIN, dtype="uint8", decode_device="cuda")
+    next_epoch.set_epoch(1)
+    first_of_epoch_1 = epoch(next_epoch)[0]
+    with made:
+        seen = []
+        for step, (x, y) in enumerate(made):
+            seen.append((x.cpu(), y.cpu()))
+            if step == 1:
+                peek_x, peek_y = next(iter(made))
+                assert torch.equal(peek_x.cpu(), first_of_epoch_1[0])
+                assert torch.equal(peek_y.cpu(), first_of_epoch_1[1])
+    for (x, y), (fx, fy) in zip(seen, epoch_0, strict=True):
+        assert torch.equal(x, fx) and torch.equal(y, fy)

@@ -210,3 +210,16 @@ def test_doctor_finds_the_planted_cuda_rules(smoke):
 
     mnist_rules = set(data["parts"]["mnist"]["doctor_naive"]["rules"])
     assert {"no-autocast", "cudnn-benchmark", "pin-memory", "blocking-copy", "host-sync"} <= mnist_rules
+
+
+def test_a_spent_budget_skips_the_steps_left_and_fails_the_check(tmp_path):
+    command = [sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--out", str(tmp_path), "--budget", "1"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    result = subprocess.run(
+        [*command, "--only", "tests"], capture_output=True, text=True, timeout=CHILD_SECONDS, env=env
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    summary = json.loads((tmp_path / "gpu-check.json").read_text())
+    assert summary["tests"]["status"] == "skipped" and summary["ok"] is False
+    (why,) = [s["why"] for s in summary["skipped"] if s["what"] == "tests"]
+    assert why.startswith("the budget of 1 s is spent ("), why

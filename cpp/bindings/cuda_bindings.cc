@@ -42,7 +42,8 @@ void bind_cuda(nb::module_& m) {
           nb::arg("batch"), nb::arg("out"), nb::arg("stream"),
           "Queues the batch's records (DevicePlanTransform) into device memory `out` on CUDA stream `stream`.")
       .def_prop_ro("backend", &DeviceImageDecoder::backend)
-      .def_prop_ro("host_redone", &DeviceImageDecoder::host_redone);
+      .def_prop_ro("host_redone", &DeviceImageDecoder::host_redone)
+      .def_prop_ro("decode_seconds", &DeviceImageDecoder::decode_seconds);
 }
 
 }  // namespace conveyor::bindings

@@ -848,8 +848,9 @@ class Loader:
         ``backend`` ("hardware (N engines)" or another), and since the loader
         was made, the samples planned for the GPU (``device_samples``), those
         the CPU path finished because the GPU cannot take them
-        (``host_samples``), and JPEGs redone on the CPU after nvJPEG refused
-        their batch (``host_redone``)."""
+        (``host_samples``), JPEGs redone on the CPU after nvJPEG refused
+        their batch (``host_redone``), and the seconds the loop's thread
+        spent queuing the GPU's work (``decode_seconds``)."""
         engine_stats = self._engine.stats()
         stats: dict[str, Any] = {name: getattr(engine_stats, name) for name in _STATS}
         wall, wait = float(stats["wall_seconds"]), float(stats["wait_seconds"])
@@ -867,6 +868,7 @@ class Loader:
                 "device_samples": self._device_plan.device_samples,
                 "host_samples": self._device_plan.host_samples,
                 "host_redone": decoder.host_redone if decoder is not None else 0,
+                "decode_seconds": decoder.decode_seconds if decoder is not None else 0.0,
             }
         return stats
 

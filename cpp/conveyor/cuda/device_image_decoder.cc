@@ -1,6 +1,8 @@
 #include "conveyor/cuda/device_image_decoder.h"
 
 #include <algorithm>
+#include <chrono>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -67,7 +69,8 @@ struct DeviceImageDecoder::Device {
   void* kernel = nullptr;
   void* jpeg = nullptr;
   void* jpeg_state = nullptr;
-  int initialized_batch = -1;  // The batch size nvJPEG's batched decoder is set up for.
+  int initialized_batch = -1;               // The batch size nvJPEG's batched decoder is set up for.
+  std::optional<cuda::Stream> last_stream;  // The stream of the last decode.
   DeviceBuffer tables, samples, decoded;
   std::vector<DeviceSample> host_samples;
   std::vector<const unsigned char*> jpeg_data;
@@ -186,7 +189,23 @@ void DeviceImageDecoder::decode(std::span<const std::span<const uint8_t>> record
   const int out_w = static_cast<int>(chw ? spec.shape[2] : spec.shape[1]);
   const int count = static_cast<int>(records.size());
   if (count == 0) return;
+  const std::lock_guard lock(mutex_);
+  struct Timed {
+    std::atomic<double>& seconds;
+    std::chrono::steady_clock::time_point began = std::chrono::steady_clock::now();
+    ~Timed() {
+      const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+      seconds.store(seconds.load(std::memory_order_relaxed) + spent, std::memory_order_relaxed);  // Under the lock.
+    }
+  } timed{decode_seconds_};
   CurrentContext current(d.context);
+  // The device buffers are reused by each call, in the order of its stream:
+  // work of another stream must be finished first (a side pass decodes on
+  // the consumer's stream).
+  if (d.last_stream.has_value() && *d.last_stream != stream) {
+    check_driver(l.cuStreamSynchronize(*d.last_stream), "cuStreamSynchronize");
+  }
+  d.last_stream = stream;
 
   // Where each JPEG is decoded: one block of device memory per batch.
   std::vector<DeviceSampleView> views;
@@ -249,7 +268,7 @@ void DeviceImageDecoder::decode(std::span<const std::span<const uint8_t>> record
             l.cuMemcpyHtoDAsync(out + i * sample_bytes, d.redone.data() + k * sample_bytes, sample_bytes, stream),
             "cuMemcpyHtoDAsync");
       }
-      host_redone_ += static_cast<int64_t>(d.jpeg_slots.size());
+      host_redone_.fetch_add(static_cast<int64_t>(d.jpeg_slots.size()), std::memory_order_relaxed);
     }
   }
   // Samples finished by the cpu threads: copied as they are.

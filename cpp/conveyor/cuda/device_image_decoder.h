@@ -1,7 +1,9 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -24,7 +26,8 @@ extern const char* const kDeviceResampleSource;
 /// Samples finished on the host are copied as they are.
 ///
 /// Owns its device memory, nvJPEG handles and kernel; holds the device's
-/// primary context while it lives. Thread-safety: one call at a time.
+/// primary context while it lives. Thread-safety: decode() may be called
+/// from several threads; the calls run one at a time.
 class DeviceImageDecoder {
  public:
   /// Loads the CUDA libraries (cuda/cuda_libraries.h), compiles the kernel
@@ -49,14 +52,19 @@ class DeviceImageDecoder {
   /// "hardware (7 engines)", "GPU hybrid" or "default": nvJPEG's backend.
   const std::string& backend() const noexcept { return backend_; }
   /// JPEGs redone on the host after nvJPEG refused their batch.
-  int64_t host_redone() const noexcept { return host_redone_; }
+  int64_t host_redone() const noexcept { return host_redone_.load(std::memory_order_relaxed); }
+  /// Seconds the calling thread spent in decode() (queuing the work: nvJPEG's
+  /// share on the host, the copies, the launch), summed.
+  double decode_seconds() const noexcept { return decode_seconds_.load(std::memory_order_relaxed); }
 
  private:
   struct Device;
   std::shared_ptr<const ImagePipeline> pipeline_;
+  std::mutex mutex_;  // decode() runs one call at a time (its buffers, nvJPEG's state).
   std::unique_ptr<Device> device_;
   std::string backend_;
-  int64_t host_redone_ = 0;
+  std::atomic<int64_t> host_redone_{0};
+  std::atomic<double> decode_seconds_{0};
 };
 
 }  // namespace conveyor

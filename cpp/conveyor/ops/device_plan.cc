@@ -18,7 +18,9 @@ uint16_t big_endian16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8
 // restarts and the end: a second scan (a progressive or non-interleaved file).
 bool has_second_scan(std::span<const uint8_t> data, size_t at) {
   for (size_t i = at; i + 1 < data.size(); ++i) {
-    if (data[i] != 0xFF) continue;
+    const void* marker = std::memchr(data.data() + i, 0xFF, data.size() - 1 - i);
+    if (marker == nullptr) return false;
+    i = static_cast<size_t>(static_cast<const uint8_t*>(marker) - data.data());
     const uint8_t m = data[i + 1];
     if (m == 0x00 || m == 0xFF || (m >= 0xD0 && m <= 0xD7)) continue;  // Stuffing, fill, RSTn.
     if (m == 0xD9) return false;                                       // EOI.

@@ -83,7 +83,7 @@ TEST(DevicePlanTest, AnEnlargementIsThePipelinesToWithinOneLevel) {
   ImagePipelineOptions options;
   options.dct_scale = false;
   auto grow =
-      std::make_shared<ImagePipeline>(std::vector<TransformSpec>{ResizeSpec{{300}}, CenterCropSpec{{224, 224}}},
+      std::make_shared<ImagePipeline>(std::vector<TransformSpec>{ResizeSpec{300}, CenterCropSpec{{224, 224}}},
                                       ImageOutputSpec{DType::kUInt8, Layout::kHWC, 3}, kDefaultMaxPixels, options);
   const Difference d = device_vs_cpu(grow, encode_jpeg(make_pattern(150, 200)), 0);
   EXPECT_LE(d.most, 1);
