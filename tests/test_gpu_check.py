@@ -74,7 +74,7 @@ def test_without_a_gpu_the_check_runs_the_cpu_part_and_says_what_it_skipped(chec
     )
     tests = summary["tests"]
     assert tests["status"] == 0 and tests["failures"] == tests["errors"] == 0
-    assert tests["skipped"] == 17 and tests["tests"] > tests["skipped"]  # The real-device tests only.
+    assert tests["skipped"] == 18 and tests["tests"] > tests["skipped"]  # The real-device tests only.
     for name in ("handoff", "guide", "decode"):
         assert summary[name]["status"] == 0, name
     assert summary["handoff"]["results"]["smoke"] is summary["decode"]["results"]["smoke"] is True

@@ -1176,9 +1176,16 @@ def _device_decode_plan(
     plan = _conveyor.DevicePlanTransform(transform)  # Names a step the GPU cannot run.
     _conveyor.load_cuda_libraries()  # Names each CUDA library missing.
     parsed = _parse_device(decode_device)
-    if device is not None and _parse_device(device) != parsed:
+    if device is not None and _cuda_index(_parse_device(device)) != _cuda_index(parsed):
         raise ConfigError(f"{name} but device={device!r}: the batches are where they are decoded")
     return parsed, plan
+
+
+def _cuda_index(device: Any) -> Optional[int]:
+    """The GPU ``device`` names ("cuda" is the current one); None for another type."""
+    if device is None or device.type != "cuda":
+        return None
+    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 def _is_cuda(device: Any) -> bool:

@@ -36,10 +36,14 @@ class CurrentContext {
   CurrentContext& operator=(const CurrentContext&) = delete;
 };
 
-// Device memory that grows; freed with its owner.
+// Device memory that grows; released by its owner (Device, with its
+// context current).
 struct DeviceBuffer {
   cuda::DevicePointer address = 0;
   size_t capacity = 0;
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   // At least `bytes`; when it must grow, waits for `stream` first (its
   // queued work may still read the old memory).
   cuda::DevicePointer reserve(size_t bytes, cuda::Stream stream) {
@@ -47,16 +51,17 @@ struct DeviceBuffer {
     const cuda::Libraries& l = cuda::libraries();
     if (address != 0) {
       check_driver(l.cuStreamSynchronize(stream), "cuStreamSynchronize");
-      l.cuMemFree(address);
-      address = 0;
     }
     const size_t grown = std::max(bytes, capacity + capacity / 2);
+    release();
     check_driver(l.cuMemAlloc(&address, grown), "cuMemAlloc");
     capacity = grown;
     return address;
   }
-  ~DeviceBuffer() {
+  void release() noexcept {
     if (address != 0) cuda::libraries().cuMemFree(address);
+    address = 0;
+    capacity = 0;
   }
 };
 
@@ -85,9 +90,9 @@ struct DeviceImageDecoder::Device {
     // Nothing here throws (a destructor): failures leave the memory to the
     // context's end.
     if (l.cuCtxPushCurrent(context) == 0) {
-      tables = {};
-      samples = {};
-      decoded = {};
+      tables.release();
+      samples.release();
+      decoded.release();
       if (jpeg_state != nullptr) l.nvjpegJpegStateDestroy(jpeg_state);
       if (jpeg != nullptr) l.nvjpegDestroy(jpeg);
       if (module != nullptr) l.cuModuleUnload(module);
