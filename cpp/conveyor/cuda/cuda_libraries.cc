@@ -13,10 +13,16 @@ namespace conveyor::cuda {
 
 namespace {
 
-// One library: the first candidate that loads, or every candidate's reason.
-void* open_first(const std::vector<std::string>& names, std::string& loaded, std::string& failures) {
+// One library: the first candidate that loads and is not newer than the
+// driver (`driver_major`, 0: any), or every candidate's reason.
+void* open_first(const std::vector<std::string>& names, int driver_major, std::string& loaded, std::string& failures) {
   std::string reasons;
   for (const std::string& name : names) {
+    if (driver_major > 0 && library_cuda_major(name) > driver_major) {
+      reasons += "\n  " + name + ": needs a CUDA " + std::to_string(library_cuda_major(name)) +
+                 " driver, this one is CUDA " + std::to_string(driver_major);
+      continue;
+    }
     // RTLD_LOCAL: these symbols serve only the pointers resolved here.
     if (void* handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL)) {
       loaded = name;
@@ -54,6 +60,16 @@ std::string status_name(Result status) {
 
 }  // namespace
 
+int library_cuda_major(const std::string& name) {
+  const size_t at = name.rfind(".so.");
+  if (at == std::string::npos) return 0;
+  int major = 0;
+  for (size_t i = at + 4; i < name.size() && name[i] >= '0' && name[i] <= '9' && major < 1000; ++i) {
+    major = major * 10 + (name[i] - '0');
+  }
+  return major;
+}
+
 std::vector<std::vector<std::string>> library_candidates() {
   std::vector<std::string> folders;
   if (const char* home = std::getenv("CUDA_HOME"); home != nullptr && *home != '\0') {
@@ -75,9 +91,15 @@ Libraries load_libraries(const std::vector<std::vector<std::string>>& candidates
   check_config(candidates.size() == 3, "load_libraries: three lists of candidates (driver, nvJPEG, NVRTC)");
   Libraries l{};
   std::string driver_name, failures;
-  void* driver = open_first(candidates[0], driver_name, failures);
-  void* jpeg = open_first(candidates[1], l.jpeg_library, failures);
-  void* nvrtc = open_first(candidates[2], l.nvrtc_library, failures);
+  void* driver = open_first(candidates[0], 0, driver_name, failures);
+  // The driver's CUDA version (13000 for 13.0) bounds the libraries'.
+  int driver_version = 0;
+  if (driver != nullptr) {
+    using Version = Result (*)(int*);
+    if (auto version = reinterpret_cast<Version>(dlsym(driver, "cuDriverGetVersion"))) version(&driver_version);
+  }
+  void* jpeg = open_first(candidates[1], driver_version / 1000, l.jpeg_library, failures);
+  void* nvrtc = open_first(candidates[2], driver_version / 1000, l.nvrtc_library, failures);
   if (driver == nullptr || jpeg == nullptr || nvrtc == nullptr) {
     std::string which;
     if (driver == nullptr) which += "the CUDA driver (libcuda.so.1: is there an NVIDIA GPU and its driver?)";

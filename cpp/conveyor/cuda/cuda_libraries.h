@@ -78,6 +78,12 @@ struct Libraries {
 /// CUDA 13, 12 and 11, then $CUDA_HOME/lib64 and /usr/local/cuda/lib64).
 std::vector<std::vector<std::string>> library_candidates();
 
+/// The CUDA major version a library's file name says it belongs to (the
+/// number after ".so.": 13 for "libnvjpeg.so.13", 11 for
+/// "libnvrtc.so.11.2"), or 0 when it says none ("libnvjpeg.so"). A library
+/// of a newer CUDA than the driver's is not loaded: it would need that driver.
+int library_cuda_major(const std::string& name);
+
 /// The libraries, loaded at the first call (thread-safe). Throws
 /// Error{kConfig} naming each library that could not be loaded (the names
 /// tried and the loader's reason), or a function missing from one.

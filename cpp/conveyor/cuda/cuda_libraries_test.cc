@@ -52,6 +52,14 @@ TEST(CudaLibrariesTest, TheCandidatesAreCudaSonamesThenTheToolkitFolders) {
   EXPECT_EQ(candidates[1].back(), "/usr/local/cuda/lib64/libnvjpeg.so.11");
 }
 
+TEST(CudaLibrariesTest, ALibrarysCudaVersionIsReadFromItsName) {
+  // A library newer than the driver is skipped (it would need that driver).
+  EXPECT_EQ(cuda::library_cuda_major("libnvjpeg.so.13"), 13);
+  EXPECT_EQ(cuda::library_cuda_major("/usr/local/cuda/lib64/libnvrtc.so.11.2"), 11);
+  EXPECT_EQ(cuda::library_cuda_major("libnvjpeg.so"), 0);
+  EXPECT_EQ(cuda::library_cuda_major("libcuda.so.1"), 1);
+}
+
 TEST(CudaLibrariesTest, WithoutTheDriverTheDecoderIsAConfigError) {
   if (void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
     dlclose(driver);

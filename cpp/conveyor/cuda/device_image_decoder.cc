@@ -192,6 +192,9 @@ void DeviceImageDecoder::decode(std::span<const std::span<const uint8_t>> record
   const bool chw = pipeline.output().layout == Layout::kCHW;
   const int out_h = static_cast<int>(chw ? spec.shape[1] : spec.shape[0]);
   const int out_w = static_cast<int>(chw ? spec.shape[2] : spec.shape[1]);
+  // One grid row per sample: CUDA allows 65535.
+  check_config(records.size() <= 65535,
+               "decoding on the GPU: batches of at most 65535 samples, got " + std::to_string(records.size()));
   const int count = static_cast<int>(records.size());
   if (count == 0) return;
   const std::lock_guard lock(mutex_);

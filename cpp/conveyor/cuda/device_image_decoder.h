@@ -46,7 +46,8 @@ class DeviceImageDecoder {
   /// the stream has passed this work (their copies read them). When nvJPEG
   /// refuses the batch, its JPEGs are redone on the host by the CPU path
   /// from their random streams (the same output; a corrupt file then raises
-  /// its Error{kDecode}), counted in host_redone().
+  /// its Error{kDecode}), counted in host_redone(). At most 65535 records
+  /// (Error{kConfig}).
   void decode(std::span<const std::span<const uint8_t>> records, uintptr_t out, uintptr_t stream);
 
   /// "hardware (7 engines)", "GPU hybrid" or "default": nvJPEG's backend.

@@ -34,7 +34,8 @@ bool has_second_scan(std::span<const uint8_t> data, size_t at) {
 std::string device_jpeg_unsupported(std::span<const uint8_t> data) {
   if (data.size() < 4 || data[0] != 0xFF || data[1] != 0xD8) return "not a JPEG";
   size_t i = 2;
-  bool frame = false;
+  bool frame = false, jfif = false, rgb_ids = false;
+  int adobe_transform = -1;  // Adobe's APP14 colour transform flag, when present.
   while (i + 4 <= data.size()) {
     if (data[i] != 0xFF) return "a corrupt header";
     const uint8_t marker = data[i + 1];
@@ -46,7 +47,9 @@ std::string device_jpeg_unsupported(std::span<const uint8_t> data) {
     if (length < 2 || i + 2 + length > data.size()) return "a corrupt header";
     const uint8_t* body = &data[i + 4];
     const size_t body_size = length - 2;
-    if (marker == 0xC0 || marker == 0xC1) {
+    if (marker == 0xC1) {
+      return "an extended-sequential JPEG";  // nvJPEG's hardware decoder takes baseline ones only.
+    } else if (marker == 0xC0) {
       if (body_size < 6) return "a corrupt header";
       if (body[0] != 8) return "a " + std::to_string(body[0]) + "-bit JPEG";
       const int components = body[5];
@@ -57,6 +60,7 @@ std::string device_jpeg_unsupported(std::span<const uint8_t> data) {
           if (body[6 + 3 * c + 1] != 0x11) return "unusual chroma sampling factors";
         }
         if (yh < 1 || yh > 2 || yv < 1 || yv > 2) return "chroma subsampling other than 4:4:4, 4:2:2, 4:4:0, 4:2:0";
+        rgb_ids = body[6] == 'R' && body[9] == 'G' && body[12] == 'B';
       } else if (components != 1) {
         return components == 4 ? "a CMYK JPEG" : "a JPEG of " + std::to_string(components) + " components";
       }
@@ -65,10 +69,16 @@ std::string device_jpeg_unsupported(std::span<const uint8_t> data) {
       return "a progressive JPEG";
     } else if ((marker >= 0xC3 && marker <= 0xCF) && marker != 0xC4 && marker != 0xC8 && marker != 0xCC) {
       return "a lossless, hierarchical or arithmetic-coded JPEG";
-    } else if (marker == 0xEE && body_size >= 12 && std::memcmp(body, "Adobe", 5) == 0 && body[11] == 0) {
-      return "an Adobe JPEG without the YCbCr transform (RGB or CMYK)";
+    } else if (marker == 0xE0 && body_size >= 5 && std::memcmp(body, "JFIF", 5) == 0) {
+      jfif = true;
+    } else if (marker == 0xEE && body_size >= 12 && std::memcmp(body, "Adobe", 5) == 0) {
+      adobe_transform = body[11];
     } else if (marker == 0xDA) {
       if (!frame) return "a corrupt header";
+      // libjpeg's rule for the colour space of 3 components, which nvJPEG
+      // does not follow: YCbCr unless Adobe says otherwise, or, without JFIF
+      // and Adobe markers, the components are named R, G, B.
+      if (adobe_transform == 0 || (adobe_transform < 0 && !jfif && rgb_ids)) return "an RGB JPEG (no YCbCr)";
       if (has_second_scan(data, i + 2 + length)) return "a JPEG of several scans";
       // The end marker, maybe followed by padding: a truncated file goes to
       // the CPU path, which names it.
@@ -118,7 +128,10 @@ void DevicePlanTransform::apply_variable(std::span<const uint8_t> input, SampleR
   const ImageInfo info = read_image_info(input, pipeline.max_pixels());
   std::string host_reason =
       info.format == ImageFormat::kJpeg ? device_jpeg_unsupported(input) : std::string("not a JPEG");
-  if (host_reason.empty() && pipeline.options().exif_orientation && info.orientation != 1) host_reason = "rotated";
+  // An EXIF orientation goes to the CPU path whether or not it is applied:
+  // info's size is the displayed one, which the CPU path swaps back when it
+  // ignores the tag.
+  if (host_reason.empty() && info.orientation != 1) host_reason = "an EXIF orientation";
   const auto allocate_record = [&](uint64_t payload) {
     record.payload_bytes = payload;
     auto* bytes = static_cast<uint8_t*>(

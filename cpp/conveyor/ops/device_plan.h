@@ -14,10 +14,11 @@
 
 namespace conveyor {
 
-/// Why a JPEG cannot be decoded by nvJPEG's batched decoders, or "" when it
-/// can: baseline or extended sequential Huffman, 8-bit, 1 component or 3 in
-/// 4:4:4, 4:2:2, 4:4:0 or 4:2:0, no Adobe transform to CMYK, complete (an
-/// EOI after the scan). Reads the markers only. Thread-safe (pure function).
+/// Why a JPEG cannot be decoded by nvJPEG's batched decoders (the hardware
+/// one included) as libjpeg decodes it, or "" when it can: baseline, 8-bit,
+/// one scan, 1 component or 3 in 4:4:4, 4:2:2, 4:4:0 or 4:2:0, YCbCr as
+/// libjpeg decides it (JFIF and Adobe markers, component names), complete
+/// (an EOI after the scan). Reads the markers only. Thread-safe (pure function).
 std::string device_jpeg_unsupported(std::span<const uint8_t> data);
 
 /// How one sample of a device-decoded batch arrives from the cpu threads.
@@ -53,7 +54,7 @@ DeviceSampleView read_device_sample(std::span<const uint8_t> bytes);
 /// draws them (the same SampleRng, so batches equal for any thread count
 /// and resume is exact), and the JPEG's bytes are kept with the placement
 /// for the device to decode (cuda/device_image_decoder.h). A sample the
-/// device cannot take (PNG, progressive or CMYK JPEG, an EXIF rotation...)
+/// device cannot take (PNG, progressive or CMYK JPEG, an EXIF orientation...)
 /// is finished here by `pipeline` itself and copied as it is. Each sample's
 /// output is a variable-length uint8 record (DeviceSampleRecord + payload).
 ///

@@ -155,6 +155,30 @@ TEST(DevicePlanTest, WhatTheDeviceCannotTakeIsFinishedByTheCpuPathExactly) {
   }
   EXPECT_EQ(transform.host_samples(), 3);
   EXPECT_EQ(transform.device_samples(), 0);
+
+  // Without EXIF orientation the stored pixels come out; a transposing tag
+  // still goes to the CPU path (its header's size is the displayed one).
+  ImagePipelineOptions stored;
+  stored.exif_orientation = false;
+  auto ignoring =
+      std::make_shared<ImagePipeline>(std::vector<TransformSpec>{RandomResizedCropSpec{{32, 32}}},
+                                      ImageOutputSpec{DType::kUInt8, Layout::kCHW, 3}, kDefaultMaxPixels, stored);
+  const std::vector<uint8_t> tagged = with_exif_orientation(encode_jpeg(make_pattern(60, 110)), 6);
+  SampleRng rng(4, 0, 1), cpu_rng(4, 0, 1);
+  const std::vector<uint8_t> record = plan(DevicePlanTransform(ignoring), tagged, rng);
+  const DeviceSampleView view = read_device_sample(as_span(record));
+  EXPECT_EQ(view.record.kind, DeviceSampleKind::kDone);
+  std::vector<uint8_t> cpu(ignoring->output_spec().num_bytes());
+  ignoring->apply(as_span(tagged), cpu_rng, cpu.data());
+  EXPECT_TRUE(std::equal(cpu.begin(), cpu.end(), view.payload.begin(), view.payload.end()));
+}
+
+// Where `jpeg`'s first segment of `marker` starts (its 0xFF byte).
+size_t segment(const std::vector<uint8_t>& jpeg, uint8_t marker) {
+  size_t i = 2;
+  while (i + 4 <= jpeg.size() && jpeg[i + 1] != marker) i += 2 + (jpeg[i + 2] << 8 | jpeg[i + 3]);
+  EXPECT_LT(i + 4, jpeg.size()) << "no marker " << int{marker};
+  return i;
 }
 
 TEST(DevicePlanTest, TheJpegsNvJpegCannotDecodeAreNamed) {
@@ -170,6 +194,20 @@ TEST(DevicePlanTest, TheJpegsNvJpegCannotDecodeAreNamed) {
   const std::vector<uint8_t> whole = encode_jpeg(pattern);
   const std::vector<uint8_t> header_only(whole.begin(), whole.begin() + 30);
   EXPECT_EQ(device_jpeg_unsupported(as_span(header_only)), "a corrupt header");
+
+  // Extended sequential (SOF1): libjpeg decodes it, nvJPEG's hardware decoder not.
+  std::vector<uint8_t> extended = encode_jpeg(pattern, 90, 444);
+  extended[segment(extended, 0xC0) + 1] = 0xC1;
+  EXPECT_EQ(device_jpeg_unsupported(as_span(extended)), "an extended-sequential JPEG");
+  // Components named R, G, B: RGB for libjpeg without a JFIF marker, YCbCr with one.
+  std::vector<uint8_t> named = encode_jpeg(pattern, 90, 444);
+  const size_t frame = segment(named, 0xC0);
+  for (int c = 0; c < 3; ++c) named[frame + 10 + 3 * c] = static_cast<uint8_t>("RGB"[c]);
+  EXPECT_EQ(device_jpeg_unsupported(as_span(named)), "");
+  const size_t app0 = segment(named, 0xE0);
+  named.erase(named.begin() + static_cast<ptrdiff_t>(app0),
+              named.begin() + static_cast<ptrdiff_t>(app0 + 2 + (named[app0 + 2] << 8 | named[app0 + 3])));
+  EXPECT_EQ(device_jpeg_unsupported(as_span(named)), "an RGB JPEG (no YCbCr)");
 }
 
 TEST(DevicePlanTest, AChainADeviceCannotRunIsRefusedNamingTheStep) {
