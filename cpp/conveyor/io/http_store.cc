@@ -11,6 +11,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -116,6 +117,9 @@ struct Transfer {
   Api api = Api::kHttp;
   std::string range;  // "first-last", or empty for the whole object
   int64_t max_bytes = 0;
+  std::string bucket;          // S3: the bucket, whose region a reply may name.
+  std::string signed_region;   // S3: the region the request is signed for.
+  std::string sigv4;           // S3: libcurl's SigV4 provider string for that region.
   int in_flight_at_start = 0;  // Transfers to the host in flight when this one started, itself included.
   Clock::time_point started{};
   bool slow_connect = false;  // Reported as an overload while still connecting.
@@ -133,6 +137,7 @@ struct Transfer {
   std::string etag;
   std::string last_modified;
   double retry_after = 0;
+  std::string bucket_region;  // S3's x-amz-bucket-region: where the bucket really is.
   char error[CURL_ERROR_SIZE] = {};
   bool cancelled = false;  // Ended by the store's destructor.
 
@@ -160,6 +165,9 @@ size_t on_header(char* data, size_t, size_t count, void* user) {
     t.error_body.clear();
     t.etag.clear();
     t.last_modified.clear();
+    t.bucket_region.clear();
+  } else if (starts_with_nocase(line, "x-amz-bucket-region:")) {
+    t.bucket_region = std::string(trim(line.substr(20)));
   } else if (starts_with_nocase(line, "content-length:")) {
     const std::string_view value = trim(line.substr(15));
     int64_t length = -1;
@@ -346,6 +354,34 @@ class HttpStore::Loop {
 
   Loop(const Loop&) = delete;
   Loop& operator=(const Loop&) = delete;
+
+  // The region S3 said `bucket` is in, once a reply said so.
+  std::optional<std::string> bucket_region(const std::string& bucket) {
+    std::lock_guard lock(regions_mu_);
+    const auto it = bucket_regions_.find(bucket);
+    return it == bucket_regions_.end() ? std::nullopt : std::optional<std::string>(it->second);
+  }
+
+  // Performs the transfer `make` gives; when S3 answers that its bucket is
+  // in another region than the one it was signed for (a redirect or a
+  // refused signature naming the region in x-amz-bucket-region), learns the
+  // region and performs `make`'s new transfer once more.
+  std::shared_ptr<Transfer> perform_in_bucket_region(const std::function<std::shared_ptr<Transfer>()>& make) {
+    std::shared_ptr<Transfer> t = make();
+    perform(t);
+    const bool elsewhere = t->api == Api::kS3 && !t->bucket.empty() && !t->bucket_region.empty() &&
+                           t->bucket_region != t->signed_region &&
+                           (t->status == 301 || t->status == 307 || t->status == 400);
+    if (elsewhere) {
+      {
+        std::lock_guard lock(regions_mu_);
+        bucket_regions_[t->bucket] = t->bucket_region;
+      }
+      t = make();
+      perform(t);
+    }
+    return t;
+  }
 
   // Runs `t` on the loop thread and waits for it. Throws FetchError
   // kCancelled when the calling thread's Cancellation is cancelled.
@@ -539,7 +575,7 @@ class HttpStore::Loop {
       curl_easy_setopt(easy, CURLOPT_PATH_AS_IS, 1L);
       curl_easy_setopt(easy, CURLOPT_HTTPHEADER, signer.headers.list);
       if (!config.anonymous) {
-        curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, signer.sigv4.c_str());
+        curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, t.sigv4.empty() ? signer.sigv4.c_str() : t.sigv4.c_str());
         curl_easy_setopt(easy, CURLOPT_USERNAME, config.access_key_id.c_str());
         curl_easy_setopt(easy, CURLOPT_PASSWORD, config.secret_access_key.c_str());
       }
@@ -656,6 +692,8 @@ class HttpStore::Loop {
   };
   Signer s3_signer_;
   Signer gcs_signer_;
+  std::mutex regions_mu_;                              // Guards bucket_regions_.
+  std::map<std::string, std::string> bucket_regions_;  // Learnt from S3's replies.
   CURLM* multi_ = nullptr;
   CURLSH* share_ = nullptr;
 
@@ -690,7 +728,23 @@ namespace {
 
 // The transfer for `url`: an s3:// URL becomes its http(s) URL under the
 // store's S3Config; any other scheme but http(s) is invalid.
-std::shared_ptr<Transfer> transfer_for(const std::string& url, const HttpStoreOptions& options) {
+// The S3Config a request to `bucket` is sent with: `config`, in the region
+// S3 named for the bucket if one did (`region`), and the transfer's signing
+// fields for it.
+S3Config sign_for_bucket(Transfer& t, const S3Config& config, const std::string& bucket,
+                         const std::optional<std::string>& region) {
+  t.bucket = bucket;
+  if (!region || *region == config.region) {
+    t.signed_region = config.region;
+    return config;
+  }
+  t.signed_region = *region;
+  t.sigv4 = "aws:amz:" + *region + ":s3";
+  return in_region(config, *region);
+}
+
+std::shared_ptr<Transfer> transfer_for(const std::string& url, const HttpStoreOptions& options,
+                                       const std::function<std::optional<std::string>(const std::string&)>& region_of) {
   auto t = std::make_shared<Transfer>();
   std::string scheme = url.substr(0, url.find("://"));
   std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -703,7 +757,13 @@ std::shared_ptr<Transfer> transfer_for(const std::string& url, const HttpStoreOp
                             : "this store has no S3 settings for s3:// URLs"});
     }
     try {
-      t->url = s3_http_url(*config, "s3://" + url.substr(5));
+      const std::string s3_url = "s3://" + url.substr(5);
+      if (gcs) {
+        t->url = s3_http_url(*config, s3_url);
+      } else {
+        const std::string bucket = split_s3_url(s3_url).first;
+        t->url = s3_http_url(sign_for_bucket(*t, *config, bucket, region_of(bucket)), s3_url);
+      }
     } catch (const Error& e) {
       throw FetchError({Kind::kInvalid, 0, e.cause()});
     }
@@ -740,17 +800,20 @@ void check_reply(const Transfer& t, const HttpStoreOptions& options) {
 
 std::vector<uint8_t> HttpStore::read(const std::string& url, uint64_t offset, int64_t size) const {
   const HttpStoreOptions& options = loop_->options();
+  const auto region_of = [this](const std::string& bucket) { return loop_->bucket_region(bucket); };
   if (size == 0) return {};
   if (size > options.max_read_bytes) {
     throw FetchError({Kind::kTooLarge, 0,
                       std::to_string(size) + " bytes asked for, more than the " +
                           std::to_string(options.max_read_bytes) + " bytes a read may return"});
   }
-  std::shared_ptr<Transfer> t = transfer_for(url, options);
-  // A whole object is one plain GET: a range would change what servers
-  // answer (416 for an empty object).
-  if (size > 0) t->range = std::to_string(offset) + "-" + std::to_string(offset + static_cast<uint64_t>(size) - 1);
-  loop_->perform(t);
+  std::shared_ptr<Transfer> t = loop_->perform_in_bucket_region([&] {
+    std::shared_ptr<Transfer> made = transfer_for(url, options, region_of);
+    // A whole object is one plain GET: a range would change what servers
+    // answer (416 for an empty object).
+    if (size > 0) made->range = std::to_string(offset) + "-" + std::to_string(offset + static_cast<uint64_t>(size) - 1);
+    return made;
+  });
   check_reply(*t, options);
   if (size > 0 && t->status == 200) {
     // The server ignored the range and sent the whole object.
@@ -763,9 +826,12 @@ std::vector<uint8_t> HttpStore::read(const std::string& url, uint64_t offset, in
 
 RemoteObjectInfo HttpStore::fetch(const std::string& url, std::vector<uint8_t>* data, int64_t max_bytes) const {
   const HttpStoreOptions& options = loop_->options();
-  std::shared_ptr<Transfer> t = transfer_for(url, options);
-  t->max_bytes = std::min(t->max_bytes, max_bytes);
-  loop_->perform(t);
+  const auto region_of = [this](const std::string& bucket) { return loop_->bucket_region(bucket); };
+  std::shared_ptr<Transfer> t = loop_->perform_in_bucket_region([&] {
+    std::shared_ptr<Transfer> made = transfer_for(url, options, region_of);
+    made->max_bytes = std::min(made->max_bytes, max_bytes);
+    return made;
+  });
   check_reply(*t, options);
   *data = std::move(t->body);
   return {data->size(), t->etag.empty() ? t->last_modified : t->etag};
@@ -773,9 +839,12 @@ RemoteObjectInfo HttpStore::fetch(const std::string& url, std::vector<uint8_t>* 
 
 RemoteObjectInfo HttpStore::stat(const std::string& url) const {
   const HttpStoreOptions& options = loop_->options();
-  std::shared_ptr<Transfer> t = transfer_for(url, options);
-  t->head = true;
-  loop_->perform(t);
+  const auto region_of = [this](const std::string& bucket) { return loop_->bucket_region(bucket); };
+  std::shared_ptr<Transfer> t = loop_->perform_in_bucket_region([&] {
+    std::shared_ptr<Transfer> made = transfer_for(url, options, region_of);
+    made->head = true;
+    return made;
+  });
   check_reply(*t, options);
   if (t->declared_length < 0) throw FetchError({Kind::kOther, 0, "the server gives no Content-Length for " + url});
   return {static_cast<uint64_t>(t->declared_length), t->etag.empty() ? t->last_modified : t->etag};
@@ -806,16 +875,22 @@ std::vector<RemoteObject> HttpStore::list(const std::string& prefix) const {
   } catch (const Error& e) {
     throw FetchError({Kind::kInvalid, 0, e.cause()});
   }
-  const auto& [bucket, key_prefix] = bucket_and_key;
+  // Named, not bound: the page's lambda captures them (clang 14 cannot capture bindings).
+  const std::string& bucket = bucket_and_key.first;
+  const std::string& key_prefix = bucket_and_key.second;
   std::vector<RemoteObject> objects;
   std::string token;
   do {
-    auto t = std::make_shared<Transfer>();
-    t->url = s3_list_url(*config, bucket, key_prefix, token);
-    t->host = host_of(t->url);
-    t->api = api;
-    t->max_bytes = options.max_read_bytes;
-    loop_->perform(t);
+    std::shared_ptr<Transfer> t = loop_->perform_in_bucket_region([&] {
+      auto made = std::make_shared<Transfer>();
+      const S3Config in_bucket_region =
+          api == Api::kS3 ? sign_for_bucket(*made, *config, bucket, loop_->bucket_region(bucket)) : *config;
+      made->url = s3_list_url(in_bucket_region, bucket, key_prefix, token);
+      made->host = host_of(made->url);
+      made->api = api;
+      made->max_bytes = options.max_read_bytes;
+      return made;
+    });
     if (t->code != CURLE_OK || !t->too_large.empty() || t->cancelled || t->status < 200 || t->status >= 300) {
       throw FetchError(failure_of(*t, config));
     }

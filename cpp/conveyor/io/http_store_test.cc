@@ -322,6 +322,49 @@ TEST(HttpStoreTest, S3RequestsAreSignedAndErrorsNameTheS3Code) {
   EXPECT_EQ(missing.describe(), "HTTP 404 Not Found (NoSuchKey)");
 }
 
+TEST(HttpStoreTest, ABucketInAnotherRegionIsLearntFromS3sReplyAndSignedForIt) {
+  // As S3 answers a request signed for the wrong region: 301 (GET, HEAD) or
+  // 400 (a listing), naming the bucket's region in x-amz-bucket-region.
+  HttpTestServer server([](const HttpTestRequest& request, HttpTestConnection& connection) {
+    const std::string& authorization = request.headers.at("authorization");
+    if (request.target.rfind("/elsewhere/", 0) != 0) {
+      return connection.send(
+          HttpTestServer::reply(301, "Moved Permanently", "<Error><Code>PermanentRedirect</Code></Error>"));
+    }
+    if (authorization.find("/eu-west-1/s3/aws4_request") == std::string::npos) {
+      const bool listing = request.target.find("list-type=2") != std::string::npos;
+      return connection.send(HttpTestServer::reply(listing ? 400 : 301, listing ? "Bad Request" : "Moved Permanently",
+                                                   "<Error><Code>AuthorizationHeaderMalformed</Code></Error>",
+                                                   "x-amz-bucket-region: eu-west-1\r\n"));
+    }
+    if (request.target.find("list-type=2") != std::string::npos) {
+      return connection.send(HttpTestServer::reply(
+          200, "OK", "<ListBucketResult><Contents><Key>a</Key><Size>3</Size></Contents></ListBucketResult>"));
+    }
+    return connection.send(HttpTestServer::reply(200, "OK", "abc", "ETag: \"e\"\r\n"));
+  });
+  HttpStoreOptions options;
+  options.s3 = resolve_s3_config({{"key", "AKIDEXAMPLE"},
+                                  {"secret", "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY"},
+                                  {"endpoint_url", server.url("")},
+                                  {"region", "us-east-1"}},
+                                 [](const std::string&) { return std::nullopt; });
+  HttpStore store(options);
+  EXPECT_EQ(text(store.read("s3://elsewhere/a", 0, -1)), "abc");
+  EXPECT_EQ(server.requests().size(), 2u);  // Refused once, then signed for eu-west-1.
+  // Learnt: the next requests to the bucket are signed for its region at once.
+  EXPECT_EQ(store.stat("s3://elsewhere/a").size, 3u);
+  EXPECT_EQ(text(store.read("s3://elsewhere/a", 1, 2)), "bc");
+  const std::vector<RemoteObject> listed = store.list("s3://elsewhere/");
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].url, "s3://elsewhere/a");
+  EXPECT_EQ(server.requests().size(), 5u);
+  // A redirect that names no region is an error saying so, tried once.
+  EXPECT_EQ(failure_of(store, "s3://moved/a").describe(),
+            "HTTP 301 Moved Permanently (PermanentRedirect); the bucket is in another region than us-east-1");
+  EXPECT_EQ(server.requests().size(), 6u);
+}
+
 TEST(HttpStoreTest, AnUnsignedS3RequestThatIsForbiddenSaysNoCredentialsWereFound) {
   HttpTestServer server([](const HttpTestRequest& request, HttpTestConnection& connection) {
     EXPECT_EQ(request.headers.count("authorization"), 0u);

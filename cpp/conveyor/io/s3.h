@@ -30,6 +30,9 @@ struct S3Config {
   std::string access_key_id;
   std::string secret_access_key;
   std::string session_token;  ///< Empty for long-term keys.
+  /// The endpoint is AWS's own for `region` (none was given): a bucket in
+  /// another region is read from that region's endpoint (in_region).
+  bool regional_endpoint = false;
   /// Where the credentials came from, for errors and stats: "storage_options",
   /// "environment (AWS_ACCESS_KEY_ID)", "~/.aws/credentials [default]",
   /// "anon=True", or "none found (looked in ...)".
@@ -73,6 +76,11 @@ S3Config resolve_s3_config(const std::map<std::string, std::string>& options, co
 /// `region` (default "auto"); path-style. Throws Error{kConfig} naming the
 /// key for a missing or unknown one.
 S3Config gcs_config(const std::map<std::string, std::string>& options);
+
+/// `config` for a bucket that lives in `region` (S3 says so in a reply's
+/// x-amz-bucket-region header): signed for that region, and with AWS's own
+/// endpoint, sent to that region's endpoint.
+S3Config in_region(const S3Config& config, const std::string& region);
 
 /// The http(s) URL of `s3://bucket/key` under `config`, the key
 /// percent-encoded as S3 signs it (every byte but A-Z a-z 0-9 - . _ ~ and

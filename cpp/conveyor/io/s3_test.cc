@@ -152,6 +152,18 @@ TEST(S3UrlTest, KeysArePercentEncodedAndBucketsAddressedAsConfigured) {
   EXPECT_THROW(s3_http_url(config, "s3:///key"), Error);
 }
 
+TEST_F(S3ConfigTest, ABucketInAnotherRegionIsReadFromThatRegionsEndpointOnAws) {
+  const S3Config aws = resolve_s3_config({{"region", "us-east-1"}}, env());
+  EXPECT_TRUE(aws.regional_endpoint);
+  const S3Config moved = in_region(aws, "eu-west-1");
+  EXPECT_EQ(moved.region, "eu-west-1");
+  EXPECT_EQ(s3_http_url(moved, "s3://bucket/a"), "https://bucket.s3.eu-west-1.amazonaws.com/a");
+  // A store's own endpoint stays: only the signing region changes.
+  const S3Config own = resolve_s3_config({{"endpoint_url", "http://127.0.0.1:9000"}}, env());
+  EXPECT_FALSE(own.regional_endpoint);
+  EXPECT_EQ(s3_http_url(in_region(own, "eu-west-1"), "s3://bucket/a"), "http://127.0.0.1:9000/bucket/a");
+}
+
 TEST(S3UrlTest, GcsTakesAnHmacKeyAndDefaultsToItsXmlApi) {
   const S3Config config = gcs_config({{"key", "GOOG1EXAMPLE"}, {"secret", "s"}});
   EXPECT_EQ(config.endpoint_url, "https://storage.googleapis.com");
