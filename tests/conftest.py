@@ -16,6 +16,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+# Hermetic S3 tests: with no keys given, the engine would ask the machine's
+# instance metadata service for a role (CI may run on a cloud VM that has
+# one). The C++ tests cover that path against a fake service.
+os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+
 # `make asan-python` must test the instrumented extension: a run that
 # imported another (.venv's editable install) would pass without checking anything.
 if os.environ.get("CONVEYOR_UNDER_ASAN") == "1":

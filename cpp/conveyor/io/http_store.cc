@@ -22,6 +22,7 @@
 #include "conveyor/core/error.h"
 #include "conveyor/io/ca_certificates.h"
 #include "conveyor/io/connection_limit.h"
+#include "conveyor/io/instance_credentials.h"
 
 namespace conveyor {
 
@@ -51,15 +52,6 @@ constexpr int kMaxConnectRestarts = 3;
 // The empty payload's SHA-256: what S3 wants in x-amz-content-sha256 for a
 // GET or HEAD (libcurl signs the same hash).
 constexpr const char* kEmptyPayloadSha256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
-
-void init_curl_once() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-      throw Error(ErrorKind::kConfig, "libcurl failed to initialise (curl_global_init)");
-    }
-  });
-}
 
 bool starts_with_nocase(std::string_view text, std::string_view prefix) {
   if (text.size() < prefix.size()) return false;
@@ -109,6 +101,20 @@ std::string host_of(const std::string& url) {
 // GCS's S3-compatible XML API.
 enum class Api { kHttp, kS3, kGcs };
 
+// A libcurl string list, freed with it.
+struct HeaderList {
+  curl_slist* list = nullptr;
+  HeaderList() = default;
+  HeaderList(const HeaderList&) = delete;
+  HeaderList& operator=(const HeaderList&) = delete;
+  ~HeaderList() { curl_slist_free_all(list); }
+  void add(const std::string& line) {
+    curl_slist* grown = curl_slist_append(list, line.c_str());
+    if (grown == nullptr) throw std::bad_alloc();
+    list = grown;
+  }
+};
+
 struct Transfer {
   // The request: set before submission, read-only after.
   std::string url;  // http(s)
@@ -117,9 +123,13 @@ struct Transfer {
   Api api = Api::kHttp;
   std::string range;  // "first-last", or empty for the whole object
   int64_t max_bytes = 0;
-  std::string bucket;          // S3: the bucket, whose region a reply may name.
-  std::string signed_region;   // S3: the region the request is signed for.
-  std::string sigv4;           // S3: libcurl's SigV4 provider string for that region.
+  std::string bucket;              // S3: the bucket, whose region a reply may name.
+  std::string signed_region;       // S3: the region the request is signed for.
+  std::string sigv4;               // S3: libcurl's SigV4 provider string for that region.
+  bool unsigned_request = false;   // S3, GCS: sent without a signature.
+  std::string credentials_source;  // S3, GCS: where its credentials came from (a refusal's message says).
+  std::shared_ptr<const InstanceRoleCredentials> role;  // S3: the instance role's credentials it is signed with.
+  HeaderList role_headers;                              // Their headers (the session token), when `role`.
   int in_flight_at_start = 0;  // Transfers to the host in flight when this one started, itself included.
   Clock::time_point started{};
   bool slow_connect = false;  // Reported as an overload while still connecting.
@@ -273,8 +283,8 @@ FetchFailure failure_of(const Transfer& t, const S3Config* s3) {
   if (s3 != nullptr) {
     const std::string code = s3_error_code(t.error_body);
     if (!code.empty()) reason += " (" + code + ")";
-    if ((t.status == 403 || t.status == 401) && s3->anonymous) {
-      reason += "; the request was unsigned (credentials: " + s3->credentials_source + ")";
+    if ((t.status == 403 || t.status == 401) && t.unsigned_request) {
+      reason += "; the request was unsigned (credentials: " + t.credentials_source + ")";
     }
     if (t.status == 301) reason += "; the bucket is in another region than " + s3->region;
   }
@@ -282,20 +292,6 @@ FetchFailure failure_of(const Transfer& t, const S3Config* s3) {
   failure.retry_after = t.retry_after;
   return failure;
 }
-
-// A libcurl string list, freed with it.
-struct HeaderList {
-  curl_slist* list = nullptr;
-  HeaderList() = default;
-  HeaderList(const HeaderList&) = delete;
-  HeaderList& operator=(const HeaderList&) = delete;
-  ~HeaderList() { curl_slist_free_all(list); }
-  void add(const std::string& line) {
-    curl_slist* grown = curl_slist_append(list, line.c_str());
-    if (grown == nullptr) throw std::bad_alloc();
-    list = grown;
-  }
-};
 
 }  // namespace
 
@@ -323,6 +319,9 @@ class HttpStore::Loop {
     ca_ = find_ca_certificates(process_env, is_regular_file, builtin_ca_certificates());
     for (const auto& [name, value] : options_.headers) http_headers_.add(name + ": " + value);
     if (options_.s3) s3_signer_.set(*options_.s3);
+    if (options_.s3 && !options_.s3->instance_metadata.empty()) {
+      instance_ = std::make_unique<InstanceCredentials>(options_.s3->instance_metadata);
+    }
     if (options_.gcs) gcs_signer_.set(*options_.gcs);
     multi_ = curl_multi_init();
     share_ = curl_share_init();
@@ -354,6 +353,10 @@ class HttpStore::Loop {
 
   Loop(const Loop&) = delete;
   Loop& operator=(const Loop&) = delete;
+
+  // The instance role's credentials, when the store's S3 credentials come
+  // from the metadata service; null otherwise.
+  InstanceCredentials* instance_credentials() { return instance_.get(); }
 
   // The region S3 said `bucket` is in, once a reply said so.
   std::optional<std::string> bucket_region(const std::string& bucket) {
@@ -573,11 +576,12 @@ class HttpStore::Loop {
       const S3Config& config = t.api == Api::kS3 ? *options_.s3 : *options_.gcs;
       const Signer& signer = t.api == Api::kS3 ? s3_signer_ : gcs_signer_;
       curl_easy_setopt(easy, CURLOPT_PATH_AS_IS, 1L);
-      curl_easy_setopt(easy, CURLOPT_HTTPHEADER, signer.headers.list);
-      if (!config.anonymous) {
+      curl_easy_setopt(easy, CURLOPT_HTTPHEADER, t.role ? t.role_headers.list : signer.headers.list);
+      if (!t.unsigned_request) {
         curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, t.sigv4.empty() ? signer.sigv4.c_str() : t.sigv4.c_str());
-        curl_easy_setopt(easy, CURLOPT_USERNAME, config.access_key_id.c_str());
-        curl_easy_setopt(easy, CURLOPT_PASSWORD, config.secret_access_key.c_str());
+        curl_easy_setopt(easy, CURLOPT_USERNAME, t.role ? t.role->access_key_id.c_str() : config.access_key_id.c_str());
+        curl_easy_setopt(easy, CURLOPT_PASSWORD,
+                         t.role ? t.role->secret_access_key.c_str() : config.secret_access_key.c_str());
       }
     } else {
       curl_easy_setopt(easy, CURLOPT_HTTPHEADER, http_headers_.list);
@@ -692,6 +696,7 @@ class HttpStore::Loop {
   };
   Signer s3_signer_;
   Signer gcs_signer_;
+  std::unique_ptr<InstanceCredentials> instance_;
   std::mutex regions_mu_;                              // Guards bucket_regions_.
   std::map<std::string, std::string> bucket_regions_;  // Learnt from S3's replies.
   CURLM* multi_ = nullptr;
@@ -726,25 +731,44 @@ HttpStoreCounters HttpStore::counters() const { return loop_->counters(); }
 
 namespace {
 
-// The transfer for `url`: an s3:// URL becomes its http(s) URL under the
-// store's S3Config; any other scheme but http(s) is invalid.
-// The S3Config a request to `bucket` is sent with: `config`, in the region
-// S3 named for the bucket if one did (`region`), and the transfer's signing
-// fields for it.
-S3Config sign_for_bucket(Transfer& t, const S3Config& config, const std::string& bucket,
-                         const std::optional<std::string>& region) {
+// Fills `t`'s signing fields for a request of `api` to `bucket` under
+// `config` (the store's S3 or GCS settings), and returns the settings its
+// URL is made with: `config` in the region S3 named for the bucket (S3
+// only), when that is another. With the instance role's credentials
+// (`instance`, S3 only), reads them: on the caller's thread, since a read
+// of the metadata service may take a second.
+S3Config sign(Transfer& t, Api api, const S3Config& config, const std::string& bucket,
+              const std::optional<std::string>& region, InstanceCredentials* instance) {
+  t.api = api;
+  t.unsigned_request = config.anonymous;
+  t.credentials_source = config.credentials_source;
+  if (api != Api::kS3) return config;
   t.bucket = bucket;
-  if (!region || *region == config.region) {
-    t.signed_region = config.region;
-    return config;
+  S3Config used = config;
+  if (region && *region != config.region) {
+    t.sigv4 = "aws:amz:" + *region + ":s3";
+    used = in_region(config, *region);
   }
-  t.signed_region = *region;
-  t.sigv4 = "aws:amz:" + *region + ":s3";
-  return in_region(config, *region);
+  t.signed_region = used.region;
+  if (instance != nullptr) {
+    t.role = instance->current();
+    if (t.role) {
+      t.credentials_source = "the instance metadata service (role " + t.role->role + ")";
+      t.role_headers.add(std::string("x-amz-content-sha256: ") + kEmptyPayloadSha256);
+      t.role_headers.add("x-amz-security-token: " + t.role->session_token);
+    } else {
+      t.unsigned_request = true;
+      t.credentials_source = "none found (looked in " + config.looked_in + ", then " + instance->source() + ")";
+    }
+  }
+  return used;
 }
 
+// The transfer for `url`: an s3:// URL becomes its http(s) URL under the
+// store's S3Config (signed by sign()); any other scheme but http(s) is invalid.
 std::shared_ptr<Transfer> transfer_for(const std::string& url, const HttpStoreOptions& options,
-                                       const std::function<std::optional<std::string>(const std::string&)>& region_of) {
+                                       const std::function<std::optional<std::string>(const std::string&)>& region_of,
+                                       InstanceCredentials* instance) {
   auto t = std::make_shared<Transfer>();
   std::string scheme = url.substr(0, url.find("://"));
   std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -758,16 +782,13 @@ std::shared_ptr<Transfer> transfer_for(const std::string& url, const HttpStoreOp
     }
     try {
       const std::string s3_url = "s3://" + url.substr(5);
-      if (gcs) {
-        t->url = s3_http_url(*config, s3_url);
-      } else {
-        const std::string bucket = split_s3_url(s3_url).first;
-        t->url = s3_http_url(sign_for_bucket(*t, *config, bucket, region_of(bucket)), s3_url);
-      }
+      const std::string bucket = split_s3_url(s3_url).first;
+      t->url = s3_http_url(gcs ? sign(*t, Api::kGcs, *config, bucket, std::nullopt, nullptr)
+                               : sign(*t, Api::kS3, *config, bucket, region_of(bucket), instance),
+                           s3_url);
     } catch (const Error& e) {
       throw FetchError({Kind::kInvalid, 0, e.cause()});
     }
-    t->api = gcs ? Api::kGcs : Api::kS3;
   } else if (scheme == "http" || scheme == "https") {
     t->url = url;
   } else {
@@ -808,7 +829,7 @@ std::vector<uint8_t> HttpStore::read(const std::string& url, uint64_t offset, in
                           std::to_string(options.max_read_bytes) + " bytes a read may return"});
   }
   std::shared_ptr<Transfer> t = loop_->perform_in_bucket_region([&] {
-    std::shared_ptr<Transfer> made = transfer_for(url, options, region_of);
+    std::shared_ptr<Transfer> made = transfer_for(url, options, region_of, loop_->instance_credentials());
     // A whole object is one plain GET: a range would change what servers
     // answer (416 for an empty object).
     if (size > 0) made->range = std::to_string(offset) + "-" + std::to_string(offset + static_cast<uint64_t>(size) - 1);
@@ -828,7 +849,7 @@ RemoteObjectInfo HttpStore::fetch(const std::string& url, std::vector<uint8_t>* 
   const HttpStoreOptions& options = loop_->options();
   const auto region_of = [this](const std::string& bucket) { return loop_->bucket_region(bucket); };
   std::shared_ptr<Transfer> t = loop_->perform_in_bucket_region([&] {
-    std::shared_ptr<Transfer> made = transfer_for(url, options, region_of);
+    std::shared_ptr<Transfer> made = transfer_for(url, options, region_of, loop_->instance_credentials());
     made->max_bytes = std::min(made->max_bytes, max_bytes);
     return made;
   });
@@ -841,7 +862,7 @@ RemoteObjectInfo HttpStore::stat(const std::string& url) const {
   const HttpStoreOptions& options = loop_->options();
   const auto region_of = [this](const std::string& bucket) { return loop_->bucket_region(bucket); };
   std::shared_ptr<Transfer> t = loop_->perform_in_bucket_region([&] {
-    std::shared_ptr<Transfer> made = transfer_for(url, options, region_of);
+    std::shared_ptr<Transfer> made = transfer_for(url, options, region_of, loop_->instance_credentials());
     made->head = true;
     return made;
   });
@@ -884,10 +905,11 @@ std::vector<RemoteObject> HttpStore::list(const std::string& prefix) const {
     std::shared_ptr<Transfer> t = loop_->perform_in_bucket_region([&] {
       auto made = std::make_shared<Transfer>();
       const S3Config in_bucket_region =
-          api == Api::kS3 ? sign_for_bucket(*made, *config, bucket, loop_->bucket_region(bucket)) : *config;
+          api == Api::kS3
+              ? sign(*made, api, *config, bucket, loop_->bucket_region(bucket), loop_->instance_credentials())
+              : sign(*made, api, *config, bucket, std::nullopt, nullptr);
       made->url = s3_list_url(in_bucket_region, bucket, key_prefix, token);
       made->host = host_of(made->url);
-      made->api = api;
       made->max_bytes = options.max_read_bytes;
       return made;
     });

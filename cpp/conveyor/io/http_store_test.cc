@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <ctime>
 #include <initializer_list>
 #include <random>
 #include <string>
@@ -372,11 +374,113 @@ TEST(HttpStoreTest, AnUnsignedS3RequestThatIsForbiddenSaysNoCredentialsWereFound
         403, "Forbidden", "<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"));
   });
   HttpStoreOptions options;
-  options.s3 = resolve_s3_config({{"endpoint_url", server.url("")}}, [](const std::string&) { return std::nullopt; });
+  options.s3 = resolve_s3_config({{"endpoint_url", server.url("")}}, [](const std::string& name) {
+    return name == "AWS_EC2_METADATA_DISABLED" ? std::optional<std::string>("true") : std::nullopt;
+  });
   HttpStore store(options);
   EXPECT_EQ(failure_of(store, "s3://bucket/a").describe(),
             "HTTP 403 Forbidden (AccessDenied); the request was unsigned (credentials: none found (looked in "
             "storage_options, AWS_ACCESS_KEY_ID, ~/.aws/credentials and ~/.aws/config [default]))");
+}
+
+// A fake instance metadata service (IMDSv2) for role "trainer", whose
+// credentials expire `lifetime` from now; counts the requests it answers.
+struct FakeInstanceMetadata {
+  std::atomic<int> requests{0};
+  std::chrono::seconds lifetime{3600};
+  bool session_tokens = true;  // false: IMDSv1 (the token PUT is refused with 405).
+  HttpTestServer server{[this](const HttpTestRequest& request, HttpTestConnection& connection) {
+    ++requests;
+    if (request.method == "PUT" && request.target == "/latest/api/token") {
+      if (!session_tokens) return connection.send(HttpTestServer::reply(405, "Method Not Allowed", ""));
+      EXPECT_EQ(request.headers.at("x-aws-ec2-metadata-token-ttl-seconds"), "21600");
+      return connection.send(HttpTestServer::reply(200, "OK", "SESSION"));
+    }
+    EXPECT_EQ(request.headers.count("x-aws-ec2-metadata-token"), session_tokens ? 1u : 0u) << request.target;
+    if (request.target == "/latest/meta-data/iam/security-credentials/") {
+      return connection.send(HttpTestServer::reply(200, "OK", "trainer"));
+    }
+    if (request.target == "/latest/meta-data/iam/security-credentials/trainer") {
+      const std::time_t expires = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now() + lifetime);
+      char when[32];
+      std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&expires));
+      return connection.send(HttpTestServer::reply(
+          200, "OK",
+          std::string(R"({"Code":"Success","AccessKeyId":"ASIAROLE","SecretAccessKey":"ROLESECRETROLESECRET",)") +
+              R"("Token":"ROLETOKEN","Expiration":")" + when + "\"}"));
+    }
+    return connection.send(HttpTestServer::reply(404, "Not Found", ""));
+  }};
+  GetEnv env() {
+    return [url = server.url("")](const std::string& name) {
+      return name == "AWS_EC2_METADATA_SERVICE_ENDPOINT" ? std::optional<std::string>(url) : std::nullopt;
+    };
+  }
+};
+
+// An S3 server that answers only requests signed with the role's keys.
+HttpTestServer role_checking_s3() {
+  return HttpTestServer([](const HttpTestRequest& request, HttpTestConnection& connection) {
+    const auto authorization = request.headers.find("authorization");
+    const auto token = request.headers.find("x-amz-security-token");
+    if (authorization == request.headers.end() ||
+        authorization->second.rfind("AWS4-HMAC-SHA256 Credential=ASIAROLE/", 0) != 0 ||
+        token == request.headers.end() || token->second != "ROLETOKEN") {
+      return connection.send(HttpTestServer::reply(403, "Forbidden", "<Error><Code>AccessDenied</Code></Error>"));
+    }
+    for (const auto& [name, value] : request.headers) {
+      EXPECT_EQ(value.find("ROLESECRET"), std::string::npos) << name;  // The secret never travels.
+    }
+    return connection.send(HttpTestServer::reply(200, "OK", "abc"));
+  });
+}
+
+TEST(HttpStoreTest, WithoutKeysTheInstanceRolesCredentialsSignTheRequests) {
+  for (const bool session_tokens : {true, false}) {
+    FakeInstanceMetadata metadata;
+    metadata.session_tokens = session_tokens;
+    HttpTestServer s3 = role_checking_s3();
+    HttpStoreOptions options;
+    options.s3 = resolve_s3_config({{"endpoint_url", s3.url("")}}, metadata.env());
+    HttpStore store(options);
+    EXPECT_EQ(text(store.read("s3://bucket/a", 0, -1)), "abc");
+    EXPECT_EQ(text(store.read("s3://bucket/a", 1, 1)), "b");
+    EXPECT_EQ(metadata.requests.load(), 3) << "read once: token, role, credentials (IMDSv1: a refused token)";
+  }
+}
+
+TEST(HttpStoreTest, InstanceRoleCredentialsAboutToExpireAreReadAgain) {
+  FakeInstanceMetadata metadata;
+  metadata.lifetime = std::chrono::seconds(300);  // Within the 10 minutes before expiry.
+  HttpTestServer s3 = role_checking_s3();
+  HttpStoreOptions options;
+  options.s3 = resolve_s3_config({{"endpoint_url", s3.url("")}}, metadata.env());
+  HttpStore store(options);
+  EXPECT_EQ(text(store.read("s3://bucket/a", 0, -1)), "abc");
+  EXPECT_EQ(text(store.read("s3://bucket/a", 0, -1)), "abc");
+  EXPECT_EQ(metadata.requests.load(), 6);
+}
+
+TEST(HttpStoreTest, OffEc2TheMetadataServiceIsAskedOnceAndARefusalSaysWhy) {
+  HttpTestServer metadata([](const HttpTestRequest& request, HttpTestConnection& connection) {
+    if (request.method == "PUT") return connection.send(HttpTestServer::reply(200, "OK", "SESSION"));
+    return connection.send(HttpTestServer::reply(404, "Not Found", ""));  // No role.
+  });
+  HttpTestServer s3 = role_checking_s3();
+  HttpStoreOptions options;
+  options.s3 = resolve_s3_config({{"endpoint_url", s3.url("")}}, [&](const std::string& name) {
+    return name == "AWS_EC2_METADATA_SERVICE_ENDPOINT" ? std::optional<std::string>(metadata.url("")) : std::nullopt;
+  });
+  HttpStore store(options);
+  const std::string expected =
+      "HTTP 403 Forbidden (AccessDenied); the request was unsigned (credentials: none found "
+      "(looked in storage_options, AWS_ACCESS_KEY_ID, ~/.aws/credentials and ~/.aws/config "
+      "[default], then the instance metadata service at " +
+      metadata.url("") + ": the instance's role (HTTP 404: the instance has no role)))";
+  EXPECT_EQ(failure_of(store, "s3://bucket/a").describe(), expected);
+  EXPECT_EQ(failure_of(store, "s3://bucket/a").describe(), expected);
+  EXPECT_EQ(metadata.requests().size(), 2u);  // Token and role, once.
+  EXPECT_EQ(s3.requests().at(0).headers.count("authorization"), 0u);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "conveyor/core/error.h"
+#include "conveyor/io/instance_credentials.h"
 
 namespace conveyor {
 
@@ -230,11 +231,16 @@ S3Config resolve_s3_config(const std::map<std::string, std::string>& options, co
                           profile + " --format env), or read through s3fs by passing its own storage_options");
         }
       }
-      config.anonymous = true;
-      config.credentials_source = "none found (looked in storage_options, AWS_ACCESS_KEY_ID, " +
-                                  (credentials_file.shown.empty() ? "~/.aws/credentials" : credentials_file.shown) +
-                                  " and " + (config_file.shown.empty() ? "~/.aws/config" : config_file.shown) + " [" +
-                                  profile + "])";
+      config.looked_in = "storage_options, AWS_ACCESS_KEY_ID, " +
+                         (credentials_file.shown.empty() ? "~/.aws/credentials" : credentials_file.shown) + " and " +
+                         (config_file.shown.empty() ? "~/.aws/config" : config_file.shown) + " [" + profile + "]";
+      if (const std::optional<std::string> service = instance_metadata_endpoint(getenv)) {
+        config.instance_metadata = *service;
+        config.credentials_source = "the instance metadata service at " + *service;
+      } else {
+        config.anonymous = true;
+        config.credentials_source = "none found (looked in " + config.looked_in + ")";
+      }
     }
   }
 

@@ -30,6 +30,14 @@ struct S3Config {
   std::string access_key_id;
   std::string secret_access_key;
   std::string session_token;  ///< Empty for long-term keys.
+  /// When no keys were found and AWS_EC2_METADATA_DISABLED is not "true":
+  /// the instance metadata service's URL (io/instance_credentials.h), whose
+  /// role credentials the store reads at its first request; empty otherwise.
+  std::string instance_metadata;
+  /// Where keys were looked for before it ("storage_options,
+  /// AWS_ACCESS_KEY_ID, ~/.aws/credentials and ~/.aws/config [default]"),
+  /// for the message when the service gives none either.
+  std::string looked_in;
   /// The endpoint is AWS's own for `region` (none was given): a bucket in
   /// another region is read from that region's endpoint (in_region).
   bool regional_endpoint = false;
@@ -56,8 +64,11 @@ const std::vector<std::string>& s3_option_names();
 ///   a profile is named in `options`; the profile's keys in the shared
 ///   credentials file (AWS_SHARED_CREDENTIALS_FILE, else ~/.aws/credentials),
 ///   then in the config file (AWS_CONFIG_FILE, else ~/.aws/config). The
-///   profile is `profile`, else AWS_PROFILE, else "default". None found:
-///   requests go unsigned, and credentials_source says where it looked.
+///   profile is `profile`, else AWS_PROFILE, else "default". None found: the
+///   EC2 instance role's, from the instance metadata service
+///   (instance_metadata, read by the store), unless AWS_EC2_METADATA_DISABLED
+///   is "true"; then requests go unsigned, and credentials_source says where
+///   it looked.
 /// - region: `region`, AWS_REGION, AWS_DEFAULT_REGION, the profile's
 ///   `region` in the config file, else "us-east-1".
 /// - endpoint: `endpoint_url`, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the
