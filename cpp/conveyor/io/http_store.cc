@@ -22,7 +22,7 @@
 #include "conveyor/core/error.h"
 #include "conveyor/io/ca_certificates.h"
 #include "conveyor/io/connection_limit.h"
-#include "conveyor/io/instance_credentials.h"
+#include "conveyor/io/role_credentials.h"
 
 namespace conveyor {
 
@@ -123,13 +123,13 @@ struct Transfer {
   Api api = Api::kHttp;
   std::string range;  // "first-last", or empty for the whole object
   int64_t max_bytes = 0;
-  std::string bucket;              // S3: the bucket, whose region a reply may name.
-  std::string signed_region;       // S3: the region the request is signed for.
-  std::string sigv4;               // S3: libcurl's SigV4 provider string for that region.
-  bool unsigned_request = false;   // S3, GCS: sent without a signature.
-  std::string credentials_source;  // S3, GCS: where its credentials came from (a refusal's message says).
-  std::shared_ptr<const InstanceRoleCredentials> role;  // S3: the instance role's credentials it is signed with.
-  HeaderList role_headers;                              // Their headers (the session token), when `role`.
+  std::string bucket;                           // S3: the bucket, whose region a reply may name.
+  std::string signed_region;                    // S3: the region the request is signed for.
+  std::string sigv4;                            // S3: libcurl's SigV4 provider string for that region.
+  bool unsigned_request = false;                // S3, GCS: sent without a signature.
+  std::string credentials_source;               // S3, GCS: where its credentials came from (a refusal's message says).
+  std::shared_ptr<const RoleCredentials> role;  // S3: the role's credentials it is signed with.
+  HeaderList role_headers;                      // Their headers (the session token), when `role`.
   int in_flight_at_start = 0;  // Transfers to the host in flight when this one started, itself included.
   Clock::time_point started{};
   bool slow_connect = false;  // Reported as an overload while still connecting.
@@ -319,8 +319,8 @@ class HttpStore::Loop {
     ca_ = find_ca_certificates(process_env, is_regular_file, builtin_ca_certificates());
     for (const auto& [name, value] : options_.headers) http_headers_.add(name + ": " + value);
     if (options_.s3) s3_signer_.set(*options_.s3);
-    if (options_.s3 && !options_.s3->instance_metadata.empty()) {
-      instance_ = std::make_unique<InstanceCredentials>(options_.s3->instance_metadata);
+    if (options_.s3 && options_.s3->role_endpoint) {
+      role_ = std::make_unique<RefreshingRoleCredentials>(*options_.s3->role_endpoint);
     }
     if (options_.gcs) gcs_signer_.set(*options_.gcs);
     multi_ = curl_multi_init();
@@ -354,9 +354,9 @@ class HttpStore::Loop {
   Loop(const Loop&) = delete;
   Loop& operator=(const Loop&) = delete;
 
-  // The instance role's credentials, when the store's S3 credentials come
-  // from the metadata service; null otherwise.
-  InstanceCredentials* instance_credentials() { return instance_.get(); }
+  // A role's credentials, when the store's S3 credentials come from a
+  // container's endpoint or the instance metadata service; null otherwise.
+  RefreshingRoleCredentials* role_credentials() { return role_.get(); }
 
   // The region S3 said `bucket` is in, once a reply said so.
   std::optional<std::string> bucket_region(const std::string& bucket) {
@@ -696,7 +696,7 @@ class HttpStore::Loop {
   };
   Signer s3_signer_;
   Signer gcs_signer_;
-  std::unique_ptr<InstanceCredentials> instance_;
+  std::unique_ptr<RefreshingRoleCredentials> role_;
   std::mutex regions_mu_;                              // Guards bucket_regions_.
   std::map<std::string, std::string> bucket_regions_;  // Learnt from S3's replies.
   CURLM* multi_ = nullptr;
@@ -734,11 +734,11 @@ namespace {
 // Fills `t`'s signing fields for a request of `api` to `bucket` under
 // `config` (the store's S3 or GCS settings), and returns the settings its
 // URL is made with: `config` in the region S3 named for the bucket (S3
-// only), when that is another. With the instance role's credentials
-// (`instance`, S3 only), reads them: on the caller's thread, since a read
-// of the metadata service may take a second.
+// only), when that is another. With a role's credentials (`role`, S3
+// only), reads them: on the caller's thread, since a read of the metadata
+// service may take a second.
 S3Config sign(Transfer& t, Api api, const S3Config& config, const std::string& bucket,
-              const std::optional<std::string>& region, InstanceCredentials* instance) {
+              const std::optional<std::string>& region, RefreshingRoleCredentials* role) {
   t.api = api;
   t.unsigned_request = config.anonymous;
   t.credentials_source = config.credentials_source;
@@ -750,15 +750,15 @@ S3Config sign(Transfer& t, Api api, const S3Config& config, const std::string& b
     used = in_region(config, *region);
   }
   t.signed_region = used.region;
-  if (instance != nullptr) {
-    t.role = instance->current();
+  if (role != nullptr) {
+    t.role = role->current();
     if (t.role) {
-      t.credentials_source = "the instance metadata service (role " + t.role->role + ")";
+      t.credentials_source = t.role->from;
       t.role_headers.add(std::string("x-amz-content-sha256: ") + kEmptyPayloadSha256);
       t.role_headers.add("x-amz-security-token: " + t.role->session_token);
     } else {
       t.unsigned_request = true;
-      t.credentials_source = "none found (looked in " + config.looked_in + ", then " + instance->source() + ")";
+      t.credentials_source = "none found (looked in " + config.looked_in + ", then " + role->source() + ")";
     }
   }
   return used;
@@ -768,7 +768,7 @@ S3Config sign(Transfer& t, Api api, const S3Config& config, const std::string& b
 // store's S3Config (signed by sign()); any other scheme but http(s) is invalid.
 std::shared_ptr<Transfer> transfer_for(const std::string& url, const HttpStoreOptions& options,
                                        const std::function<std::optional<std::string>(const std::string&)>& region_of,
-                                       InstanceCredentials* instance) {
+                                       RefreshingRoleCredentials* role) {
   auto t = std::make_shared<Transfer>();
   std::string scheme = url.substr(0, url.find("://"));
   std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -784,7 +784,7 @@ std::shared_ptr<Transfer> transfer_for(const std::string& url, const HttpStoreOp
       const std::string s3_url = "s3://" + url.substr(5);
       const std::string bucket = split_s3_url(s3_url).first;
       t->url = s3_http_url(gcs ? sign(*t, Api::kGcs, *config, bucket, std::nullopt, nullptr)
-                               : sign(*t, Api::kS3, *config, bucket, region_of(bucket), instance),
+                               : sign(*t, Api::kS3, *config, bucket, region_of(bucket), role),
                            s3_url);
     } catch (const Error& e) {
       throw FetchError({Kind::kInvalid, 0, e.cause()});
@@ -829,7 +829,7 @@ std::vector<uint8_t> HttpStore::read(const std::string& url, uint64_t offset, in
                           std::to_string(options.max_read_bytes) + " bytes a read may return"});
   }
   std::shared_ptr<Transfer> t = loop_->perform_in_bucket_region([&] {
-    std::shared_ptr<Transfer> made = transfer_for(url, options, region_of, loop_->instance_credentials());
+    std::shared_ptr<Transfer> made = transfer_for(url, options, region_of, loop_->role_credentials());
     // A whole object is one plain GET: a range would change what servers
     // answer (416 for an empty object).
     if (size > 0) made->range = std::to_string(offset) + "-" + std::to_string(offset + static_cast<uint64_t>(size) - 1);
@@ -849,7 +849,7 @@ RemoteObjectInfo HttpStore::fetch(const std::string& url, std::vector<uint8_t>* 
   const HttpStoreOptions& options = loop_->options();
   const auto region_of = [this](const std::string& bucket) { return loop_->bucket_region(bucket); };
   std::shared_ptr<Transfer> t = loop_->perform_in_bucket_region([&] {
-    std::shared_ptr<Transfer> made = transfer_for(url, options, region_of, loop_->instance_credentials());
+    std::shared_ptr<Transfer> made = transfer_for(url, options, region_of, loop_->role_credentials());
     made->max_bytes = std::min(made->max_bytes, max_bytes);
     return made;
   });
@@ -862,7 +862,7 @@ RemoteObjectInfo HttpStore::stat(const std::string& url) const {
   const HttpStoreOptions& options = loop_->options();
   const auto region_of = [this](const std::string& bucket) { return loop_->bucket_region(bucket); };
   std::shared_ptr<Transfer> t = loop_->perform_in_bucket_region([&] {
-    std::shared_ptr<Transfer> made = transfer_for(url, options, region_of, loop_->instance_credentials());
+    std::shared_ptr<Transfer> made = transfer_for(url, options, region_of, loop_->role_credentials());
     made->head = true;
     return made;
   });
@@ -905,9 +905,8 @@ std::vector<RemoteObject> HttpStore::list(const std::string& prefix) const {
     std::shared_ptr<Transfer> t = loop_->perform_in_bucket_region([&] {
       auto made = std::make_shared<Transfer>();
       const S3Config in_bucket_region =
-          api == Api::kS3
-              ? sign(*made, api, *config, bucket, loop_->bucket_region(bucket), loop_->instance_credentials())
-              : sign(*made, api, *config, bucket, std::nullopt, nullptr);
+          api == Api::kS3 ? sign(*made, api, *config, bucket, loop_->bucket_region(bucket), loop_->role_credentials())
+                          : sign(*made, api, *config, bucket, std::nullopt, nullptr);
       made->url = s3_list_url(in_bucket_region, bucket, key_prefix, token);
       made->host = host_of(made->url);
       made->max_bytes = options.max_read_bytes;

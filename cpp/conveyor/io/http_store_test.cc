@@ -6,6 +6,7 @@
 #include <chrono>
 #include <ctime>
 #include <initializer_list>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
@@ -447,6 +448,31 @@ TEST(HttpStoreTest, WithoutKeysTheInstanceRolesCredentialsSignTheRequests) {
     EXPECT_EQ(text(store.read("s3://bucket/a", 1, 1)), "b");
     EXPECT_EQ(metadata.requests.load(), 3) << "read once: token, role, credentials (IMDSv1: a refused token)";
   }
+}
+
+TEST(HttpStoreTest, WithoutKeysAContainersRoleSignsTheRequests) {
+  // ECS/EKS: the endpoint in AWS_CONTAINER_CREDENTIALS_FULL_URI, with its token.
+  std::atomic<int> reads{0};
+  HttpTestServer container([&](const HttpTestRequest& request, HttpTestConnection& connection) {
+    ++reads;
+    EXPECT_EQ(request.headers.at("authorization"), "PODTOKEN");
+    return connection.send(HttpTestServer::reply(
+        200, "OK",
+        R"({"AccessKeyId":"ASIAROLE","SecretAccessKey":"ROLESECRETROLESECRET","Token":"ROLETOKEN",)"
+        R"("Expiration":"2100-01-01T00:00:00Z"})"));
+  });
+  HttpTestServer s3 = role_checking_s3();
+  HttpStoreOptions options;
+  const std::map<std::string, std::string> variables{{"AWS_CONTAINER_CREDENTIALS_FULL_URI", container.url("/creds")},
+                                                     {"AWS_CONTAINER_AUTHORIZATION_TOKEN", "PODTOKEN"}};
+  options.s3 = resolve_s3_config({{"endpoint_url", s3.url("")}}, [&](const std::string& name) {
+    const auto it = variables.find(name);
+    return it == variables.end() ? std::nullopt : std::optional<std::string>(it->second);
+  });
+  HttpStore store(options);
+  EXPECT_EQ(text(store.read("s3://bucket/a", 0, -1)), "abc");
+  EXPECT_EQ(text(store.read("s3://bucket/a", 0, -1)), "abc");
+  EXPECT_EQ(reads.load(), 1);
 }
 
 TEST(HttpStoreTest, InstanceRoleCredentialsAboutToExpireAreReadAgain) {

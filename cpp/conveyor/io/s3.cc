@@ -7,7 +7,6 @@
 #include <sstream>
 
 #include "conveyor/core/error.h"
-#include "conveyor/io/instance_credentials.h"
 
 namespace conveyor {
 
@@ -234,9 +233,8 @@ S3Config resolve_s3_config(const std::map<std::string, std::string>& options, co
       config.looked_in = "storage_options, AWS_ACCESS_KEY_ID, " +
                          (credentials_file.shown.empty() ? "~/.aws/credentials" : credentials_file.shown) + " and " +
                          (config_file.shown.empty() ? "~/.aws/config" : config_file.shown) + " [" + profile + "]";
-      if (const std::optional<std::string> service = instance_metadata_endpoint(getenv)) {
-        config.instance_metadata = *service;
-        config.credentials_source = "the instance metadata service at " + *service;
+      if ((config.role_endpoint = role_credentials_endpoint(getenv))) {
+        config.credentials_source = config.role_endpoint->describe();
       } else {
         config.anonymous = true;
         config.credentials_source = "none found (looked in " + config.looked_in + ")";

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "conveyor/core/environment.h"
+#include "conveyor/io/role_credentials.h"
 
 namespace conveyor {
 
@@ -30,10 +31,10 @@ struct S3Config {
   std::string access_key_id;
   std::string secret_access_key;
   std::string session_token;  ///< Empty for long-term keys.
-  /// When no keys were found and AWS_EC2_METADATA_DISABLED is not "true":
-  /// the instance metadata service's URL (io/instance_credentials.h), whose
-  /// role credentials the store reads at its first request; empty otherwise.
-  std::string instance_metadata;
+  /// When no keys were found: where a role's credentials are read (a
+  /// container's endpoint, else the EC2 instance metadata service unless
+  /// disabled), by the store at its first request (io/role_credentials.h).
+  std::optional<RoleCredentialsEndpoint> role_endpoint;
   /// Where keys were looked for before it ("storage_options,
   /// AWS_ACCESS_KEY_ID, ~/.aws/credentials and ~/.aws/config [default]"),
   /// for the message when the service gives none either.
@@ -64,11 +65,11 @@ const std::vector<std::string>& s3_option_names();
 ///   a profile is named in `options`; the profile's keys in the shared
 ///   credentials file (AWS_SHARED_CREDENTIALS_FILE, else ~/.aws/credentials),
 ///   then in the config file (AWS_CONFIG_FILE, else ~/.aws/config). The
-///   profile is `profile`, else AWS_PROFILE, else "default". None found: the
-///   EC2 instance role's, from the instance metadata service
-///   (instance_metadata, read by the store), unless AWS_EC2_METADATA_DISABLED
-///   is "true"; then requests go unsigned, and credentials_source says where
-///   it looked.
+///   profile is `profile`, else AWS_PROFILE, else "default". None found: a
+///   role's, from a container's credentials endpoint or the EC2 instance
+///   metadata service (role_endpoint, role_credentials_endpoint(), read by
+///   the store); without either, requests go unsigned, and
+///   credentials_source says where it looked.
 /// - region: `region`, AWS_REGION, AWS_DEFAULT_REGION, the profile's
 ///   `region` in the config file, else "us-east-1".
 /// - endpoint: `endpoint_url`, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the

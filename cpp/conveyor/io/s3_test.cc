@@ -85,23 +85,23 @@ TEST_F(S3ConfigTest, KeysInTheConfigFileAreFoundToo) {
   EXPECT_EQ(config.credentials_source, "~/.aws/config [ci]");
 }
 
-TEST_F(S3ConfigTest, WithoutKeysTheInstanceRoleIsAskedUnlessTheMetadataServiceIsDisabled) {
+TEST_F(S3ConfigTest, WithoutKeysARolesCredentialsAreReadUnlessTheMetadataServiceIsDisabled) {
   const S3Config config = resolve_s3_config({}, env());
   EXPECT_FALSE(config.anonymous);
-  EXPECT_EQ(config.instance_metadata, "http://169.254.169.254");
+  ASSERT_TRUE(config.role_endpoint.has_value());
+  EXPECT_EQ(config.role_endpoint->url, "http://169.254.169.254");
   EXPECT_EQ(config.credentials_source, "the instance metadata service at http://169.254.169.254");
   EXPECT_EQ(config.looked_in, "storage_options, AWS_ACCESS_KEY_ID, ~/.aws/credentials and ~/.aws/config [default]");
-  EXPECT_EQ(
-      resolve_s3_config({}, env({{"AWS_EC2_METADATA_SERVICE_ENDPOINT", "http://[fd00:ec2::254]/"}})).instance_metadata,
-      "http://[fd00:ec2::254]");
-  // Keys given: the service is not asked.
-  EXPECT_EQ(resolve_s3_config({{"key", "AK"}, {"secret", "S"}}, env()).instance_metadata, "");
+  EXPECT_EQ(resolve_s3_config({}, env({{"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2/c"}})).credentials_source,
+            "the container credentials endpoint at http://169.254.170.2/v2/c");
+  // Keys given: no role is asked.
+  EXPECT_FALSE(resolve_s3_config({{"key", "AK"}, {"secret", "S"}}, env()).role_endpoint.has_value());
 }
 
 TEST_F(S3ConfigTest, WithoutCredentialsRequestsAreUnsignedAndTheSourceSaysWhereItLooked) {
   const S3Config config = resolve_s3_config({}, env({{"AWS_EC2_METADATA_DISABLED", "True"}}));
   EXPECT_TRUE(config.anonymous);
-  EXPECT_EQ(config.instance_metadata, "");
+  EXPECT_FALSE(config.role_endpoint.has_value());
   EXPECT_EQ(config.credentials_source,
             "none found (looked in storage_options, AWS_ACCESS_KEY_ID, ~/.aws/credentials and ~/.aws/config "
             "[default])");

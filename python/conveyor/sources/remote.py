@@ -298,19 +298,15 @@ _NATIVE_OPTIONS = frozenset({"headers", "connect_timeout", "read_timeout", *_con
 
 
 # Where the AWS SDKs find credentials that the engine's client does not read
-# (web identity on EKS, ECS/EKS container credentials): s3:// then goes
-# through s3fs, which reads them.
-_AWS_PROVIDER_VARIABLES = (
-    "AWS_WEB_IDENTITY_TOKEN_FILE",
-    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-)
+# (web identity on EKS, which needs STS): s3:// then goes through s3fs, which
+# reads them. (Container credentials and instance roles the engine reads.)
+_AWS_PROVIDER_VARIABLES = ("AWS_WEB_IDENTITY_TOKEN_FILE",)
 
 
 def _needs_aws_provider(protocols: set[str], options: Mapping[str, Any]) -> bool:
     """Whether s3:// credentials can only come from a provider the engine's
     client does not read (no keys or anon given, none in the environment,
-    and a web-identity or container provider set up)."""
+    and a web-identity provider set up)."""
     if "s3" not in protocols or {"key", "secret", "anon", "profile"} & set(options):
         return False
     if os.environ.get("AWS_ACCESS_KEY_ID"):

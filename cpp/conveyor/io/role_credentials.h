@@ -1,0 +1,103 @@
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "conveyor/core/environment.h"
+
+namespace conveyor {
+
+/// Initialises libcurl once per process (thread-safe). Throws Error{kConfig}
+/// when it cannot.
+void init_curl_once();
+
+/// A role's temporary credentials, as a local AWS endpoint gives them.
+struct RoleCredentials {
+  /// Where they came from, for messages: "the instance metadata service
+  /// (role NAME)" or "the container credentials endpoint at URL" (no secret).
+  std::string from;
+  std::string access_key_id;
+  std::string secret_access_key;
+  std::string session_token;
+  std::chrono::system_clock::time_point expiration;
+};
+
+/// Where a role's credentials are read when no keys are given, as the AWS
+/// SDKs find it (role_credentials_endpoint).
+struct RoleCredentialsEndpoint {
+  enum class Kind {
+    kContainer,         ///< ECS task role or EKS Pod Identity: GET `url` (JSON).
+    kInstanceMetadata,  ///< An EC2 instance's role: IMDS at the base URL `url`.
+  };
+  Kind kind = Kind::kInstanceMetadata;
+  std::string url;
+  /// Container: the Authorization header's value (a secret: never shown),
+  /// or the file holding it (read at each read: EKS rotates it).
+  std::string authorization;
+  std::string authorization_file;
+
+  /// "the container credentials endpoint at URL", "the instance metadata
+  /// service at URL": no secret.
+  std::string describe() const;
+};
+
+/// The endpoint of the role credentials for the environment, in the AWS
+/// SDKs' order:
+/// - a container's: AWS_CONTAINER_CREDENTIALS_RELATIVE_URI (on
+///   http://169.254.170.2), else AWS_CONTAINER_CREDENTIALS_FULL_URI, with
+///   AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE, else
+///   AWS_CONTAINER_AUTHORIZATION_TOKEN;
+/// - else the instance metadata service: AWS_EC2_METADATA_SERVICE_ENDPOINT,
+///   else http://169.254.169.254, unless AWS_EC2_METADATA_DISABLED is "true"
+///   (then none).
+/// Throws Error{kConfig} for a full URI the SDKs refuse: http:// to another
+/// host than a loopback one or ECS's and EKS's (169.254.170.2,
+/// 169.254.170.23, fd00:ec2::23); any https:// is taken. Thread-safe.
+std::optional<RoleCredentialsEndpoint> role_credentials_endpoint(const GetEnv& getenv = process_env);
+
+/// Reads the role's credentials from `endpoint`, each request bounded by
+/// `timeout` seconds (the SDKs': 1 for the metadata service, where off EC2
+/// nothing answers, 2 for a container's) and through no proxy.
+/// - Instance metadata (IMDSv2): a session token (PUT /latest/api/token; a
+///   service that refuses it with 403, 404 or 405 is asked without one, as
+///   IMDSv1), the role's name (GET /latest/meta-data/iam/security-credentials/),
+///   then its credentials (GET .../<role>).
+/// - Container: GET the URL with the Authorization header.
+/// Both answer JSON with AccessKeyId, SecretAccessKey, Token, Expiration.
+/// Throws FetchError whose message names the endpoint and the step ("the
+/// instance metadata service at <url>: <step>: <cause>"), never a
+/// credential. Thread-safe.
+RoleCredentials read_role_credentials(const RoleCredentialsEndpoint& endpoint, double timeout);
+
+/// A role's credentials for a store's requests: read at the first use, read
+/// again when they expire within 10 minutes (the AWS SDKs' mandatory
+/// refresh), kept while a new read fails and they are still valid.
+///
+/// Thread-safety: current() may be called from many threads; one reads at a time.
+class RefreshingRoleCredentials {
+ public:
+  explicit RefreshingRoleCredentials(RoleCredentialsEndpoint endpoint);
+
+  /// The credentials to sign with now, or null when the first read failed
+  /// (not an EC2 instance, or one without a role): requests then go
+  /// unsigned, and source() says why. That first answer is kept: the
+  /// endpoint is not asked again for each request. Throws FetchError
+  /// (kConnection) when expired credentials cannot be read again.
+  std::shared_ptr<const RoleCredentials> current();
+  /// Where the credentials come from: RoleCredentials::from once read,
+  /// endpoint.describe() before, or after a failed first read why it failed
+  /// ("the instance metadata service at URL: STEP: CAUSE").
+  std::string source() const;
+
+ private:
+  const RoleCredentialsEndpoint endpoint_;
+  mutable std::mutex mu_;
+  std::shared_ptr<const RoleCredentials> credentials_;
+  bool tried_ = false;
+  std::string failure_;  // Why the first read failed.
+};
+
+}  // namespace conveyor
