@@ -320,7 +320,7 @@ class HttpStore::Loop {
     for (const auto& [name, value] : options_.headers) http_headers_.add(name + ": " + value);
     if (options_.s3) s3_signer_.set(*options_.s3);
     if (options_.s3 && options_.s3->role_endpoint) {
-      role_ = std::make_unique<RefreshingRoleCredentials>(*options_.s3->role_endpoint);
+      role_ = std::make_unique<RefreshingRoleCredentials>(*options_.s3->role_endpoint, ca_);
     }
     if (options_.gcs) gcs_signer_.set(*options_.gcs);
     multi_ = curl_multi_init();

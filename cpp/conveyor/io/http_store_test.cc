@@ -1,10 +1,13 @@
 #include "conveyor/io/http_store.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <ctime>
+#include <filesystem>
+#include <fstream>
 #include <initializer_list>
 #include <map>
 #include <random>
@@ -473,6 +476,38 @@ TEST(HttpStoreTest, WithoutKeysAContainersRoleSignsTheRequests) {
   EXPECT_EQ(text(store.read("s3://bucket/a", 0, -1)), "abc");
   EXPECT_EQ(text(store.read("s3://bucket/a", 0, -1)), "abc");
   EXPECT_EQ(reads.load(), 1);
+}
+
+TEST(HttpStoreTest, WithoutKeysEksWebIdentitySignsTheRequests) {
+  // IRSA: the pod's token exchanged at STS (AssumeRoleWithWebIdentity) for the role's keys.
+  const std::filesystem::path token =
+      std::filesystem::temp_directory_path() / ("conveyor-web-identity-" + std::to_string(::getpid()));
+  std::ofstream(token) << "eyJ.pod";
+  std::atomic<int> exchanges{0};
+  HttpTestServer sts([&](const HttpTestRequest& request, HttpTestConnection& connection) {
+    ++exchanges;
+    EXPECT_NE(request.body.find("&WebIdentityToken=eyJ.pod"), std::string::npos) << request.body;
+    return connection.send(HttpTestServer::reply(
+        200, "OK",
+        "<AssumeRoleWithWebIdentityResponse><AssumeRoleWithWebIdentityResult><Credentials>"
+        "<AccessKeyId>ASIAROLE</AccessKeyId><SecretAccessKey>ROLESECRETROLESECRET</SecretAccessKey>"
+        "<SessionToken>ROLETOKEN</SessionToken><Expiration>2100-01-01T00:00:00Z</Expiration>"
+        "</Credentials></AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>"));
+  });
+  HttpTestServer s3 = role_checking_s3();
+  const std::map<std::string, std::string> variables{{"AWS_WEB_IDENTITY_TOKEN_FILE", token.string()},
+                                                     {"AWS_ROLE_ARN", "arn:aws:iam::1:role/trainer"},
+                                                     {"AWS_ENDPOINT_URL_STS", sts.url("")}};
+  HttpStoreOptions options;
+  options.s3 = resolve_s3_config({{"endpoint_url", s3.url("")}}, [&](const std::string& name) {
+    const auto it = variables.find(name);
+    return it == variables.end() ? std::nullopt : std::optional<std::string>(it->second);
+  });
+  HttpStore store(options);
+  EXPECT_EQ(text(store.read("s3://bucket/a", 0, -1)), "abc");
+  EXPECT_EQ(text(store.read("s3://bucket/a", 0, -1)), "abc");
+  EXPECT_EQ(exchanges.load(), 1);
+  std::filesystem::remove(token);
 }
 
 TEST(HttpStoreTest, InstanceRoleCredentialsAboutToExpireAreReadAgain) {

@@ -2,12 +2,14 @@
 
 #include <curl/curl.h>
 
+#include <algorithm>
 #include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "conveyor/core/error.h"
 #include "conveyor/io/remote.h"
@@ -35,9 +37,20 @@ size_t on_body(char* data, size_t, size_t count, void* user) {
   return count;
 }
 
-// One request to the service; throws FetchError naming `step` (never a header's value).
-Reply request(const std::string& url, const char* method, const std::string& header, double timeout,
-              const std::string& what) {
+// One request of a credentials read.
+struct Request {
+  std::string url;
+  const char* method = "GET";
+  std::vector<std::string> headers;  // Never shown: they may hold a token.
+  std::string body;                  // Sent when not empty (a form).
+  double timeout = 1;
+  std::string what;                    // Names the request in errors.
+  bool local = true;                   // A link-local or loopback endpoint: no proxy.
+  const CaCertificates* ca = nullptr;  // What TLS is verified against (https), when set.
+};
+
+// Performs `r`; throws FetchError named by r.what (never a header's value).
+Reply request(const Request& r) {
   CURL* easy = curl_easy_init();
   if (easy == nullptr) throw std::bad_alloc();
   struct Cleanup {
@@ -48,17 +61,26 @@ Reply request(const std::string& url, const char* method, const std::string& hea
       curl_easy_cleanup(easy);
     }
   } cleanup{easy};
-  if (!header.empty()) {
-    cleanup.headers = curl_slist_append(nullptr, header.c_str());
-    if (cleanup.headers == nullptr) throw std::bad_alloc();
-    curl_easy_setopt(easy, CURLOPT_HTTPHEADER, cleanup.headers);
+  for (const std::string& header : r.headers) {
+    curl_slist* grown = curl_slist_append(cleanup.headers, header.c_str());
+    if (grown == nullptr) throw std::bad_alloc();
+    cleanup.headers = grown;
   }
+  if (cleanup.headers != nullptr) curl_easy_setopt(easy, CURLOPT_HTTPHEADER, cleanup.headers);
   Reply reply;
   char error[CURL_ERROR_SIZE] = {};
-  const long milliseconds = static_cast<long>(timeout * 1000);
-  curl_easy_setopt(easy, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST, method);
-  curl_easy_setopt(easy, CURLOPT_NOPROXY, "*");
+  const long milliseconds = static_cast<long>(r.timeout * 1000);
+  curl_easy_setopt(easy, CURLOPT_URL, r.url.c_str());
+  curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST, r.method);
+  if (!r.body.empty()) {
+    curl_easy_setopt(easy, CURLOPT_POSTFIELDS, r.body.c_str());
+    curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE, static_cast<long>(r.body.size()));
+  }
+  if (r.local) curl_easy_setopt(easy, CURLOPT_NOPROXY, "*");
+  if (r.ca != nullptr) {
+    curl_easy_setopt(easy, CURLOPT_CAINFO, r.ca->file.empty() ? nullptr : r.ca->file.c_str());
+    curl_easy_setopt(easy, CURLOPT_CAPATH, r.ca->folder.empty() ? nullptr : r.ca->folder.c_str());
+  }
   curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, milliseconds);
   curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, milliseconds);
   curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
@@ -69,7 +91,7 @@ Reply request(const std::string& url, const char* method, const std::string& hea
   const CURLcode code = curl_easy_perform(easy);
   if (code != CURLE_OK) {
     const Kind kind = code == CURLE_OPERATION_TIMEDOUT ? Kind::kTimeout : Kind::kConnection;
-    throw FetchError({kind, 0, what + ": " + (error[0] != '\0' ? std::string(error) : curl_easy_strerror(code))});
+    throw FetchError({kind, 0, r.what + ": " + (error[0] != '\0' ? std::string(error) : curl_easy_strerror(code))});
   }
   curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &reply.status);
   return reply;
@@ -142,15 +164,21 @@ std::string host_of_url(const std::string& url) {
 RoleCredentials read_instance_metadata(const std::string& endpoint, double timeout) {
   const std::string service = "the instance metadata service at " + endpoint;
   std::string token_header;
-  const Reply token = request(endpoint + "/latest/api/token", "PUT", "X-aws-ec2-metadata-token-ttl-seconds: 21600",
-                              timeout, service + ": its session token");
+  const Reply token = request({endpoint + "/latest/api/token",
+                               "PUT",
+                               {"X-aws-ec2-metadata-token-ttl-seconds: 21600"},
+                               "",
+                               timeout,
+                               service + ": its session token"});
   if (token.status == 200 && !token.body.empty()) {
     token_header = "X-aws-ec2-metadata-token: " + token.body;
   } else if (token.status != 403 && token.status != 404 && token.status != 405) {
     throw FetchError({Kind::kOther, 0, service + ": its session token (HTTP " + std::to_string(token.status) + ")"});
   }
   const std::string roles_url = endpoint + "/latest/meta-data/iam/security-credentials/";
-  const Reply roles = request(roles_url, "GET", token_header, timeout, service + ": the instance's role");
+  std::vector<std::string> headers;
+  if (!token_header.empty()) headers.push_back(token_header);
+  const Reply roles = request({roles_url, "GET", headers, "", timeout, service + ": the instance's role"});
   if (roles.status != 200 || roles.body.empty()) {
     throw FetchError({Kind::kOther, 0,
                       service + ": the instance's role (HTTP " + std::to_string(roles.status) +
@@ -158,7 +186,7 @@ RoleCredentials read_instance_metadata(const std::string& endpoint, double timeo
   }
   const std::string role = roles.body.substr(0, roles.body.find_first_of("\r\n"));
   const std::string what = service + ": the credentials of role " + role;
-  const Reply reply = request(roles_url + role, "GET", token_header, timeout, what);
+  const Reply reply = request({roles_url + role, "GET", headers, "", timeout, what});
   if (reply.status != 200) throw FetchError({Kind::kOther, 0, what + " (HTTP " + std::to_string(reply.status) + ")"});
   RoleCredentials credentials = parse_credentials(reply.body, what);
   credentials.from = "the instance metadata service (role " + role + ")";
@@ -185,10 +213,81 @@ RoleCredentials read_container(const RoleCredentialsEndpoint& endpoint, double t
   if (authorization.find_first_of("\r\n") != std::string::npos) {
     throw FetchError({Kind::kOther, 0, what + ": an authorization token of more than one line"});
   }
-  const Reply reply =
-      request(endpoint.url, "GET", authorization.empty() ? "" : "Authorization: " + authorization, timeout, what);
+  std::vector<std::string> headers;
+  if (!authorization.empty()) headers.push_back("Authorization: " + authorization);
+  const Reply reply = request({endpoint.url, "GET", headers, "", timeout, what});
   if (reply.status != 200) throw FetchError({Kind::kOther, 0, what + " (HTTP " + std::to_string(reply.status) + ")"});
   RoleCredentials credentials = parse_credentials(reply.body, what);
+  credentials.from = what;
+  return credentials;
+}
+
+// The text of the first <tag>...</tag> in `xml` ("" when absent).
+std::string xml_text(const std::string& xml, const std::string& tag) {
+  const size_t open = xml.find("<" + tag + ">");
+  if (open == std::string::npos) return "";
+  const size_t start = open + tag.size() + 2;
+  const size_t close = xml.find("</" + tag + ">", start);
+  return close == std::string::npos ? "" : xml.substr(start, close - start);
+}
+
+// `value` percent-encoded for a form (every byte but A-Z a-z 0-9 - . _ ~).
+std::string form_encoded(const std::string& value) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (const unsigned char c : value) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+// The first line of the file `path` (a token), or a FetchError naming the variable.
+std::string token_of_file(const std::string& path, const std::string& what, const char* variable) {
+  std::ifstream file(path);
+  std::ostringstream text;
+  text << file.rdbuf();
+  if (!file) throw FetchError({Kind::kOther, 0, what + ": " + variable + " " + path + " cannot be read"});
+  std::string content = text.str();
+  while (!content.empty() && (content.back() == '\n' || content.back() == '\r')) content.pop_back();
+  return content;
+}
+
+RoleCredentials read_web_identity(const RoleCredentialsEndpoint& endpoint, double timeout, const CaCertificates* ca) {
+  const std::string what = endpoint.describe();
+  const std::string token = token_of_file(endpoint.authorization_file, what, "AWS_WEB_IDENTITY_TOKEN_FILE");
+  Request r{endpoint.url + "/", "POST", {"Content-Type: application/x-www-form-urlencoded"}, "", timeout, what};
+  r.body = "Action=AssumeRoleWithWebIdentity&Version=2011-06-15&RoleArn=" + form_encoded(endpoint.role_arn) +
+           "&RoleSessionName=" + form_encoded(endpoint.session_name) + "&WebIdentityToken=" + form_encoded(token);
+  r.local = false;  // STS is AWS's public endpoint: through the proxy, if any.
+  r.ca = ca;
+  const Reply reply = request(r);
+  if (reply.status != 200) {
+    // STS's error code (InvalidIdentityToken, AccessDenied...), not its message.
+    std::string code = xml_text(reply.body, "Code").substr(0, 64);
+    if (!std::all_of(code.begin(), code.end(), [](unsigned char c) { return std::isalnum(c) != 0; })) code.clear();
+    throw FetchError({Kind::kOther, 0,
+                      what + ": AssumeRoleWithWebIdentity (HTTP " + std::to_string(reply.status) +
+                          (code.empty() ? "" : ", " + code) + ")"});
+  }
+  const std::string credentials_xml = xml_text(reply.body, "Credentials");
+  RoleCredentials credentials;
+  const std::pair<std::string*, const char*> fields[] = {{&credentials.access_key_id, "AccessKeyId"},
+                                                         {&credentials.secret_access_key, "SecretAccessKey"},
+                                                         {&credentials.session_token, "SessionToken"}};
+  for (const auto& [field, tag] : fields) {
+    *field = xml_text(credentials_xml, tag);
+    if (field->empty()) throw FetchError({Kind::kOther, 0, what + ": a reply without " + tag});
+  }
+  std::string expiration = xml_text(credentials_xml, "Expiration");
+  // STS may give fractions of a second: "2026-11-27T14:00:00.123Z".
+  if (const size_t dot = expiration.find('.'); dot != std::string::npos) expiration = expiration.substr(0, dot) + "Z";
+  credentials.expiration = parse_expiration(expiration, what);
   credentials.from = what;
   return credentials;
 }
@@ -196,8 +295,40 @@ RoleCredentials read_container(const RoleCredentialsEndpoint& endpoint, double t
 }  // namespace
 
 std::string RoleCredentialsEndpoint::describe() const {
-  return (kind == Kind::kContainer ? "the container credentials endpoint at " : "the instance metadata service at ") +
-         url;
+  switch (kind) {
+    case Kind::kWebIdentity:
+      return "web identity (role " + role_arn + ", through STS at " + url + ")";
+    case Kind::kContainer:
+      return "the container credentials endpoint at " + url;
+    case Kind::kInstanceMetadata:
+      break;
+  }
+  return "the instance metadata service at " + url;
+}
+
+std::optional<RoleCredentialsEndpoint> web_identity_endpoint(const GetEnv& getenv) {
+  const auto nonempty = [&](const char* name) -> std::optional<std::string> {
+    auto value = getenv(name);
+    return value && !value->empty() ? value : std::nullopt;
+  };
+  const auto token_file = nonempty("AWS_WEB_IDENTITY_TOKEN_FILE");
+  const auto role_arn = nonempty("AWS_ROLE_ARN");
+  if (!token_file || !role_arn) return std::nullopt;
+  RoleCredentialsEndpoint endpoint;
+  endpoint.kind = RoleCredentialsEndpoint::Kind::kWebIdentity;
+  endpoint.authorization_file = *token_file;
+  endpoint.role_arn = *role_arn;
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  endpoint.session_name =
+      nonempty("AWS_ROLE_SESSION_NAME")
+          .value_or("conveyor-" + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now).count()));
+  std::optional<std::string> region = nonempty("AWS_REGION");
+  if (!region) region = nonempty("AWS_DEFAULT_REGION");
+  std::optional<std::string> url = nonempty("AWS_ENDPOINT_URL_STS");
+  if (!url) url = nonempty("AWS_ENDPOINT_URL");
+  endpoint.url = url.value_or(region ? "https://sts." + *region + ".amazonaws.com" : "https://sts.amazonaws.com");
+  while (endpoint.url.size() > 8 && endpoint.url.back() == '/') endpoint.url.pop_back();
+  return endpoint;
 }
 
 std::optional<RoleCredentialsEndpoint> role_credentials_endpoint(const GetEnv& getenv) {
@@ -234,24 +365,35 @@ std::optional<RoleCredentialsEndpoint> role_credentials_endpoint(const GetEnv& g
   return endpoint;
 }
 
-RoleCredentials read_role_credentials(const RoleCredentialsEndpoint& endpoint, double timeout) {
+RoleCredentials read_role_credentials(const RoleCredentialsEndpoint& endpoint, double timeout,
+                                      const CaCertificates* ca) {
   init_curl_once();
-  return endpoint.kind == RoleCredentialsEndpoint::Kind::kContainer ? read_container(endpoint, timeout)
-                                                                    : read_instance_metadata(endpoint.url, timeout);
+  switch (endpoint.kind) {
+    case RoleCredentialsEndpoint::Kind::kWebIdentity:
+      return read_web_identity(endpoint, timeout, ca);
+    case RoleCredentialsEndpoint::Kind::kContainer:
+      return read_container(endpoint, timeout);
+    case RoleCredentialsEndpoint::Kind::kInstanceMetadata:
+      break;
+  }
+  return read_instance_metadata(endpoint.url, timeout);
 }
 
-RefreshingRoleCredentials::RefreshingRoleCredentials(RoleCredentialsEndpoint endpoint)
-    : endpoint_(std::move(endpoint)) {}
+RefreshingRoleCredentials::RefreshingRoleCredentials(RoleCredentialsEndpoint endpoint, CaCertificates ca)
+    : endpoint_(std::move(endpoint)), ca_(std::move(ca)) {}
 
 std::shared_ptr<const RoleCredentials> RefreshingRoleCredentials::current() {
   std::lock_guard lock(mu_);
   const auto now = std::chrono::system_clock::now();
   if (credentials_ != nullptr && credentials_->expiration - now > kRefreshBefore) return credentials_;
   if (tried_ && credentials_ == nullptr) return nullptr;  // No role here: unsigned.
-  // The SDKs' timeouts: off EC2 nothing answers the metadata service.
-  const double timeout = endpoint_.kind == RoleCredentialsEndpoint::Kind::kContainer ? 2.0 : 1.0;
+  // Off EC2 nothing answers the metadata service: a second is enough (the
+  // SDKs'); a container's endpoint 2 s (theirs); STS over the network 5 s.
+  double timeout = 1.0;
+  if (endpoint_.kind == RoleCredentialsEndpoint::Kind::kContainer) timeout = 2.0;
+  if (endpoint_.kind == RoleCredentialsEndpoint::Kind::kWebIdentity) timeout = 5.0;
   try {
-    credentials_ = std::make_shared<const RoleCredentials>(read_role_credentials(endpoint_, timeout));
+    credentials_ = std::make_shared<const RoleCredentials>(read_role_credentials(endpoint_, timeout, &ca_));
   } catch (const FetchError& e) {
     if (!tried_) {
       tried_ = true;

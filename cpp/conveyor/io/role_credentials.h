@@ -7,6 +7,7 @@
 #include <string>
 
 #include "conveyor/core/environment.h"
+#include "conveyor/io/ca_certificates.h"
 
 namespace conveyor {
 
@@ -29,20 +30,33 @@ struct RoleCredentials {
 /// SDKs find it (role_credentials_endpoint).
 struct RoleCredentialsEndpoint {
   enum class Kind {
+    kWebIdentity,       ///< EKS IRSA: STS AssumeRoleWithWebIdentity at `url` (XML).
     kContainer,         ///< ECS task role or EKS Pod Identity: GET `url` (JSON).
     kInstanceMetadata,  ///< An EC2 instance's role: IMDS at the base URL `url`.
   };
   Kind kind = Kind::kInstanceMetadata;
   std::string url;
   /// Container: the Authorization header's value (a secret: never shown),
-  /// or the file holding it (read at each read: EKS rotates it).
+  /// or the file holding it (read at each read: EKS rotates it). Web
+  /// identity: the file of the identity token (read at each read).
   std::string authorization;
   std::string authorization_file;
+  /// Web identity: the role to assume and the session's name.
+  std::string role_arn;
+  std::string session_name;
 
   /// "the container credentials endpoint at URL", "the instance metadata
-  /// service at URL": no secret.
+  /// service at URL", "web identity (role ARN, through STS at URL)": no secret.
   std::string describe() const;
 };
+
+/// EKS's web identity (IRSA) when the environment sets it up:
+/// AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN (both, as the AWS SDKs
+/// require), AWS_ROLE_SESSION_NAME (else "conveyor-<unix time>"), and STS at
+/// AWS_ENDPOINT_URL_STS, else AWS_ENDPOINT_URL, else
+/// https://sts.<AWS_REGION or AWS_DEFAULT_REGION>.amazonaws.com, else
+/// https://sts.amazonaws.com. The SDKs ask it before the shared files.
+std::optional<RoleCredentialsEndpoint> web_identity_endpoint(const GetEnv& getenv = process_env);
 
 /// The endpoint of the role credentials for the environment, in the AWS
 /// SDKs' order:
@@ -67,10 +81,15 @@ std::optional<RoleCredentialsEndpoint> role_credentials_endpoint(const GetEnv& g
 ///   then its credentials (GET .../<role>).
 /// - Container: GET the URL with the Authorization header.
 /// Both answer JSON with AccessKeyId, SecretAccessKey, Token, Expiration.
+/// - Web identity: POST AssumeRoleWithWebIdentity (a form with the role, the
+///   session's name and the token file's token) to STS, through the proxy
+///   if any, TLS verified against `ca` when set; XML answer.
+/// `timeout` is the SDKs': 1 s for the metadata service, 2 for a container's, 5 for STS.
 /// Throws FetchError whose message names the endpoint and the step ("the
 /// instance metadata service at <url>: <step>: <cause>"), never a
 /// credential. Thread-safe.
-RoleCredentials read_role_credentials(const RoleCredentialsEndpoint& endpoint, double timeout);
+RoleCredentials read_role_credentials(const RoleCredentialsEndpoint& endpoint, double timeout,
+                                      const CaCertificates* ca = nullptr);
 
 /// A role's credentials for a store's requests: read at the first use, read
 /// again when they expire within 10 minutes (the AWS SDKs' mandatory
@@ -79,7 +98,8 @@ RoleCredentials read_role_credentials(const RoleCredentialsEndpoint& endpoint, d
 /// Thread-safety: current() may be called from many threads; one reads at a time.
 class RefreshingRoleCredentials {
  public:
-  explicit RefreshingRoleCredentials(RoleCredentialsEndpoint endpoint);
+  /// `ca`: what STS's TLS is verified against (the store's).
+  explicit RefreshingRoleCredentials(RoleCredentialsEndpoint endpoint, CaCertificates ca = {});
 
   /// The credentials to sign with now, or null when the first read failed
   /// (not an EC2 instance, or one without a role): requests then go
@@ -94,6 +114,7 @@ class RefreshingRoleCredentials {
 
  private:
   const RoleCredentialsEndpoint endpoint_;
+  const CaCertificates ca_;
   mutable std::mutex mu_;
   std::shared_ptr<const RoleCredentials> credentials_;
   bool tried_ = false;

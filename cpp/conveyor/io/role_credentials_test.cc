@@ -146,5 +146,84 @@ TEST_F(ContainerCredentialsTest, AreReadWithTheAuthorizationTokenOfItsFile) {
   }
 }
 
+TEST_F(ContainerCredentialsTest, EksWebIdentityIsExchangedAtStsForTheRolesCredentials) {
+  std::string body_seen;
+  HttpTestServer sts([&](const HttpTestRequest& request, HttpTestConnection& connection) {
+    EXPECT_EQ(request.method, "POST");
+    EXPECT_EQ(request.headers.at("content-type"), "application/x-www-form-urlencoded");
+    body_seen = request.body;
+    return connection.send(
+        HttpTestServer::reply(200, "OK",
+                              "<AssumeRoleWithWebIdentityResponse><AssumeRoleWithWebIdentityResult><Credentials>"
+                              "<SessionToken>ROLETOKEN</SessionToken><SecretAccessKey>SECRET</SecretAccessKey>"
+                              "<Expiration>2030-01-01T00:00:00.250Z</Expiration><AccessKeyId>ASIAROLE</AccessKeyId>"
+                              "</Credentials></AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>"));
+  });
+  std::ofstream(dir_ / "token") << "eyJ.token+/=\n";
+  const std::optional<RoleCredentialsEndpoint> endpoint =
+      web_identity_endpoint(env({{"AWS_WEB_IDENTITY_TOKEN_FILE", (dir_ / "token").string()},
+                                 {"AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/trainer"},
+                                 {"AWS_ROLE_SESSION_NAME", "job 7"},
+                                 {"AWS_ENDPOINT_URL_STS", sts.url("")}}));
+  ASSERT_TRUE(endpoint.has_value());
+  const RoleCredentials credentials = read_role_credentials(*endpoint, 5.0);
+  EXPECT_EQ(credentials.access_key_id, "ASIAROLE");
+  EXPECT_EQ(credentials.secret_access_key, "SECRET");
+  EXPECT_EQ(credentials.session_token, "ROLETOKEN");
+  EXPECT_EQ(credentials.from,
+            "web identity (role arn:aws:iam::123456789012:role/trainer, through STS at " + sts.url("") + ")");
+  EXPECT_EQ(std::chrono::system_clock::to_time_t(credentials.expiration), 1893456000);  // 2030-01-01.
+  EXPECT_EQ(body_seen,
+            "Action=AssumeRoleWithWebIdentity&Version=2011-06-15&RoleArn=arn%3Aaws%3Aiam%3A%3A123456789012%3Arole%2F"
+            "trainer&RoleSessionName=job%207&WebIdentityToken=eyJ.token%2B%2F%3D");
+}
+
+TEST_F(ContainerCredentialsTest, StsRefusingTheTokenIsNamedByItsCode) {
+  HttpTestServer sts([](const HttpTestRequest&, HttpTestConnection& connection) {
+    return connection.send(HttpTestServer::reply(
+        400, "Bad Request",
+        "<ErrorResponse><Error><Code>InvalidIdentityToken</Code><Message>token eyJ.secret expired</Message>"
+        "</Error></ErrorResponse>"));
+  });
+  std::ofstream(dir_ / "token") << "eyJ.secret";
+  RoleCredentialsEndpoint endpoint{Kind::kWebIdentity, sts.url(""), "", (dir_ / "token").string(), "arn:r", "s"};
+  try {
+    read_role_credentials(endpoint, 5.0);
+    FAIL() << "STS refused the token";
+  } catch (const FetchError& e) {
+    EXPECT_EQ(e.failure().message, "web identity (role arn:r, through STS at " + sts.url("") +
+                                       "): AssumeRoleWithWebIdentity (HTTP 400, InvalidIdentityToken)");
+  }
+  endpoint.authorization_file = (dir_ / "absent").string();
+  try {
+    read_role_credentials(endpoint, 5.0);
+    FAIL() << "read a missing token file";
+  } catch (const FetchError& e) {
+    EXPECT_EQ(e.failure().message, "web identity (role arn:r, through STS at " + sts.url("") +
+                                       "): AWS_WEB_IDENTITY_TOKEN_FILE " + endpoint.authorization_file +
+                                       " cannot be read");
+  }
+}
+
+TEST(RoleCredentialsTest, WebIdentityIsFoundAsTheAwsSdksFindIt) {
+  const auto url = [](std::map<std::string, std::string> variables) {
+    variables.emplace("AWS_WEB_IDENTITY_TOKEN_FILE", "/t");
+    const auto endpoint = web_identity_endpoint(env(std::move(variables)));
+    return endpoint ? endpoint->url + " " + endpoint->session_name.substr(0, 9) : "none";
+  };
+  EXPECT_EQ(url({}), "none");  // No role: the SDKs need both.
+  EXPECT_EQ(url({{"AWS_ROLE_ARN", "arn:r"}}), "https://sts.amazonaws.com conveyor-");
+  EXPECT_EQ(url({{"AWS_ROLE_ARN", "arn:r"}, {"AWS_DEFAULT_REGION", "eu-west-1"}}),
+            "https://sts.eu-west-1.amazonaws.com conveyor-");
+  EXPECT_EQ(
+      url({{"AWS_ROLE_ARN", "arn:r"}, {"AWS_REGION", "us-west-2"}, {"AWS_ENDPOINT_URL", "http://10.0.0.1:4566/"}}),
+      "http://10.0.0.1:4566 conveyor-");
+  EXPECT_EQ(url({{"AWS_ROLE_ARN", "arn:r"},
+                 {"AWS_ENDPOINT_URL", "http://a"},
+                 {"AWS_ENDPOINT_URL_STS", "http://b"},
+                 {"AWS_ROLE_SESSION_NAME", "run-42"}}),
+            "http://b run-42");
+}
+
 }  // namespace
 }  // namespace conveyor

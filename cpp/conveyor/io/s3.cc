@@ -206,6 +206,10 @@ S3Config resolve_s3_config(const std::map<std::string, std::string>& options, co
     config.secret_access_key = *getenv("AWS_SECRET_ACCESS_KEY");
     config.session_token = nonempty(getenv("AWS_SESSION_TOKEN")).value_or("");
     config.credentials_source = "environment (AWS_ACCESS_KEY_ID)";
+  } else if (!named_profile && (config.role_endpoint = web_identity_endpoint(getenv))) {
+    // EKS's web identity comes before the shared files, as in the AWS SDKs.
+    config.looked_in = "storage_options, AWS_ACCESS_KEY_ID";
+    config.credentials_source = config.role_endpoint->describe();
   } else {
     for (const auto& [file, values] :
          {std::pair{&credentials_file, credentials_section}, std::pair{&config_file, config_section}}) {

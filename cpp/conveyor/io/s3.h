@@ -31,9 +31,10 @@ struct S3Config {
   std::string access_key_id;
   std::string secret_access_key;
   std::string session_token;  ///< Empty for long-term keys.
-  /// When no keys were found: where a role's credentials are read (a
-  /// container's endpoint, else the EC2 instance metadata service unless
-  /// disabled), by the store at its first request (io/role_credentials.h).
+  /// When no keys were found: where a role's credentials are read (EKS's
+  /// web identity through STS, a container's endpoint, else the EC2 instance
+  /// metadata service unless disabled), by the store at its first request
+  /// (io/role_credentials.h).
   std::optional<RoleCredentialsEndpoint> role_endpoint;
   /// Where keys were looked for before it ("storage_options,
   /// AWS_ACCESS_KEY_ID, ~/.aws/credentials and ~/.aws/config [default]"),
@@ -62,7 +63,8 @@ const std::vector<std::string>& s3_option_names();
 /// the AWS CLI and boto3 use:
 /// - credentials: `key`/`secret`/`token`; `anon` ("true": unsigned);
 ///   AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN), unless
-///   a profile is named in `options`; the profile's keys in the shared
+///   a profile is named in `options`; then, unless a profile is named, EKS's
+///   web identity (web_identity_endpoint(), role_endpoint); the profile's keys in the shared
 ///   credentials file (AWS_SHARED_CREDENTIALS_FILE, else ~/.aws/credentials),
 ///   then in the config file (AWS_CONFIG_FILE, else ~/.aws/config). The
 ///   profile is `profile`, else AWS_PROFILE, else "default". None found: a

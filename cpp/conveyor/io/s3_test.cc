@@ -98,6 +98,18 @@ TEST_F(S3ConfigTest, WithoutKeysARolesCredentialsAreReadUnlessTheMetadataService
   EXPECT_FALSE(resolve_s3_config({{"key", "AK"}, {"secret", "S"}}, env()).role_endpoint.has_value());
 }
 
+TEST_F(S3ConfigTest, EksWebIdentityComesBeforeTheSharedFilesUnlessAProfileIsNamed) {
+  write("credentials", "[default]\naws_access_key_id = FILEKEY\naws_secret_access_key = FILESECRET\n");
+  const std::map<std::string, std::string> eks{{"AWS_WEB_IDENTITY_TOKEN_FILE", "/var/run/token"},
+                                               {"AWS_ROLE_ARN", "arn:aws:iam::1:role/trainer"},
+                                               {"AWS_REGION", "eu-west-1"}};
+  const S3Config config = resolve_s3_config({}, env(eks));
+  EXPECT_EQ(config.credentials_source,
+            "web identity (role arn:aws:iam::1:role/trainer, through STS at https://sts.eu-west-1.amazonaws.com)");
+  EXPECT_EQ(config.access_key_id, "");
+  EXPECT_EQ(resolve_s3_config({{"profile", "default"}}, env(eks)).access_key_id, "FILEKEY");
+}
+
 TEST_F(S3ConfigTest, WithoutCredentialsRequestsAreUnsignedAndTheSourceSaysWhereItLooked) {
   const S3Config config = resolve_s3_config({}, env({{"AWS_EC2_METADATA_DISABLED", "True"}}));
   EXPECT_TRUE(config.anonymous);

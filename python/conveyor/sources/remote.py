@@ -297,23 +297,6 @@ _GCS_OPTIONS = ("key", "secret", "endpoint_url", "region")
 _NATIVE_OPTIONS = frozenset({"headers", "connect_timeout", "read_timeout", *_conveyor.S3_OPTION_NAMES})
 
 
-# Where the AWS SDKs find credentials that the engine's client does not read
-# (web identity on EKS, which needs STS): s3:// then goes through s3fs, which
-# reads them. (Container credentials and instance roles the engine reads.)
-_AWS_PROVIDER_VARIABLES = ("AWS_WEB_IDENTITY_TOKEN_FILE",)
-
-
-def _needs_aws_provider(protocols: set[str], options: Mapping[str, Any]) -> bool:
-    """Whether s3:// credentials can only come from a provider the engine's
-    client does not read (no keys or anon given, none in the environment,
-    and a web-identity provider set up)."""
-    if "s3" not in protocols or {"key", "secret", "anon", "profile"} & set(options):
-        return False
-    if os.environ.get("AWS_ACCESS_KEY_ID"):
-        return False
-    return any(os.environ.get(name) for name in _AWS_PROVIDER_VARIABLES)
-
-
 def _native_store(options: Mapping[str, Any], s3: bool, gcs: bool, owner: str) -> _conveyor.HttpStore:
     """The engine's HttpStore for ``options`` (all of them in _NATIVE_OPTIONS)."""
     headers = options.get("headers") or {}
@@ -390,11 +373,7 @@ def remote_arguments(
     # settings would share the keys); else gcsfs's.
     hmac = "gs" in protocols and "s3" not in protocols and {"key", "secret"} <= set(options)
     schemes = NATIVE_SCHEMES | ({"gs"} if hmac else set())
-    if (
-        protocols <= schemes
-        and set(options) <= _NATIVE_OPTIONS
-        and not _needs_aws_provider(protocols, options)
-    ):
+    if protocols <= schemes and set(options) <= _NATIVE_OPTIONS:
         store = _native_store(options, "s3" in protocols, "gs" in protocols, owner)
     else:
         store = _conveyor.PythonRemoteStore(_FsspecStore(urls, options, owner))

@@ -154,6 +154,18 @@ void HttpTestServer::serve(int fd) {
       }
       line_end = next;
     }
+    if (const auto length = request.headers.find("content-length"); length != request.headers.end()) {
+      const size_t size = std::stoul(length->second);
+      while (received.size() < size) {
+        char buffer[4096];
+        if (!wait_readable(fd, stopping_)) break;
+        const ssize_t got = ::recv(fd, buffer, sizeof buffer, 0);
+        if (got <= 0) break;
+        received.append(buffer, static_cast<size_t>(got));
+      }
+      request.body = received.substr(0, size);
+      received.erase(0, std::min(size, received.size()));
+    }
     {
       std::lock_guard lock(mu_);
       requests_.push_back(request);

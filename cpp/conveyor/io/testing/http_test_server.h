@@ -22,6 +22,7 @@ struct HttpTestRequest {
   std::string method;
   std::string target;                          ///< "/path?query" as sent.
   std::map<std::string, std::string> headers;  ///< Names lower-cased.
+  std::string body;                            ///< Content-Length bytes, when given.
 };
 
 class HttpTestConnection {
