@@ -22,6 +22,7 @@
 #include "conveyor/core/error.h"
 #include "conveyor/io/ca_certificates.h"
 #include "conveyor/io/connection_limit.h"
+#include "conveyor/io/curl_global.h"
 #include "conveyor/io/role_credentials.h"
 
 namespace conveyor {

@@ -29,6 +29,16 @@ using Kind = FetchFailure::Kind;
 
 std::string text(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
 
+// An environment of `variables` only. The local credential endpoints get a
+// timeout no loaded machine reaches (the SDKs' variable).
+GetEnv env_of(std::map<std::string, std::string> variables) {
+  variables.emplace("AWS_METADATA_SERVICE_TIMEOUT", "60");
+  return [variables](const std::string& name) -> std::optional<std::string> {
+    const auto it = variables.find(name);
+    return it == variables.end() ? std::nullopt : std::optional(it->second);
+  };
+}
+
 // The object every "file" request gets: 1000 bytes, all different mod 251.
 std::string object() {
   std::string data(1000, '\0');
@@ -378,9 +388,7 @@ TEST(HttpStoreTest, AnUnsignedS3RequestThatIsForbiddenSaysNoCredentialsWereFound
         403, "Forbidden", "<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"));
   });
   HttpStoreOptions options;
-  options.s3 = resolve_s3_config({{"endpoint_url", server.url("")}}, [](const std::string& name) {
-    return name == "AWS_EC2_METADATA_DISABLED" ? std::optional<std::string>("true") : std::nullopt;
-  });
+  options.s3 = resolve_s3_config({{"endpoint_url", server.url("")}}, env_of({{"AWS_EC2_METADATA_DISABLED", "true"}}));
   HttpStore store(options);
   EXPECT_EQ(failure_of(store, "s3://bucket/a").describe(),
             "HTTP 403 Forbidden (AccessDenied); the request was unsigned (credentials: none found (looked in "
@@ -415,11 +423,7 @@ struct FakeInstanceMetadata {
     }
     return connection.send(HttpTestServer::reply(404, "Not Found", ""));
   }};
-  GetEnv env() {
-    return [url = server.url("")](const std::string& name) {
-      return name == "AWS_EC2_METADATA_SERVICE_ENDPOINT" ? std::optional<std::string>(url) : std::nullopt;
-    };
-  }
+  GetEnv env() { return env_of({{"AWS_EC2_METADATA_SERVICE_ENDPOINT", server.url("")}}); }
 };
 
 // An S3 server that answers only requests signed with the role's keys.
@@ -466,12 +470,9 @@ TEST(HttpStoreTest, WithoutKeysAContainersRoleSignsTheRequests) {
   });
   HttpTestServer s3 = role_checking_s3();
   HttpStoreOptions options;
-  const std::map<std::string, std::string> variables{{"AWS_CONTAINER_CREDENTIALS_FULL_URI", container.url("/creds")},
-                                                     {"AWS_CONTAINER_AUTHORIZATION_TOKEN", "PODTOKEN"}};
-  options.s3 = resolve_s3_config({{"endpoint_url", s3.url("")}}, [&](const std::string& name) {
-    const auto it = variables.find(name);
-    return it == variables.end() ? std::nullopt : std::optional<std::string>(it->second);
-  });
+  const GetEnv variables = env_of({{"AWS_CONTAINER_CREDENTIALS_FULL_URI", container.url("/creds")},
+                                   {"AWS_CONTAINER_AUTHORIZATION_TOKEN", "PODTOKEN"}});
+  options.s3 = resolve_s3_config({{"endpoint_url", s3.url("")}}, variables);
   HttpStore store(options);
   EXPECT_EQ(text(store.read("s3://bucket/a", 0, -1)), "abc");
   EXPECT_EQ(text(store.read("s3://bucket/a", 0, -1)), "abc");
@@ -495,14 +496,11 @@ TEST(HttpStoreTest, WithoutKeysEksWebIdentitySignsTheRequests) {
         "</Credentials></AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>"));
   });
   HttpTestServer s3 = role_checking_s3();
-  const std::map<std::string, std::string> variables{{"AWS_WEB_IDENTITY_TOKEN_FILE", token.string()},
-                                                     {"AWS_ROLE_ARN", "arn:aws:iam::1:role/trainer"},
-                                                     {"AWS_ENDPOINT_URL_STS", sts.url("")}};
+  const GetEnv variables = env_of({{"AWS_WEB_IDENTITY_TOKEN_FILE", token.string()},
+                                   {"AWS_ROLE_ARN", "arn:aws:iam::1:role/trainer"},
+                                   {"AWS_ENDPOINT_URL_STS", sts.url("")}});
   HttpStoreOptions options;
-  options.s3 = resolve_s3_config({{"endpoint_url", s3.url("")}}, [&](const std::string& name) {
-    const auto it = variables.find(name);
-    return it == variables.end() ? std::nullopt : std::optional<std::string>(it->second);
-  });
+  options.s3 = resolve_s3_config({{"endpoint_url", s3.url("")}}, variables);
   HttpStore store(options);
   EXPECT_EQ(text(store.read("s3://bucket/a", 0, -1)), "abc");
   EXPECT_EQ(text(store.read("s3://bucket/a", 0, -1)), "abc");
@@ -529,9 +527,8 @@ TEST(HttpStoreTest, OffEc2TheMetadataServiceIsAskedOnceAndARefusalSaysWhy) {
   });
   HttpTestServer s3 = role_checking_s3();
   HttpStoreOptions options;
-  options.s3 = resolve_s3_config({{"endpoint_url", s3.url("")}}, [&](const std::string& name) {
-    return name == "AWS_EC2_METADATA_SERVICE_ENDPOINT" ? std::optional<std::string>(metadata.url("")) : std::nullopt;
-  });
+  options.s3 = resolve_s3_config({{"endpoint_url", s3.url("")}},
+                                 env_of({{"AWS_EC2_METADATA_SERVICE_ENDPOINT", metadata.url("")}}));
   HttpStore store(options);
   const std::string expected =
       "HTTP 403 Forbidden (AccessDenied); the request was unsigned (credentials: none found "

@@ -3,6 +3,8 @@
 #include <curl/curl.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -12,7 +14,9 @@
 #include <vector>
 
 #include "conveyor/core/error.h"
+#include "conveyor/io/curl_global.h"
 #include "conveyor/io/remote.h"
+#include "conveyor/io/s3.h"
 
 namespace conveyor {
 
@@ -113,15 +117,6 @@ std::chrono::system_clock::time_point parse_expiration(const std::string& text, 
 
 }  // namespace
 
-void init_curl_once() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-      throw Error(ErrorKind::kConfig, "libcurl failed to initialise (curl_global_init)");
-    }
-  });
-}
-
 namespace {
 
 // The credentials in a reply's JSON (both endpoints answer the same fields).
@@ -193,29 +188,29 @@ RoleCredentials read_instance_metadata(const std::string& endpoint, double timeo
   return credentials;
 }
 
-RoleCredentials read_container(const RoleCredentialsEndpoint& endpoint, double timeout) {
+// The first line of the file `path` (a token), or a FetchError naming the variable.
+std::string token_of_file(const std::string& path, const std::string& what, const char* variable) {
+  std::ifstream file(path);
+  std::ostringstream text;
+  text << file.rdbuf();
+  if (!file) throw FetchError({Kind::kOther, 0, what + ": " + variable + " " + path + " cannot be read"});
+  std::string content = text.str();
+  while (!content.empty() && (content.back() == '\n' || content.back() == '\r')) content.pop_back();
+  return content;
+}
+
+RoleCredentials read_container(const RoleCredentialsEndpoint& endpoint) {
   const std::string what = endpoint.describe();
-  std::string authorization = endpoint.authorization;
-  if (!endpoint.authorization_file.empty()) {
-    std::ifstream file(endpoint.authorization_file);
-    std::ostringstream text;
-    text << file.rdbuf();
-    if (!file) {
-      throw FetchError(
-          {Kind::kOther, 0,
-           what + ": AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE " + endpoint.authorization_file + " cannot be read"});
-    }
-    authorization = text.str();
-    while (!authorization.empty() && (authorization.back() == '\n' || authorization.back() == '\r')) {
-      authorization.pop_back();
-    }
-  }
+  const std::string authorization =
+      endpoint.authorization_file.empty()
+          ? endpoint.authorization
+          : token_of_file(endpoint.authorization_file, what, "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
   if (authorization.find_first_of("\r\n") != std::string::npos) {
     throw FetchError({Kind::kOther, 0, what + ": an authorization token of more than one line"});
   }
   std::vector<std::string> headers;
   if (!authorization.empty()) headers.push_back("Authorization: " + authorization);
-  const Reply reply = request({endpoint.url, "GET", headers, "", timeout, what});
+  const Reply reply = request({endpoint.url, "GET", headers, "", endpoint.timeout, what});
   if (reply.status != 200) throw FetchError({Kind::kOther, 0, what + " (HTTP " + std::to_string(reply.status) + ")"});
   RoleCredentials credentials = parse_credentials(reply.body, what);
   credentials.from = what;
@@ -231,39 +226,14 @@ std::string xml_text(const std::string& xml, const std::string& tag) {
   return close == std::string::npos ? "" : xml.substr(start, close - start);
 }
 
-// `value` percent-encoded for a form (every byte but A-Z a-z 0-9 - . _ ~).
-std::string form_encoded(const std::string& value) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (const unsigned char c : value) {
-    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  return out;
-}
-
-// The first line of the file `path` (a token), or a FetchError naming the variable.
-std::string token_of_file(const std::string& path, const std::string& what, const char* variable) {
-  std::ifstream file(path);
-  std::ostringstream text;
-  text << file.rdbuf();
-  if (!file) throw FetchError({Kind::kOther, 0, what + ": " + variable + " " + path + " cannot be read"});
-  std::string content = text.str();
-  while (!content.empty() && (content.back() == '\n' || content.back() == '\r')) content.pop_back();
-  return content;
-}
-
-RoleCredentials read_web_identity(const RoleCredentialsEndpoint& endpoint, double timeout, const CaCertificates* ca) {
+RoleCredentials read_web_identity(const RoleCredentialsEndpoint& endpoint, const CaCertificates* ca) {
   const std::string what = endpoint.describe();
   const std::string token = token_of_file(endpoint.authorization_file, what, "AWS_WEB_IDENTITY_TOKEN_FILE");
-  Request r{endpoint.url + "/", "POST", {"Content-Type: application/x-www-form-urlencoded"}, "", timeout, what};
-  r.body = "Action=AssumeRoleWithWebIdentity&Version=2011-06-15&RoleArn=" + form_encoded(endpoint.role_arn) +
-           "&RoleSessionName=" + form_encoded(endpoint.session_name) + "&WebIdentityToken=" + form_encoded(token);
+  Request r{endpoint.url + "/", "POST", {"Content-Type: application/x-www-form-urlencoded"}, "",
+            endpoint.timeout,   what};
+  r.body = "Action=AssumeRoleWithWebIdentity&Version=2011-06-15&RoleArn=" + percent_encoded(endpoint.role_arn, false) +
+           "&RoleSessionName=" + percent_encoded(endpoint.session_name, false) +
+           "&WebIdentityToken=" + percent_encoded(token, false);
   r.local = false;  // STS is AWS's public endpoint: through the proxy, if any.
   r.ca = ca;
   const Reply reply = request(r);
@@ -316,6 +286,7 @@ std::optional<RoleCredentialsEndpoint> web_identity_endpoint(const GetEnv& geten
   if (!token_file || !role_arn) return std::nullopt;
   RoleCredentialsEndpoint endpoint;
   endpoint.kind = RoleCredentialsEndpoint::Kind::kWebIdentity;
+  endpoint.timeout = 5.0;  // STS over the network.
   endpoint.authorization_file = *token_file;
   endpoint.role_arn = *role_arn;
   const auto now = std::chrono::system_clock::now().time_since_epoch();
@@ -352,7 +323,17 @@ std::optional<RoleCredentialsEndpoint> role_credentials_endpoint(const GetEnv& g
                  "or EKS's (169.254.170.2, 169.254.170.23, fd00:ec2::23); got host '" +
                      host + "'");
   }
+  // The SDKs' AWS_METADATA_SERVICE_TIMEOUT, for both local endpoints.
+  std::optional<double> timeout;
+  if (const auto seconds = nonempty("AWS_METADATA_SERVICE_TIMEOUT")) {
+    char* end = nullptr;
+    const double value = std::strtod(seconds->c_str(), &end);
+    check_config(end != seconds->c_str() && *end == '\0' && std::isfinite(value) && value > 0,
+                 "AWS_METADATA_SERVICE_TIMEOUT must be a number of seconds > 0, got '" + *seconds + "'");
+    timeout = value;
+  }
   if (endpoint.kind == RoleCredentialsEndpoint::Kind::kContainer) {
+    endpoint.timeout = timeout.value_or(2.0);
     endpoint.authorization_file = nonempty("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE").value_or("");
     if (endpoint.authorization_file.empty()) {
       endpoint.authorization = nonempty("AWS_CONTAINER_AUTHORIZATION_TOKEN").value_or("");
@@ -360,23 +341,23 @@ std::optional<RoleCredentialsEndpoint> role_credentials_endpoint(const GetEnv& g
     return endpoint;
   }
   if (lower(getenv("AWS_EC2_METADATA_DISABLED").value_or("")) == "true") return std::nullopt;
+  endpoint.timeout = timeout.value_or(1.0);
   endpoint.url = nonempty("AWS_EC2_METADATA_SERVICE_ENDPOINT").value_or("http://169.254.169.254");
   while (endpoint.url.size() > 1 && endpoint.url.back() == '/') endpoint.url.pop_back();
   return endpoint;
 }
 
-RoleCredentials read_role_credentials(const RoleCredentialsEndpoint& endpoint, double timeout,
-                                      const CaCertificates* ca) {
+RoleCredentials read_role_credentials(const RoleCredentialsEndpoint& endpoint, const CaCertificates* ca) {
   init_curl_once();
   switch (endpoint.kind) {
     case RoleCredentialsEndpoint::Kind::kWebIdentity:
-      return read_web_identity(endpoint, timeout, ca);
+      return read_web_identity(endpoint, ca);
     case RoleCredentialsEndpoint::Kind::kContainer:
-      return read_container(endpoint, timeout);
+      return read_container(endpoint);
     case RoleCredentialsEndpoint::Kind::kInstanceMetadata:
       break;
   }
-  return read_instance_metadata(endpoint.url, timeout);
+  return read_instance_metadata(endpoint.url, endpoint.timeout);
 }
 
 RefreshingRoleCredentials::RefreshingRoleCredentials(RoleCredentialsEndpoint endpoint, CaCertificates ca)
@@ -387,13 +368,8 @@ std::shared_ptr<const RoleCredentials> RefreshingRoleCredentials::current() {
   const auto now = std::chrono::system_clock::now();
   if (credentials_ != nullptr && credentials_->expiration - now > kRefreshBefore) return credentials_;
   if (tried_ && credentials_ == nullptr) return nullptr;  // No role here: unsigned.
-  // Off EC2 nothing answers the metadata service: a second is enough (the
-  // SDKs'); a container's endpoint 2 s (theirs); STS over the network 5 s.
-  double timeout = 1.0;
-  if (endpoint_.kind == RoleCredentialsEndpoint::Kind::kContainer) timeout = 2.0;
-  if (endpoint_.kind == RoleCredentialsEndpoint::Kind::kWebIdentity) timeout = 5.0;
   try {
-    credentials_ = std::make_shared<const RoleCredentials>(read_role_credentials(endpoint_, timeout, &ca_));
+    credentials_ = std::make_shared<const RoleCredentials>(read_role_credentials(endpoint_, &ca_));
   } catch (const FetchError& e) {
     if (!tried_) {
       tried_ = true;

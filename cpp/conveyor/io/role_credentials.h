@@ -11,10 +11,6 @@
 
 namespace conveyor {
 
-/// Initialises libcurl once per process (thread-safe). Throws Error{kConfig}
-/// when it cannot.
-void init_curl_once();
-
 /// A role's temporary credentials, as a local AWS endpoint gives them.
 struct RoleCredentials {
   /// Where they came from, for messages: "the instance metadata service
@@ -44,6 +40,10 @@ struct RoleCredentialsEndpoint {
   /// Web identity: the role to assume and the session's name.
   std::string role_arn;
   std::string session_name;
+  /// Seconds each request may take: the SDKs' defaults, 1 for the metadata
+  /// service (off EC2 nothing answers), 2 for a container's, 5 for STS;
+  /// AWS_METADATA_SERVICE_TIMEOUT sets the first two, as in the SDKs.
+  double timeout = 1;
 
   /// "the container credentials endpoint at URL", "the instance metadata
   /// service at URL", "web identity (role ARN, through STS at URL)": no secret.
@@ -66,15 +66,15 @@ std::optional<RoleCredentialsEndpoint> web_identity_endpoint(const GetEnv& geten
 ///   AWS_CONTAINER_AUTHORIZATION_TOKEN;
 /// - else the instance metadata service: AWS_EC2_METADATA_SERVICE_ENDPOINT,
 ///   else http://169.254.169.254, unless AWS_EC2_METADATA_DISABLED is "true"
-///   (then none).
+///   (then none);
+/// each with AWS_METADATA_SERVICE_TIMEOUT's timeout when set.
 /// Throws Error{kConfig} for a full URI the SDKs refuse: http:// to another
 /// host than a loopback one or ECS's and EKS's (169.254.170.2,
 /// 169.254.170.23, fd00:ec2::23); any https:// is taken. Thread-safe.
 std::optional<RoleCredentialsEndpoint> role_credentials_endpoint(const GetEnv& getenv = process_env);
 
 /// Reads the role's credentials from `endpoint`, each request bounded by
-/// `timeout` seconds (the SDKs': 1 for the metadata service, where off EC2
-/// nothing answers, 2 for a container's) and through no proxy.
+/// its timeout, the local endpoints' through no proxy.
 /// - Instance metadata (IMDSv2): a session token (PUT /latest/api/token; a
 ///   service that refuses it with 403, 404 or 405 is asked without one, as
 ///   IMDSv1), the role's name (GET /latest/meta-data/iam/security-credentials/),
@@ -84,12 +84,10 @@ std::optional<RoleCredentialsEndpoint> role_credentials_endpoint(const GetEnv& g
 /// - Web identity: POST AssumeRoleWithWebIdentity (a form with the role, the
 ///   session's name and the token file's token) to STS, through the proxy
 ///   if any, TLS verified against `ca` when set; XML answer.
-/// `timeout` is the SDKs': 1 s for the metadata service, 2 for a container's, 5 for STS.
 /// Throws FetchError whose message names the endpoint and the step ("the
 /// instance metadata service at <url>: <step>: <cause>"), never a
 /// credential. Thread-safe.
-RoleCredentials read_role_credentials(const RoleCredentialsEndpoint& endpoint, double timeout,
-                                      const CaCertificates* ca = nullptr);
+RoleCredentials read_role_credentials(const RoleCredentialsEndpoint& endpoint, const CaCertificates* ca = nullptr);
 
 /// A role's credentials for a store's requests: read at the first use, read
 /// again when they expire within 10 minutes (the AWS SDKs' mandatory

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "conveyor/core/error.h"
 #include "conveyor/io/remote.h"
@@ -26,6 +27,14 @@ GetEnv env(std::map<std::string, std::string> variables) {
   };
 }
 
+// An endpoint of `kind` at `url`, with a timeout no loaded machine reaches
+// for a local server.
+RoleCredentialsEndpoint local(Kind kind, std::string url) {
+  RoleCredentialsEndpoint endpoint{kind, std::move(url)};
+  endpoint.timeout = 60;
+  return endpoint;
+}
+
 constexpr const char* kCredentials =
     R"({"AccessKeyId":"ASIAROLE","SecretAccessKey":"SECRET","Token":"T","Expiration":"2030-01-01T00:00:00Z"})";
 
@@ -40,7 +49,7 @@ std::string failure_with(const std::string& body) {
     return connection.send(HttpTestServer::reply(200, "OK", body));
   });
   try {
-    read_role_credentials({Kind::kInstanceMetadata, server.url("")}, 1.0);
+    read_role_credentials(local(Kind::kInstanceMetadata, server.url("")));
   } catch (const FetchError& e) {
     EXPECT_EQ(e.failure().message.find("SECRET"), std::string::npos) << e.failure().message;
     const std::string service = "the instance metadata service at " + server.url("");
@@ -69,14 +78,14 @@ TEST(RoleCredentialsTest, AnUnreachableServiceFailsAtItsFirstStepOnce) {
     url = closed.url("");
   }  // Closed: its port refuses connections now.
   try {
-    read_role_credentials({Kind::kInstanceMetadata, url}, 0.5);
+    read_role_credentials(local(Kind::kInstanceMetadata, url));  // Refused at once.
     FAIL() << "read credentials from a closed port";
   } catch (const FetchError& e) {
     EXPECT_EQ(e.failure().kind, FetchFailure::Kind::kConnection);
     EXPECT_EQ(e.failure().message.rfind("the instance metadata service at " + url + ": its session token: ", 0), 0u)
         << e.failure().message;
   }
-  RefreshingRoleCredentials credentials({Kind::kInstanceMetadata, url});
+  RefreshingRoleCredentials credentials(local(Kind::kInstanceMetadata, url));
   EXPECT_EQ(credentials.source(), "the instance metadata service at " + url);
   EXPECT_EQ(credentials.current(), nullptr);
   EXPECT_EQ(credentials.current(), nullptr);
@@ -94,6 +103,11 @@ TEST(RoleCredentialsTest, TheEndpointIsFoundAsTheAwsSdksFindIt) {
   EXPECT_EQ(found({{"AWS_EC2_METADATA_SERVICE_ENDPOINT", "http://127.0.0.1:8/"}}),
             "the instance metadata service at http://127.0.0.1:8");
   EXPECT_EQ(found({{"AWS_EC2_METADATA_DISABLED", "TRUE"}}), "none");
+  // The SDKs' timeouts, and theirs to set.
+  EXPECT_EQ(role_credentials_endpoint(env({}))->timeout, 1.0);
+  EXPECT_EQ(role_credentials_endpoint(env({{"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/c"}}))->timeout, 2.0);
+  EXPECT_EQ(role_credentials_endpoint(env({{"AWS_METADATA_SERVICE_TIMEOUT", "7.5"}}))->timeout, 7.5);
+  EXPECT_THROW(role_credentials_endpoint(env({{"AWS_METADATA_SERVICE_TIMEOUT", "soon"}})), Error);
   EXPECT_EQ(found({{"AWS_EC2_METADATA_DISABLED", "false"}}), "the instance metadata service at http://169.254.169.254");
   // A container's endpoint comes first (ECS: relative to 169.254.170.2).
   EXPECT_EQ(found({{"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2/credentials/abc"}}),
@@ -130,8 +144,9 @@ TEST_F(ContainerCredentialsTest, AreReadWithTheAuthorizationTokenOfItsFile) {
     return connection.send(HttpTestServer::reply(200, "OK", kCredentials));
   });
   std::ofstream(dir_ / "token") << "TOKEN\n";
-  RoleCredentialsEndpoint endpoint{Kind::kContainer, server.url("/creds"), "", (dir_ / "token").string()};
-  const RoleCredentials credentials = read_role_credentials(endpoint, 2.0);
+  RoleCredentialsEndpoint endpoint = local(Kind::kContainer, server.url("/creds"));
+  endpoint.authorization_file = (dir_ / "token").string();
+  const RoleCredentials credentials = read_role_credentials(endpoint);
   EXPECT_EQ(credentials.access_key_id, "ASIAROLE");
   EXPECT_EQ(credentials.session_token, "T");
   EXPECT_EQ(credentials.from, "the container credentials endpoint at " + server.url("/creds"));
@@ -139,7 +154,7 @@ TEST_F(ContainerCredentialsTest, AreReadWithTheAuthorizationTokenOfItsFile) {
   endpoint.authorization_file.clear();
   endpoint.authorization = "WRONG";
   try {
-    read_role_credentials(endpoint, 2.0);
+    read_role_credentials(endpoint);
     FAIL() << "read with a wrong token";
   } catch (const FetchError& e) {
     EXPECT_EQ(e.failure().message, "the container credentials endpoint at " + server.url("/creds") + " (HTTP 401)");
@@ -166,7 +181,7 @@ TEST_F(ContainerCredentialsTest, EksWebIdentityIsExchangedAtStsForTheRolesCreden
                                  {"AWS_ROLE_SESSION_NAME", "job 7"},
                                  {"AWS_ENDPOINT_URL_STS", sts.url("")}}));
   ASSERT_TRUE(endpoint.has_value());
-  const RoleCredentials credentials = read_role_credentials(*endpoint, 5.0);
+  const RoleCredentials credentials = read_role_credentials(*endpoint);
   EXPECT_EQ(credentials.access_key_id, "ASIAROLE");
   EXPECT_EQ(credentials.secret_access_key, "SECRET");
   EXPECT_EQ(credentials.session_token, "ROLETOKEN");
@@ -186,9 +201,12 @@ TEST_F(ContainerCredentialsTest, StsRefusingTheTokenIsNamedByItsCode) {
         "</Error></ErrorResponse>"));
   });
   std::ofstream(dir_ / "token") << "eyJ.secret";
-  RoleCredentialsEndpoint endpoint{Kind::kWebIdentity, sts.url(""), "", (dir_ / "token").string(), "arn:r", "s"};
+  RoleCredentialsEndpoint endpoint = local(Kind::kWebIdentity, sts.url(""));
+  endpoint.authorization_file = (dir_ / "token").string();
+  endpoint.role_arn = "arn:r";
+  endpoint.session_name = "s";
   try {
-    read_role_credentials(endpoint, 5.0);
+    read_role_credentials(endpoint);
     FAIL() << "STS refused the token";
   } catch (const FetchError& e) {
     EXPECT_EQ(e.failure().message, "web identity (role arn:r, through STS at " + sts.url("") +
@@ -196,7 +214,7 @@ TEST_F(ContainerCredentialsTest, StsRefusingTheTokenIsNamedByItsCode) {
   }
   endpoint.authorization_file = (dir_ / "absent").string();
   try {
-    read_role_credentials(endpoint, 5.0);
+    read_role_credentials(endpoint);
     FAIL() << "read a missing token file";
   } catch (const FetchError& e) {
     EXPECT_EQ(e.failure().message, "web identity (role arn:r, through STS at " + sts.url("") +

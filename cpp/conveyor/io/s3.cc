@@ -82,24 +82,6 @@ bool is_unreserved(unsigned char c) {
          c == '_' || c == '~';
 }
 
-// Percent-encodes every byte but the unreserved ones (and "/" when
-// `keep_slash`), as SigV4 canonicalises paths and query values.
-std::string encode(std::string_view key, bool keep_slash = true) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string encoded;
-  encoded.reserve(key.size());
-  for (unsigned char c : key) {
-    if (is_unreserved(c) || (c == '/' && keep_slash)) {
-      encoded += static_cast<char>(c);
-    } else {
-      encoded += '%';
-      encoded += kHex[c >> 4];
-      encoded += kHex[c & 15];
-    }
-  }
-  return encoded;
-}
-
 // Whether `bucket` can be the first label of a host name: S3's DNS-compatible
 // names (3-63 of a-z 0-9 - .), without dots over https (the certificate's
 // wildcard covers one label only).
@@ -300,6 +282,22 @@ S3Config gcs_config(const std::map<std::string, std::string>& options) {
   return config;
 }
 
+std::string percent_encoded(std::string_view key, bool keep_slash) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string encoded;
+  encoded.reserve(key.size());
+  for (unsigned char c : key) {
+    if (is_unreserved(c) || (c == '/' && keep_slash)) {
+      encoded += static_cast<char>(c);
+    } else {
+      encoded += '%';
+      encoded += kHex[c >> 4];
+      encoded += kHex[c & 15];
+    }
+  }
+  return encoded;
+}
+
 S3Config in_region(const S3Config& config, const std::string& region) {
   S3Config moved = config;
   moved.region = region;
@@ -330,7 +328,7 @@ namespace {
 std::string bucket_url(const S3Config& config, std::string_view bucket) {
   const std::string& base = config.endpoint_url;
   const bool https = base.rfind("https://", 0) == 0;
-  if (config.path_style || !virtual_host_compatible(bucket, https)) return base + "/" + encode(bucket) + "/";
+  if (config.path_style || !virtual_host_compatible(bucket, https)) return base + "/" + percent_encoded(bucket) + "/";
   const size_t host = base.find("://") + 3;
   return base.substr(0, host) + std::string(bucket) + "." + base.substr(host) + "/";
 }
@@ -401,14 +399,14 @@ std::optional<std::string_view> element(std::string_view xml, std::string_view t
 
 std::string s3_http_url(const S3Config& config, std::string_view s3_url) {
   const auto [bucket, key] = split_s3_url(s3_url);
-  return bucket_url(config, bucket) + encode(key);
+  return bucket_url(config, bucket) + percent_encoded(key);
 }
 
 std::string s3_list_url(const S3Config& config, std::string_view bucket, std::string_view prefix,
                         std::string_view continuation_token) {
   std::string query;
-  if (!continuation_token.empty()) query += "continuation-token=" + encode(continuation_token, false) + "&";
-  query += "list-type=2&prefix=" + encode(prefix, false);
+  if (!continuation_token.empty()) query += "continuation-token=" + percent_encoded(continuation_token, false) + "&";
+  query += "list-type=2&prefix=" + percent_encoded(prefix, false);
   return bucket_url(config, bucket) + "?" + query;
 }
 

@@ -91,6 +91,11 @@ S3Config resolve_s3_config(const std::map<std::string, std::string>& options, co
 /// key for a missing or unknown one.
 S3Config gcs_config(const std::map<std::string, std::string>& options);
 
+/// `text` with every byte but A-Z a-z 0-9 - . _ ~ (and "/" when
+/// `keep_slash`) percent-encoded, as SigV4 canonicalises paths and query
+/// values (and AWS's form posts take them).
+std::string percent_encoded(std::string_view text, bool keep_slash = true);
+
 /// `config` for a bucket that lives in `region` (S3 says so in a reply's
 /// x-amz-bucket-region header): signed for that region, and with AWS's own
 /// endpoint, sent to that region's endpoint.
