@@ -15,10 +15,6 @@
 
 namespace conveyor {
 
-namespace {
-
-// Names the calling thread (shown by top, gdb, /proc/<pid>/task/*/comm). Best
-// effort: a failure or a platform without thread names is harmless.
 void set_current_thread_name(const std::string& name) {
 #if defined(__linux__)
   pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());  // Linux allows 15 characters.
@@ -28,8 +24,6 @@ void set_current_thread_name(const std::string& name) {
   (void)name;
 #endif
 }
-
-}  // namespace
 
 ThreadPool::ThreadPool(int num_threads, std::string name, ThreadStarter start)
     : name_(std::move(name)), start_(std::move(start)) {

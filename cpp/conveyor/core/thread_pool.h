@@ -11,6 +11,11 @@
 
 namespace conveyor {
 
+/// Names the calling thread (shown by top, gdb, /proc/<pid>/task/*/comm; at
+/// most 15 characters on Linux). Best effort: a failure, or a platform
+/// without thread names, is harmless.
+void set_current_thread_name(const std::string& name);
+
 /// A resizable set of worker threads running submitted tasks in FIFO order.
 ///
 /// conveyor uses two: an io pool for reads (many threads, since reads wait on

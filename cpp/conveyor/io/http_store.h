@@ -55,9 +55,11 @@ struct HttpStoreCounters {
 };
 
 /// A RemoteStore for http://, https://, s3:// and gs:// URLs on libcurl's multi
-/// interface: one event-loop thread drives every transfer (connections, TLS
-/// sessions and DNS answers reused; HTTP/2 multiplexed where the server
-/// offers it), while the io threads that call read() wait without the GIL.
+/// interface: one event-loop thread ("conveyor-http"; epoll and the
+/// multi_socket API on Linux, so a wake-up costs what is ready, not every
+/// transfer in flight) drives every transfer (connections, TLS sessions and
+/// DNS answers reused; HTTP/2 multiplexed where the server offers it), while
+/// the io threads that call read() wait without the GIL.
 /// Whole reads are one GET, ranged reads a GET with `Range` (a server that
 /// ignores it is sliced), size() a HEAD; http(s) redirects are followed (5
 /// at most). s3:// requests are signed with AWS SigV4 (S3Config), and S3's
