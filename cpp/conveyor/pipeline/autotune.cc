@@ -183,11 +183,12 @@ struct AutotuneController::Step {
   double stall = 0;  // This window's stall fraction.
   bool feedback_allowed = false;
   bool demand_known = false;
-  double demand = 0;     // Samples per second the consumer asks for (inf: no time between next() calls).
-  double read = 0;       // Smoothed read latency.
-  double process = 0;    // Smoothed decode + transforms time.
-  double jitter = 0;     // Smoothed latency spread.
-  double lock_wait = 0;  // The part of `read` spent queueing for the GIL.
+  bool first_batch = false;  // The demand is assumed (the epoch's first batch is awaited), not measured.
+  double demand = 0;         // Samples per second the consumer asks for (inf: no time between next() calls).
+  double read = 0;           // Smoothed read latency.
+  double process = 0;        // Smoothed decode + transforms time.
+  double jitter = 0;         // Smoothed latency spread.
+  double lock_wait = 0;      // The part of `read` spent queueing for the GIL.
   bool reads_lock_bound = false;
   bool tunable[3] = {false, false, false};
   int value[3] = {1, 1, 1};  // The settings as this update changes them.
@@ -296,6 +297,17 @@ void AutotuneController::model(Step& s) {
   // shortens the latency and the next one goes further.
   s.lock_wait = std::min(s.read, read_lock_wait_.value());
   s.reads_lock_bound = s.read > 0 && s.lock_wait >= kLockBoundShare * s.read;
+  // Before any demand is measured, while the epoch's first batch is awaited,
+  // the consumer wants data as fast as the limits allow: once a read and a
+  // decode are measured, that flow sizes the reads in flight, so that the
+  // first batches of slow reads (100 ms URLs) need a round or two, not one
+  // round per 16 samples. Not for reads that queue for the GIL: more of
+  // them only lengthen the queue.
+  if (!s.demand_known && warming_up_ && read_.known() && process_.known() && !s.reads_lock_bound) {
+    s.demand_known = true;
+    s.demand = kInf;
+    s.first_batch = true;
+  }
 
   const AutotuneSettings& cur = w.current;
   s.tunable[kCpu] = o.tune_cpu_threads;
@@ -411,7 +423,7 @@ bool AutotuneController::feed_forward(Step& s) {
     if (!s.tunable[i] || s.touched[i] || !s.need_known[i]) continue;
     Knob& k = knobs_[i];
     if (target(s, i, o.headroom) > s.value[i]) {
-      set(s, i, target(s, i, centre), "demand", explain(s, i));
+      set(s, i, target(s, i, centre), s.first_batch ? "first batch" : "demand", explain(s, i));
       k.last_grow = now_;
       grew = true;
       continue;

@@ -683,6 +683,35 @@ TEST(AutotuneController, ALatencyJumpIsSeenThroughASingleReadThread) {
   EXPECT_EQ(d.reason.rfind("demand: io threads 1 -> ", 0), 0u) << d.reason;
 }
 
+TEST(AutotuneController, BeforeTheFirstBatchMeasuredReadsSizeTheReadsInFlight) {
+  // URLs at 100 ms, 0.5 ms of decode, 2 cores, batches of 64: the epoch's
+  // first batch is awaited (no consumer step yet), so the flow is what the
+  // cores allow, 4 000/s, and 4 000/s x 100 ms = 400 reads (x the band's
+  // centre, 1.25 x sqrt(1.25)) are sent at once, not 16 a round.
+  AutotuneController c(64);
+  const AutotuneLimits limits{2, 1 << 30, 1024};
+  auto first_reads = [&](double lock_wait) {
+    AutotuneWindow w = window(0.1, c.initial_settings(limits), limits);
+    w.wait_seconds = 0.1;
+    w.reads_completed = w.samples_processed = 16;
+    w.read_seconds = 16 * 0.1;
+    w.read_lock_wait_seconds = 16 * lock_wait;
+    w.process_seconds = 16 * 0.0005;
+    return w;
+  };
+  const AutotuneDecision d = c.update(first_reads(0));
+  EXPECT_EQ(d.settings, (AutotuneSettings{2, 560, 10}));
+  EXPECT_EQ(
+      d.reason,
+      "first batch: io threads 16 -> 560 (rate 4000/s x read 100 ms = 4e+02 reads); "
+      "first batch: prefetch 2 -> 10 (rate 4000/s x (read + process) 100 ms = 6.3 batches in flight; spread 0 ms)");
+
+  // Reads that queue for the GIL (a Python dataset): more would only
+  // lengthen the queue, so nothing grows before a demand is measured.
+  AutotuneController gil(64);
+  EXPECT_FALSE(gil.update(first_reads(0.09)).changed);
+}
+
 TEST(AutotuneController, StallAtEveryLimitSaysSo) {
   AutotuneOptions options;
   options.tune_io_threads = false;
