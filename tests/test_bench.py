@@ -4,6 +4,7 @@ Never asserts on speed: only that each side ran and reported its figures.
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -182,7 +183,7 @@ def test_quick_remote_run(tmp_path, data, capsys):
         full = json.load(f)
     _check_common_report(full, ["remote"])
     cases = ["local files", "HTTP 0 ms", "HTTP 20 ms", "HTTP 100 ms"]
-    stock = _runs(full, "remote", "DataLoader")
+    stock = [r for r in _runs(full, "remote", "DataLoader") if r["label"] == "DataLoader W=1"]
     assert [r["case"] for r in stock] == cases
     # The folder's 24 images spread over (or repeated up to) --quick's counts.
     assert all(
@@ -193,14 +194,29 @@ def test_quick_remote_run(tmp_path, data, capsys):
     latency = f"{bench.REMOTE_S3_LATENCY_MS:g} ms"
     shards = ["local shards", f"S3 shards {latency}", f"S3 shards {latency}, file server"]
     cached = f"HTTP {latency} cached"
+    objects = f"S3 objects {latency}, file server"
     assert sorted((r["case"], r["label"]) for r in ours) == sorted(
-        [(case, "conveyor") for case in [*cases, cached, *shards]]
+        [(case, "conveyor") for case in [*cases, cached, objects, *shards]]
         + [(case, f"conveyor io_threads={n}") for case in cases[1:] for n in bench.REMOTE_FIXED_IO_THREADS]
     )
     assert all(r["result"]["stats"] for r in ours)
     images = len(ImageFolder(data))
     for run in ours:  # Every packed sample once, or the images repeated as the DataLoader's.
         assert run["result"]["images"] == (images if run["case"] in shards else bench.QUICK_REMOTE_IMAGES)
+    # The peers of the S3 cases: each run where installed, else skipped saying how to get it.
+    peers = {r["label"]: r for r in full["runs"] if r["label"].startswith("DataLoader W=1 + ")}
+    assert sorted(peers) == [
+        "DataLoader W=1 + s3fs",
+        "DataLoader W=1 + s3torchconnector",
+        "DataLoader W=1 + webdataset",
+    ]
+    for peer, module, _ in bench.REMOTE_PEERS:
+        run = peers[f"DataLoader W=1 + {peer}"]
+        if importlib.util.find_spec(module) is None:
+            assert run["skip"] == f"skipped: {module} is not installed (pip install {module})"
+        else:
+            expected = images if run["case"] in shards else bench.QUICK_REMOTE_DATALOADER_IMAGES
+            assert run["error"] is None and run["result"]["images"] == expected, run
     # The server's CPU over the epoch, for the runs that have a server (read from /proc).
     assert [r["result"]["requests"] for r in ours if r["case"] == cached] == [0]  # All from the cache.
     for run in ours + stock:
@@ -209,15 +225,24 @@ def test_quick_remote_run(tmp_path, data, capsys):
         assert run["result"].get("server_cpu_ms_per_image", 0) >= 0
     assert set(full["remote_ratios"]) == {
         "100ms_over_0ms",
+        "100ms_over_0ms_steady",
         "20ms_over_local",
         "s3_over_local_shards",
         "s3_files_over_local_shards",
         "cached_over_local",
+        "over_best_peer_http",
+        "over_best_peer_s3-objects",
+        "over_best_peer_s3-files",
         "auto_over_best_fixed_0ms",
         "auto_over_best_fixed_20ms",
         "auto_over_best_fixed_100ms",
     }
-    assert all(value > 0 for value in full["remote_ratios"].values())
+    # --quick's one batch has no third quarter; S3 objects have no peer without s3fs and s3torchconnector.
+    unmeasured = {"100ms_over_0ms_steady"}
+    if not any(r.get("result") for r in peers.values() if r["case"] == objects):
+        unmeasured.add("over_best_peer_s3-objects")
+    assert {name for name, value in full["remote_ratios"].items() if value is None} == unmeasured
+    assert all(value > 0 for value in full["remote_ratios"].values() if value is not None)
 
 
 def test_reused_worker_reports_a_failed_run_and_goes_on_in_the_same_process():

@@ -79,14 +79,26 @@ def _image_loader(spec: Spec) -> Iterable[Any]:
 
 
 class _Timed:
-    """Iterates ``batches``, timing the first batch and the time spent waiting
-    for each (the input stall seen by the consumer)."""
+    """Iterates ``batches``, timing the first batch, the time spent waiting
+    for each (the input stall seen by the consumer) and when each ended."""
 
     def __init__(self, batches: Iterable[Any]):
         self.batches = batches
         self.first_batch_s: Optional[float] = None
         self.wait_s = 0.0
         self.samples = 0
+        self.ends: list[tuple[float, int]] = []  # (seconds since the start, samples so far) per batch.
+
+    def steady_rate(self) -> Optional[float]:
+        """Images/s between the batches that end the epoch's first half and
+        its third quarter of samples: past the start (connections opening,
+        autotune's first settings), before the end hands out at once what
+        was prefetched. None for an epoch too short to have both."""
+        half = next(((t, n) for t, n in self.ends if 2 * n >= self.samples), None)
+        three_quarters = next(((t, n) for t, n in self.ends if 4 * n >= 3 * self.samples), None)
+        if half is None or three_quarters is None or three_quarters[0] <= half[0]:
+            return None
+        return (three_quarters[1] - half[1]) / (three_quarters[0] - half[0])
 
     def __iter__(self) -> Iterator[Any]:
         start = time.perf_counter()
@@ -102,6 +114,7 @@ class _Timed:
             if self.first_batch_s is None:
                 self.first_batch_s = now - start
             self.samples += len(batch[1])
+            self.ends.append((now - start, self.samples))
             yield batch
 
 
@@ -159,6 +172,7 @@ def _epoch(make_loader: Callable[[], Iterable[Any]]) -> dict[str, Any]:
         "epoch_s": epoch_s,
         "images_per_s": timed.samples / epoch_s,
         "first_batch_s": timed.first_batch_s,
+        "steady_images_per_s": timed.steady_rate(),
         "wait_s": timed.wait_s,
         "stats": stats,
     }
@@ -199,9 +213,14 @@ def _remote_order(count: int, limit: Optional[int]) -> list[int]:
     return spread(count, limit) if limit <= count else [i % count for i in range(limit)]
 
 
-def _remote_loader(spec: Spec, source: Any, files: list[str], labels: list[int]) -> Iterable[Any]:
-    """conveyor's Loader over ``source`` (a conveyor source), or DataLoader
-    over ``files``."""
+#: The keys the bench signs its S3 requests with (the file server checks none).
+_BENCH_KEYS = {"key": "bench", "secret": "bench"}
+
+
+def _remote_loader(spec: Spec, source: Callable[[], Any], dataset: Callable[[], Any]) -> Iterable[Any]:
+    """conveyor's Loader over ``source()`` (a conveyor source) on the
+    conveyor side, else DataLoader over ``dataset()`` (a torch dataset; an
+    iterable one is not shuffled by DataLoader: it shuffles itself)."""
     if spec["side"] == "conveyor":
         import conveyor
 
@@ -216,15 +235,13 @@ def _remote_loader(spec: Spec, source: Any, files: list[str], labels: list[int])
         )
     import torch
 
-    from conveyor.bench import reference
-
-    if spec["latency_ms"] is None:  # Local files: the throughput bench's dataset.
-        dataset = reference.image_folder(spec["data"], reference.train_transform())
-        dataset = torch.utils.data.Subset(dataset, _remote_order(len(dataset), spec.get("limit")))
-    else:
-        dataset = reference.UrlImages(files, labels, reference.train_transform())
+    data = dataset()
     return torch.utils.data.DataLoader(
-        dataset, batch_size=spec["batch_size"], shuffle=True, num_workers=spec["workers"], pin_memory=False
+        data,
+        batch_size=spec["batch_size"],
+        shuffle=not isinstance(data, torch.utils.data.IterableDataset),
+        num_workers=spec["workers"],
+        pin_memory=False,
     )
 
 
@@ -239,44 +256,65 @@ def _with_server_cpu(pid: int, run: Callable[[], dict[str, Any]]) -> dict[str, A
     return result
 
 
+def _served(root: str, spec: Spec, run: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
+    """``run(endpoint)``'s figures against the file server serving ``root``
+    at ``spec["latency_ms"]``, with the server's CPU per image."""
+    server, port = _start_server(root, spec["latency_ms"])
+    try:
+        return _with_server_cpu(server.pid, lambda: run(f"http://127.0.0.1:{port}"))
+    finally:
+        server.kill()
+        server.wait()
+
+
+#: Bytes per tar shard in ``bench remote``: the demo's ~2 000 photos make ~15
+#: shards, enough for every DataLoader worker of webdataset to get some.
+REMOTE_SHARD_BYTES = 4 * 10**6
+
+
 def _remote_shards(spec: Spec) -> dict[str, Any]:
     """One epoch over ``data`` packed into tar shards, read from local disk
     (``latency_ms`` None), from a local S3 server (moto; ``store="s3"``),
     listed as ``s3://bench/shards/``, or as ``s3://`` URLs (path-style,
-    signed) from the project's file server (``store="s3-files"``), either
+    signed) from the project's file server (``store="s3-files"``; the
+    ``webdataset`` side reads the same shards as ``http://`` URLs), either
     adding ``latency_ms`` to every request."""
     import tempfile
 
+    from conveyor.bench import reference
     from conveyor.pack import pack_image_folder
     from conveyor.sources import TarShards
 
     with tempfile.TemporaryDirectory(prefix="conveyor-bench-shards-") as folder:
         os.makedirs(os.path.join(folder, "bench"))
-        shards = pack_image_folder(spec["data"], os.path.join(folder, "bench", "shard-%06d.tar"))
+        pattern = os.path.join(folder, "bench", "shard-%06d.tar")
+        shards = pack_image_folder(spec["data"], pattern, shard_size=REMOTE_SHARD_BYTES)
+        names = [os.path.basename(shard) for shard in shards]
         if spec["latency_ms"] is None:
-            return _epoch(lambda: _remote_loader(spec, lambda: TarShards(shards), [], []))
+            return _epoch(lambda: _remote_loader(spec, lambda: TarShards(shards), lambda: None))
         if spec["store"] == "s3-files":
-            server, port = _start_server(folder, spec["latency_ms"])
-            try:
-                pattern = f"s3://bench/shard-{{000000..{len(shards) - 1:06d}}}.tar"
-                options = {"endpoint_url": f"http://127.0.0.1:{port}", "key": "bench", "secret": "bench"}
-                return _with_server_cpu(
-                    server.pid,
-                    lambda: _epoch(
-                        lambda: _remote_loader(
-                            spec, lambda: TarShards(pattern, storage_options=options), [], []
-                        )
-                    ),
-                )
-            finally:
-                server.kill()
-                server.wait()
+            brace = f"shard-{{000000..{len(shards) - 1:06d}}}.tar"
+            return _served(
+                folder,
+                spec,
+                lambda endpoint: _epoch(
+                    lambda: _remote_loader(
+                        spec,
+                        lambda: TarShards(
+                            f"s3://bench/{brace}", storage_options={"endpoint_url": endpoint, **_BENCH_KEYS}
+                        ),
+                        lambda: reference.webdataset_images(
+                            [f"{endpoint}/bench/{name}" for name in names], reference.train_transform()
+                        ),
+                    )
+                ),
+            )
         from conveyor.bench.s3_server import S3Server
 
         with S3Server(latency=spec["latency_ms"] / 1000) as s3:
-            for shard in shards:
+            for shard, name in zip(shards, names):
                 with open(shard, "rb") as f:
-                    s3.put("bench", "shards/" + os.path.basename(shard), f.read())
+                    s3.put("bench", "shards/" + name, f.read())
             pid = s3.pid
             assert pid is not None
             s3_options = s3.storage_options()
@@ -284,7 +322,9 @@ def _remote_shards(spec: Spec) -> dict[str, Any]:
                 pid,
                 lambda: _epoch(
                     lambda: _remote_loader(
-                        spec, lambda: TarShards("s3://bench/shards/", storage_options=s3_options), [], []
+                        spec,
+                        lambda: TarShards("s3://bench/shards/", storage_options=s3_options),
+                        lambda: None,
                     )
                 ),
             )
@@ -300,7 +340,7 @@ def _cached_second_epoch(spec: Spec, urls: list[str], labels: list[int]) -> dict
 
     with tempfile.TemporaryDirectory(prefix="conveyor-bench-cache-") as cache:
         source = FileList(urls, labels, cache_dir=cache)
-        loader = _remote_loader(spec, lambda: source, urls, labels)
+        loader = _remote_loader(spec, lambda: source, lambda: None)
         for _ in loader:  # The first epoch fills the cache, untimed.
             pass
         before = source._store.counters()
@@ -310,40 +350,91 @@ def _cached_second_epoch(spec: Spec, urls: list[str], labels: list[int]) -> dict
         return result
 
 
+def _s3_objects(spec: Spec, samples: list[tuple[str, int]]) -> dict[str, Any]:
+    """One epoch over the images as ``s3://bench/<class>/<file>`` objects
+    (path-style, signed) from the file server: conveyor's FileList, or a
+    DataLoader reading them with s3fs (``side="s3fs"``) or with
+    s3torchconnector's S3MapDataset (``side="s3torchconnector"``)."""
+    import tempfile
+    import urllib.parse
+
+    from conveyor.bench import reference
+    from conveyor.sources import FileList
+
+    labels = [label for _, label in samples]
+    urls = [
+        "s3://bench/" + urllib.parse.quote(os.path.relpath(path, spec["data"]).replace(os.sep, "/"))
+        for path, _ in samples
+    ]
+
+    def peer(endpoint: str) -> Any:
+        transform = reference.train_transform()
+        if spec["side"] == "s3fs":
+            options = reference.s3fs_options(endpoint, **_BENCH_KEYS)
+            return reference.UrlImages(urls, labels, transform, storage_options=options)
+        # The CRT client finds its keys where AWS tools do: the environment.
+        os.environ.update({"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench"})
+        return reference.s3_map_images(urls, labels, transform, endpoint)
+
+    with tempfile.TemporaryDirectory(prefix="conveyor-bench-s3-") as folder:
+        # The bucket "bench" is the data folder (path-style: /bench/<key>).
+        os.symlink(os.path.abspath(spec["data"]), os.path.join(folder, "bench"))
+        return _served(
+            folder,
+            spec,
+            lambda endpoint: _epoch(
+                lambda: _remote_loader(
+                    spec,
+                    lambda: FileList(urls, labels, storage_options={"endpoint_url": endpoint, **_BENCH_KEYS}),
+                    lambda: peer(endpoint),
+                )
+            ),
+        )
+
+
 def remote(spec: Spec) -> dict[str, Any]:
     """One epoch of the ImageNet train pipeline over ``limit`` images of
     ``data`` (the folder repeated when it holds fewer) served by a local HTTP
     server adding ``latency_ms`` to every request (None: the local files, for
-    reference), or (``store="s3"`` or ``"s3-files"``) over the folder's tar
-    shards; with ``cache``, the second epoch over a cache folder; images/s."""
+    reference), as ``s3://`` objects (``store="s3-objects"``), or
+    (``store="s3"`` or ``"s3-files"``) over the folder's tar shards; with
+    ``cache``, the second epoch over a cache folder; images/s."""
     import urllib.parse
 
-    from conveyor.bench.reference import ImageFolderDataset
+    from conveyor.bench import reference
     from conveyor.sources import FileList
 
     if spec.get("store") in ("s3", "s3-files"):
         return _remote_shards(spec)
-    samples = ImageFolderDataset(spec["data"], lambda image: image).samples
+    samples = reference.ImageFolderDataset(spec["data"], lambda image: image).samples
     samples = [samples[i] for i in _remote_order(len(samples), spec.get("limit"))]
+    if spec.get("store") == "s3-objects":
+        return _s3_objects(spec, samples)
     labels = [label for _, label in samples]
+    transform = reference.train_transform()
     if spec["latency_ms"] is None:
         files = [path for path, _ in samples]
-        return _epoch(lambda: _remote_loader(spec, lambda: FileList(files, labels), files, labels))
-    server, port = _start_server(spec["data"], spec["latency_ms"])
-    try:
-        urls = [
-            f"http://127.0.0.1:{port}/" + urllib.parse.quote(os.path.relpath(path, spec["data"]))
-            for path, _ in samples
-        ]
+
+        def local_folder() -> Any:  # The throughput bench's dataset.
+            import torch
+
+            dataset = reference.image_folder(spec["data"], transform)
+            return torch.utils.data.Subset(dataset, _remote_order(len(dataset), spec.get("limit")))
+
+        return _epoch(lambda: _remote_loader(spec, lambda: FileList(files, labels), local_folder))
+
+    def run(endpoint: str) -> dict[str, Any]:
+        quoted = [urllib.parse.quote(os.path.relpath(path, spec["data"])) for path, _ in samples]
+        urls = [f"{endpoint}/{path}" for path in quoted]
         if spec.get("cache"):
-            return _with_server_cpu(server.pid, lambda: _cached_second_epoch(spec, urls, labels))
-        return _with_server_cpu(
-            server.pid,
-            lambda: _epoch(lambda: _remote_loader(spec, lambda: FileList(urls, labels), urls, labels)),
+            return _cached_second_epoch(spec, urls, labels)
+        return _epoch(
+            lambda: _remote_loader(
+                spec, lambda: FileList(urls, labels), lambda: reference.UrlImages(urls, labels, transform)
+            )
         )
-    finally:
-        server.kill()
-        server.wait()
+
+    return _served(spec["data"], spec, run)
 
 
 def _slow_loader(spec: Spec) -> Iterable[Any]:
@@ -404,6 +495,7 @@ def slow_storage(spec: Spec) -> dict[str, Any]:
         "ideal_s": ideal_s,
         "overhead": total_s / ideal_s,
         "first_batch_s": timed.first_batch_s,
+        "steady_images_per_s": timed.steady_rate(),
         "wait_s": timed.wait_s,
         "stats": stats,
     }
@@ -484,6 +576,7 @@ def mnist(spec: Spec) -> dict[str, Any]:
         "samples": timed.samples,
         "seconds": total_s,
         "first_batch_s": timed.first_batch_s,
+        "steady_images_per_s": timed.steady_rate(),
         "wait_s": timed.wait_s,
         "final_loss": float(loss),
         "stats": stats,
