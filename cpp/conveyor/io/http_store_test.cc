@@ -508,6 +508,36 @@ TEST(HttpStoreTest, WithoutKeysEksWebIdentitySignsTheRequests) {
   std::filesystem::remove(token);
 }
 
+TEST(HttpStoreTest, WithoutKeysAnSsoProfilesRoleSignsTheRequests) {
+  // A developer's `aws sso login`: the cached token exchanged at the portal for the role's keys.
+  const std::filesystem::path home =
+      std::filesystem::temp_directory_path() / ("conveyor-sso-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(home / ".aws/sso/cache");
+  std::ofstream(home / ".aws/config") << "[default]\nsso_session = corp\nsso_account_id = 1\nsso_role_name = ml\n"
+                                         "[sso-session corp]\nsso_start_url = https://corp.awsapps.com/start\n"
+                                         "sso_region = eu-west-1\n";
+  std::ofstream(home / ".aws/sso/cache/0a1b.json")
+      << R"({"startUrl":"https://corp.awsapps.com/start","accessToken":"LOGIN","expiresAt":"2100-01-01T00:00:00Z"})";
+  std::atomic<int> exchanges{0};
+  HttpTestServer portal([&](const HttpTestRequest& request, HttpTestConnection& connection) {
+    ++exchanges;
+    EXPECT_EQ(request.headers.at("x-amz-sso_bearer_token"), "LOGIN");
+    return connection.send(HttpTestServer::reply(
+        200, "OK",
+        R"({"roleCredentials":{"accessKeyId":"ASIAROLE","secretAccessKey":"ROLESECRETROLESECRET",)"
+        R"("sessionToken":"ROLETOKEN","expiration":4102444800000}})"));
+  });
+  HttpTestServer s3 = role_checking_s3();
+  HttpStoreOptions options;
+  options.s3 = resolve_s3_config({{"endpoint_url", s3.url("")}},
+                                 env_of({{"HOME", home.string()}, {"AWS_ENDPOINT_URL_SSO", portal.url("")}}));
+  HttpStore store(options);
+  EXPECT_EQ(text(store.read("s3://bucket/a", 0, -1)), "abc");
+  EXPECT_EQ(text(store.read("s3://bucket/a", 0, -1)), "abc");
+  EXPECT_EQ(exchanges.load(), 1);
+  std::filesystem::remove_all(home);
+}
+
 TEST(HttpStoreTest, InstanceRoleCredentialsAboutToExpireAreReadAgain) {
   FakeInstanceMetadata metadata;
   metadata.lifetime = std::chrono::seconds(300);  // Within the 10 minutes before expiry.

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -262,6 +263,90 @@ RoleCredentials read_web_identity(const RoleCredentialsEndpoint& endpoint, const
   return credentials;
 }
 
+// A UTC time of the SSO cache ("2026-11-27T14:00:00Z"; older AWS CLIs
+// wrote "...UTC", some add fractions of a second).
+std::chrono::system_clock::time_point parse_sso_time(std::string text, const std::string& what) {
+  if (text.size() > 3 && text.compare(text.size() - 3, 3, "UTC") == 0) text = text.substr(0, text.size() - 3) + "Z";
+  if (const size_t dot = text.find('.'); dot != std::string::npos) text = text.substr(0, dot) + "Z";
+  return parse_expiration(text, what);
+}
+
+// The newest token `aws sso login` cached for `start_url` in `folder`.
+std::string sso_token(const std::string& folder, const std::string& start_url, const std::string& what) {
+  const std::string login = " (run `aws sso login`)";
+  std::optional<std::pair<std::chrono::system_clock::time_point, std::string>> newest;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(folder, error)) {
+    std::error_code size_error;
+    if (entry.path().extension() != ".json" || !entry.is_regular_file(size_error) ||
+        entry.file_size(size_error) > kMaxReply || size_error) {
+      continue;
+    }
+    std::ifstream file(entry.path());
+    std::ostringstream text;
+    text << file.rdbuf();
+    // Parsed without exceptions: a parse error's message could quote the token.
+    const nlohmann::json json = nlohmann::json::parse(text.str(), nullptr, false);
+    const auto string_field = [&](const char* name) {
+      return json.is_object() && json.contains(name) && json[name].is_string();
+    };
+    if (!string_field("startUrl") || json["startUrl"] != start_url || !string_field("accessToken") ||
+        !string_field("expiresAt")) {
+      continue;
+    }
+    const auto expires = parse_sso_time(json["expiresAt"].get<std::string>(), what + ": the token of " + folder);
+    if (!newest || expires > newest->first) newest.emplace(expires, json["accessToken"].get<std::string>());
+  }
+  if (!newest) throw FetchError({Kind::kOther, 0, what + ": no token for it in " + folder + login});
+  if (newest->first <= std::chrono::system_clock::now()) {
+    const std::time_t at = std::chrono::system_clock::to_time_t(newest->first);
+    char when[32] = {};
+    std::tm tm{};
+    std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&at, &tm));
+    throw FetchError({Kind::kOther, 0, what + ": its token in " + folder + " expired at " + when + login});
+  }
+  if (newest->second.find_first_of("\r\n") != std::string::npos) {
+    throw FetchError({Kind::kOther, 0, what + ": a token of more than one line in " + folder});
+  }
+  return newest->second;
+}
+
+RoleCredentials read_sso(const RoleCredentialsEndpoint& endpoint, const CaCertificates* ca) {
+  const std::string what = endpoint.describe();
+  const std::string token = sso_token(endpoint.authorization_file, endpoint.sso_start_url, what);
+  Request r{endpoint.url, "GET", {"x-amz-sso_bearer_token: " + token}, "", endpoint.timeout, what};
+  r.local = false;  // The portal is AWS's public endpoint: through the proxy, if any.
+  r.ca = ca;
+  const Reply reply = request(r);
+  if (reply.status != 200) {
+    const bool refused = reply.status == 401 || reply.status == 403;
+    throw FetchError({Kind::kOther, 0,
+                      what + ": GetRoleCredentials (HTTP " + std::to_string(reply.status) + ")" +
+                          (refused ? " (run `aws sso login`)" : "")});
+  }
+  const nlohmann::json json = nlohmann::json::parse(reply.body, nullptr, false);
+  const nlohmann::json* role =
+      json.is_object() && json.contains("roleCredentials") ? &json["roleCredentials"] : nullptr;
+  const auto field = [&](const char* name) -> std::string {
+    if (role == nullptr || !role->is_object() || !role->contains(name) || !(*role)[name].is_string()) {
+      throw FetchError({Kind::kOther, 0, what + ": a reply without roleCredentials." + name});
+    }
+    return (*role)[name].get<std::string>();
+  };
+  RoleCredentials credentials;
+  credentials.access_key_id = field("accessKeyId");
+  credentials.secret_access_key = field("secretAccessKey");
+  credentials.session_token = field("sessionToken");
+  if (!role->contains("expiration") || !(*role)["expiration"].is_number_integer()) {
+    throw FetchError({Kind::kOther, 0, what + ": a reply without roleCredentials.expiration"});
+  }
+  // Milliseconds since 1970.
+  credentials.expiration =
+      std::chrono::system_clock::time_point(std::chrono::milliseconds((*role)["expiration"].get<int64_t>()));
+  credentials.from = what;
+  return credentials;
+}
+
 }  // namespace
 
 std::string RoleCredentialsEndpoint::describe() const {
@@ -270,10 +355,33 @@ std::string RoleCredentialsEndpoint::describe() const {
       return "web identity (role " + role_arn + ", through STS at " + url + ")";
     case Kind::kContainer:
       return "the container credentials endpoint at " + url;
+    case Kind::kSso:
+      return "IAM Identity Center (" + sso_start_url + ", through the portal at " + url + ")";
     case Kind::kInstanceMetadata:
       break;
   }
   return "the instance metadata service at " + url;
+}
+
+RoleCredentialsEndpoint sso_endpoint(const SsoProfile& profile, const GetEnv& getenv) {
+  const std::pair<const std::string*, const char*> required[] = {{&profile.start_url, "sso_start_url"},
+                                                                 {&profile.region, "sso_region"},
+                                                                 {&profile.account_id, "sso_account_id"},
+                                                                 {&profile.role_name, "sso_role_name"}};
+  for (const auto& [value, name] : required) {
+    check_config(!value->empty(), std::string("an IAM Identity Center (SSO) profile needs ") + name);
+  }
+  RoleCredentialsEndpoint endpoint;
+  endpoint.kind = RoleCredentialsEndpoint::Kind::kSso;
+  endpoint.timeout = 5.0;  // AWS's portal over the network, as STS.
+  endpoint.sso_start_url = profile.start_url;
+  const auto portal = getenv("AWS_ENDPOINT_URL_SSO");
+  std::string base = portal && !portal->empty() ? *portal : "https://portal.sso." + profile.region + ".amazonaws.com";
+  while (base.size() > 8 && base.back() == '/') base.pop_back();
+  endpoint.url = base + "/federation/credentials?account_id=" + percent_encoded(profile.account_id, false) +
+                 "&role_name=" + percent_encoded(profile.role_name, false);
+  endpoint.authorization_file = getenv("HOME").value_or("") + "/.aws/sso/cache";
+  return endpoint;
 }
 
 std::optional<RoleCredentialsEndpoint> web_identity_endpoint(const GetEnv& getenv) {
@@ -354,6 +462,8 @@ RoleCredentials read_role_credentials(const RoleCredentialsEndpoint& endpoint, c
       return read_web_identity(endpoint, ca);
     case RoleCredentialsEndpoint::Kind::kContainer:
       return read_container(endpoint);
+    case RoleCredentialsEndpoint::Kind::kSso:
+      return read_sso(endpoint, ca);
     case RoleCredentialsEndpoint::Kind::kInstanceMetadata:
       break;
   }

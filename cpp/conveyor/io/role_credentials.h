@@ -29,26 +29,51 @@ struct RoleCredentialsEndpoint {
     kWebIdentity,       ///< EKS IRSA: STS AssumeRoleWithWebIdentity at `url` (XML).
     kContainer,         ///< ECS task role or EKS Pod Identity: GET `url` (JSON).
     kInstanceMetadata,  ///< An EC2 instance's role: IMDS at the base URL `url`.
+    /// IAM Identity Center (SSO): GET `url` (the portal's role credentials
+    /// of an account and role) with the token `aws sso login` cached for
+    /// `sso_start_url` in the folder `authorization_file` (JSON).
+    kSso,
   };
   Kind kind = Kind::kInstanceMetadata;
   std::string url;
   /// Container: the Authorization header's value (a secret: never shown),
   /// or the file holding it (read at each read: EKS rotates it). Web
-  /// identity: the file of the identity token (read at each read).
+  /// identity: the file of the identity token (read at each read). SSO:
+  /// the folder of `aws sso login`'s cached tokens (read at each read).
   std::string authorization;
   std::string authorization_file;
   /// Web identity: the role to assume and the session's name.
   std::string role_arn;
   std::string session_name;
+  /// SSO: the start URL whose cached token is sent.
+  std::string sso_start_url;
   /// Seconds each request may take: the SDKs' defaults, 1 for the metadata
   /// service (off EC2 nothing answers), 2 for a container's, 5 for STS;
   /// AWS_METADATA_SERVICE_TIMEOUT sets the first two, as in the SDKs.
   double timeout = 1;
 
   /// "the container credentials endpoint at URL", "the instance metadata
-  /// service at URL", "web identity (role ARN, through STS at URL)": no secret.
+  /// service at URL", "web identity (role ARN, through STS at URL)", "IAM
+  /// Identity Center (START_URL, through the portal at URL)": no secret.
   std::string describe() const;
 };
+
+/// The settings of an IAM Identity Center (SSO) profile of ~/.aws/config:
+/// its own sso_start_url and sso_region (the legacy form), or those of the
+/// [sso-session NAME] its sso_session names.
+struct SsoProfile {
+  std::string start_url;
+  std::string region;
+  std::string account_id;
+  std::string role_name;
+};
+
+/// Where an SSO profile's role credentials are read: the portal at
+/// AWS_ENDPOINT_URL_SSO, else https://portal.sso.<region>.amazonaws.com
+/// (/federation/credentials for the account and role), with the token of
+/// `aws sso login` from $HOME/.aws/sso/cache. Throws Error{kConfig} naming
+/// what the profile lacks. Thread-safe.
+RoleCredentialsEndpoint sso_endpoint(const SsoProfile& profile, const GetEnv& getenv = process_env);
 
 /// EKS's web identity (IRSA) when the environment sets it up:
 /// AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN (both, as the AWS SDKs
@@ -84,6 +109,11 @@ std::optional<RoleCredentialsEndpoint> role_credentials_endpoint(const GetEnv& g
 /// - Web identity: POST AssumeRoleWithWebIdentity (a form with the role, the
 ///   session's name and the token file's token) to STS, through the proxy
 ///   if any, TLS verified against `ca` when set; XML answer.
+/// - SSO: the newest token cached for the start URL (a JSON file of the
+///   cache folder with its startUrl, accessToken and expiresAt; an expired
+///   one says to run `aws sso login`), sent to the portal as the AWS CLI
+///   does (x-amz-sso_bearer_token), through the proxy if any, TLS as STS's;
+///   JSON answer (roleCredentials).
 /// Throws FetchError whose message names the endpoint and the step ("the
 /// instance metadata service at <url>: <step>: <cause>"), never a
 /// credential. Thread-safe.

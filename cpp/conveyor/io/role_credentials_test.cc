@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
@@ -221,6 +222,70 @@ TEST_F(ContainerCredentialsTest, StsRefusingTheTokenIsNamedByItsCode) {
                                        "): AWS_WEB_IDENTITY_TOKEN_FILE " + endpoint.authorization_file +
                                        " cannot be read");
   }
+}
+
+TEST_F(ContainerCredentialsTest, AnSsoProfilesNewestCachedTokenIsExchangedAtThePortal) {
+  std::string token_seen, target_seen;
+  HttpTestServer portal([&](const HttpTestRequest& request, HttpTestConnection& connection) {
+    target_seen = request.target;
+    const auto token = request.headers.find("x-amz-sso_bearer_token");
+    token_seen = token == request.headers.end() ? "" : token->second;
+    if (token_seen != "NEWEST") return connection.send(HttpTestServer::reply(401, "Unauthorized", "bad NEWEST"));
+    return connection.send(HttpTestServer::reply(
+        200, "OK",
+        R"({"roleCredentials":{"accessKeyId":"ASIASSO","secretAccessKey":"SECRET","sessionToken":"T",)"
+        R"("expiration":1893456000000}})"));
+  });
+  const std::filesystem::path cache = dir_ / "cache";
+  std::filesystem::create_directories(cache);
+  const std::string start = "https://corp.awsapps.com/start";
+  auto cached = [&](const std::string& name, const std::string& url, const std::string& token,
+                    const std::string& expires) {
+    std::ofstream(cache / name) << R"({"startUrl":")" << url << R"(","region":"eu-west-1","accessToken":")" << token
+                                << R"(","expiresAt":")" << expires << R"("})";
+  };
+  cached("a.json", start, "OLD", "2099-01-01T00:00:00UTC");  // An older CLI's form.
+  cached("b.json", start, "NEWEST", "2099-06-01T00:00:00.500Z");
+  cached("c.json", "https://other.awsapps.com/start", "OTHER", "2100-01-01T00:00:00Z");
+  std::ofstream(cache / "botocore-client-id-eu-west-1.json") << R"({"clientId":"x","clientSecret":"y"})";
+  std::ofstream(cache / "torn.json") << "{\"startUrl\": \"" << start;
+  const RoleCredentialsEndpoint endpoint =
+      sso_endpoint({start, "eu-west-1", "123456789012", "Read Only"},
+                   env({{"AWS_ENDPOINT_URL_SSO", portal.url("")}, {"HOME", "/nonexistent"}}));
+  RoleCredentialsEndpoint here = endpoint;
+  here.authorization_file = cache.string();
+  here.timeout = 60;
+  const RoleCredentials credentials = read_role_credentials(here);
+  EXPECT_EQ(token_seen, "NEWEST");
+  EXPECT_EQ(target_seen, "/federation/credentials?account_id=123456789012&role_name=Read%20Only");
+  EXPECT_EQ(credentials.access_key_id, "ASIASSO");
+  EXPECT_EQ(credentials.secret_access_key, "SECRET");
+  EXPECT_EQ(credentials.session_token, "T");
+  EXPECT_EQ(std::chrono::system_clock::to_time_t(credentials.expiration), 1893456000);  // 2030-01-01.
+  EXPECT_EQ(credentials.from, "IAM Identity Center (" + start + ", through the portal at " + endpoint.url + ")");
+  EXPECT_EQ(endpoint.authorization_file, "/nonexistent/.aws/sso/cache");
+
+  const std::string what = credentials.from + ": ";
+  auto failure = [&] {
+    try {
+      read_role_credentials(here);
+    } catch (const FetchError& e) {
+      EXPECT_EQ(e.failure().message.find("NEWEST"), std::string::npos) << e.failure().message;
+      EXPECT_EQ(e.failure().message.rfind(what, 0), 0u) << e.failure().message;
+      return e.failure().message.substr(what.size());
+    }
+    return std::string("read");
+  };
+  // The portal refuses the token (revoked): named without it.
+  cached("b.json", start, "REVOKED", "2099-06-01T00:00:00Z");
+  EXPECT_EQ(failure(), "GetRoleCredentials (HTTP 401) (run `aws sso login`)");
+  // Every token for the start URL expired, or none was cached.
+  cached("a.json", start, "OLD", "2020-01-01T00:00:00Z");
+  cached("b.json", start, "NEWEST", "2021-03-04T05:06:07Z");
+  EXPECT_EQ(failure(), "its token in " + cache.string() + " expired at 2021-03-04T05:06:07Z (run `aws sso login`)");
+  std::filesystem::remove(cache / "a.json");
+  std::filesystem::remove(cache / "b.json");
+  EXPECT_EQ(failure(), "no token for it in " + cache.string() + " (run `aws sso login`)");
 }
 
 TEST(RoleCredentialsTest, WebIdentityIsFoundAsTheAwsSdksFindIt) {

@@ -205,9 +205,32 @@ S3Config resolve_s3_config(const std::map<std::string, std::string>& options, co
         break;
       }
     }
+    if (config.credentials_source.empty() && !value_in(config_section, "role_arn") &&
+        (value_in(config_section, "sso_session") || value_in(config_section, "sso_start_url"))) {
+      // IAM Identity Center: its settings in the profile (legacy) or in the
+      // [sso-session NAME] it names.
+      const auto session_name = value_in(config_section, "sso_session");
+      const auto* session = session_name ? section(config_file, "sso-session " + *session_name) : config_section;
+      if (session == nullptr) {
+        throw Error(ErrorKind::kConfig, "profile '" + profile + "' names sso_session '" + *session_name + "', which " +
+                                            config_file.shown + " has no [sso-session " + *session_name + "] for");
+      }
+      const auto value = [&](const auto* values, const char* key) { return value_in(values, key).value_or(""); };
+      try {
+        config.role_endpoint =
+            sso_endpoint({value(session, "sso_start_url"), value(session, "sso_region"),
+                          value(config_section, "sso_account_id"), value(config_section, "sso_role_name")},
+                         getenv);
+      } catch (const Error& e) {
+        throw Error(ErrorKind::kConfig, "profile '" + profile + "': " + e.what());
+      }
+      config.looked_in = "storage_options, AWS_ACCESS_KEY_ID, " +
+                         (credentials_file.shown.empty() ? "~/.aws/credentials" : credentials_file.shown) + " and " +
+                         config_file.shown + " [" + profile + "]";
+      config.credentials_source = config.role_endpoint->describe();
+    }
     if (config.credentials_source.empty()) {
-      for (const char* provider :
-           {"credential_process", "role_arn", "sso_session", "sso_start_url", "web_identity_token_file"}) {
+      for (const char* provider : {"credential_process", "role_arn", "web_identity_token_file"}) {
         if (value_in(config_section, provider) || value_in(credentials_section, provider)) {
           throw Error(ErrorKind::kConfig,
                       "profile '" + profile + "' gets its credentials from " + provider +

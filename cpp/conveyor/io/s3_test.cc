@@ -144,16 +144,57 @@ TEST_F(S3ConfigTest, BadOptionsAreConfigErrorsNamingTheKey) {
 }
 
 TEST_F(S3ConfigTest, AProfileWhoseKeysComeFromAProviderWeDoNotReadIsNamed) {
-  write("config", "[profile sso]\nsso_session = corp\nregion = eu-west-1\n");
+  write("config", "[profile tool]\ncredential_process = /usr/bin/vault-creds\nregion = eu-west-1\n");
   try {
-    resolve_s3_config({{"profile", "sso"}}, env());
+    resolve_s3_config({{"profile", "tool"}}, env());
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()),
-              "profile 'sso' gets its credentials from sso_session, which conveyor's S3 client does not read: export "
-              "the keys it gives (aws configure export-credentials --profile sso --format env), or read through s3fs "
-              "by passing its own storage_options");
+              "profile 'tool' gets its credentials from credential_process, which conveyor's S3 client does not "
+              "read: export the keys it gives (aws configure export-credentials --profile tool --format env), or "
+              "read through s3fs by passing its own storage_options");
   }
+}
+
+TEST_F(S3ConfigTest, AnSsoProfileGetsItsRolesCredentialsFromThePortalAsTheAwsCliDoes) {
+  write("config",
+        "[profile dev]\nsso_session = corp\nsso_account_id = 123456789012\nsso_role_name = Read Only\n"
+        "region = us-west-2\n"
+        "[sso-session corp]\nsso_start_url = https://corp.awsapps.com/start\nsso_region = eu-west-1\n"
+        "[profile legacy]\nsso_start_url = https://old.awsapps.com/start\nsso_region = us-east-2\n"
+        "sso_account_id = 210987654321\nsso_role_name = Admin\n"
+        "[profile lost]\nsso_session = nowhere\nsso_account_id = 1\nsso_role_name = R\n"
+        "[profile partial]\nsso_session = corp\nsso_role_name = R\n");
+  const S3Config dev = resolve_s3_config({{"profile", "dev"}}, env());
+  ASSERT_TRUE(dev.role_endpoint.has_value());
+  EXPECT_EQ(dev.role_endpoint->kind, RoleCredentialsEndpoint::Kind::kSso);
+  EXPECT_EQ(dev.role_endpoint->url,
+            "https://portal.sso.eu-west-1.amazonaws.com/federation/credentials?account_id=123456789012&role_name="
+            "Read%20Only");
+  EXPECT_EQ(dev.role_endpoint->authorization_file, (dir_ / ".aws/sso/cache").string());
+  EXPECT_EQ(dev.credentials_source, "IAM Identity Center (https://corp.awsapps.com/start, through the portal at " +
+                                        dev.role_endpoint->url + ")");
+  EXPECT_EQ(dev.region, "us-west-2");  // The profile's region signs S3; sso_region is the portal's.
+  EXPECT_TRUE(dev.access_key_id.empty());
+  const S3Config legacy =
+      resolve_s3_config({}, env({{"AWS_PROFILE", "legacy"}, {"AWS_ENDPOINT_URL_SSO", "http://127.0.0.1:9/"}}));
+  ASSERT_TRUE(legacy.role_endpoint.has_value());
+  EXPECT_EQ(legacy.role_endpoint->url,
+            "http://127.0.0.1:9/federation/credentials?account_id=210987654321&role_name=Admin");
+  EXPECT_EQ(legacy.role_endpoint->sso_start_url, "https://old.awsapps.com/start");
+  auto message = [&](const std::string& profile) {
+    try {
+      resolve_s3_config({{"profile", profile}}, env());
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message("lost"),
+            "profile 'lost' names sso_session 'nowhere', which ~/.aws/config has no "
+            "[sso-session nowhere] for");
+  EXPECT_EQ(message("partial"), "profile 'partial': an IAM Identity Center (SSO) profile needs sso_account_id");
 }
 
 TEST_F(S3ConfigTest, DescribeNeverShowsASecret) {
