@@ -237,12 +237,23 @@ def test_quick_remote_run(tmp_path, data, capsys):
         "auto_over_best_fixed_20ms",
         "auto_over_best_fixed_100ms",
     }
-    # --quick's one batch has no third quarter; S3 objects have no peer without s3fs and s3torchconnector.
+    # --quick's one batch has no middle half; S3 objects have no peer without s3fs and s3torchconnector.
     unmeasured = {"100ms_over_0ms_steady"}
     if not any(r.get("result") for r in peers.values() if r["case"] == objects):
         unmeasured.add("over_best_peer_s3-objects")
     assert {name for name, value in full["remote_ratios"].items() if value is None} == unmeasured
     assert all(value > 0 for value in full["remote_ratios"].values() if value is not None)
+
+
+def test_the_steady_rate_leaves_out_the_start_and_the_prefetched_end():
+    from conveyor.bench.worker import _Timed
+
+    timed = _Timed([])
+    # A slow start (1 batch in 2 s), 100 batches/s of 64, then every prefetched batch at once.
+    timed.ends = [(2.0, 64)] + [(2.0 + i / 100, 64 * (i + 1)) for i in range(1, 601)] + [(8.0, 64 * 900)]
+    assert timed.steady_rate() == pytest.approx(6400, rel=0.01)  # Between 2 s and 6 s.
+    timed.ends = timed.ends[:3]
+    assert timed.steady_rate() is None  # Fewer than 4 batches.
 
 
 def test_reused_worker_reports_a_failed_run_and_goes_on_in_the_same_process():

@@ -90,15 +90,17 @@ class _Timed:
         self.ends: list[tuple[float, int]] = []  # (seconds since the start, samples so far) per batch.
 
     def steady_rate(self) -> Optional[float]:
-        """Images/s between the batches that end the epoch's first half and
-        its third quarter of samples: past the start (connections opening,
-        autotune's first settings), before the end hands out at once what
-        was prefetched. None for an epoch too short to have both."""
-        half = next(((t, n) for t, n in self.ends if 2 * n >= self.samples), None)
-        three_quarters = next(((t, n) for t, n in self.ends if 4 * n >= 3 * self.samples), None)
-        if half is None or three_quarters is None or three_quarters[0] <= half[0]:
+        """Images/s in the middle half of the epoch's time: past the start
+        (connections opening, autotune's first settings), before the end
+        hands out at once what was prefetched. None for fewer than 4 batches."""
+        if len(self.ends) < 4:
             return None
-        return (three_quarters[1] - half[1]) / (three_quarters[0] - half[0])
+        total = self.ends[-1][0]
+
+        def samples_by(moment: float) -> int:
+            return max((n for t, n in self.ends if t <= moment), default=0)
+
+        return (samples_by(0.75 * total) - samples_by(0.25 * total)) / (0.5 * total)
 
     def __iter__(self) -> Iterator[Any]:
         start = time.perf_counter()
