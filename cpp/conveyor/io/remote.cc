@@ -171,6 +171,8 @@ RemoteObjectInfo RemoteAccess::stat(const std::string& url, const std::string& k
   return with_retries(retry, key, [&] { return store->stat(url); });
 }
 
+bool RemoteStore::serves_locally(const std::string& /*url*/) const { return false; }
+
 std::vector<RemoteObject> RemoteStore::list(const std::string&) const {
   throw FetchError({FetchFailure::Kind::kInvalid, 0, "this store cannot list objects"});
 }

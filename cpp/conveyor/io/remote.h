@@ -122,6 +122,12 @@ class RemoteStore {
   /// FetchError. The default is read(url, 0, -1) with no version, checked
   /// after.
   virtual RemoteObjectInfo fetch(const std::string& url, std::vector<uint8_t>* data, int64_t max_bytes) const;
+  /// Whether a read of `url` now reads only local storage (a cache's object
+  /// already checked in this process), so that the loader may run it on the
+  /// cpu thread that decodes it. A hint: the object may be gone by the time
+  /// it is read (another process evicted it), and is then fetched. Never
+  /// waits. The default: false.
+  virtual bool serves_locally(const std::string& url) const;
   /// Every object whose URL starts with `prefix` (one page of a listing per
   /// attempt is not enough: the whole listing, in the store's order). Throws
   /// FetchError; kInvalid for a store or scheme that cannot list (the default).

@@ -372,6 +372,11 @@ RemoteObjectInfo CachingStore::stat(const std::string& url) const {
 
 std::vector<RemoteObject> CachingStore::list(const std::string& prefix) const { return store_->list(prefix); }
 
+bool CachingStore::serves_locally(const std::string& url) const {
+  std::lock_guard lock(mu_);
+  return validated_.count(url) != 0;
+}
+
 RemoteCacheCounters CachingStore::counters() const {
   return {hits_.load(),        misses_.load(),    read_through_.load(),
           validations_.load(), evictions_.load(), write_errors_.load()};

@@ -68,6 +68,8 @@ class CachingStore final : public RemoteStore {
   uint64_t size(const std::string& url) const override;
   RemoteObjectInfo stat(const std::string& url) const override;
   std::vector<RemoteObject> list(const std::string& prefix) const override;
+  /// True once `url`'s object was checked (or fetched) by this store.
+  bool serves_locally(const std::string& url) const override;
 
   RemoteCacheCounters counters() const;
   const std::string& directory() const { return directory_; }

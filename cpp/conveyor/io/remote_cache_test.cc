@@ -94,7 +94,9 @@ class CachingStoreTest : public detail::TempDirTest {
 TEST_F(CachingStoreTest, AFirstReadFetchesTheObjectWholeAndLaterReadsSendNothing) {
   remote_->put("s3://b/shard.tar", "0123456789abcdef", "\"v1\"");
   CachingStore cache(remote_, folder(), 1 << 20);
+  EXPECT_FALSE(cache.serves_locally("s3://b/shard.tar"));
   EXPECT_EQ(text(cache.read("s3://b/shard.tar", 4, 3)), "456");
+  EXPECT_TRUE(cache.serves_locally("s3://b/shard.tar"));  // The loader reads it on a cpu thread now.
   EXPECT_EQ(text(cache.read("s3://b/shard.tar", 10, 6)), "abcdef");
   EXPECT_EQ(text(cache.read("s3://b/shard.tar", 0, -1)), "0123456789abcdef");
   EXPECT_EQ(remote_->requests("fetch"), 1);
@@ -110,7 +112,9 @@ TEST_F(CachingStoreTest, ANewStoreChecksEachObjectOnceAndRefetchesAChangedOne) {
   CachingStore(remote_, folder(), 1 << 20).read("https://h/a.jpg", 0, -1);
   {
     CachingStore next_run(remote_, folder(), 1 << 20);
+    EXPECT_FALSE(next_run.serves_locally("https://h/a.jpg"));  // Not checked yet: the check is a request.
     EXPECT_EQ(text(next_run.read("https://h/a.jpg", 0, -1)), "first");
+    EXPECT_TRUE(next_run.serves_locally("https://h/a.jpg"));
     EXPECT_EQ(text(next_run.read("https://h/a.jpg", 0, -1)), "first");
     EXPECT_EQ(remote_->requests("stat"), 1);  // One check, then nothing.
     EXPECT_EQ(remote_->requests("fetch"), 1);

@@ -54,4 +54,10 @@ Record FileSource::read(int64_t index) const {
 
 std::string FileSource::key(int64_t index) const { return paths_.at(static_cast<size_t>(index)); }
 
+bool FileSource::read_is_local(int64_t index) const {
+  if (local_) return true;
+  const std::string& path = paths_.at(static_cast<size_t>(index));
+  return !is_url(path) || remote_->store->serves_locally(path);
+}
+
 }  // namespace conveyor

@@ -382,7 +382,7 @@ void Loader::issue_locked(EpochRun& run) {
 void Loader::issue_unguarded_locked(EpochRun& run) {
   while (std::optional<SlotTicket> task = run.assign_next_slot(pool_)) {
     try {
-      if (reads_inline()) {
+      if (reads_inline() || cached_read(run.sample_for(*task))) {
         cpu_pool_->submit_in_order(queue_order(*task, run.batch_size),
                                    [this, run = run.shared_from_this(), task = *task] { sample_task(run, task); });
       } else {
@@ -432,9 +432,27 @@ bool detail::reads_are_quick(int64_t reads, int64_t read_ns, int64_t processed, 
   return latency <= kInlineReadNs || latency * kInlineReadShare <= process_ns / processed;
 }
 
+bool Loader::cached_read(std::optional<int64_t> sample) const noexcept {
+  // A remote source's sample whose object a cache already holds reads a
+  // local file: like a local source's quick read, on the decoding thread,
+  // which spares a hand-off to an io thread and back (a cached epoch ran
+  // at ~0.92 x the local files' rate through the io pool).
+  if (local_reads_ || !sample) return false;
+  try {
+    return source_->read_is_local(*sample);
+  } catch (...) {
+    return false;  // The read names what is wrong.
+  }
+}
+
 void Loader::sample_task(const std::shared_ptr<EpochRun>& run, SlotTicket task) {
   const TaskScope scope(this);
-  if (!reads_inline()) {
+  bool inline_read = reads_inline();
+  if (!inline_read) {
+    std::lock_guard lock(mu_);
+    inline_read = cached_read(run->sample_for(task));
+  }
+  if (!inline_read) {
     // Reads turned out slow since this task was queued: a cpu thread must
     // not wait for one.
     io_pool_->submit([this, run, task] { read_task(run, task); });

@@ -309,10 +309,14 @@ class Loader {
   void issue_unguarded_locked(detail::EpochRun& run);
   // Where a sample's read runs: on the cpu thread that then decodes it
   // (sample_task) when the source's reads are local (Source::local_reads) and
-  // quick (detail::reads_are_quick), else on the io pool (read_task), which
-  // hands the record to the cpu pool.
+  // quick (detail::reads_are_quick), or its object is in a cache
+  // (cached_read), else on the io pool (read_task), which hands the record
+  // to the cpu pool.
   bool reads_inline() const noexcept;
   void sample_task(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task);
+  // Whether a remote source's `sample` reads only a cache's local file now
+  // (Source::read_is_local): it is then read inline too.
+  bool cached_read(std::optional<int64_t> sample) const noexcept;
   void read_task(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task);
   // Reads the sample of `task`; nothing when the task has ended (its slot was
   // reassigned, the run cancelled, or the read failed: then recorded).

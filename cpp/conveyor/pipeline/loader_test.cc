@@ -193,9 +193,11 @@ struct ThreadLog {
 
 class LoggedSource : public MemorySource {
  public:
-  LoggedSource(int64_t n, ThreadLog* log, std::chrono::microseconds delay, bool local = true)
-      : MemorySource(n), log_(log), delay_(delay), local_(local) {}
+  LoggedSource(int64_t n, ThreadLog* log, std::chrono::microseconds delay, bool local = true,
+               std::function<bool(int64_t)> cached = nullptr)
+      : MemorySource(n), log_(log), delay_(delay), local_(local), cached_(std::move(cached)) {}
   bool local_reads() const override { return local_; }
+  bool read_is_local(int64_t index) const override { return local_ || (cached_ && cached_(index)); }
   Record read(int64_t index) const override {
     if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
     std::lock_guard lock(log_->mu);
@@ -207,6 +209,7 @@ class LoggedSource : public MemorySource {
   ThreadLog* log_;
   std::chrono::microseconds delay_;
   bool local_;
+  std::function<bool(int64_t)> cached_;  // A remote source's samples a cache holds.
 };
 
 class LoggedTransform : public IndexTransform {
@@ -266,6 +269,19 @@ TEST(LoaderTest, ReadsThatMayWaitOnANetworkStayOnTheIoPool) {
                 options(8, 2, 16, 2));
   ASSERT_EQ(run_epoch(loader, 0).samples().size(), 96u);
   for (const auto& [sample, reader] : log.read_by) EXPECT_NE(reader, log.processed_by.at(sample)) << sample;
+}
+
+TEST(LoaderTest, ARemoteSampleACacheHoldsIsReadOnTheThreadThatDecodesIt) {
+  // A URL whose object a cache folder holds reads a local file
+  // (Source::read_is_local): on the decoding thread, as a quick local read;
+  // the others still wait on the io pool.
+  ThreadLog log;
+  auto source = std::make_shared<LoggedSource>(96, &log, 0us, false, [](int64_t i) { return i % 2 == 0; });
+  Loader loader(source, std::make_shared<LoggedTransform>(&log, 1000us), options(8, 2, 16, 2));
+  ASSERT_EQ(run_epoch(loader, 0).samples().size(), 96u);
+  for (const auto& [sample, reader] : log.read_by) {
+    EXPECT_EQ(reader == log.processed_by.at(sample), sample % 2 == 0) << sample;
+  }
 }
 
 TEST(LoaderTest, OneCpuThreadProcessesSamplesInTheEpochsOrder) {
