@@ -325,12 +325,14 @@ def _remote_group(
     label = _dataloader_label(args.workers)
     if store == "http":
         sides.append(_side("remote", case, label, {**common, "side": "dataloader", "limit": limit}))
+    # Shards are read whole, one request each: their reader gets the whole epoch.
+    peer_limit = common["limit"] if store == "s3-files" else limit
     for peer, module, used_on in REMOTE_PEERS:
         if store == used_on:
             skip = (
                 None if _importable(module) else f"skipped: {module} is not installed (pip install {module})"
             )
-            spec = {**common, "side": peer, "limit": limit}
+            spec = {**common, "side": peer, "limit": peer_limit}
             sides.append(_side("remote", case, f"{label} + {peer}", spec, skip))
     return sides
 

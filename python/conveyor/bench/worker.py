@@ -269,28 +269,33 @@ def _served(root: str, spec: Spec, run: Callable[[str], dict[str, Any]]) -> dict
         server.wait()
 
 
-#: Bytes per tar shard in ``bench remote``: the demo's ~2 000 photos make ~15
-#: shards, enough for every DataLoader worker of webdataset to get some.
+#: Bytes per tar shard in ``bench remote``: 16 384 of the demo's photos make
+#: ~120 shards, enough for every DataLoader worker of webdataset to get many.
 REMOTE_SHARD_BYTES = 4 * 10**6
 
 
 def _remote_shards(spec: Spec) -> dict[str, Any]:
-    """One epoch over ``data`` packed into tar shards, read from local disk
-    (``latency_ms`` None), from a local S3 server (moto; ``store="s3"``),
-    listed as ``s3://bench/shards/``, or as ``s3://`` URLs (path-style,
-    signed) from the project's file server (``store="s3-files"``; the
-    ``webdataset`` side reads the same shards as ``http://`` URLs), either
-    adding ``latency_ms`` to every request."""
+    """One epoch over the ``limit`` images of the file cases packed into tar
+    shards, read from local disk (``latency_ms`` None), from a local S3
+    server (moto; ``store="s3"``), listed as ``s3://bench/shards/``, or as
+    ``s3://`` URLs (path-style, signed) from the project's file server
+    (``store="s3-files"``; the ``webdataset`` side reads the same shards as
+    ``http://`` URLs), either adding ``latency_ms`` to every request."""
+    import csv
     import tempfile
 
     from conveyor.bench import reference
-    from conveyor.pack import pack_image_folder
+    from conveyor.pack import pack
     from conveyor.sources import TarShards
 
+    samples = reference.ImageFolderDataset(spec["data"], lambda image: image).samples
+    samples = [samples[i] for i in _remote_order(len(samples), spec.get("limit"))]
     with tempfile.TemporaryDirectory(prefix="conveyor-bench-shards-") as folder:
         os.makedirs(os.path.join(folder, "bench"))
-        pattern = os.path.join(folder, "bench", "shard-%06d.tar")
-        shards = pack_image_folder(spec["data"], pattern, shard_size=REMOTE_SHARD_BYTES)
+        listing = os.path.join(folder, "samples.csv")
+        with open(listing, "w", newline="") as f:
+            csv.writer(f).writerows([("path", "label"), *samples])
+        shards = pack(listing, os.path.join(folder, "bench", "shard-%06d.tar"), shard_size=REMOTE_SHARD_BYTES)
         names = [os.path.basename(shard) for shard in shards]
         if spec["latency_ms"] is None:
             return _epoch(lambda: _remote_loader(spec, lambda: TarShards(shards), lambda: None))
