@@ -208,7 +208,7 @@ def test_quick_remote_run(tmp_path, data, capsys):
         "DataLoader W=1 + s3torchconnector",
         "DataLoader W=1 + webdataset",
     ]
-    for peer, module, _ in bench.REMOTE_PEERS:
+    for peer, module, _, _ in bench.REMOTE_PEERS:
         run = peers[f"DataLoader W=1 + {peer}"]
         if importlib.util.find_spec(module) is None:
             assert run["skip"] == f"skipped: {module} is not installed (pip install {module})"

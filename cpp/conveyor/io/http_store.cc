@@ -418,10 +418,10 @@ class MultiDriver {
     epoll_event event{};
     event.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0u) | ((what & CURL_POLL_OUT) ? EPOLLOUT : 0u);
     event.data.fd = socket;
-    if (::epoll_ctl(epoll, EPOLL_CTL_MOD, socket, &event) != 0 && errno == ENOENT) {
-      ::epoll_ctl(epoll, EPOLL_CTL_ADD, socket, &event);
-    }
-    return 0;
+    if (::epoll_ctl(epoll, EPOLL_CTL_MOD, socket, &event) == 0) return 0;
+    // -1 (out of memory, too many watches): curl fails the transfer, which
+    // would otherwise wait for events that never come.
+    return errno == ENOENT && ::epoll_ctl(epoll, EPOLL_CTL_ADD, socket, &event) == 0 ? 0 : -1;
   }
 
   static int on_timer(CURLM* /*multi*/, long timeout_ms, void* self) {

@@ -130,9 +130,9 @@ std::pair<int, int64_t> MixSource::locate(int64_t index) const {
   return {k, (index - offsets_[part]) % sizes_[part]};
 }
 
-bool MixSource::read_is_local(int64_t index) const {
+bool MixSource::read_is_cached(int64_t index) const {
   const auto [k, local] = locate(index);
-  return parts_[static_cast<size_t>(k)]->read_is_local(local);
+  return parts_[static_cast<size_t>(k)]->read_is_cached(local);
 }
 
 Record MixSource::read(int64_t index) const {

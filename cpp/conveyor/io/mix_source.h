@@ -62,7 +62,7 @@ class MixSource final : public Source {
   std::vector<int64_t> epoch_order(uint64_t seed, uint64_t epoch, bool shuffle) const override;
   int parts() const override { return static_cast<int>(parts_.size()); }
   bool local_reads() const override;  ///< Every part's reads are local.
-  bool read_is_local(int64_t index) const override;
+  bool read_is_cached(int64_t index) const override;
   int part_of(int64_t index) const override;
   /// The largest of the parts' largest labels, offsets added; nullopt when a
   /// part's labels are only known once read.

@@ -193,12 +193,23 @@ bool CachingStore::read_cached(const std::string& url, uint64_t offset, int64_t 
     return false;  // Shrank since it was opened: fetched again.
   }
   hits_.fetch_add(1);
+  set_on_disk(url, true);
   return true;
+}
+
+void CachingStore::set_on_disk(const std::string& url, bool on) const {
+  std::lock_guard lock(mu_);
+  if (on) {
+    on_disk_[file_name(url)] = url;
+  } else {
+    on_disk_.erase(file_name(url));
+  }
 }
 
 std::vector<uint8_t> CachingStore::read(const std::string& url, uint64_t offset, int64_t size) const {
   std::vector<uint8_t> data;
   if (read_cached(url, offset, size, &data)) return data;
+  set_on_disk(url, false);  // Evicted, changed or never cached: read from the store from now on.
   {
     std::lock_guard lock(mu_);
     if (uncacheable_.count(url) != 0) {
@@ -281,6 +292,7 @@ void CachingStore::insert(const std::string& url, const RemoteObjectInfo& info,
   {
     std::lock_guard lock(mu_);
     validated_[url] = {info.size, info.version, true};
+    on_disk_[file_name(url)] = url;
   }
   evict(path, static_cast<int64_t>(header.size() + data.size()));
 }
@@ -333,6 +345,8 @@ void CachingStore::evict(const std::string& keep, int64_t added) const {
       if (::unlink(entry.path.c_str()) == 0) {
         usage -= entry.bytes;
         evictions_.fetch_add(1);
+        std::lock_guard guard(mu_);
+        on_disk_.erase(std::filesystem::path(entry.path).filename().string());
       }
     }
   }
@@ -373,8 +387,10 @@ RemoteObjectInfo CachingStore::stat(const std::string& url) const {
 std::vector<RemoteObject> CachingStore::list(const std::string& prefix) const { return store_->list(prefix); }
 
 bool CachingStore::serves_locally(const std::string& url) const {
+  const std::string name = file_name(url);
   std::lock_guard lock(mu_);
-  return validated_.count(url) != 0;
+  const auto it = on_disk_.find(name);
+  return it != on_disk_.end() && it->second == url;
 }
 
 RemoteCacheCounters CachingStore::counters() const {

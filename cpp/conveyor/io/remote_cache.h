@@ -68,7 +68,9 @@ class CachingStore final : public RemoteStore {
   uint64_t size(const std::string& url) const override;
   RemoteObjectInfo stat(const std::string& url) const override;
   std::vector<RemoteObject> list(const std::string& prefix) const override;
-  /// True once `url`'s object was checked (or fetched) by this store.
+  /// True while this store last found or put `url`'s object in the folder
+  /// (a read of it hit, or it was cached), and has not evicted it since. An
+  /// object another process evicted is found missing by its next read.
   bool serves_locally(const std::string& url) const override;
 
   RemoteCacheCounters counters() const;
@@ -92,6 +94,7 @@ class CachingStore final : public RemoteStore {
   // Writes `data` as `url`'s object (atomically), then keeps the budget.
   void insert(const std::string& url, const RemoteObjectInfo& info, const std::vector<uint8_t>& data) const;
   void evict(const std::string& keep, int64_t added) const;
+  void set_on_disk(const std::string& url, bool on) const;
   // Bytes of the cached objects in the folder (a scan).
   int64_t folder_bytes() const;
 
@@ -99,9 +102,11 @@ class CachingStore final : public RemoteStore {
   std::string directory_;
   int64_t budget_bytes_;
 
-  mutable std::mutex mu_;  // Guards validated_ and eviction.
+  mutable std::mutex mu_;  // Guards validated_, uncacheable_ and on_disk_.
   mutable std::unordered_map<std::string, Validated> validated_;
   mutable std::unordered_set<std::string> uncacheable_;  // Larger than the budget: read through.
+  // The objects last seen in the folder (file name -> URL): serves_locally.
+  mutable std::unordered_map<std::string, std::string> on_disk_;
 
   mutable std::atomic<int64_t> fetching_bytes_{0};  // Of whole objects being fetched now (their known sizes).
   mutable std::atomic<int64_t> hits_{0}, misses_{0}, read_through_{0}, validations_{0}, evictions_{0}, write_errors_{0};

@@ -141,6 +141,8 @@ TEST_F(CachingStoreTest, TheBudgetHoldsAndTheLeastRecentlyUsedGoFirst) {
       EXPECT_LE(folder_bytes(), budget) << "after object " << i;
     }
     EXPECT_EQ(cache.counters().evictions, 5);
+    // What it evicted is read from the store again: not on a decoding thread.
+    for (int i = 0; i < 8; ++i) EXPECT_EQ(cache.serves_locally(name("u", i)), i >= 5) << i;
   }
   // The last ones read are those kept.
   CachingStore next(remote_, folder(), budget);
@@ -160,6 +162,22 @@ TEST_F(CachingStoreTest, AnObjectLargerThanTheBudgetIsReadThroughNotCached) {
   EXPECT_EQ(remote_->requests("fetch"), 1);
   EXPECT_EQ(remote_->requests("read"), 2);
   EXPECT_EQ(folder_bytes(), 0);
+  EXPECT_FALSE(cache.serves_locally("big"));
+}
+
+TEST_F(CachingStoreTest, OnlyAnObjectFoundInTheFolderIsServedLocally) {
+  remote_->put("https://h/a.jpg", "abc", "\"1\"");
+  CachingStore cache(remote_, folder(), 1 << 20);
+  EXPECT_EQ(cache.stat("https://h/a.jpg").size, 3u);  // Known (TarShards' indexing asks), not cached.
+  EXPECT_FALSE(cache.serves_locally("https://h/a.jpg"));
+  cache.read("https://h/a.jpg", 0, -1);
+  EXPECT_TRUE(cache.serves_locally("https://h/a.jpg"));
+  // Another rank evicted it: the next read finds it missing, fetches it, and it is local again.
+  std::filesystem::remove(folder() + "/" + CachingStore::file_name("https://h/a.jpg"));
+  EXPECT_TRUE(cache.serves_locally("https://h/a.jpg"));  // A hint: not seen yet.
+  EXPECT_EQ(text(cache.read("https://h/a.jpg", 0, -1)), "abc");
+  EXPECT_EQ(remote_->requests("fetch"), 2);
+  EXPECT_TRUE(cache.serves_locally("https://h/a.jpg"));
 }
 
 TEST_F(CachingStoreTest, ACopyTheStoreCannotCheckIsFetchedAgainNotAnError) {

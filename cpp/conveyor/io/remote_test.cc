@@ -142,10 +142,10 @@ TEST(RemoteTest, SourcesWithUrlsDoNotReadLocally) {
   EXPECT_FALSE(FileSource({"/data/a.jpg", "http://h/a.jpg"}, {}, {}, remote).local_reads());
   EXPECT_TRUE(FileSource({"/data/a.jpg", "/data/b.jpg"}, {}, {}, remote).local_reads());
   EXPECT_TRUE(FileSource({"http://h/a.jpg"}).local_reads());  // Without remote access a URL is a file path.
-  // Per sample: a local path reads locally, a URL only when its store holds it (a cache).
+  // Per sample: only a URL whose object a cache holds (here none) is a cached read.
   const FileSource mixed({"/data/a.jpg", "http://h/a.jpg"}, {}, {}, remote);
-  EXPECT_TRUE(mixed.read_is_local(0));
-  EXPECT_FALSE(mixed.read_is_local(1));
+  EXPECT_FALSE(mixed.read_is_cached(0));
+  EXPECT_FALSE(mixed.read_is_cached(1));
 }
 
 TEST(RemoteTest, ShortRangeIsAReadError) {

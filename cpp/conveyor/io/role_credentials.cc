@@ -276,7 +276,9 @@ std::string sso_token(const std::string& folder, const std::string& start_url, c
   const std::string login = " (run `aws sso login`)";
   std::optional<std::pair<std::chrono::system_clock::time_point, std::string>> newest;
   std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(folder, error)) {
+  // Incremented with an error code: a folder that fails half-way ends the scan, never throws.
+  for (std::filesystem::directory_iterator it(folder, error), end; !error && it != end; it.increment(error)) {
+    const std::filesystem::directory_entry& entry = *it;
     std::error_code size_error;
     if (entry.path().extension() != ".json" || !entry.is_regular_file(size_error) ||
         entry.file_size(size_error) > kMaxReply || size_error) {
@@ -294,7 +296,12 @@ std::string sso_token(const std::string& folder, const std::string& start_url, c
         !string_field("expiresAt")) {
       continue;
     }
-    const auto expires = parse_sso_time(json["expiresAt"].get<std::string>(), what + ": the token of " + folder);
+    std::chrono::system_clock::time_point expires;
+    try {
+      expires = parse_sso_time(json["expiresAt"].get<std::string>(), what);
+    } catch (const FetchError&) {
+      continue;  // A time we do not read: another file may hold a good token.
+    }
     if (!newest || expires > newest->first) newest.emplace(expires, json["accessToken"].get<std::string>());
   }
   if (!newest) throw FetchError({Kind::kOther, 0, what + ": no token for it in " + folder + login});
@@ -470,23 +477,28 @@ RoleCredentials read_role_credentials(const RoleCredentialsEndpoint& endpoint, c
   return read_instance_metadata(endpoint.url, endpoint.timeout);
 }
 
-RefreshingRoleCredentials::RefreshingRoleCredentials(RoleCredentialsEndpoint endpoint, CaCertificates ca)
-    : endpoint_(std::move(endpoint)), ca_(std::move(ca)) {}
+RefreshingRoleCredentials::RefreshingRoleCredentials(RoleCredentialsEndpoint endpoint, CaCertificates ca,
+                                                     std::chrono::seconds retry_after)
+    : endpoint_(std::move(endpoint)), ca_(std::move(ca)), retry_after_(retry_after) {}
 
 std::shared_ptr<const RoleCredentials> RefreshingRoleCredentials::current() {
   std::lock_guard lock(mu_);
   const auto now = std::chrono::system_clock::now();
   if (credentials_ != nullptr && credentials_->expiration - now > kRefreshBefore) return credentials_;
-  if (tried_ && credentials_ == nullptr) return nullptr;  // No role here: unsigned.
+  if (tried_ && credentials_ == nullptr &&
+      (endpoint_.kind == RoleCredentialsEndpoint::Kind::kInstanceMetadata || now - failed_at_ < retry_after_)) {
+    return nullptr;  // No role here (yet): unsigned.
+  }
   try {
     credentials_ = std::make_shared<const RoleCredentials>(read_role_credentials(endpoint_, &ca_));
   } catch (const FetchError& e) {
-    if (!tried_) {
+    if (credentials_ == nullptr) {
       tried_ = true;
       failure_ = e.failure().message;
+      failed_at_ = now;
       return nullptr;
     }
-    if (credentials_ != nullptr && credentials_->expiration > now) return credentials_;  // Still valid.
+    if (credentials_->expiration > now) return credentials_;  // Still valid.
     throw FetchError({Kind::kConnection, 0, "the role's credentials expired and " + e.failure().message});
   }
   tried_ = true;

@@ -126,14 +126,22 @@ RoleCredentials read_role_credentials(const RoleCredentialsEndpoint& endpoint, c
 /// Thread-safety: current() may be called from many threads; one reads at a time.
 class RefreshingRoleCredentials {
  public:
-  /// `ca`: what STS's TLS is verified against (the store's).
-  explicit RefreshingRoleCredentials(RoleCredentialsEndpoint endpoint, CaCertificates ca = {});
+  /// How long after a failed read, before any succeeded, the endpoint is
+  /// asked again (not the instance metadata service: off EC2 nothing
+  /// answers): long enough not to slow every request, short enough that a
+  /// job recovers soon after `aws sso login` or a passing STS failure.
+  static constexpr std::chrono::seconds kRetryAfterFailure{30};
 
-  /// The credentials to sign with now, or null when the first read failed
-  /// (not an EC2 instance, or one without a role): requests then go
-  /// unsigned, and source() says why. That first answer is kept: the
-  /// endpoint is not asked again for each request. Throws FetchError
-  /// (kConnection) when expired credentials cannot be read again.
+  /// `ca`: what STS's and the SSO portal's TLS is verified against (the store's).
+  explicit RefreshingRoleCredentials(RoleCredentialsEndpoint endpoint, CaCertificates ca = {},
+                                     std::chrono::seconds retry_after = kRetryAfterFailure);
+
+  /// The credentials to sign with now, or null when no read succeeded yet
+  /// (not an EC2 instance, or one without a role; no `aws sso login`):
+  /// requests then go unsigned, and source() says why. The instance
+  /// metadata service's first answer is kept; the other endpoints are asked
+  /// again `retry_after` after a failure, not for each request. Throws
+  /// FetchError (kConnection) when expired credentials cannot be read again.
   std::shared_ptr<const RoleCredentials> current();
   /// Where the credentials come from: RoleCredentials::from once read,
   /// endpoint.describe() before, or after a failed first read why it failed
@@ -143,10 +151,12 @@ class RefreshingRoleCredentials {
  private:
   const RoleCredentialsEndpoint endpoint_;
   const CaCertificates ca_;
+  const std::chrono::seconds retry_after_;
   mutable std::mutex mu_;
   std::shared_ptr<const RoleCredentials> credentials_;
   bool tried_ = false;
-  std::string failure_;  // Why the first read failed.
+  std::string failure_;                              // Why the last read before any success failed.
+  std::chrono::system_clock::time_point failed_at_;  // When.
 };
 
 }  // namespace conveyor

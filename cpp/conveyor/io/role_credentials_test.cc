@@ -286,6 +286,14 @@ TEST_F(ContainerCredentialsTest, AnSsoProfilesNewestCachedTokenIsExchangedAtTheP
   std::filesystem::remove(cache / "a.json");
   std::filesystem::remove(cache / "b.json");
   EXPECT_EQ(failure(), "no token for it in " + cache.string() + " (run `aws sso login`)");
+
+  // A store's credentials: unsigned until the user logs in, then read at the next retry.
+  RefreshingRoleCredentials refreshing(here, {}, std::chrono::seconds(0));
+  EXPECT_EQ(refreshing.current(), nullptr);
+  EXPECT_EQ(refreshing.source(), what + "no token for it in " + cache.string() + " (run `aws sso login`)");
+  cached("b.json", start, "NEWEST", "2099-06-01T00:00:00Z");
+  ASSERT_NE(refreshing.current(), nullptr);
+  EXPECT_EQ(refreshing.current()->access_key_id, "ASIASSO");
 }
 
 TEST(RoleCredentialsTest, WebIdentityIsFoundAsTheAwsSdksFindIt) {

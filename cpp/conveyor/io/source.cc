@@ -54,10 +54,9 @@ Record FileSource::read(int64_t index) const {
 
 std::string FileSource::key(int64_t index) const { return paths_.at(static_cast<size_t>(index)); }
 
-bool FileSource::read_is_local(int64_t index) const {
-  if (local_) return true;
+bool FileSource::read_is_cached(int64_t index) const {
   const std::string& path = paths_.at(static_cast<size_t>(index));
-  return !is_url(path) || remote_->store->serves_locally(path);
+  return remote_ != nullptr && is_url(path) && remote_->store->serves_locally(path);
 }
 
 }  // namespace conveyor

@@ -87,12 +87,11 @@ class Source {
   /// the cpu thread that decodes the sample, even before it has measured
   /// them (pipeline/loader.h); other sources' reads always go to the io pool.
   virtual bool local_reads() const { return false; }
-  /// True when reading sample `index` now touches only local storage or
-  /// memory: always with local_reads(); for a URL, once a cache holds its
-  /// object (RemoteStore::serves_locally). The loader then reads it on a cpu
-  /// thread too. A hint: it must not wait, and a wrong answer costs only
-  /// the thread a read runs on.
-  virtual bool read_is_local(int64_t /*index*/) const { return local_reads(); }
+  /// True when sample `index` is a URL whose object a cache folder holds
+  /// (RemoteStore::serves_locally): its read is then a local file's, and the
+  /// loader runs it on a cpu thread too. A hint: it must not wait, and a
+  /// wrong answer costs only the thread one read runs on.
+  virtual bool read_is_cached(int64_t /*index*/) const { return false; }
   /// The part sample `index` belongs to, in [0, parts()).
   virtual int part_of(int64_t index) const {
     (void)index;
@@ -127,7 +126,7 @@ class FileSource final : public Source {
   std::string key(int64_t index) const override;
   /// True unless a path is a URL read through `remote`.
   bool local_reads() const override { return local_; }
-  bool read_is_local(int64_t index) const override;
+  bool read_is_cached(int64_t index) const override;
   std::optional<int64_t> max_label() const override { return max_label_; }
 
  private:

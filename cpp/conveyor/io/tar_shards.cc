@@ -461,9 +461,9 @@ bool TarShardSource::local_reads() const {
   return std::none_of(index_->shards.begin(), index_->shards.end(), [](const Index::Shard& s) { return s.remote; });
 }
 
-bool TarShardSource::read_is_local(int64_t index) const {
+bool TarShardSource::read_is_cached(int64_t index) const {
   const Index::Shard& shard = index_->shards[index_->sample(index).shard];
-  return !shard.remote || index_->remote->store->serves_locally(shard.path);
+  return shard.remote && index_->remote->store->serves_locally(shard.path);
 }
 
 TarShardSource::TarShardSource(std::vector<std::string> shards, std::shared_ptr<const RemoteAccess> remote) {

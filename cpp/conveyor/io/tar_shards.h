@@ -62,7 +62,7 @@ class TarShardSource final : public Source {
   std::vector<int64_t> shard_starts() const override;
   /// True unless a shard is a URL read through `remote`.
   bool local_reads() const override;
-  bool read_is_local(int64_t index) const override;
+  bool read_is_cached(int64_t index) const override;
   std::optional<int64_t> max_label() const override;
 
   /// Field names of sample `index` in member order, e.g. {"cls", "jpg", "json"}.

@@ -339,7 +339,7 @@ void AutotuneController::model(Step& s) {
   // only the reads and buffers those cores can use).
   s.flow = s.demand;
   if (s.process > 0) s.flow = std::min(s.flow, (o.tune_cpu_threads ? s.limit[kCpu] : cur.cpu_threads) / s.process);
-  if (s.read > 0) s.flow = std::min(s.flow, s.limit[kIo] / s.read);
+  if (s.read > 0) s.flow = std::min(s.flow, (o.tune_io_threads ? s.limit[kIo] : cur.io_threads) / s.read);
   if (s.read + s.process > 0) s.flow = std::min(s.flow, s.prefetch_cap * s.batch / (s.read + s.process));
   s.need_known[kCpu] = s.demand_known && process_.known();
   s.need_known[kIo] = s.demand_known && read_.known();

@@ -382,9 +382,11 @@ void Loader::issue_locked(EpochRun& run) {
 void Loader::issue_unguarded_locked(EpochRun& run) {
   while (std::optional<SlotTicket> task = run.assign_next_slot(pool_)) {
     try {
-      if (reads_inline() || cached_read(run.sample_for(*task))) {
-        cpu_pool_->submit_in_order(queue_order(*task, run.batch_size),
-                                   [this, run = run.shared_from_this(), task = *task] { sample_task(run, task); });
+      const bool cached = cached_read(run.sample_for(*task));
+      if (cached || reads_inline()) {
+        cpu_pool_->submit_in_order(
+            queue_order(*task, run.batch_size),
+            [this, run = run.shared_from_this(), task = *task, cached] { sample_task(run, task, cached); });
       } else {
         io_pool_->submit([this, run = run.shared_from_this(), task = *task] { read_task(run, task); });
       }
@@ -433,26 +435,21 @@ bool detail::reads_are_quick(int64_t reads, int64_t read_ns, int64_t processed, 
 }
 
 bool Loader::cached_read(std::optional<int64_t> sample) const noexcept {
-  // A remote source's sample whose object a cache already holds reads a
-  // local file: like a local source's quick read, on the decoding thread,
-  // which spares a hand-off to an io thread and back (a cached epoch ran
-  // at ~0.92 x the local files' rate through the io pool).
+  // A URL whose object a cache holds reads a local file: like a local
+  // source's quick read, on the decoding thread, which spares a hand-off to
+  // an io thread and back (a cached epoch ran at ~0.92 x the local files'
+  // rate through the io pool).
   if (local_reads_ || !sample) return false;
   try {
-    return source_->read_is_local(*sample);
+    return source_->read_is_cached(*sample);
   } catch (...) {
     return false;  // The read names what is wrong.
   }
 }
 
-void Loader::sample_task(const std::shared_ptr<EpochRun>& run, SlotTicket task) {
+void Loader::sample_task(const std::shared_ptr<EpochRun>& run, SlotTicket task, bool cached) {
   const TaskScope scope(this);
-  bool inline_read = reads_inline();
-  if (!inline_read) {
-    std::lock_guard lock(mu_);
-    inline_read = cached_read(run->sample_for(task));
-  }
-  if (!inline_read) {
+  if (!cached && !reads_inline()) {
     // Reads turned out slow since this task was queued: a cpu thread must
     // not wait for one.
     io_pool_->submit([this, run, task] { read_task(run, task); });

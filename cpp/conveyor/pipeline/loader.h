@@ -313,9 +313,11 @@ class Loader {
   // (cached_read), else on the io pool (read_task), which hands the record
   // to the cpu pool.
   bool reads_inline() const noexcept;
-  void sample_task(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task);
-  // Whether a remote source's `sample` reads only a cache's local file now
-  // (Source::read_is_local): it is then read inline too.
+  // `cached`: issued as a cached read (cached_read), read here whatever the
+  // measured read times.
+  void sample_task(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task, bool cached);
+  // Whether a remote source's `sample` is a URL whose object a cache holds
+  // (Source::read_is_cached): its read is then inline too.
   bool cached_read(std::optional<int64_t> sample) const noexcept;
   void read_task(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task);
   // Reads the sample of `task`; nothing when the task has ended (its slot was

@@ -197,7 +197,7 @@ class LoggedSource : public MemorySource {
                std::function<bool(int64_t)> cached = nullptr)
       : MemorySource(n), log_(log), delay_(delay), local_(local), cached_(std::move(cached)) {}
   bool local_reads() const override { return local_; }
-  bool read_is_local(int64_t index) const override { return local_ || (cached_ && cached_(index)); }
+  bool read_is_cached(int64_t index) const override { return cached_ && cached_(index); }
   Record read(int64_t index) const override {
     if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
     std::lock_guard lock(log_->mu);
@@ -273,7 +273,7 @@ TEST(LoaderTest, ReadsThatMayWaitOnANetworkStayOnTheIoPool) {
 
 TEST(LoaderTest, ARemoteSampleACacheHoldsIsReadOnTheThreadThatDecodesIt) {
   // A URL whose object a cache folder holds reads a local file
-  // (Source::read_is_local): on the decoding thread, as a quick local read;
+  // (Source::read_is_cached): on the decoding thread, as a quick local read;
   // the others still wait on the io pool.
   ThreadLog log;
   auto source = std::make_shared<LoggedSource>(96, &log, 0us, false, [](int64_t i) { return i % 2 == 0; });

@@ -26,6 +26,7 @@ import importlib
 import importlib.util
 import json
 import os
+import shutil
 import sys
 from collections.abc import Sequence
 from typing import Any, Callable, Optional
@@ -68,13 +69,14 @@ REMOTE_S3_LATENCY_MS = 20.0
 #: remote``: the former default for URLs (64) and autotune's ceiling (256).
 REMOTE_FIXED_IO_THREADS = (64, 256)
 #: The readers a user of ``bench remote``'s S3 cases would pick instead, each
-#: under DataLoader: (side, module, store of the case it joins). s3fs and
-#: s3torchconnector read the ``s3://`` objects, webdataset the shards as
-#: ``http://`` URLs, all from the same file server at the same latency.
-REMOTE_PEERS = (
-    ("s3fs", "s3fs", "s3-objects"),
-    ("s3torchconnector", "s3torchconnector", "s3-objects"),
-    ("webdataset", "webdataset", "s3-files"),
+#: under DataLoader: (side, module, store of the case it joins, a program it
+#: runs). s3fs and s3torchconnector read the ``s3://`` objects, webdataset
+#: the shards as ``http://`` URLs (through ``curl``), all from the same file
+#: server at the same latency.
+REMOTE_PEERS: tuple[tuple[str, str, str, Optional[str]], ...] = (
+    ("s3fs", "s3fs", "s3-objects", None),
+    ("s3torchconnector", "s3torchconnector", "s3-objects", None),
+    ("webdataset", "webdataset", "s3-files", "curl"),
 )
 #: The benchmarks whose --quick runs share one worker process (``ReusedWorker``).
 REUSED_WORKER_BENCHES = ("remote",)
@@ -327,11 +329,13 @@ def _remote_group(
         sides.append(_side("remote", case, label, {**common, "side": "dataloader", "limit": limit}))
     # Shards are read whole, one request each: their reader gets the whole epoch.
     peer_limit = common["limit"] if store == "s3-files" else limit
-    for peer, module, used_on in REMOTE_PEERS:
+    for peer, module, used_on, program in REMOTE_PEERS:
         if store == used_on:
-            skip = (
-                None if _importable(module) else f"skipped: {module} is not installed (pip install {module})"
-            )
+            skip = None
+            if not _importable(module):
+                skip = f"skipped: {module} is not installed (pip install {module})"
+            elif program is not None and shutil.which(program) is None:
+                skip = f"skipped: {peer} reads URLs through {program}, which is not installed"
             spec = {**common, "side": peer, "limit": peer_limit}
             sides.append(_side("remote", case, f"{label} + {peer}", spec, skip))
     return sides

@@ -357,46 +357,61 @@ def _cached_second_epoch(spec: Spec, urls: list[str], labels: list[int]) -> dict
         return result
 
 
+def _restore_environment(saved: dict[str, Optional[str]]) -> None:
+    """Sets each variable of ``saved`` back to its value (None: unset)."""
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 def _s3_objects(spec: Spec, samples: list[tuple[str, int]]) -> dict[str, Any]:
     """One epoch over the images as ``s3://bench/<class>/<file>`` objects
     (path-style, signed) from the file server: conveyor's FileList, or a
     DataLoader reading them with s3fs (``side="s3fs"``) or with
     s3torchconnector's S3MapDataset (``side="s3torchconnector"``)."""
     import tempfile
-    import urllib.parse
 
     from conveyor.bench import reference
     from conveyor.sources import FileList
 
     labels = [label for _, label in samples]
-    urls = [
-        "s3://bench/" + urllib.parse.quote(os.path.relpath(path, spec["data"]).replace(os.sep, "/"))
-        for path, _ in samples
-    ]
+    # s3:// URLs hold the keys as they are (every client encodes them itself).
+    urls = ["s3://bench/" + os.path.relpath(path, spec["data"]).replace(os.sep, "/") for path, _ in samples]
 
     def peer(endpoint: str) -> Any:
         transform = reference.train_transform()
         if spec["side"] == "s3fs":
             options = reference.s3fs_options(endpoint, **_BENCH_KEYS)
             return reference.UrlImages(urls, labels, transform, storage_options=options)
-        # The CRT client finds its keys where AWS tools do: the environment.
-        os.environ.update({"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench"})
         return reference.s3_map_images(urls, labels, transform, endpoint)
 
-    with tempfile.TemporaryDirectory(prefix="conveyor-bench-s3-") as folder:
-        # The bucket "bench" is the data folder (path-style: /bench/<key>).
-        os.symlink(os.path.abspath(spec["data"]), os.path.join(folder, "bench"))
-        return _served(
-            folder,
-            spec,
-            lambda endpoint: _epoch(
-                lambda: _remote_loader(
-                    spec,
-                    lambda: FileList(urls, labels, storage_options={"endpoint_url": endpoint, **_BENCH_KEYS}),
-                    lambda: peer(endpoint),
-                )
-            ),
-        )
+    # s3torchconnector's CRT client finds its keys where AWS tools do: the
+    # environment (restored after: a reused worker runs other sides after it).
+    keys = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench"}
+    saved = {name: os.environ.get(name) for name in keys}
+    if spec["side"] == "s3torchconnector":
+        os.environ.update(keys)
+    try:
+        with tempfile.TemporaryDirectory(prefix="conveyor-bench-s3-") as folder:
+            # The bucket "bench" is the data folder (path-style: /bench/<key>).
+            os.symlink(os.path.abspath(spec["data"]), os.path.join(folder, "bench"))
+            return _served(
+                folder,
+                spec,
+                lambda endpoint: _epoch(
+                    lambda: _remote_loader(
+                        spec,
+                        lambda: FileList(
+                            urls, labels, storage_options={"endpoint_url": endpoint, **_BENCH_KEYS}
+                        ),
+                        lambda: peer(endpoint),
+                    )
+                ),
+            )
+    finally:
+        _restore_environment(saved)
 
 
 def remote(spec: Spec) -> dict[str, Any]:
