@@ -170,11 +170,22 @@ def test_quick_mnist_run(tmp_path, data, capsys):
     _check_conveyor_side(full, "mnist", ran, "samples")
 
 
-def test_quick_remote_run(tmp_path, data, capsys):
+def test_quick_remote_run(tmp_path, data, capsys, monkeypatch):
     pytest.importorskip("aiohttp")
     pytest.importorskip("moto")
     out_json = str(tmp_path / "remote.json")
-    argv = ["bench", "remote", "--quick", "--data", data, "--workers", "1", "--json", out_json]
+    monkeypatch.chdir(os.path.dirname(data))  # --data as users give it: relative.
+    argv = [
+        "bench",
+        "remote",
+        "--quick",
+        "--data",
+        os.path.basename(data),
+        "--workers",
+        "1",
+        "--json",
+        out_json,
+    ]
     assert main([*argv, "--no-progress"]) == 0
     printed = capsys.readouterr().out
     assert "== remote ==" in printed and "conveyor at 100 ms / at 0 ms (target >= 0.9): " in printed

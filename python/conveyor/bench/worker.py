@@ -294,7 +294,10 @@ def _remote_shards(spec: Spec) -> dict[str, Any]:
         os.makedirs(os.path.join(folder, "bench"))
         listing = os.path.join(folder, "samples.csv")
         with open(listing, "w", newline="") as f:
-            csv.writer(f).writerows([("path", "label"), *samples])
+            # Absolute: a CSV's relative paths are read relative to its folder.
+            csv.writer(f).writerows(
+                [("path", "label"), *((os.path.abspath(p), label) for p, label in samples)]
+            )
         shards = pack(listing, os.path.join(folder, "bench", "shard-%06d.tar"), shard_size=REMOTE_SHARD_BYTES)
         names = [os.path.basename(shard) for shard in shards]
         if spec["latency_ms"] is None:
