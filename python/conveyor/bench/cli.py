@@ -317,12 +317,10 @@ def _remote_group(
     }
     case = remote_case(latency, store)
     sides = [_side("remote", case, CONVEYOR, {**common, "side": "conveyor"}, pending)]
-    if latency is not None and store == "http" and not common["cache"]:
+    if latency is not None and store == "http":
         for io_threads in REMOTE_FIXED_IO_THREADS:
             spec = {**common, "side": "conveyor", "io_threads": io_threads}
             sides.append(_side("remote", case, f"{CONVEYOR} io_threads={io_threads}", spec, pending))
-    if store == "http" and latency is not None and common["cache"]:
-        return sides
     limit = min(common["limit"], QUICK_REMOTE_DATALOADER_IMAGES if args.quick else REMOTE_DATALOADER_IMAGES)
     label = _dataloader_label(args.workers)
     if store == "http":
