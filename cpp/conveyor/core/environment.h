@@ -14,4 +14,8 @@ using GetEnv = std::function<std::optional<std::string>(const std::string& name)
 /// read once, where an object is constructed.
 std::optional<std::string> process_env(const std::string& name);
 
+/// `value` when it is set and not empty: a variable set to "" counts as
+/// unset, as the AWS tools and most programs take it.
+std::optional<std::string> nonempty(std::optional<std::string> value);
+
 }  // namespace conveyor

@@ -934,8 +934,7 @@ std::shared_ptr<Transfer> transfer_for(const std::string& url, const HttpStoreOp
                                        const std::function<std::optional<std::string>(const std::string&)>& region_of,
                                        RefreshingRoleCredentials* role) {
   auto t = std::make_shared<Transfer>();
-  std::string scheme = url.substr(0, url.find("://"));
-  std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](unsigned char c) { return std::tolower(c); });
+  const std::string scheme = ascii_lower(url.substr(0, url.find("://")));
   if (scheme == "s3" || scheme == "gs") {
     const bool gcs = scheme == "gs";
     const std::optional<S3Config>& config = gcs ? options.gcs : options.s3;
@@ -1043,8 +1042,7 @@ namespace conveyor {
 
 std::vector<RemoteObject> HttpStore::list(const std::string& prefix) const {
   const HttpStoreOptions& options = loop_->options();
-  std::string scheme = prefix.substr(0, std::min(prefix.size(), prefix.find("://")));
-  std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](unsigned char c) { return std::tolower(c); });
+  const std::string scheme = ascii_lower(prefix.substr(0, std::min(prefix.size(), prefix.find("://"))));
   if (scheme != "s3" && scheme != "gs")
     throw FetchError({Kind::kInvalid, 0, "only s3:// and gs:// prefixes can be listed"});
   const Api api = scheme == "gs" ? Api::kGcs : Api::kS3;

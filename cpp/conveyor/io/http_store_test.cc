@@ -443,16 +443,22 @@ HttpTestServer role_checking_s3() {
   });
 }
 
+// Reads s3://bucket/a whole and in part from an S3 server that accepts only
+// the role's signature, with the store's S3 settings found in `variables`.
+void expect_the_roles_signature(const GetEnv& variables) {
+  HttpTestServer s3 = role_checking_s3();
+  HttpStoreOptions options;
+  options.s3 = resolve_s3_config({{"endpoint_url", s3.url("")}}, variables);
+  HttpStore store(options);
+  EXPECT_EQ(text(store.read("s3://bucket/a", 0, -1)), "abc");
+  EXPECT_EQ(text(store.read("s3://bucket/a", 1, 1)), "b");
+}
+
 TEST(HttpStoreTest, WithoutKeysTheInstanceRolesCredentialsSignTheRequests) {
   for (const bool session_tokens : {true, false}) {
     FakeInstanceMetadata metadata;
     metadata.session_tokens = session_tokens;
-    HttpTestServer s3 = role_checking_s3();
-    HttpStoreOptions options;
-    options.s3 = resolve_s3_config({{"endpoint_url", s3.url("")}}, metadata.env());
-    HttpStore store(options);
-    EXPECT_EQ(text(store.read("s3://bucket/a", 0, -1)), "abc");
-    EXPECT_EQ(text(store.read("s3://bucket/a", 1, 1)), "b");
+    expect_the_roles_signature(metadata.env());
     EXPECT_EQ(metadata.requests.load(), 3) << "read once: token, role, credentials (IMDSv1: a refused token)";
   }
 }
@@ -468,14 +474,8 @@ TEST(HttpStoreTest, WithoutKeysAContainersRoleSignsTheRequests) {
         R"({"AccessKeyId":"ASIAROLE","SecretAccessKey":"ROLESECRETROLESECRET","Token":"ROLETOKEN",)"
         R"("Expiration":"2100-01-01T00:00:00Z"})"));
   });
-  HttpTestServer s3 = role_checking_s3();
-  HttpStoreOptions options;
-  const GetEnv variables = env_of({{"AWS_CONTAINER_CREDENTIALS_FULL_URI", container.url("/creds")},
-                                   {"AWS_CONTAINER_AUTHORIZATION_TOKEN", "PODTOKEN"}});
-  options.s3 = resolve_s3_config({{"endpoint_url", s3.url("")}}, variables);
-  HttpStore store(options);
-  EXPECT_EQ(text(store.read("s3://bucket/a", 0, -1)), "abc");
-  EXPECT_EQ(text(store.read("s3://bucket/a", 0, -1)), "abc");
+  expect_the_roles_signature(env_of({{"AWS_CONTAINER_CREDENTIALS_FULL_URI", container.url("/creds")},
+                                     {"AWS_CONTAINER_AUTHORIZATION_TOKEN", "PODTOKEN"}}));
   EXPECT_EQ(reads.load(), 1);
 }
 
@@ -495,15 +495,9 @@ TEST(HttpStoreTest, WithoutKeysEksWebIdentitySignsTheRequests) {
         "<SessionToken>ROLETOKEN</SessionToken><Expiration>2100-01-01T00:00:00Z</Expiration>"
         "</Credentials></AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>"));
   });
-  HttpTestServer s3 = role_checking_s3();
-  const GetEnv variables = env_of({{"AWS_WEB_IDENTITY_TOKEN_FILE", token.string()},
-                                   {"AWS_ROLE_ARN", "arn:aws:iam::1:role/trainer"},
-                                   {"AWS_ENDPOINT_URL_STS", sts.url("")}});
-  HttpStoreOptions options;
-  options.s3 = resolve_s3_config({{"endpoint_url", s3.url("")}}, variables);
-  HttpStore store(options);
-  EXPECT_EQ(text(store.read("s3://bucket/a", 0, -1)), "abc");
-  EXPECT_EQ(text(store.read("s3://bucket/a", 0, -1)), "abc");
+  expect_the_roles_signature(env_of({{"AWS_WEB_IDENTITY_TOKEN_FILE", token.string()},
+                                     {"AWS_ROLE_ARN", "arn:aws:iam::1:role/trainer"},
+                                     {"AWS_ENDPOINT_URL_STS", sts.url("")}}));
   EXPECT_EQ(exchanges.load(), 1);
   std::filesystem::remove(token);
 }
@@ -527,13 +521,7 @@ TEST(HttpStoreTest, WithoutKeysAnSsoProfilesRoleSignsTheRequests) {
         R"({"roleCredentials":{"accessKeyId":"ASIAROLE","secretAccessKey":"ROLESECRETROLESECRET",)"
         R"("sessionToken":"ROLETOKEN","expiration":4102444800000}})"));
   });
-  HttpTestServer s3 = role_checking_s3();
-  HttpStoreOptions options;
-  options.s3 = resolve_s3_config({{"endpoint_url", s3.url("")}},
-                                 env_of({{"HOME", home.string()}, {"AWS_ENDPOINT_URL_SSO", portal.url("")}}));
-  HttpStore store(options);
-  EXPECT_EQ(text(store.read("s3://bucket/a", 0, -1)), "abc");
-  EXPECT_EQ(text(store.read("s3://bucket/a", 0, -1)), "abc");
+  expect_the_roles_signature(env_of({{"HOME", home.string()}, {"AWS_ENDPOINT_URL_SSO", portal.url("")}}));
   EXPECT_EQ(exchanges.load(), 1);
   std::filesystem::remove_all(home);
 }
@@ -541,12 +529,7 @@ TEST(HttpStoreTest, WithoutKeysAnSsoProfilesRoleSignsTheRequests) {
 TEST(HttpStoreTest, InstanceRoleCredentialsAboutToExpireAreReadAgain) {
   FakeInstanceMetadata metadata;
   metadata.lifetime = std::chrono::seconds(300);  // Within the 10 minutes before expiry.
-  HttpTestServer s3 = role_checking_s3();
-  HttpStoreOptions options;
-  options.s3 = resolve_s3_config({{"endpoint_url", s3.url("")}}, metadata.env());
-  HttpStore store(options);
-  EXPECT_EQ(text(store.read("s3://bucket/a", 0, -1)), "abc");
-  EXPECT_EQ(text(store.read("s3://bucket/a", 0, -1)), "abc");
+  expect_the_roles_signature(metadata.env());
   EXPECT_EQ(metadata.requests.load(), 6);
 }
 

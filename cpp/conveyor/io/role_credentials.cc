@@ -142,19 +142,14 @@ RoleCredentials parse_credentials(const std::string& body, const std::string& wh
   return credentials;
 }
 
-std::string lower(std::string text) {
-  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return text;
-}
-
 // The host of an http(s) URL, lower-cased, without brackets or port.
 std::string host_of_url(const std::string& url) {
   const size_t start = url.find("://") == std::string::npos ? 0 : url.find("://") + 3;
   const size_t end = url.find_first_of("/?#", start);
   std::string authority = url.substr(start, end == std::string::npos ? std::string::npos : end - start);
   if (const size_t at = authority.rfind('@'); at != std::string::npos) authority = authority.substr(at + 1);
-  if (!authority.empty() && authority[0] == '[') return lower(authority.substr(1, authority.find(']') - 1));
-  return lower(authority.substr(0, authority.find(':')));
+  if (!authority.empty() && authority[0] == '[') return ascii_lower(authority.substr(1, authority.find(']') - 1));
+  return ascii_lower(authority.substr(0, authority.find(':')));
 }
 
 RoleCredentials read_instance_metadata(const std::string& endpoint, double timeout) {
@@ -382,8 +377,8 @@ RoleCredentialsEndpoint sso_endpoint(const SsoProfile& profile, const GetEnv& ge
   endpoint.kind = RoleCredentialsEndpoint::Kind::kSso;
   endpoint.timeout = 5.0;  // AWS's portal over the network, as STS.
   endpoint.sso_start_url = profile.start_url;
-  const auto portal = getenv("AWS_ENDPOINT_URL_SSO");
-  std::string base = portal && !portal->empty() ? *portal : "https://portal.sso." + profile.region + ".amazonaws.com";
+  std::string base =
+      nonempty(getenv("AWS_ENDPOINT_URL_SSO")).value_or("https://portal.sso." + profile.region + ".amazonaws.com");
   while (base.size() > 8 && base.back() == '/') base.pop_back();
   endpoint.url = base + "/federation/credentials?account_id=" + percent_encoded(profile.account_id, false) +
                  "&role_name=" + percent_encoded(profile.role_name, false);
@@ -392,12 +387,9 @@ RoleCredentialsEndpoint sso_endpoint(const SsoProfile& profile, const GetEnv& ge
 }
 
 std::optional<RoleCredentialsEndpoint> web_identity_endpoint(const GetEnv& getenv) {
-  const auto nonempty = [&](const char* name) -> std::optional<std::string> {
-    auto value = getenv(name);
-    return value && !value->empty() ? value : std::nullopt;
-  };
-  const auto token_file = nonempty("AWS_WEB_IDENTITY_TOKEN_FILE");
-  const auto role_arn = nonempty("AWS_ROLE_ARN");
+  const auto variable = [&](const char* name) { return nonempty(getenv(name)); };
+  const auto token_file = variable("AWS_WEB_IDENTITY_TOKEN_FILE");
+  const auto role_arn = variable("AWS_ROLE_ARN");
   if (!token_file || !role_arn) return std::nullopt;
   RoleCredentialsEndpoint endpoint;
   endpoint.kind = RoleCredentialsEndpoint::Kind::kWebIdentity;
@@ -406,30 +398,27 @@ std::optional<RoleCredentialsEndpoint> web_identity_endpoint(const GetEnv& geten
   endpoint.role_arn = *role_arn;
   const auto now = std::chrono::system_clock::now().time_since_epoch();
   endpoint.session_name =
-      nonempty("AWS_ROLE_SESSION_NAME")
+      variable("AWS_ROLE_SESSION_NAME")
           .value_or("conveyor-" + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now).count()));
-  std::optional<std::string> region = nonempty("AWS_REGION");
-  if (!region) region = nonempty("AWS_DEFAULT_REGION");
-  std::optional<std::string> url = nonempty("AWS_ENDPOINT_URL_STS");
-  if (!url) url = nonempty("AWS_ENDPOINT_URL");
+  std::optional<std::string> region = variable("AWS_REGION");
+  if (!region) region = variable("AWS_DEFAULT_REGION");
+  std::optional<std::string> url = variable("AWS_ENDPOINT_URL_STS");
+  if (!url) url = variable("AWS_ENDPOINT_URL");
   endpoint.url = url.value_or(region ? "https://sts." + *region + ".amazonaws.com" : "https://sts.amazonaws.com");
   while (endpoint.url.size() > 8 && endpoint.url.back() == '/') endpoint.url.pop_back();
   return endpoint;
 }
 
 std::optional<RoleCredentialsEndpoint> role_credentials_endpoint(const GetEnv& getenv) {
-  const auto nonempty = [&](const char* name) -> std::optional<std::string> {
-    auto value = getenv(name);
-    return value && !value->empty() ? value : std::nullopt;
-  };
+  const auto variable = [&](const char* name) { return nonempty(getenv(name)); };
   RoleCredentialsEndpoint endpoint;
-  if (const auto relative = nonempty("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")) {
+  if (const auto relative = variable("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")) {
     endpoint.kind = RoleCredentialsEndpoint::Kind::kContainer;
     endpoint.url = "http://169.254.170.2" + (relative->front() == '/' ? *relative : "/" + *relative);
-  } else if (const auto full = nonempty("AWS_CONTAINER_CREDENTIALS_FULL_URI")) {
+  } else if (const auto full = variable("AWS_CONTAINER_CREDENTIALS_FULL_URI")) {
     endpoint.kind = RoleCredentialsEndpoint::Kind::kContainer;
     endpoint.url = *full;
-    const std::string scheme = lower(full->substr(0, full->find("://")));
+    const std::string scheme = ascii_lower(full->substr(0, full->find("://")));
     const std::string host = host_of_url(*full);
     const bool allowed_http = host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1" ||
                               host == "169.254.170.2" || host == "169.254.170.23" || host == "fd00:ec2::23";
@@ -440,7 +429,7 @@ std::optional<RoleCredentialsEndpoint> role_credentials_endpoint(const GetEnv& g
   }
   // The SDKs' AWS_METADATA_SERVICE_TIMEOUT, for both local endpoints.
   std::optional<double> timeout;
-  if (const auto seconds = nonempty("AWS_METADATA_SERVICE_TIMEOUT")) {
+  if (const auto seconds = variable("AWS_METADATA_SERVICE_TIMEOUT")) {
     char* end = nullptr;
     const double value = std::strtod(seconds->c_str(), &end);
     check_config(end != seconds->c_str() && *end == '\0' && std::isfinite(value) && value > 0,
@@ -449,15 +438,15 @@ std::optional<RoleCredentialsEndpoint> role_credentials_endpoint(const GetEnv& g
   }
   if (endpoint.kind == RoleCredentialsEndpoint::Kind::kContainer) {
     endpoint.timeout = timeout.value_or(2.0);
-    endpoint.authorization_file = nonempty("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE").value_or("");
+    endpoint.authorization_file = variable("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE").value_or("");
     if (endpoint.authorization_file.empty()) {
-      endpoint.authorization = nonempty("AWS_CONTAINER_AUTHORIZATION_TOKEN").value_or("");
+      endpoint.authorization = variable("AWS_CONTAINER_AUTHORIZATION_TOKEN").value_or("");
     }
     return endpoint;
   }
-  if (lower(getenv("AWS_EC2_METADATA_DISABLED").value_or("")) == "true") return std::nullopt;
+  if (ascii_lower(getenv("AWS_EC2_METADATA_DISABLED").value_or("")) == "true") return std::nullopt;
   endpoint.timeout = timeout.value_or(1.0);
-  endpoint.url = nonempty("AWS_EC2_METADATA_SERVICE_ENDPOINT").value_or("http://169.254.169.254");
+  endpoint.url = variable("AWS_EC2_METADATA_SERVICE_ENDPOINT").value_or("http://169.254.169.254");
   while (endpoint.url.size() > 1 && endpoint.url.back() == '/') endpoint.url.pop_back();
   return endpoint;
 }

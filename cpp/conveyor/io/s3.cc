@@ -22,16 +22,6 @@ std::string trim(std::string_view text) {
   return std::string(text.substr(begin, end - begin + 1));
 }
 
-std::string lower(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return text;
-}
-
-std::optional<std::string> nonempty(const std::optional<std::string>& value) {
-  return value && !value->empty() ? value : std::nullopt;
-}
-
 // One AWS file: its path (from `variable`, else ~/.aws/<name>), as shown in
 // messages, and its sections (empty when it does not exist).
 struct AwsFile {
@@ -94,7 +84,7 @@ bool virtual_host_compatible(std::string_view bucket, bool https) {
 }
 
 bool parse_bool(const std::string& key, const std::string& value) {
-  const std::string text = lower(value);
+  const std::string text = ascii_lower(value);
   if (text == "true" || text == "1") return true;
   if (text == "false" || text == "0" || text.empty()) return false;
   throw Error(ErrorKind::kConfig, "storage_options: " + key + " must be true or false, got '" + value + "'");
@@ -130,7 +120,7 @@ std::map<std::string, std::map<std::string, std::string>> parse_aws_ini(std::str
     in_nested = false;
     const size_t equals = line.find('=');
     if (equals == std::string::npos) continue;
-    const std::string key = lower(trim(std::string_view(line).substr(0, equals)));
+    const std::string key = ascii_lower(trim(std::string_view(line).substr(0, equals)));
     const std::string value = trim(std::string_view(line).substr(equals + 1));
     if (value.empty()) {
       in_nested = true;  // "s3 =" opens a block of its own keys.
@@ -266,7 +256,7 @@ S3Config resolve_s3_config(const std::map<std::string, std::string>& options, co
     throw Error(ErrorKind::kConfig,
                 "storage_options: endpoint_url must start with http:// or https://, got '" + config.endpoint_url + "'");
   }
-  const std::string style = lower(option("addressing_style").value_or("auto"));
+  const std::string style = ascii_lower(option("addressing_style").value_or("auto"));
   if (style != "auto" && style != "path" && style != "virtual") {
     throw Error(ErrorKind::kConfig,
                 "storage_options: addressing_style must be 'auto', 'path' or 'virtual', got '" + style + "'");
@@ -305,6 +295,12 @@ S3Config gcs_config(const std::map<std::string, std::string>& options) {
   return config;
 }
 
+std::string ascii_lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return text;
+}
+
 std::string percent_encoded(std::string_view key, bool keep_slash) {
   static constexpr char kHex[] = "0123456789ABCDEF";
   std::string encoded;
@@ -339,7 +335,7 @@ std::pair<std::string, std::string> split_s3_url(std::string_view s3_url) {
   const size_t slash = rest.find('/');
   const std::string_view bucket = rest.substr(0, slash);
   const std::string_view key = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
-  if (lower(std::string(s3_url.substr(0, kScheme.size()))) != kScheme || bucket.empty()) {
+  if (ascii_lower(std::string(s3_url.substr(0, kScheme.size()))) != kScheme || bucket.empty()) {
     throw Error(ErrorKind::kConfig, "not an s3://bucket/key URL", std::string(s3_url));
   }
   return {std::string(bucket), std::string(key)};

@@ -96,6 +96,10 @@ S3Config gcs_config(const std::map<std::string, std::string>& options);
 /// values (and AWS's form posts take them).
 std::string percent_encoded(std::string_view text, bool keep_slash = true);
 
+/// `text` with ASCII letters lower-cased (schemes, keys of ~/.aws files,
+/// hosts): no locale.
+std::string ascii_lower(std::string text);
+
 /// `config` for a bucket that lives in `region` (S3 says so in a reply's
 /// x-amz-bucket-region header): signed for that region, and with AWS's own
 /// endpoint, sent to that region's endpoint.
