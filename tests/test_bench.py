@@ -202,7 +202,12 @@ def test_quick_remote_run(tmp_path, data, capsys, monkeypatch):
     )
     ours = _runs(full, "remote", "conveyor")
     latency = f"{bench.REMOTE_S3_LATENCY_MS:g} ms"
-    shards = ["local shards", f"S3 shards {latency}", f"S3 shards {latency}, file server"]
+    shards = [
+        "local shards",
+        f"S3 shards {latency}",
+        f"S3 shards {latency}, file server",
+        f"S3 shards {latency}, global shuffle",
+    ]
     cached = f"HTTP {latency} cached"
     objects = f"S3 objects {latency}, file server"
     assert sorted((r["case"], r["label"]) for r in ours) == sorted(
@@ -241,6 +246,7 @@ def test_quick_remote_run(tmp_path, data, capsys, monkeypatch):
         "20ms_over_local",
         "s3_over_local_shards",
         "s3_files_over_local_shards",
+        "s3_global_over_local_shards",
         "cached_over_local",
         "over_best_peer_http",
         "over_best_peer_s3-objects",

@@ -4,6 +4,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,10 @@ class GivenOrderSource final : public Source {
 
   int64_t size() const override { return inner_->size(); }
   Record read(int64_t index) const override { return inner_->read(index); }
+  std::shared_ptr<ReadPlan> plan_reads(std::span<const int64_t> order) const override {
+    return inner_->plan_reads(order);
+  }
+  Record read_planned(int64_t index, ReadPlan& plan) const override { return inner_->read_planned(index, plan); }
   std::string key(int64_t index) const override { return inner_->key(index); }
   int64_t epoch_size() const override { return epoch_size_; }
   /// The order set for `epoch`. Throws Error{kConfig} when none was set for it.

@@ -245,5 +245,140 @@ TEST(RemoteTest, TarShardsOverAStoreReadEachMemberWithOneRangeRequest) {
   EXPECT_EQ(requests.back(), std::make_tuple(std::string("http://h/s.tar"), uint64_t{3 * 1024 + 512}, int64_t{8}));
 }
 
+// Image bytes of sample `i` of a planned shard: `size` bytes that differ by sample.
+std::string image_of(int i, size_t size) { return std::string(size, static_cast<char>('a' + i % 26)); }
+
+// A shard of `count` samples "s<i>" (a cls, then a jpg of `image_bytes`).
+std::string shard_of(int first, int count, size_t image_bytes, bool labels = true) {
+  std::string shard;
+  for (int i = first; i < first + count; ++i) {
+    std::string prefix = std::to_string(i);
+    prefix.insert(0, 1, 's');  // Not "s" + ...: GCC 12 warns wrongly (-Wrestrict) on that once inlined.
+    if (labels) shard += tar_member(prefix + ".cls", std::to_string(i));
+    shard += tar_member(prefix + ".jpg", image_of(i, image_bytes));
+  }
+  return shard + std::string(1024, '\0');
+}
+
+std::vector<int64_t> iota(int64_t from, int64_t to) {
+  std::vector<int64_t> out;
+  for (int64_t i = from; i < to; ++i) out.push_back(i);
+  return out;
+}
+
+TEST(RemoteTest, APlanReadsTheSequentialOrderOfTarShardsWithOneRangeRequestPerShard) {
+  auto store = std::make_shared<FakeStore>();
+  store->objects["http://h/0.tar"] = shard_of(0, 3, 700);
+  store->objects["http://h/1.tar"] = shard_of(3, 3, 700);
+  const TarShardSource source({"http://h/0.tar", "http://h/1.tar"}, std::make_shared<RemoteAccess>(access(store)));
+  std::vector<Record> alone;
+  for (int64_t i = 0; i < 6; ++i) alone.push_back(source.read(i));
+  const size_t before = store->requests().size();
+  const std::vector<int64_t> order = iota(0, 6);
+  std::shared_ptr<ReadPlan> plan = source.plan_reads(order);
+  ASSERT_NE(plan, nullptr);
+  for (int64_t i : order) {
+    const Record record = source.read_planned(i, *plan);
+    EXPECT_EQ(as_string(record.data), image_of(static_cast<int>(i), 700)) << i;
+    EXPECT_EQ(record.label, i);
+    EXPECT_EQ(record.key, alone[static_cast<size_t>(i)].key);
+  }
+  const auto requests = store->requests();
+  ASSERT_EQ(requests.size(), before + 2);
+  // From the first image (after its sample's cls header and block, and its
+  // own header) to the end of the last: 3 samples of 5 blocks, less those 3
+  // blocks and the last image's padding.
+  const auto span = int64_t{3 * 5 * 512 - 3 * 512 - (1024 - 700)};
+  EXPECT_EQ(requests[before], std::make_tuple(std::string("http://h/0.tar"), uint64_t{3 * 512}, span));
+  EXPECT_EQ(requests[before + 1], std::make_tuple(std::string("http://h/1.tar"), uint64_t{3 * 512}, span));
+}
+
+TEST(RemoteTest, APlanReadsAloneTheSamplesOfARunTheOrderReadsLessThanHalfOf) {
+  auto store = std::make_shared<FakeStore>();
+  store->objects["http://h/s.tar"] = shard_of(0, 8, 100);
+  const TarShardSource source({"http://h/s.tar"}, std::make_shared<RemoteAccess>(access(store)));
+  const std::vector<int64_t> a_third{0, 3, 6};  // A rank's share of 3 dealing the sequential order.
+  EXPECT_EQ(source.plan_reads(a_third), nullptr);
+  const std::vector<int64_t> one{5};
+  EXPECT_EQ(source.plan_reads(one), nullptr);
+  const std::vector<int64_t> half{7, 1, 4, 2};
+  EXPECT_NE(source.plan_reads(half), nullptr);
+}
+
+TEST(RemoteTest, APlanHoldsAtMostItsBudgetOfRunsInMemory) {
+  // 80 samples of nearly 4 MiB: 40 runs of two, read first the first sample
+  // of each run, then the second ones in reverse. All 40 runs, each held
+  // between its two reads, would hold 320 MiB at the middle of the order,
+  // past kPlanBytes: halving the window keeps the 20 runs read within 40
+  // positions (the inner ones, 160 MiB); the outer runs' samples are read
+  // alone.
+  const size_t image = (size_t{4} << 20) - 1024;
+  const uint64_t sample_span = image + 512;  // An image and the next one's header.
+  auto store = std::make_shared<FakeStore>();
+  store->objects["http://h/s.tar"] = shard_of(0, 80, image, false);
+  const TarShardSource source({"http://h/s.tar"}, std::make_shared<RemoteAccess>(access(store)));
+  std::vector<int64_t> order;
+  for (int64_t run = 0; run < 40; ++run) order.push_back(2 * run);
+  for (int64_t run = 39; run >= 0; --run) order.push_back(2 * run + 1);
+  std::shared_ptr<ReadPlan> plan = source.plan_reads(order);
+  ASSERT_NE(plan, nullptr);
+  const size_t before = store->requests().size();
+  EXPECT_EQ(as_string(source.read_planned(0, *plan).data), image_of(0, image));    // Run 0: outer.
+  EXPECT_EQ(as_string(source.read_planned(40, *plan).data), image_of(40, image));  // Run 20: inner.
+  EXPECT_EQ(as_string(source.read_planned(41, *plan).data), image_of(41, image));
+  const auto requests = store->requests();
+  ASSERT_EQ(requests.size(), before + 2);
+  EXPECT_EQ(requests[before], std::make_tuple(std::string("http://h/s.tar"), uint64_t{512}, int64_t(image)));
+  EXPECT_EQ(requests[before + 1],
+            std::make_tuple(std::string("http://h/s.tar"), 40 * sample_span + 512, int64_t(sample_span + image)));
+}
+
+TEST(RemoteTest, AFailedRunIsReadSampleBySampleAndEachErrorNamesItsMember) {
+  auto store = std::make_shared<FakeStore>();
+  store->objects["http://h/s.tar"] = shard_of(0, 4, 100);
+  const TarShardSource source({"http://h/s.tar"}, std::make_shared<RemoteAccess>(access(store, 2)));
+  const std::vector<int64_t> order = iota(0, 4);
+  // The run's two attempts fail; its samples' own requests succeed.
+  std::shared_ptr<ReadPlan> plan = source.plan_reads(order);
+  ASSERT_NE(plan, nullptr);
+  store->failures["http://h/s.tar"] = 2;
+  const size_t before = store->requests().size();
+  for (int64_t i : order) EXPECT_EQ(as_string(source.read_planned(i, *plan).data), image_of(static_cast<int>(i), 100));
+  EXPECT_EQ(store->requests().size(), before + 2 + 4);
+  // Gone: each sample's error is its own.
+  plan = source.plan_reads(order);
+  store->objects.erase("http://h/s.tar");
+  try {
+    source.read_planned(2, *plan);
+    FAIL() << "expected a ReadError";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kRead);
+    EXPECT_EQ(e.key(), "http://h/s.tar:s2.jpg");
+    EXPECT_NE(std::string(e.what()).find("HTTP 404 Not Found"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RemoteTest, ThreadsReadingOneRunShareItsOneRequest) {
+  auto store = std::make_shared<FakeStore>();
+  store->objects["http://h/s.tar"] = shard_of(0, 64, 300);
+  const TarShardSource source({"http://h/s.tar"}, std::make_shared<RemoteAccess>(access(store)));
+  const std::vector<int64_t> order = iota(0, 64);
+  std::shared_ptr<ReadPlan> plan = source.plan_reads(order);
+  ASSERT_NE(plan, nullptr);
+  const size_t before = store->requests().size();
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int64_t i = t; i < 64; i += 8) {
+        if (as_string(source.read_planned(i, *plan).data) != image_of(static_cast<int>(i), 300)) ++wrong;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(store->requests().size(), before + 1);
+}
+
 }  // namespace
 }  // namespace conveyor

@@ -28,6 +28,9 @@ class Bytes {
   size_t size() const noexcept { return size_; }
   bool empty() const noexcept { return size_ == 0; }
   std::span<const uint8_t> span() const noexcept { return {data_, size_}; }
+  /// The view [offset, offset + size) of these bytes, sharing their owner
+  /// (no copy). The range must lie within size().
+  Bytes slice(size_t offset, size_t size) const noexcept { return Bytes(owner_, data_ + offset, size); }
 
  private:
   std::shared_ptr<const void> owner_;
@@ -41,6 +44,15 @@ struct Record {
   int64_t label = -1;              ///< Class index, or -1 when the source has no labels.
   std::string key;                 ///< Names the sample in errors: a path, or "shard.tar:member".
   std::vector<BoundingBox> boxes;  ///< Objects in the image (detection sources), in source pixels.
+};
+
+/// What a source prepares for reading one epoch's order (Source::plan_reads):
+/// opaque to the loader, which hands it back to read_planned().
+///
+/// Thread-safety: used by many io threads at once; its source makes it safe.
+class ReadPlan {
+ public:
+  virtual ~ReadPlan() = default;
 };
 
 /// Maps a sample index in [0, size()) to its Record.
@@ -60,6 +72,23 @@ class Source {
 
   /// The sample's key without reading it (used to name it in errors).
   virtual std::string key(int64_t index) const = 0;
+  /// A plan for reading `order`: the sample indices one loader reads this
+  /// epoch, in the order it issues them. A source whose samples are ranges
+  /// of larger remote objects (TarShardSource) may read samples issued near
+  /// each other in one request and serve them from memory. Null (the
+  /// default): each sample is read alone. Called once per epoch, before its
+  /// reads; the plan lives as long as the epoch.
+  virtual std::shared_ptr<ReadPlan> plan_reads(std::span<const int64_t> order) const {
+    (void)order;
+    return nullptr;
+  }
+  /// read(index), under `plan` (from this source's plan_reads, for an order
+  /// holding `index`): the same record and the same errors, perhaps from a
+  /// request shared with other samples of the plan.
+  virtual Record read_planned(int64_t index, ReadPlan& plan) const {
+    (void)plan;
+    return read(index);
+  }
 
   /// First sample index of each shard, ascending, for sources stored in
   /// shards (empty: one shard). A shuffle buffer (LoaderOptions) shuffles the

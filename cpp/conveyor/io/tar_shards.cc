@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <string_view>
 #include <utility>
@@ -146,7 +148,7 @@ std::string describe_change(const RegularFile::Identity& was, const RegularFile:
 // each: walking the headers then costs about size / kIndexChunk requests
 // rather than one per member (a request's latency dwarfs the transfer of a
 // typical member), and a member larger than a chunk is skipped, not fetched.
-constexpr uint64_t kIndexChunk = uint64_t{8} << 20;
+constexpr uint64_t kIndexChunk = kRunBytes;
 
 // A remote shard as indexing reads it, with RegularFile's reading functions
 // (add_shard_from is written once for both): its size (one request), then
@@ -455,6 +457,163 @@ void TarShardSource::Index::add_shard_from(const std::string& path, const File& 
     }
   }
   flush();
+}
+
+namespace {
+
+// A run of a read plan: consecutive samples of one shard, read in one range
+// request [offset, offset + size).
+struct ShardRun {
+  uint32_t shard = 0;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+  uint64_t image_bytes = 0;  // Of its samples' image members (the rest is headers, other fields).
+  // Under RunPlan::mutex:
+  enum class State { kUnread, kReading, kRead, kFailed } state = State::kUnread;
+  int64_t reads_left = 0;  // The plan's reads of it still to serve; its bytes go at 0.
+  Bytes bytes;
+};
+
+struct RunPlan final : ReadPlan {
+  std::vector<ShardRun> runs;
+  std::vector<int32_t> run_of;  // By sample index: its run in `runs`, or -1 (read alone).
+  std::mutex mutex;
+  std::condition_variable read_done;  // A run left kReading.
+};
+
+// What a window of `hold` positions gives: which runs the order reads enough
+// of within it, and the most bytes of them held at once.
+struct RunChoice {
+  std::vector<char> kept;      // By run.
+  std::vector<int64_t> reads;  // By run: reads it serves.
+  std::vector<char> alone;     // By sample: read alone (an occurrence past its run's window).
+  uint64_t peak_bytes = 0;
+};
+
+RunChoice choose_runs(const std::vector<ShardRun>& runs, const std::vector<int32_t>& run_of,
+                      const std::vector<uint64_t>& sample_bytes, std::span<const int64_t> order, int64_t hold) {
+  const size_t count = runs.size();
+  RunChoice choice{std::vector<char>(count), std::vector<int64_t>(count), std::vector<char>(run_of.size()), 0};
+  std::vector<int64_t> first(count, -1);
+  for (size_t p = 0; p < order.size(); ++p) {
+    const int32_t r = run_of[static_cast<size_t>(order[p])];
+    if (r < 0) continue;
+    int64_t& start = first[static_cast<size_t>(r)];
+    if (start < 0) start = static_cast<int64_t>(p);
+    // Every occurrence of a sample is served by its run, or none.
+    if (static_cast<int64_t>(p) - start > hold) choice.alone[static_cast<size_t>(order[p])] = 1;
+  }
+  std::vector<int64_t> served_from(count, -1);
+  std::vector<int64_t> served_to(count, -1);
+  std::vector<uint64_t> served_bytes(count);
+  for (size_t p = 0; p < order.size(); ++p) {
+    const auto sample = static_cast<size_t>(order[p]);
+    const int32_t r = run_of[sample];
+    if (r < 0 || choice.alone[sample]) continue;
+    const auto run = static_cast<size_t>(r);
+    if (served_from[run] < 0) served_from[run] = static_cast<int64_t>(p);
+    served_to[run] = static_cast<int64_t>(p);
+    served_bytes[run] += sample_bytes[sample];
+    ++choice.reads[run];
+  }
+  // Bytes held from a run's first read to its last, by position.
+  std::vector<int64_t> change(order.size() + 1);
+  for (size_t r = 0; r < count; ++r) {
+    choice.kept[r] = choice.reads[r] >= 2 && 2 * served_bytes[r] >= runs[r].image_bytes;
+    if (!choice.kept[r]) continue;
+    change[static_cast<size_t>(served_from[r])] += static_cast<int64_t>(runs[r].size);
+    change[static_cast<size_t>(served_to[r]) + 1] -= static_cast<int64_t>(runs[r].size);
+  }
+  int64_t held = 0;
+  for (const int64_t delta : change) {
+    held += delta;
+    choice.peak_bytes = std::max(choice.peak_bytes, static_cast<uint64_t>(held));
+  }
+  return choice;
+}
+
+}  // namespace
+
+std::shared_ptr<ReadPlan> TarShardSource::plan_reads(std::span<const int64_t> order) const {
+  const Index& index = *index_;
+  if (index.remote == nullptr || order.empty()) return nullptr;
+  std::vector<char> fetched(index.shards.size());  // Remote, and not in a cache folder.
+  for (size_t i = 0; i < index.shards.size(); ++i) {
+    const Index::Shard& shard = index.shards[i];
+    fetched[i] = shard.remote && !index.remote->store->serves_locally(shard.path);
+  }
+  auto plan = std::make_shared<RunPlan>();
+  plan->run_of.assign(index.samples.size(), -1);
+  std::vector<uint64_t> sample_bytes(index.samples.size());
+  for (size_t i = 0; i < index.samples.size(); ++i) {
+    const Index::Sample& sample = index.samples[i];
+    const Index::Field& image = index.fields[sample.image];
+    sample_bytes[i] = image.size;
+    if (!fetched[sample.shard]) continue;
+    const uint64_t end = image.offset + image.size;
+    ShardRun* run = plan->runs.empty() ? nullptr : &plan->runs.back();
+    if (run == nullptr || run->shard != sample.shard || image.offset < run->offset || end - run->offset > kRunBytes) {
+      plan->runs.push_back(ShardRun{sample.shard, image.offset, 0});
+      run = &plan->runs.back();
+    }
+    run->size = end - run->offset;
+    run->image_bytes += image.size;
+    plan->run_of[i] = static_cast<int32_t>(plan->runs.size() - 1);
+  }
+  if (plan->runs.empty()) return nullptr;
+  auto hold = static_cast<int64_t>(order.size());
+  RunChoice choice = choose_runs(plan->runs, plan->run_of, sample_bytes, order, hold);
+  while (choice.peak_bytes > kPlanBytes) {
+    hold /= 2;  // At 0 no run serves two reads: none is kept.
+    choice = choose_runs(plan->runs, plan->run_of, sample_bytes, order, hold);
+  }
+  bool any = false;
+  for (size_t i = 0; i < plan->run_of.size(); ++i) {
+    int32_t& r = plan->run_of[i];
+    if (r >= 0 && (choice.alone[i] || !choice.kept[static_cast<size_t>(r)])) r = -1;
+  }
+  for (size_t r = 0; r < plan->runs.size(); ++r) {
+    plan->runs[r].reads_left = choice.reads[r];
+    any = any || choice.kept[r];
+  }
+  return any ? plan : nullptr;
+}
+
+Record TarShardSource::read_planned(int64_t index, ReadPlan& plan) const {
+  auto* runs = dynamic_cast<RunPlan*>(&plan);
+  const Index::Sample& sample = index_->sample(index);
+  const int32_t r = runs == nullptr ? -1 : runs->run_of[static_cast<size_t>(index)];
+  if (r < 0) return read(index);
+  ShardRun& run = runs->runs[static_cast<size_t>(r)];
+  Bytes bytes;
+  {
+    std::unique_lock lock(runs->mutex);
+    runs->read_done.wait(lock, [&] { return run.state != ShardRun::State::kReading; });
+    if (run.state == ShardRun::State::kUnread) {
+      run.state = ShardRun::State::kReading;
+      lock.unlock();
+      std::optional<Bytes> read;
+      try {
+        const std::string& url = index_->shards[run.shard].path;
+        read = index_->remote->read(url, run.offset, static_cast<int64_t>(run.size), url);
+      } catch (...) {
+        // Each sample is then read alone: its error names it, with the
+        // retries of its own request.
+      }
+      lock.lock();
+      run.state = read ? ShardRun::State::kRead : ShardRun::State::kFailed;
+      if (read) run.bytes = std::move(*read);
+      runs->read_done.notify_all();
+    }
+    if (run.state == ShardRun::State::kRead) {
+      bytes = run.bytes;
+      if (--run.reads_left == 0) run.bytes = Bytes();
+    }
+  }
+  if (bytes.empty()) return read(index);
+  const Index::Field& image = index_->fields[sample.image];
+  return Record{bytes.slice(static_cast<size_t>(image.offset - run.offset), static_cast<size_t>(image.size)),
+                sample.label, key(index)};
 }
 
 bool TarShardSource::local_reads() const {

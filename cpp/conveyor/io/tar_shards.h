@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,12 @@
 namespace conveyor {
 
 struct RemoteAccess;  // remote.h
+
+/// Most bytes one range request of a read plan spans (TarShardSource::plan_reads).
+inline constexpr uint64_t kRunBytes = uint64_t{8} << 20;
+/// Most bytes of runs a read plan holds in memory at once, as the order's
+/// positions tell (TarShardSource::plan_reads).
+inline constexpr uint64_t kPlanBytes = uint64_t{256} << 20;
 
 /// Samples stored WebDataset-style in tar shards: consecutive members sharing a
 /// prefix (the path up to the first "." of the file name) form one sample, and
@@ -34,10 +41,12 @@ struct RemoteAccess;  // remote.h
 /// Shards may be URLs (is_url) when `remote` is given: indexing then reads
 /// the shard's bytes once, in large range requests (8 MiB chunks, a member
 /// larger than a chunk is skipped), keeping only offsets; each read of a
-/// member afterwards is one range request of exactly its bytes, never a
-/// whole-shard fetch, retried under remote's RetryPolicy. Remote shards are
-/// taken as immutable: a member that now reads short is an Error{kRead}, but
-/// no identity is compared.
+/// member afterwards is one range request of exactly its bytes, retried
+/// under remote's RetryPolicy. Under a read plan (plan_reads) samples that
+/// are neighbours in a shard and read near each other in the epoch's order
+/// (the sequential order, a shuffle buffer's) share one range request of up
+/// to 8 MiB instead. Remote shards are taken as immutable: a member that now
+/// reads short is an Error{kRead}, but no identity is compared.
 ///
 /// Thread-safety: immutable after construction; read(), key() and field() may
 /// be called from many threads at once.
@@ -60,6 +69,23 @@ class TarShardSource final : public Source {
   Record read(int64_t index) const override;
   std::string key(int64_t index) const override;
   std::vector<int64_t> shard_starts() const override;
+  /// Null unless a shard is a URL a cache does not hold. Otherwise the
+  /// plan groups each such shard's samples into runs: consecutive samples
+  /// whose image members lie within kRunBytes (8 MiB). A run is read in one
+  /// range request, at the first read of any of its samples, and held in
+  /// memory until its last sample is read, when the order reads at least
+  /// two of its samples, at least half of its bytes, all within a window of
+  /// positions from its first read; the window is the widest (halving from
+  /// the whole order) for which the runs held at once, as the order's
+  /// positions tell, stay within kPlanBytes (256 MiB). Other samples are
+  /// read alone. A global shuffle of a large set so reads each sample alone,
+  /// as without a plan; the sequential order and a shuffle buffer's read
+  /// runs.
+  std::shared_ptr<ReadPlan> plan_reads(std::span<const int64_t> order) const override;
+  /// read(index), from its run's bytes when the plan reads it in one; a
+  /// run whose request failed is read sample by sample, so that each error
+  /// names its member as read() does.
+  Record read_planned(int64_t index, ReadPlan& plan) const override;
   /// True unless a shard is a URL read through `remote`.
   bool local_reads() const override;
   bool read_is_cached(int64_t index) const override;

@@ -123,6 +123,10 @@ struct EpochRun : std::enable_shared_from_this<EpochRun> {
   /// remote read's backoff), which see it as their thread's current
   /// Cancellation.
   Cancellation stopping;
+  /// The source's plan for this epoch's reads (Source::plan_reads; null:
+  /// each sample read alone). Set before the first task; tasks use it
+  /// without the loader's lock.
+  std::shared_ptr<ReadPlan> read_plan;
   bool finished = false;             ///< next() has ended the epoch (by its end, an error or a drop).
   bool mixes = false;                ///< Batches are mixed (batch_mix) before hand-off.
   bool variable = false;             ///< Samples have their own buffers (the transform has no fixed shape).

@@ -8,6 +8,7 @@
 #include <limits>
 #include <new>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <utility>
 
@@ -325,11 +326,18 @@ void Loader::start_epoch(int64_t epoch, int64_t start_position, int64_t start_ba
   } catch (const std::length_error&) {
     throw order_too_large(*source_, options_);
   }
+  std::shared_ptr<ReadPlan> read_plan;
+  try {
+    read_plan = source_->plan_reads(std::span(order).subspan(static_cast<size_t>(start_position)));
+  } catch (const std::exception&) {
+    // Out of memory for the plan: each sample is read alone, as without one.
+  }
   std::unique_lock lock(mu_);
   check_config(!closed_, "the loader is closed");
   stop_locked(lock);
   auto run = std::make_shared<EpochRun>(epoch, std::move(order), start_position, start_batch, options_.batch_size,
                                         settings_.prefetch);
+  run->read_plan = std::move(read_plan);
   run->mixes = options_.batch_mix.has_value();
   run->variable = !transform_->fixed_shape();
   run_ = run;
@@ -485,7 +493,7 @@ std::optional<Record> Loader::read_sample(const std::shared_ptr<EpochRun>& run, 
   std::optional<SampleError> error;
   try {
     const ScopedCancellation scope(run->stopping);
-    record = source_->read(sample);
+    record = run->read_plan ? source_->read_planned(sample, *run->read_plan) : source_->read(sample);
     if (record.key.empty()) record.key = key_of(*source_, sample);
   } catch (const Error& e) {
     error = SampleError::from(e, key_of(*source_, sample));

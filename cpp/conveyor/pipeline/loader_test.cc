@@ -284,6 +284,44 @@ TEST(LoaderTest, ARemoteSampleACacheHoldsIsReadOnTheThreadThatDecodesIt) {
   }
 }
 
+// A MemorySource that plans its reads: records each order it is given and
+// counts the reads made under a plan.
+class PlanningSource final : public MemorySource {
+ public:
+  using MemorySource::MemorySource;
+  struct Plan final : ReadPlan {};
+  std::shared_ptr<ReadPlan> plan_reads(std::span<const int64_t> order) const override {
+    std::lock_guard lock(mu_);
+    orders.emplace_back(order.begin(), order.end());
+    return std::make_shared<Plan>();
+  }
+  Record read_planned(int64_t index, ReadPlan& plan) const override {
+    EXPECT_NE(dynamic_cast<Plan*>(&plan), nullptr);
+    ++planned_reads;
+    return read(index);
+  }
+  mutable std::vector<std::vector<int64_t>> orders;
+  mutable std::atomic<int64_t> planned_reads{0};
+
+ private:
+  mutable std::mutex mu_;
+};
+
+TEST(LoaderTest, EachEpochsReadsFollowTheSourcesPlanOfWhatTheEpochReads) {
+  // The plan sees the positions the epoch reads, in order: a resumed epoch's
+  // from its start position on; and every read goes through it.
+  auto source = std::make_shared<PlanningSource>(40);
+  LoaderOptions o = options(4, 2, 4, 2);
+  Loader loader(source, std::make_shared<IndexTransform>(), o);
+  const std::vector<int64_t> whole = run_epoch(loader, 3).samples();
+  const std::vector<int64_t> resumed = run_epoch(loader, 3, 12).samples();
+  ASSERT_EQ(source->orders.size(), 2u);
+  EXPECT_EQ(source->orders[0], whole);
+  EXPECT_EQ(source->orders[1], resumed);
+  EXPECT_EQ(std::vector<int64_t>(whole.begin() + 12, whole.end()), resumed);
+  EXPECT_EQ(source->planned_reads.load(), 40 + 28);
+}
+
 TEST(LoaderTest, OneCpuThreadProcessesSamplesInTheEpochsOrder) {
   // The first batch's samples come before the second's: reads done inline
   // keep the issue order, where io threads racing would shuffle it.

@@ -276,6 +276,7 @@ def plan(bench: str, args: argparse.Namespace) -> list[list[dict[str, Any]]]:
         groups.append(_remote_group(None, args, pending, store="s3"))
         groups.append(_remote_group(REMOTE_S3_LATENCY_MS, args, pending, store="s3-files"))
         groups.append(_remote_group(REMOTE_S3_LATENCY_MS, args, pending or no_moto, store="s3"))
+        groups.append(_remote_group(REMOTE_S3_LATENCY_MS, args, pending or no_moto, store="s3-global"))
         return groups
     common = {"mnist_data": args.mnist_data, "batch_size": 64, "torch_threads": MNIST_TORCH_THREADS}
     no_pinning = None if _has_accelerator() else "skipped: no accelerator here, pin_memory is a no-op"
@@ -290,14 +291,16 @@ def plan(bench: str, args: argparse.Namespace) -> list[list[dict[str, Any]]]:
 def remote_case(latency: Optional[float], store: str = "http") -> str:
     """The case name of a ``bench remote`` run: "local files", "HTTP 20 ms",
     "HTTP 20 ms cached" (a cached second epoch), "S3 objects 20 ms, file
-    server", "local shards", "S3 shards 20 ms" (moto) or "S3 shards 20 ms,
-    file server"."""
+    server", "local shards", "S3 shards 20 ms" (moto), "S3 shards 20 ms,
+    file server" (these three in a shuffle buffer's streaming order) or "S3
+    shards 20 ms, global shuffle" (moto)."""
     if store == "s3-objects":
         return f"S3 objects {latency:g} ms, file server"
-    if store in ("s3", "s3-files"):
+    if store in ("s3", "s3-global", "s3-files"):
         if latency is None:
             return "local shards"
-        return f"S3 shards {latency:g} ms" + (", file server" if store == "s3-files" else "")
+        suffix = {"s3": "", "s3-global": ", global shuffle", "s3-files": ", file server"}[store]
+        return f"S3 shards {latency:g} ms{suffix}"
     if store == "http-cached":
         return f"HTTP {latency:g} ms cached"
     return "local files" if latency is None else f"HTTP {latency:g} ms"
@@ -378,6 +381,9 @@ def remote_ratios(rows: Sequence[dict[str, Any]]) -> dict[str, Optional[float]]:
         "s3_over_local_shards": ratio(remote_case(REMOTE_S3_LATENCY_MS, "s3"), remote_case(None, "s3")),
         "s3_files_over_local_shards": ratio(
             remote_case(REMOTE_S3_LATENCY_MS, "s3-files"), remote_case(None, "s3")
+        ),
+        "s3_global_over_local_shards": ratio(
+            remote_case(REMOTE_S3_LATENCY_MS, "s3-global"), remote_case(None, "s3")
         ),
         "cached_over_local": ratio(remote_case(REMOTE_S3_LATENCY_MS, "http-cached"), remote_case(None)),
         "100ms_over_0ms_steady": ratio(remote_case(100.0), remote_case(0.0), "steady_images_per_s"),
@@ -505,6 +511,11 @@ def print_report(
                 (
                     "s3_files_over_local_shards",
                     f"conveyor S3 shards (file server) at {REMOTE_S3_LATENCY_MS:g} ms / local shards",
+                ),
+                (
+                    "s3_global_over_local_shards",
+                    f"conveyor S3 shards (moto) at {REMOTE_S3_LATENCY_MS:g} ms, global shuffle / "
+                    "local shards",
                 ),
                 (
                     "cached_over_local",

@@ -319,11 +319,11 @@ def s3_map_images(
 
 
 def webdataset_images(
-    urls: Sequence[str], transform: Transform, seed: int = 0
+    urls: Sequence[str], transform: Transform, shuffle_buffer: int, seed: int = 0
 ) -> torch.utils.data.IterableDataset:
     """webdataset over tar shards at ``urls`` (it reads ``http://`` through a
     ``curl`` pipe, one GET per shard), shards split between DataLoader
-    workers, samples shuffled in a buffer of 1 000, the image (``jpg`` or
+    workers, samples shuffled in a buffer of ``shuffle_buffer``, the image (``jpg`` or
     ``png`` member) decoded with PIL and run through ``transform``, with its
     ``cls`` label: webdataset's documented ImageNet recipe."""
     import webdataset
@@ -335,7 +335,7 @@ def webdataset_images(
 
     # empty_check=False: fewer shards than workers leaves a worker idle, not failed.
     shards = webdataset.WebDataset(list(urls), shardshuffle=False, seed=seed, empty_check=False)
-    return shards.shuffle(1000).map(decode)
+    return shards.shuffle(shuffle_buffer).map(decode)
 
 
 # --- slow storage ------------------------------------------------------------------------------------

@@ -272,15 +272,21 @@ def _served(root: str, spec: Spec, run: Callable[[str], dict[str, Any]]) -> dict
 #: Bytes per tar shard in ``bench remote``: 16 384 of the demo's photos make
 #: ~120 shards, enough for every DataLoader worker of webdataset to get many.
 REMOTE_SHARD_BYTES = 4 * 10**6
+#: The shuffle buffer of ``bench remote``'s shards cases, conveyor's
+#: (``TarShards(shuffle_buffer=...)``) and webdataset's alike: webdataset's
+#: documented ImageNet recipe. The ``"s3-global"`` case shuffles globally.
+REMOTE_SHUFFLE_BUFFER = 1000
 
 
 def _remote_shards(spec: Spec) -> dict[str, Any]:
     """One epoch over the ``limit`` images of the file cases packed into tar
     shards, read from local disk (``latency_ms`` None), from a local S3
-    server (moto; ``store="s3"``), listed as ``s3://bench/shards/``, or as
-    ``s3://`` URLs (path-style, signed) from the project's file server
-    (``store="s3-files"``; the ``webdataset`` side reads the same shards as
-    ``http://`` URLs), either adding ``latency_ms`` to every request."""
+    server (moto; ``store="s3"``, or ``"s3-global"`` for a global shuffle),
+    listed as ``s3://bench/shards/``, or as ``s3://`` URLs (path-style,
+    signed) from the project's file server (``store="s3-files"``; the
+    ``webdataset`` side reads the same shards as ``http://`` URLs), either
+    adding ``latency_ms`` to every request; in the streaming order of a
+    REMOTE_SHUFFLE_BUFFER buffer but for ``"s3-global"``."""
     import csv
     import tempfile
 
@@ -300,8 +306,11 @@ def _remote_shards(spec: Spec) -> dict[str, Any]:
             )
         shards = pack(listing, os.path.join(folder, "bench", "shard-%06d.tar"), shard_size=REMOTE_SHARD_BYTES)
         names = [os.path.basename(shard) for shard in shards]
+        buffer = None if spec["store"] == "s3-global" else REMOTE_SHUFFLE_BUFFER
         if spec["latency_ms"] is None:
-            return _epoch(lambda: _remote_loader(spec, lambda: TarShards(shards), lambda: None))
+            return _epoch(
+                lambda: _remote_loader(spec, lambda: TarShards(shards, shuffle_buffer=buffer), lambda: None)
+            )
         if spec["store"] == "s3-files":
             brace = f"shard-{{000000..{len(shards) - 1:06d}}}.tar"
             return _served(
@@ -311,10 +320,14 @@ def _remote_shards(spec: Spec) -> dict[str, Any]:
                     lambda: _remote_loader(
                         spec,
                         lambda: TarShards(
-                            f"s3://bench/{brace}", storage_options={"endpoint_url": endpoint, **_BENCH_KEYS}
+                            f"s3://bench/{brace}",
+                            shuffle_buffer=buffer,
+                            storage_options={"endpoint_url": endpoint, **_BENCH_KEYS},
                         ),
                         lambda: reference.webdataset_images(
-                            [f"{endpoint}/bench/{name}" for name in names], reference.train_transform()
+                            [f"{endpoint}/bench/{name}" for name in names],
+                            reference.train_transform(),
+                            REMOTE_SHUFFLE_BUFFER,
                         ),
                     )
                 ),
@@ -333,7 +346,9 @@ def _remote_shards(spec: Spec) -> dict[str, Any]:
                 lambda: _epoch(
                     lambda: _remote_loader(
                         spec,
-                        lambda: TarShards("s3://bench/shards/", storage_options=s3_options),
+                        lambda: TarShards(
+                            "s3://bench/shards/", shuffle_buffer=buffer, storage_options=s3_options
+                        ),
                         lambda: None,
                     )
                 ),
@@ -422,14 +437,14 @@ def remote(spec: Spec) -> dict[str, Any]:
     ``data`` (the folder repeated when it holds fewer) served by a local HTTP
     server adding ``latency_ms`` to every request (None: the local files, for
     reference), as ``s3://`` objects (``store="s3-objects"``), or
-    (``store="s3"`` or ``"s3-files"``) over the folder's tar shards; with
+    (``store="s3"``, ``"s3-global"`` or ``"s3-files"``) over the folder's tar shards; with
     ``cache``, the second epoch over a cache folder; images/s."""
     import urllib.parse
 
     from conveyor.bench import reference
     from conveyor.sources import FileList
 
-    if spec.get("store") in ("s3", "s3-files"):
+    if spec.get("store") in ("s3", "s3-global", "s3-files"):
         return _remote_shards(spec)
     samples = reference.ImageFolderDataset(spec["data"], lambda image: image).samples
     samples = [samples[i] for i in _remote_order(len(samples), spec.get("limit"))]
