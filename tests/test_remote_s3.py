@@ -7,6 +7,7 @@ the URL and S3's error code but never a credential."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -96,7 +97,7 @@ def test_a_missing_key_is_named_with_s3s_error_code(s3):
     assert str(error.value) == "s3://data/images/none.jpg: HTTP 404 NOT FOUND (NoSuchKey)"
 
 
-@pytest.mark.parametrize("where", ["environment", "credentials file", "profile"])
+@pytest.mark.parametrize("where", ["environment", "credentials file", "profile", "credential_process"])
 def test_credentials_and_endpoint_are_found_as_the_aws_tools_find_them(s3, tmp_path, where):
     env = {"HOME": str(tmp_path), "AWS_ENDPOINT_URL_S3": s3.endpoint_url}
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
@@ -104,6 +105,16 @@ def test_credentials_and_endpoint_are_found_as_the_aws_tools_find_them(s3, tmp_p
     (tmp_path / ".aws").mkdir()
     if where == "environment":
         env.update(AWS_ACCESS_KEY_ID=s3.key, AWS_SECRET_ACCESS_KEY=s3.secret)
+    elif where == "credential_process":
+        # A credential helper as the AWS CLI runs it: words split as a shell
+        # would, its JSON on standard output.
+        helper = tmp_path / "my helper.py"
+        keys = {"Version": 1, "AccessKeyId": s3.key, "SecretAccessKey": s3.secret}
+        helper.write_text(f"import json, sys\nassert sys.argv[1] == '--team'\nprint(json.dumps({keys!r}))\n")
+        (tmp_path / ".aws" / "config").write_text(
+            f"[profile train]\ncredential_process = {sys.executable} '{helper}' --team\n"
+        )
+        env["AWS_PROFILE"] = "train"
     else:
         section = "default" if where == "credentials file" else "train"
         (tmp_path / ".aws" / "credentials").write_text(

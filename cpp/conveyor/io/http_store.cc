@@ -919,7 +919,8 @@ S3Config sign(Transfer& t, Api api, const S3Config& config, const std::string& b
     if (t.role) {
       t.credentials_source = t.role->from;
       t.role_headers.add(std::string("x-amz-content-sha256: ") + kEmptyPayloadSha256);
-      t.role_headers.add("x-amz-security-token: " + t.role->session_token);
+      // A credential_process may give long-term keys, with no session.
+      if (!t.role->session_token.empty()) t.role_headers.add("x-amz-security-token: " + t.role->session_token);
     } else {
       t.unsigned_request = true;
       t.credentials_source = "none found (looked in " + config.looked_in + ", then " + role->source() + ")";

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <iterator>
 #include <map>
 #include <random>
 #include <string>
@@ -500,6 +501,27 @@ TEST(HttpStoreTest, WithoutKeysEksWebIdentitySignsTheRequests) {
                                      {"AWS_ENDPOINT_URL_STS", sts.url("")}}));
   EXPECT_EQ(exchanges.load(), 1);
   std::filesystem::remove(token);
+}
+
+TEST(HttpStoreTest, WithoutKeysAProfilesCredentialProcessSignsTheRequests) {
+  // A credential helper (aws-vault, a company's SSO tool) named by the profile.
+  const std::filesystem::path home =
+      std::filesystem::temp_directory_path() / ("conveyor-process-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(home / ".aws");
+  const std::filesystem::path helper = home / "helper.sh";
+  const std::filesystem::path runs = home / "runs";
+  std::ofstream(helper) << "#!/bin/sh\necho run >> \"$1\"\n"
+                           "echo '{\"Version\": 1, \"AccessKeyId\": \"ASIAROLE\", "
+                           "\"SecretAccessKey\": \"ROLESECRETROLESECRET\", \"SessionToken\": \"ROLETOKEN\", "
+                           "\"Expiration\": \"2100-01-01T00:00:00Z\"}'\n";
+  std::filesystem::permissions(helper, std::filesystem::perms::owner_all);
+  std::ofstream(home / ".aws/config") << "[default]\ncredential_process = " << helper.string() << " " << runs.string()
+                                      << "\n";
+  expect_the_roles_signature(env_of({{"HOME", home.string()}}));
+  std::ifstream read_runs(runs);
+  const std::string ran((std::istreambuf_iterator<char>(read_runs)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(ran, "run\n");  // Once: its credentials do not expire for decades.
+  std::filesystem::remove_all(home);
 }
 
 TEST(HttpStoreTest, WithoutKeysAnSsoProfilesRoleSignsTheRequests) {

@@ -1,10 +1,18 @@
 #include "conveyor/io/role_credentials.h"
 
 #include <curl/curl.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -14,7 +22,9 @@
 #include <utility>
 #include <vector>
 
+#include "conveyor/core/cancellation.h"
 #include "conveyor/core/error.h"
+#include "conveyor/core/number_format.h"
 #include "conveyor/io/curl_global.h"
 #include "conveyor/io/remote.h"
 #include "conveyor/io/s3.h"
@@ -351,6 +361,216 @@ RoleCredentials read_sso(const RoleCredentialsEndpoint& endpoint, const CaCertif
 
 }  // namespace
 
+namespace {
+
+// Output beyond this from a credential_process is not credentials.
+constexpr size_t kMaxProcessOutput = 1 << 20;
+
+// The first line of `text`, at most 200 characters: what a failed process
+// said, for its error.
+std::string first_line(const std::string& text) {
+  const size_t start = text.find_first_not_of(" \t\r\n");
+  if (start == std::string::npos) return {};
+  std::string line = text.substr(start, text.find_first_of("\r\n", start) - start);
+  if (line.size() > 200) line = line.substr(0, 200) + "...";
+  return line;
+}
+
+struct ProcessResult {
+  int status = 0;  // As waitpid() gives it.
+  std::string out;
+  std::string err;
+};
+
+// Runs `words` (the program found on PATH) with this process's environment
+// and /dev/null for standard input; collects its standard output and error
+// until it closes both, killing it past `timeout` seconds or
+// kMaxProcessOutput bytes, or when the calling thread's Cancellation is
+// cancelled (kCancelled: a stopping loader does not wait for it). Throws
+// FetchError named by `what`.
+ProcessResult run_process(const std::vector<std::string>& words, double timeout, const std::string& what) {
+  const Cancellation* cancellation = current_cancellation();
+  if (cancellation != nullptr && cancellation->cancelled()) {
+    throw FetchError({Kind::kCancelled, 0, what + ": cancelled"});
+  }
+  struct Pipe {
+    int fds[2] = {-1, -1};
+    ~Pipe() {
+      for (const int fd : fds) {
+        if (fd >= 0) ::close(fd);
+      }
+    }
+    void close_end(int end) {
+      ::close(fds[end]);
+      fds[end] = -1;
+    }
+  } out, err;
+  if (::pipe2(out.fds, O_CLOEXEC) != 0 || ::pipe2(err.fds, O_CLOEXEC) != 0) {
+    throw FetchError({Kind::kOther, 0, what + ": cannot make a pipe: " + std::strerror(errno)});
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, out.fds[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, err.fds[1], 2);
+  std::vector<char*> argv;
+  for (const std::string& word : words) argv.push_back(const_cast<char*>(word.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int spawned = ::posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (spawned != 0) {
+    throw FetchError({Kind::kOther, 0, what + ": cannot run " + words[0] + ": " + std::strerror(spawned)});
+  }
+  out.close_end(1);
+  err.close_end(1);
+  ProcessResult result;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
+  std::string failure;
+  Kind failure_kind = Kind::kOther;
+  while (out.fds[0] >= 0 || err.fds[0] >= 0) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0) {
+      failure = "no answer within " + format_shortest(timeout) + " s";
+      failure_kind = Kind::kTimeout;
+      break;
+    }
+    pollfd fds[2] = {{out.fds[0], POLLIN, 0}, {err.fds[0], POLLIN, 0}};
+    // Waits of 50 ms at most: a cancellation is seen within that.
+    if (::poll(fds, 2, static_cast<int>(std::min<int64_t>(left, 50))) < 0 && errno != EINTR) {
+      failure = std::string("poll: ") + std::strerror(errno);
+      break;
+    }
+    if (cancellation != nullptr && cancellation->cancelled()) {
+      failure = "cancelled";
+      failure_kind = Kind::kCancelled;
+      break;
+    }
+    for (auto [pipe, text] : {std::pair{&out, &result.out}, std::pair{&err, &result.err}}) {
+      const size_t index = pipe == &out ? 0 : 1;
+      if (pipe->fds[0] < 0 || (fds[index].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+      char buffer[4096];
+      const ssize_t got = ::read(pipe->fds[0], buffer, sizeof buffer);
+      if (got > 0) {
+        text->append(buffer, static_cast<size_t>(got));
+      } else if (got == 0 || errno != EINTR) {
+        pipe->close_end(0);
+      }
+    }
+    if (result.out.size() > kMaxProcessOutput || result.err.size() > kMaxProcessOutput) {
+      failure = "more than " + std::to_string(kMaxProcessOutput) + " bytes of output";
+      break;
+    }
+  }
+  if (!failure.empty()) ::kill(pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) {
+      status = 0;  // Reaped elsewhere (SIGCHLD ignored): judged by its output.
+      break;
+    }
+  }
+  if (!failure.empty()) throw FetchError({failure_kind, 0, what + ": " + failure});
+  result.status = status;
+  return result;
+}
+
+// A profile's credential_process, run; its output's credentials.
+RoleCredentials read_process(const RoleCredentialsEndpoint& endpoint) {
+  const std::string what = endpoint.describe();
+  const ProcessResult run = run_process(split_command_line(endpoint.command), endpoint.timeout, what);
+  if (!WIFEXITED(run.status) || WEXITSTATUS(run.status) != 0) {
+    const std::string said = first_line(run.err);
+    throw FetchError({Kind::kOther, 0,
+                      what + ": " +
+                          (WIFEXITED(run.status) ? "exited with status " + std::to_string(WEXITSTATUS(run.status))
+                                                 : "killed by signal " + std::to_string(WTERMSIG(run.status))) +
+                          (said.empty() ? "" : " (" + said + ")")});
+  }
+  // Parsed without exceptions: a parse error's message could quote the secret.
+  const nlohmann::json json = nlohmann::json::parse(run.out, nullptr, false);
+  if (!json.is_object()) throw FetchError({Kind::kOther, 0, what + ": its output is not a JSON object"});
+  if (!json.contains("Version") || json["Version"] != 1) {
+    throw FetchError({Kind::kOther, 0, what + ": its output's Version is not 1"});
+  }
+  const auto field = [&](const char* name, bool required) -> std::string {
+    if (json.contains(name) && json[name].is_string()) return json[name].get<std::string>();
+    if (required || (json.contains(name) && !json[name].is_null())) {
+      throw FetchError({Kind::kOther, 0, what + ": its output has no " + name + " string"});
+    }
+    return {};
+  };
+  RoleCredentials credentials;
+  credentials.from = what;
+  credentials.access_key_id = field("AccessKeyId", true);
+  credentials.secret_access_key = field("SecretAccessKey", true);
+  credentials.session_token = field("SessionToken", false);
+  std::string expiration = field("Expiration", false);
+  if (expiration.empty()) {
+    credentials.expiration = std::chrono::system_clock::time_point::max();  // Long-term keys.
+  } else {
+    // "...Z", "...+00:00", with or without fractions of a second.
+    if (expiration.size() > 6 && expiration.compare(expiration.size() - 6, 6, "+00:00") == 0) {
+      expiration = expiration.substr(0, expiration.size() - 6) + "Z";
+    }
+    if (const size_t dot = expiration.find('.'); dot != std::string::npos) expiration = expiration.substr(0, dot) + "Z";
+    credentials.expiration = parse_expiration(expiration, what);
+  }
+  return credentials;
+}
+
+}  // namespace
+
+std::vector<std::string> split_command_line(std::string_view command) {
+  std::vector<std::string> words;
+  std::string word;
+  bool in_word = false;
+  for (size_t i = 0; i < command.size(); ++i) {
+    const char c = command[i];
+    if (c == ' ' || c == '\t' || c == '\n') {
+      if (in_word) words.push_back(std::move(word));
+      word.clear();
+      in_word = false;
+      continue;
+    }
+    in_word = true;
+    if (c == '\\') {
+      check_config(i + 1 < command.size(), "credential_process ends with a backslash");
+      word += command[++i];
+    } else if (c == '\'') {
+      const size_t end = command.find('\'', i + 1);
+      check_config(end != std::string_view::npos, "credential_process has an unterminated ' quote");
+      word.append(command.substr(i + 1, end - i - 1));
+      i = end;
+    } else if (c == '"') {
+      for (++i;; ++i) {
+        check_config(i < command.size(), "credential_process has an unterminated \" quote");
+        if (command[i] == '"') break;
+        if (command[i] == '\\' && i + 1 < command.size() &&
+            std::string_view("\"\\$`").find(command[i + 1]) != std::string_view::npos)
+          ++i;
+        word += command[i];
+      }
+    } else {
+      word += c;
+    }
+  }
+  if (in_word) words.push_back(std::move(word));
+  return words;
+}
+
+RoleCredentialsEndpoint process_endpoint(const std::string& profile, const std::string& command) {
+  const std::vector<std::string> words = split_command_line(command);
+  check_config(!words.empty(), "profile '" + profile + "' has an empty credential_process");
+  RoleCredentialsEndpoint endpoint;
+  endpoint.kind = RoleCredentialsEndpoint::Kind::kProcess;
+  endpoint.command = command;
+  endpoint.profile = profile;
+  endpoint.timeout = kProcessTimeoutSeconds;
+  return endpoint;
+}
+
 std::string RoleCredentialsEndpoint::describe() const {
   switch (kind) {
     case Kind::kWebIdentity:
@@ -359,6 +579,11 @@ std::string RoleCredentialsEndpoint::describe() const {
       return "the container credentials endpoint at " + url;
     case Kind::kSso:
       return "IAM Identity Center (" + sso_start_url + ", through the portal at " + url + ")";
+    case Kind::kProcess: {
+      // The program only: its arguments may hold a secret.
+      const std::vector<std::string> words = split_command_line(command);
+      return "credential_process of profile '" + profile + "' (" + (words.empty() ? "" : words[0]) + ")";
+    }
     case Kind::kInstanceMetadata:
       break;
   }
@@ -460,6 +685,8 @@ RoleCredentials read_role_credentials(const RoleCredentialsEndpoint& endpoint, c
       return read_container(endpoint);
     case RoleCredentialsEndpoint::Kind::kSso:
       return read_sso(endpoint, ca);
+    case RoleCredentialsEndpoint::Kind::kProcess:
+      return read_process(endpoint);
     case RoleCredentialsEndpoint::Kind::kInstanceMetadata:
       break;
   }
@@ -481,6 +708,8 @@ std::shared_ptr<const RoleCredentials> RefreshingRoleCredentials::current() {
   try {
     credentials_ = std::make_shared<const RoleCredentials>(read_role_credentials(endpoint_, &ca_));
   } catch (const FetchError& e) {
+    // A stopping loader's: not a failure of the endpoint.
+    if (e.failure().kind == Kind::kCancelled) throw;
     if (credentials_ == nullptr) {
       tried_ = true;
       failure_ = e.failure().message;

@@ -5,6 +5,8 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "conveyor/core/environment.h"
 #include "conveyor/io/ca_certificates.h"
@@ -33,6 +35,11 @@ struct RoleCredentialsEndpoint {
     /// of an account and role) with the token `aws sso login` cached for
     /// `sso_start_url` in the folder `authorization_file` (JSON).
     kSso,
+    /// A profile's credential_process: `command` run (its words split as a
+    /// POSIX shell splits them, nothing expanded, no shell), its standard
+    /// output JSON (Version 1, AccessKeyId, SecretAccessKey, SessionToken,
+    /// Expiration; the last two optional).
+    kProcess,
   };
   Kind kind = Kind::kInstanceMetadata;
   std::string url;
@@ -47,14 +54,20 @@ struct RoleCredentialsEndpoint {
   std::string session_name;
   /// SSO: the start URL whose cached token is sent.
   std::string sso_start_url;
+  /// Process: the command line (may hold secrets: only its program is
+  /// shown) and the profile that names it.
+  std::string command;
+  std::string profile;
   /// Seconds each request may take: the SDKs' defaults, 1 for the metadata
   /// service (off EC2 nothing answers), 2 for a container's, 5 for STS;
-  /// AWS_METADATA_SERVICE_TIMEOUT sets the first two, as in the SDKs.
+  /// AWS_METADATA_SERVICE_TIMEOUT sets the first two, as in the SDKs. A
+  /// process gets kProcessTimeoutSeconds (the SDKs wait without limit).
   double timeout = 1;
 
   /// "the container credentials endpoint at URL", "the instance metadata
   /// service at URL", "web identity (role ARN, through STS at URL)", "IAM
-  /// Identity Center (START_URL, through the portal at URL)": no secret.
+  /// Identity Center (START_URL, through the portal at URL)",
+  /// "credential_process of profile 'P' (PROGRAM)": no secret.
   std::string describe() const;
 };
 
@@ -74,6 +87,23 @@ struct SsoProfile {
 /// `aws sso login` from $HOME/.aws/sso/cache. Throws Error{kConfig} naming
 /// what the profile lacks. Thread-safe.
 RoleCredentialsEndpoint sso_endpoint(const SsoProfile& profile, const GetEnv& getenv = process_env);
+
+/// Seconds a credential_process may run before it is killed: long enough for
+/// a helper that asks a remote service, short enough that a hung one is
+/// named rather than waited on forever.
+inline constexpr double kProcessTimeoutSeconds = 60;
+
+/// The words of a command line as a POSIX shell splits them, without
+/// expanding anything (the AWS CLI's shlex.split): blanks separate words;
+/// '...' keeps its text; "..." keeps its text, a backslash there escaping
+/// only `"`, `$`, a backtick or itself; a backslash outside quotes keeps the
+/// next character.
+/// Throws Error{kConfig} for an unterminated quote or a trailing backslash.
+std::vector<std::string> split_command_line(std::string_view command);
+
+/// Where profile `profile`'s credential_process `command` is run. Throws
+/// Error{kConfig} when the command has no words or does not split.
+RoleCredentialsEndpoint process_endpoint(const std::string& profile, const std::string& command);
 
 /// EKS's web identity (IRSA) when the environment sets it up:
 /// AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN (both, as the AWS SDKs
@@ -109,6 +139,9 @@ std::optional<RoleCredentialsEndpoint> role_credentials_endpoint(const GetEnv& g
 /// - Web identity: POST AssumeRoleWithWebIdentity (a form with the role, the
 ///   session's name and the token file's token) to STS, through the proxy
 ///   if any, TLS verified against `ca` when set; XML answer.
+/// - Process: the command run with the process's environment, standard
+///   input /dev/null, killed past its timeout; a non-zero exit is a failure
+///   naming its status and the first line of its standard error.
 /// - SSO: the newest token cached for the start URL (a JSON file of the
 ///   cache folder with its startUrl, accessToken and expiresAt; an expired
 ///   one says to run `aws sso login`), sent to the portal as the AWS CLI

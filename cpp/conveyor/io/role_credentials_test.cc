@@ -6,8 +6,10 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 #include <utility>
 
+#include "conveyor/core/cancellation.h"
 #include "conveyor/core/error.h"
 #include "conveyor/io/remote.h"
 #include "conveyor/io/testing/http_test_server.h"
@@ -314,6 +316,118 @@ TEST(RoleCredentialsTest, WebIdentityIsFoundAsTheAwsSdksFindIt) {
                  {"AWS_ENDPOINT_URL_STS", "http://b"},
                  {"AWS_ROLE_SESSION_NAME", "run-42"}}),
             "http://b run-42");
+}
+
+TEST(RoleCredentialsTest, ACommandLineSplitsAsAShellSplitsItWithoutExpandingAnything) {
+  using Words = std::vector<std::string>;
+  EXPECT_EQ(split_command_line("  /usr/bin/vault-creds --role  ml\t$HOME "),
+            (Words{"/usr/bin/vault-creds", "--role", "ml", "$HOME"}));
+  EXPECT_EQ(split_command_line(R"(a 'b c' "d \"e\" \\ \$ \n" f\ g '' h'i'"j")"),
+            (Words{"a", "b c", R"(d "e" \ $ \n)", "f g", "", "hij"}));
+  EXPECT_EQ(split_command_line("   "), Words{});
+  for (const auto& [line, message] :
+       std::vector<std::pair<std::string, std::string>>{{"a 'b", "credential_process has an unterminated ' quote"},
+                                                        {"a \"b", "credential_process has an unterminated \" quote"},
+                                                        {"a\\", "credential_process ends with a backslash"}}) {
+    try {
+      split_command_line(line);
+      FAIL() << line;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+      EXPECT_EQ(std::string(e.what()), message);
+    }
+  }
+}
+
+class ProcessCredentialsTest : public detail::TempDirTest {
+ protected:
+  // An endpoint running the shell script `script` (its arguments after it).
+  RoleCredentialsEndpoint script(const std::string& body, const std::string& arguments = "") {
+    const std::filesystem::path path = dir_ / ("creds-" + std::to_string(scripts_++) + ".sh");
+    std::ofstream(path) << "#!/bin/sh\n" << body << "\n";
+    std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+    return process_endpoint("tool", "'" + path.string() + "' " + arguments);
+  }
+  // read_role_credentials' failure, which must not show `secret`.
+  std::string failure(const RoleCredentialsEndpoint& endpoint, FetchFailure::Kind kind = FetchFailure::Kind::kOther) {
+    try {
+      read_role_credentials(endpoint);
+      ADD_FAILURE() << "no error";
+      return {};
+    } catch (const FetchError& e) {
+      EXPECT_EQ(e.failure().kind, kind);
+      EXPECT_EQ(e.failure().message.find("SECRETKEY"), std::string::npos) << e.failure().message;
+      return e.failure().message;
+    }
+  }
+  int scripts_ = 0;
+};
+
+TEST_F(ProcessCredentialsTest, AProfilesCredentialProcessIsRunAndItsOutputRead) {
+  const RoleCredentialsEndpoint temporary = script(
+      R"(test "$1" = "--role ml" && test -n "$PATH" && ! read line || exit 3
+echo '{"Version": 1, "AccessKeyId": "ASIAPROC", "SecretAccessKey": "SECRETKEY", "SessionToken": "TOKEN",'
+echo ' "Expiration": "2030-01-02T03:04:05.678+00:00"}')",
+      "'--role ml'");
+  const RoleCredentials credentials = read_role_credentials(temporary);  // With this process's environment.
+  EXPECT_EQ(credentials.access_key_id, "ASIAPROC");
+  EXPECT_EQ(credentials.secret_access_key, "SECRETKEY");
+  EXPECT_EQ(credentials.session_token, "TOKEN");
+  EXPECT_EQ(std::chrono::system_clock::to_time_t(credentials.expiration), 1893553445);
+  EXPECT_EQ(credentials.from, "credential_process of profile 'tool' (" + (dir_ / "creds-0.sh").string() + ")");
+  // Long-term keys: no session, no expiration.
+  const RoleCredentials keys =
+      read_role_credentials(script(R"(echo '{"Version":1,"AccessKeyId":"AKIA","SecretAccessKey":"SECRETKEY"}')"));
+  EXPECT_EQ(keys.session_token, "");
+  EXPECT_EQ(keys.expiration, std::chrono::system_clock::time_point::max());
+}
+
+TEST_F(ProcessCredentialsTest, AFailingOrMalformedProcessIsNamedWithoutItsSecret) {
+  const std::string name = "credential_process of profile 'tool' (" + (dir_ / "creds-0.sh").string() + ")";
+  EXPECT_EQ(failure(script("echo 'token expired: run vault login' >&2; echo SECRETKEY; exit 2")),
+            name + ": exited with status 2 (token expired: run vault login)");
+  EXPECT_EQ(
+      failure(script(R"(echo '{"Version":2,"AccessKeyId":"A","SecretAccessKey":"SECRETKEY"}')")),
+      "credential_process of profile 'tool' (" + (dir_ / "creds-1.sh").string() + "): its output's Version is not 1");
+  EXPECT_NE(
+      failure(script(R"(echo '{"Version":1,"AccessKeyId":"A"}')")).find(": its output has no SecretAccessKey string"),
+      std::string::npos);
+  EXPECT_NE(failure(script("echo SECRETKEY")).find(": its output is not a JSON object"), std::string::npos);
+  EXPECT_NE(failure(script("kill -9 $$")).find(": killed by signal 9"), std::string::npos);
+  RoleCredentialsEndpoint missing = process_endpoint("tool", "/no/such/helper --flag");
+  EXPECT_EQ(failure(missing),
+            "credential_process of profile 'tool' (/no/such/helper): cannot run /no/such/helper: "
+            "No such file or directory");
+  RoleCredentialsEndpoint hung = script("sleep 30");
+  hung.timeout = 0.2;
+  EXPECT_NE(failure(hung, FetchFailure::Kind::kTimeout).find(": no answer within 0.2 s"), std::string::npos);
+  try {
+    process_endpoint("tool", "  ");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "profile 'tool' has an empty credential_process");
+  }
+}
+
+TEST_F(ProcessCredentialsTest, AStoppingLoaderDoesNotWaitForTheProcess) {
+  // A hung helper is killed at the read's cancellation (the loader's stop),
+  // long before its timeout; once cancelled, none is started.
+  const std::filesystem::path started = dir_ / "started";
+  RoleCredentialsEndpoint hung = script("touch '" + started.string() + "'; sleep 30");
+  Cancellation stop;
+  std::thread stopper([&] {
+    while (!std::filesystem::exists(started)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    stop.cancel();
+  });
+  {
+    const ScopedCancellation scope(stop);
+    EXPECT_EQ(failure(hung, FetchFailure::Kind::kCancelled),
+              "credential_process of profile 'tool' (" + (dir_ / "creds-0.sh").string() + "): cancelled");
+    std::filesystem::remove(started);
+    EXPECT_NE(failure(hung, FetchFailure::Kind::kCancelled).find(": cancelled"), std::string::npos);
+  }
+  stopper.join();
+  EXPECT_FALSE(std::filesystem::exists(started));
 }
 
 }  // namespace

@@ -158,6 +158,11 @@ S3Config resolve_s3_config(const std::map<std::string, std::string>& options, co
                     (config_file.shown.empty() ? "~/.aws/config" : config_file.shown));
   }
 
+  // Where credentials were looked for, once the profile's files are.
+  const std::string looked_in_files = "storage_options, AWS_ACCESS_KEY_ID, " +
+                                      (credentials_file.shown.empty() ? "~/.aws/credentials" : credentials_file.shown) +
+                                      " and " + (config_file.shown.empty() ? "~/.aws/config" : config_file.shown) +
+                                      " [" + profile + "]";
   S3Config config;
   config.anonymous = option("anon") ? parse_bool("anon", *option("anon")) : false;
   if (config.anonymous) {
@@ -214,13 +219,22 @@ S3Config resolve_s3_config(const std::map<std::string, std::string>& options, co
       } catch (const Error& e) {
         throw Error(ErrorKind::kConfig, "profile '" + profile + "': " + e.what());
       }
-      config.looked_in = "storage_options, AWS_ACCESS_KEY_ID, " +
-                         (credentials_file.shown.empty() ? "~/.aws/credentials" : credentials_file.shown) + " and " +
-                         config_file.shown + " [" + profile + "]";
+      config.looked_in = looked_in_files;
+      config.credentials_source = config.role_endpoint->describe();
+    }
+    const auto process = first_of([&] { return value_in(config_section, "credential_process"); },
+                                  [&] { return value_in(credentials_section, "credential_process"); });
+    if (config.credentials_source.empty() && process && !value_in(config_section, "role_arn")) {
+      try {
+        config.role_endpoint = process_endpoint(profile, *process);
+      } catch (const Error& e) {
+        throw Error(ErrorKind::kConfig, "profile '" + profile + "': " + e.what());
+      }
+      config.looked_in = looked_in_files;
       config.credentials_source = config.role_endpoint->describe();
     }
     if (config.credentials_source.empty()) {
-      for (const char* provider : {"credential_process", "role_arn", "web_identity_token_file"}) {
+      for (const char* provider : {"role_arn", "web_identity_token_file"}) {
         if (value_in(config_section, provider) || value_in(credentials_section, provider)) {
           throw Error(ErrorKind::kConfig,
                       "profile '" + profile + "' gets its credentials from " + provider +
@@ -229,9 +243,7 @@ S3Config resolve_s3_config(const std::map<std::string, std::string>& options, co
                           profile + " --format env), or read through s3fs by passing its own storage_options");
         }
       }
-      config.looked_in = "storage_options, AWS_ACCESS_KEY_ID, " +
-                         (credentials_file.shown.empty() ? "~/.aws/credentials" : credentials_file.shown) + " and " +
-                         (config_file.shown.empty() ? "~/.aws/config" : config_file.shown) + " [" + profile + "]";
+      config.looked_in = looked_in_files;
       if ((config.role_endpoint = role_credentials_endpoint(getenv))) {
         config.credentials_source = config.role_endpoint->describe();
       } else {

@@ -144,15 +144,39 @@ TEST_F(S3ConfigTest, BadOptionsAreConfigErrorsNamingTheKey) {
 }
 
 TEST_F(S3ConfigTest, AProfileWhoseKeysComeFromAProviderWeDoNotReadIsNamed) {
-  write("config", "[profile tool]\ncredential_process = /usr/bin/vault-creds\nregion = eu-west-1\n");
+  write("config", "[profile cross]\nrole_arn = arn:aws:iam::1:role/ml\nsource_profile = default\n");
   try {
-    resolve_s3_config({{"profile", "tool"}}, env());
+    resolve_s3_config({{"profile", "cross"}}, env());
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()),
-              "profile 'tool' gets its credentials from credential_process, which conveyor's S3 client does not "
-              "read: export the keys it gives (aws configure export-credentials --profile tool --format env), or "
+              "profile 'cross' gets its credentials from role_arn, which conveyor's S3 client does not "
+              "read: export the keys it gives (aws configure export-credentials --profile cross --format env), or "
               "read through s3fs by passing its own storage_options");
+  }
+}
+
+TEST_F(S3ConfigTest, AProfilesCredentialProcessIsItsCredentialsAfterItsKeys) {
+  write("credentials", "[keyed]\naws_access_key_id = AKIAFILE\naws_secret_access_key = FILESECRET\n");
+  write("config",
+        "[profile tool]\ncredential_process = /usr/bin/vault-creds --role 'ml team'\nregion = eu-west-1\n"
+        "[profile keyed]\ncredential_process = /usr/bin/vault-creds\n"
+        "[profile broken]\ncredential_process = /usr/bin/vault-creds 'ml\n");
+  const S3Config tool = resolve_s3_config({{"profile", "tool"}}, env());
+  ASSERT_TRUE(tool.role_endpoint.has_value());
+  EXPECT_EQ(tool.role_endpoint->kind, RoleCredentialsEndpoint::Kind::kProcess);
+  EXPECT_EQ(tool.role_endpoint->command, "/usr/bin/vault-creds --role 'ml team'");
+  EXPECT_EQ(tool.credentials_source, "credential_process of profile 'tool' (/usr/bin/vault-creds)");
+  EXPECT_EQ(tool.access_key_id, "");
+  const S3Config keyed = resolve_s3_config({{"profile", "keyed"}}, env());
+  EXPECT_FALSE(keyed.role_endpoint.has_value());
+  EXPECT_EQ(keyed.access_key_id, "AKIAFILE");
+  try {
+    resolve_s3_config({{"profile", "broken"}}, env());
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_EQ(std::string(e.what()), "profile 'broken': credential_process has an unterminated ' quote");
   }
 }
 
