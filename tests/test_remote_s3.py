@@ -7,6 +7,7 @@ the URL and S3's error code but never a credential."""
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -111,9 +112,8 @@ def test_credentials_and_endpoint_are_found_as_the_aws_tools_find_them(s3, tmp_p
         helper = tmp_path / "my helper.py"
         keys = {"Version": 1, "AccessKeyId": s3.key, "SecretAccessKey": s3.secret}
         helper.write_text(f"import json, sys\nassert sys.argv[1] == '--team'\nprint(json.dumps({keys!r}))\n")
-        (tmp_path / ".aws" / "config").write_text(
-            f"[profile train]\ncredential_process = {sys.executable} '{helper}' --team\n"
-        )
+        command = shlex.join([sys.executable, str(helper), "--team"])
+        (tmp_path / ".aws" / "config").write_text(f"[profile train]\ncredential_process = {command}\n")
         env["AWS_PROFILE"] = "train"
     else:
         section = "default" if where == "credentials file" else "train"

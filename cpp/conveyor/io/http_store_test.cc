@@ -521,6 +521,23 @@ TEST(HttpStoreTest, WithoutKeysAProfilesCredentialProcessSignsTheRequests) {
   std::ifstream read_runs(runs);
   const std::string ran((std::istreambuf_iterator<char>(read_runs)), std::istreambuf_iterator<char>());
   EXPECT_EQ(ran, "run\n");  // Once: its credentials do not expire for decades.
+  // Long-term keys (no SessionToken, no Expiration) send no session token.
+  std::ofstream(helper) << "#!/bin/sh\necho '{\"Version\": 1, \"AccessKeyId\": \"AKIAKEYS\", "
+                           "\"SecretAccessKey\": \"KEYSSECRET\"}'\n";
+  std::atomic<int> signed_with_keys{0};
+  HttpTestServer s3([&](const HttpTestRequest& request, HttpTestConnection& connection) {
+    const auto authorization = request.headers.find("authorization");
+    if (authorization != request.headers.end() &&
+        authorization->second.rfind("AWS4-HMAC-SHA256 Credential=AKIAKEYS/", 0) == 0 &&
+        request.headers.count("x-amz-security-token") == 0) {
+      ++signed_with_keys;
+    }
+    return connection.send(HttpTestServer::reply(200, "OK", "abc"));
+  });
+  HttpStoreOptions options;
+  options.s3 = resolve_s3_config({{"endpoint_url", s3.url("")}}, env_of({{"HOME", home.string()}}));
+  EXPECT_EQ(text(HttpStore(options).read("s3://bucket/a", 0, -1)), "abc");
+  EXPECT_EQ(signed_with_keys.load(), 1);
   std::filesystem::remove_all(home);
 }
 
@@ -548,11 +565,13 @@ TEST(HttpStoreTest, WithoutKeysAnSsoProfilesRoleSignsTheRequests) {
   std::filesystem::remove_all(home);
 }
 
-TEST(HttpStoreTest, InstanceRoleCredentialsAboutToExpireAreReadAgain) {
+TEST(HttpStoreTest, InstanceRoleCredentialsAboutToExpireAreReadAgainAtMostEvery30Seconds) {
+  // Within the 10 minutes before expiry, as the service answered: the two
+  // reads do not ask again (RefreshingRoleCredentials's tests show the re-read).
   FakeInstanceMetadata metadata;
-  metadata.lifetime = std::chrono::seconds(300);  // Within the 10 minutes before expiry.
+  metadata.lifetime = std::chrono::seconds(300);
   expect_the_roles_signature(metadata.env());
-  EXPECT_EQ(metadata.requests.load(), 6);
+  EXPECT_EQ(metadata.requests.load(), 3);
 }
 
 TEST(HttpStoreTest, OffEc2TheMetadataServiceIsAskedOnceAndARefusalSaysWhy) {

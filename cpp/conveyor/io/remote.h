@@ -128,6 +128,10 @@ class RemoteStore {
   /// it is read (another process evicted it), and is then fetched. Never
   /// waits. The default: false.
   virtual bool serves_locally(const std::string& url) const;
+  /// Whether a read of part of an object fetches it whole (a cache that
+  /// keeps whole objects), so that reading several parts in one request
+  /// saves nothing (TarShardSource::plan_reads). The default: false.
+  virtual bool keeps_whole_objects() const { return false; }
   /// Every object whose URL starts with `prefix` (one page of a listing per
   /// attempt is not enough: the whole listing, in the store's order). Throws
   /// FetchError; kInvalid for a store or scheme that cannot list (the default).

@@ -72,6 +72,8 @@ class CachingStore final : public RemoteStore {
   /// (a read of it hit, or it was cached), and has not evicted it since. An
   /// object another process evicted is found missing by its next read.
   bool serves_locally(const std::string& url) const override;
+  /// True: an object is fetched whole at its first read.
+  bool keeps_whole_objects() const override { return true; }
 
   RemoteCacheCounters counters() const;
   const std::string& directory() const { return directory_; }

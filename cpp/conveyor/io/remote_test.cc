@@ -293,16 +293,62 @@ TEST(RemoteTest, APlanReadsTheSequentialOrderOfTarShardsWithOneRangeRequestPerSh
   EXPECT_EQ(requests[before + 1], std::make_tuple(std::string("http://h/1.tar"), uint64_t{3 * 512}, span));
 }
 
-TEST(RemoteTest, APlanReadsAloneTheSamplesOfARunTheOrderReadsLessThanHalfOf) {
+TEST(RemoteTest, APlanReadsAloneTheSamplesOfARunWhoseRequestWouldFetchMuchMore) {
+  // Images of 200 KB: a run of 8 is 1.6 MB. A third of them (a rank's share
+  // of 3) would fetch it for 600 KB of images and 3 requests: read alone.
   auto store = std::make_shared<FakeStore>();
-  store->objects["http://h/s.tar"] = shard_of(0, 8, 100);
+  store->objects["http://h/s.tar"] = shard_of(0, 8, 200'000, false);
   const TarShardSource source({"http://h/s.tar"}, std::make_shared<RemoteAccess>(access(store)));
-  const std::vector<int64_t> a_third{0, 3, 6};  // A rank's share of 3 dealing the sequential order.
+  const std::vector<int64_t> a_third{0, 3, 6};
   EXPECT_EQ(source.plan_reads(a_third), nullptr);
   const std::vector<int64_t> one{5};
   EXPECT_EQ(source.plan_reads(one), nullptr);
   const std::vector<int64_t> half{7, 1, 4, 2};
   EXPECT_NE(source.plan_reads(half), nullptr);
+  const std::vector<int64_t> not_its_samples{0, 1, 8};
+  EXPECT_EQ(source.plan_reads(not_its_samples), nullptr);
+  // Small images: the tar headers around them outweigh them, but not the
+  // requests that reading them alone would cost.
+  auto small = std::make_shared<FakeStore>();
+  small->objects["http://h/s.tar"] = shard_of(0, 8, 100);
+  const TarShardSource small_source({"http://h/s.tar"}, std::make_shared<RemoteAccess>(access(small)));
+  EXPECT_NE(small_source.plan_reads(a_third), nullptr);
+}
+
+TEST(RemoteTest, NoPlanReadsAStoreThatKeepsWholeObjects) {
+  // A cache folder fetches a shard whole at its first read: runs would only
+  // add requests.
+  struct WholeObjects final : RemoteStore {
+    std::shared_ptr<FakeStore> inner = std::make_shared<FakeStore>();
+    std::vector<uint8_t> read(const std::string& url, uint64_t offset, int64_t size) const override {
+      return inner->read(url, offset, size);
+    }
+    uint64_t size(const std::string& url) const override { return inner->size(url); }
+    bool keeps_whole_objects() const override { return true; }
+  };
+  auto store = std::make_shared<WholeObjects>();
+  store->inner->objects["http://h/s.tar"] = shard_of(0, 4, 100);
+  const TarShardSource source({"http://h/s.tar"},
+                              std::make_shared<RemoteAccess>(RemoteAccess{store, RetryPolicy{1, 0.0, 0.0, 0.0}}));
+  EXPECT_EQ(source.plan_reads(iota(0, 4)), nullptr);
+}
+
+TEST(RemoteTest, ASampleReadAgainUnderAPlanIsServedWhileItsRunIsHeld) {
+  // A skipped sample re-issues the positions after it: their samples are
+  // read again, and count once towards releasing the run.
+  auto store = std::make_shared<FakeStore>();
+  store->objects["http://h/s.tar"] = shard_of(0, 4, 100);
+  const TarShardSource source({"http://h/s.tar"}, std::make_shared<RemoteAccess>(access(store)));
+  const std::vector<int64_t> order = iota(0, 4);
+  std::shared_ptr<ReadPlan> plan = source.plan_reads(order);
+  ASSERT_NE(plan, nullptr);
+  const size_t before = store->requests().size();
+  for (int64_t i : {0, 1, 1, 0, 2})
+    EXPECT_EQ(as_string(source.read_planned(i, *plan).data), image_of(static_cast<int>(i), 100));
+  EXPECT_EQ(store->requests().size(), before + 1);
+  EXPECT_EQ(as_string(source.read_planned(3, *plan).data), image_of(3, 100));  // The last: the run is released.
+  EXPECT_EQ(as_string(source.read_planned(2, *plan).data), image_of(2, 100));  // Read alone.
+  EXPECT_EQ(store->requests().size(), before + 2);
 }
 
 TEST(RemoteTest, APlanHoldsAtMostItsBudgetOfRunsInMemory) {

@@ -29,6 +29,8 @@
 #include "conveyor/io/remote.h"
 #include "conveyor/io/s3.h"
 
+extern char** environ;  // unistd.h declares it only under _GNU_SOURCE.
+
 namespace conveyor {
 
 namespace {
@@ -112,10 +114,18 @@ Reply request(const Request& r) {
   return reply;
 }
 
-std::chrono::system_clock::time_point parse_expiration(const std::string& text, const std::string& what) {
+// A UTC time as AWS's endpoints and tools write it: "2026-11-27T14:00:00Z",
+// with fractions of a second (STS, SSO), "+00:00" (credential helpers) or
+// "UTC" (older AWS CLIs' SSO cache) for the "Z".
+std::chrono::system_clock::time_point parse_expiration(std::string text, const std::string& what) {
+  for (const std::string_view suffix : {"+00:00", "UTC"}) {
+    if (text.size() > suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      text = text.substr(0, text.size() - suffix.size()) + "Z";
+    }
+  }
+  if (const size_t dot = text.find('.'); dot != std::string::npos) text = text.substr(0, dot) + "Z";
   std::tm tm{};
   char zone = '\0';
-  // "2026-11-27T14:00:00Z"
   if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%c", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
                   &tm.tm_min, &tm.tm_sec, &zone) != 7 ||
       zone != 'Z') {
@@ -260,20 +270,9 @@ RoleCredentials read_web_identity(const RoleCredentialsEndpoint& endpoint, const
     *field = xml_text(credentials_xml, tag);
     if (field->empty()) throw FetchError({Kind::kOther, 0, what + ": a reply without " + tag});
   }
-  std::string expiration = xml_text(credentials_xml, "Expiration");
-  // STS may give fractions of a second: "2026-11-27T14:00:00.123Z".
-  if (const size_t dot = expiration.find('.'); dot != std::string::npos) expiration = expiration.substr(0, dot) + "Z";
-  credentials.expiration = parse_expiration(expiration, what);
+  credentials.expiration = parse_expiration(xml_text(credentials_xml, "Expiration"), what);
   credentials.from = what;
   return credentials;
-}
-
-// A UTC time of the SSO cache ("2026-11-27T14:00:00Z"; older AWS CLIs
-// wrote "...UTC", some add fractions of a second).
-std::chrono::system_clock::time_point parse_sso_time(std::string text, const std::string& what) {
-  if (text.size() > 3 && text.compare(text.size() - 3, 3, "UTC") == 0) text = text.substr(0, text.size() - 3) + "Z";
-  if (const size_t dot = text.find('.'); dot != std::string::npos) text = text.substr(0, dot) + "Z";
-  return parse_expiration(text, what);
 }
 
 // The newest token `aws sso login` cached for `start_url` in `folder`.
@@ -303,7 +302,7 @@ std::string sso_token(const std::string& folder, const std::string& start_url, c
     }
     std::chrono::system_clock::time_point expires;
     try {
-      expires = parse_sso_time(json["expiresAt"].get<std::string>(), what);
+      expires = parse_expiration(json["expiresAt"].get<std::string>(), what);
     } catch (const FetchError&) {
       continue;  // A time we do not read: another file may hold a good token.
     }
@@ -382,17 +381,18 @@ struct ProcessResult {
   std::string err;
 };
 
-// Runs `words` (the program found on PATH) with this process's environment
-// and /dev/null for standard input; collects its standard output and error
-// until it closes both, killing it past `timeout` seconds or
-// kMaxProcessOutput bytes, or when the calling thread's Cancellation is
-// cancelled (kCancelled: a stopping loader does not wait for it). Throws
-// FetchError named by `what`.
+// Runs `words` (the program found on PATH) with this process's environment,
+// /dev/null for standard input and SIGPIPE at its default (Python ignores
+// it, and an ignored signal stays ignored across exec); collects its
+// standard output and error until it exits, killing it past `timeout`
+// seconds or kMaxProcessOutput bytes, or when the calling thread's
+// Cancellation is cancelled (kCancelled: a stopping loader does not wait for
+// it). It stays in this process group, as the AWS CLI leaves it, so that a
+// helper may still prompt on the terminal. Throws FetchError named by `what`.
 ProcessResult run_process(const std::vector<std::string>& words, double timeout, const std::string& what) {
   const Cancellation* cancellation = current_cancellation();
-  if (cancellation != nullptr && cancellation->cancelled()) {
-    throw FetchError({Kind::kCancelled, 0, what + ": cancelled"});
-  }
+  const auto cancelled = [&] { return cancellation != nullptr && cancellation->cancelled(); };
+  if (cancelled()) throw FetchError({Kind::kCancelled, 0, what + ": cancelled"});
   struct Pipe {
     int fds[2] = {-1, -1};
     ~Pipe() {
@@ -413,40 +413,60 @@ ProcessResult run_process(const std::vector<std::string>& words, double timeout,
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&actions, out.fds[1], 1);
   posix_spawn_file_actions_adddup2(&actions, err.fds[1], 2);
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  sigset_t signals;
+  sigemptyset(&signals);
+  posix_spawnattr_setsigmask(&attributes, &signals);
+  sigaddset(&signals, SIGPIPE);
+  posix_spawnattr_setsigdefault(&attributes, &signals);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   std::vector<char*> argv;
   for (const std::string& word : words) argv.push_back(const_cast<char*>(word.c_str()));
   argv.push_back(nullptr);
   pid_t pid = 0;
-  const int spawned = ::posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  const int spawned = ::posix_spawnp(&pid, argv[0], &actions, &attributes, argv.data(), environ);
+  posix_spawnattr_destroy(&attributes);
   posix_spawn_file_actions_destroy(&actions);
   if (spawned != 0) {
     throw FetchError({Kind::kOther, 0, what + ": cannot run " + words[0] + ": " + std::strerror(spawned)});
   }
+  // Killed and reaped however this function ends, unless it exited.
+  struct Child {
+    pid_t pid;
+    bool reaped = false;
+    int status = 0;
+    bool exited() {
+      const pid_t done = ::waitpid(pid, &status, WNOHANG);
+      // ECHILD: reaped elsewhere (SIGCHLD ignored); judged by its output.
+      if (done == pid || (done < 0 && errno == ECHILD)) reaped = true;
+      return reaped;
+    }
+    ~Child() {
+      if (reaped) return;
+      ::kill(pid, SIGKILL);
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+  } child{pid};
   out.close_end(1);
   err.close_end(1);
   ProcessResult result;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
-  std::string failure;
-  Kind failure_kind = Kind::kOther;
-  while (out.fds[0] >= 0 || err.fds[0] >= 0) {
+  // Until it exits, not only until it closes its output: a helper that
+  // closes both and hangs is killed at the deadline as any other.
+  while (out.fds[0] >= 0 || err.fds[0] >= 0 || !child.exited()) {
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
-    if (left <= 0) {
-      failure = "no answer within " + format_shortest(timeout) + " s";
-      failure_kind = Kind::kTimeout;
-      break;
-    }
+    if (left <= 0)
+      throw FetchError({Kind::kTimeout, 0, what + ": no answer within " + format_shortest(timeout) + " s"});
     pollfd fds[2] = {{out.fds[0], POLLIN, 0}, {err.fds[0], POLLIN, 0}};
-    // Waits of 50 ms at most: a cancellation is seen within that.
+    // Waits of 50 ms at most: a cancellation, or the exit once the pipes
+    // are closed, is seen within that.
     if (::poll(fds, 2, static_cast<int>(std::min<int64_t>(left, 50))) < 0 && errno != EINTR) {
-      failure = std::string("poll: ") + std::strerror(errno);
-      break;
+      throw FetchError({Kind::kOther, 0, what + ": poll: " + std::strerror(errno)});
     }
-    if (cancellation != nullptr && cancellation->cancelled()) {
-      failure = "cancelled";
-      failure_kind = Kind::kCancelled;
-      break;
-    }
+    if (cancelled()) throw FetchError({Kind::kCancelled, 0, what + ": cancelled"});
     for (auto [pipe, text] : {std::pair{&out, &result.out}, std::pair{&err, &result.err}}) {
       const size_t index = pipe == &out ? 0 : 1;
       if (pipe->fds[0] < 0 || (fds[index].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
@@ -459,27 +479,18 @@ ProcessResult run_process(const std::vector<std::string>& words, double timeout,
       }
     }
     if (result.out.size() > kMaxProcessOutput || result.err.size() > kMaxProcessOutput) {
-      failure = "more than " + std::to_string(kMaxProcessOutput) + " bytes of output";
-      break;
+      throw FetchError(
+          {Kind::kOther, 0, what + ": more than " + std::to_string(kMaxProcessOutput) + " bytes of output"});
     }
   }
-  if (!failure.empty()) ::kill(pid, SIGKILL);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) {
-      status = 0;  // Reaped elsewhere (SIGCHLD ignored): judged by its output.
-      break;
-    }
-  }
-  if (!failure.empty()) throw FetchError({failure_kind, 0, what + ": " + failure});
-  result.status = status;
+  result.status = child.status;
   return result;
 }
 
 // A profile's credential_process, run; its output's credentials.
 RoleCredentials read_process(const RoleCredentialsEndpoint& endpoint) {
   const std::string what = endpoint.describe();
-  const ProcessResult run = run_process(split_command_line(endpoint.command), endpoint.timeout, what);
+  const ProcessResult run = run_process(endpoint.command, endpoint.timeout, what);
   if (!WIFEXITED(run.status) || WEXITSTATUS(run.status) != 0) {
     const std::string said = first_line(run.err);
     throw FetchError({Kind::kOther, 0,
@@ -506,17 +517,9 @@ RoleCredentials read_process(const RoleCredentialsEndpoint& endpoint) {
   credentials.access_key_id = field("AccessKeyId", true);
   credentials.secret_access_key = field("SecretAccessKey", true);
   credentials.session_token = field("SessionToken", false);
-  std::string expiration = field("Expiration", false);
-  if (expiration.empty()) {
-    credentials.expiration = std::chrono::system_clock::time_point::max();  // Long-term keys.
-  } else {
-    // "...Z", "...+00:00", with or without fractions of a second.
-    if (expiration.size() > 6 && expiration.compare(expiration.size() - 6, 6, "+00:00") == 0) {
-      expiration = expiration.substr(0, expiration.size() - 6) + "Z";
-    }
-    if (const size_t dot = expiration.find('.'); dot != std::string::npos) expiration = expiration.substr(0, dot) + "Z";
-    credentials.expiration = parse_expiration(expiration, what);
-  }
+  const std::string expiration = field("Expiration", false);
+  credentials.expiration = expiration.empty() ? std::chrono::system_clock::time_point::max()  // Long-term keys.
+                                              : parse_expiration(expiration, what);
   return credentials;
 }
 
@@ -528,7 +531,7 @@ std::vector<std::string> split_command_line(std::string_view command) {
   bool in_word = false;
   for (size_t i = 0; i < command.size(); ++i) {
     const char c = command[i];
-    if (c == ' ' || c == '\t' || c == '\n') {
+    if (c == ' ' || c == '\t' || c == '\r' || c == '\n') {
       if (in_word) words.push_back(std::move(word));
       word.clear();
       in_word = false;
@@ -547,9 +550,7 @@ std::vector<std::string> split_command_line(std::string_view command) {
       for (++i;; ++i) {
         check_config(i < command.size(), "credential_process has an unterminated \" quote");
         if (command[i] == '"') break;
-        if (command[i] == '\\' && i + 1 < command.size() &&
-            std::string_view("\"\\$`").find(command[i + 1]) != std::string_view::npos)
-          ++i;
+        if (command[i] == '\\' && i + 1 < command.size() && (command[i + 1] == '"' || command[i + 1] == '\\')) ++i;
         word += command[i];
       }
     } else {
@@ -561,11 +562,10 @@ std::vector<std::string> split_command_line(std::string_view command) {
 }
 
 RoleCredentialsEndpoint process_endpoint(const std::string& profile, const std::string& command) {
-  const std::vector<std::string> words = split_command_line(command);
-  check_config(!words.empty(), "profile '" + profile + "' has an empty credential_process");
   RoleCredentialsEndpoint endpoint;
+  endpoint.command = split_command_line(command);
+  check_config(!endpoint.command.empty(), "profile '" + profile + "' has an empty credential_process");
   endpoint.kind = RoleCredentialsEndpoint::Kind::kProcess;
-  endpoint.command = command;
   endpoint.profile = profile;
   endpoint.timeout = kProcessTimeoutSeconds;
   return endpoint;
@@ -579,11 +579,9 @@ std::string RoleCredentialsEndpoint::describe() const {
       return "the container credentials endpoint at " + url;
     case Kind::kSso:
       return "IAM Identity Center (" + sso_start_url + ", through the portal at " + url + ")";
-    case Kind::kProcess: {
+    case Kind::kProcess:
       // The program only: its arguments may hold a secret.
-      const std::vector<std::string> words = split_command_line(command);
-      return "credential_process of profile '" + profile + "' (" + (words.empty() ? "" : words[0]) + ")";
-    }
+      return "credential_process of profile '" + profile + "' (" + (command.empty() ? "" : command.front()) + ")";
     case Kind::kInstanceMetadata:
       break;
   }
@@ -700,13 +698,17 @@ RefreshingRoleCredentials::RefreshingRoleCredentials(RoleCredentialsEndpoint end
 std::shared_ptr<const RoleCredentials> RefreshingRoleCredentials::current() {
   std::lock_guard lock(mu_);
   const auto now = std::chrono::system_clock::now();
-  if (credentials_ != nullptr && credentials_->expiration - now > kRefreshBefore) return credentials_;
+  if (credentials_ != nullptr && (credentials_->expiration - now > kRefreshBefore ||
+                                  (credentials_->expiration > now && now - read_at_ < retry_after_))) {
+    return credentials_;
+  }
   if (tried_ && credentials_ == nullptr &&
       (endpoint_.kind == RoleCredentialsEndpoint::Kind::kInstanceMetadata || now - failed_at_ < retry_after_)) {
     return nullptr;  // No role here (yet): unsigned.
   }
   try {
     credentials_ = std::make_shared<const RoleCredentials>(read_role_credentials(endpoint_, &ca_));
+    read_at_ = now;
   } catch (const FetchError& e) {
     // A stopping loader's: not a failure of the endpoint.
     if (e.failure().kind == Kind::kCancelled) throw;

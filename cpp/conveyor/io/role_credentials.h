@@ -35,8 +35,8 @@ struct RoleCredentialsEndpoint {
     /// of an account and role) with the token `aws sso login` cached for
     /// `sso_start_url` in the folder `authorization_file` (JSON).
     kSso,
-    /// A profile's credential_process: `command` run (its words split as a
-    /// POSIX shell splits them, nothing expanded, no shell), its standard
+    /// A profile's credential_process: `command` run (its words as
+    /// split_command_line splits them; no shell), its standard
     /// output JSON (Version 1, AccessKeyId, SecretAccessKey, SessionToken,
     /// Expiration; the last two optional).
     kProcess,
@@ -54,9 +54,9 @@ struct RoleCredentialsEndpoint {
   std::string session_name;
   /// SSO: the start URL whose cached token is sent.
   std::string sso_start_url;
-  /// Process: the command line (may hold secrets: only its program is
-  /// shown) and the profile that names it.
-  std::string command;
+  /// Process: the command's words (they may hold secrets: only the program
+  /// is shown) and the profile that names it.
+  std::vector<std::string> command;
   std::string profile;
   /// Seconds each request may take: the SDKs' defaults, 1 for the metadata
   /// service (off EC2 nothing answers), 2 for a container's, 5 for STS;
@@ -93,10 +93,10 @@ RoleCredentialsEndpoint sso_endpoint(const SsoProfile& profile, const GetEnv& ge
 /// named rather than waited on forever.
 inline constexpr double kProcessTimeoutSeconds = 60;
 
-/// The words of a command line as a POSIX shell splits them, without
-/// expanding anything (the AWS CLI's shlex.split): blanks separate words;
-/// '...' keeps its text; "..." keeps its text, a backslash there escaping
-/// only `"`, `$`, a backtick or itself; a backslash outside quotes keeps the
+/// The words of a command line as the AWS CLI splits credential_process
+/// (Python's shlex.split): nothing is expanded; spaces, tabs and line ends
+/// separate words; '...' keeps its text; "..." keeps its text, a backslash
+/// there escaping only `"` or itself; a backslash outside quotes keeps the
 /// next character.
 /// Throws Error{kConfig} for an unterminated quote or a trailing backslash.
 std::vector<std::string> split_command_line(std::string_view command);
@@ -173,8 +173,12 @@ class RefreshingRoleCredentials {
   /// (not an EC2 instance, or one without a role; no `aws sso login`):
   /// requests then go unsigned, and source() says why. The instance
   /// metadata service's first answer is kept; the other endpoints are asked
-  /// again `retry_after` after a failure, not for each request. Throws
-  /// FetchError (kConnection) when expired credentials cannot be read again.
+  /// again `retry_after` after a failure, not for each request; credentials
+  /// read again while still valid are re-read at most every `retry_after`
+  /// (an endpoint may answer with ones that expire within 10 minutes).
+  /// Throws FetchError (kConnection) when expired credentials cannot be read
+  /// again, and kCancelled when the calling thread's Cancellation ends the
+  /// read (core/cancellation.h; not counted as the endpoint's failure).
   std::shared_ptr<const RoleCredentials> current();
   /// Where the credentials come from: RoleCredentials::from once read,
   /// endpoint.describe() before, or after a failed first read why it failed
@@ -190,6 +194,7 @@ class RefreshingRoleCredentials {
   bool tried_ = false;
   std::string failure_;                              // Why the last read before any success failed.
   std::chrono::system_clock::time_point failed_at_;  // When.
+  std::chrono::system_clock::time_point read_at_;    // When credentials_ were read.
 };
 
 }  // namespace conveyor

@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <thread>
@@ -322,8 +324,8 @@ TEST(RoleCredentialsTest, ACommandLineSplitsAsAShellSplitsItWithoutExpandingAnyt
   using Words = std::vector<std::string>;
   EXPECT_EQ(split_command_line("  /usr/bin/vault-creds --role  ml\t$HOME "),
             (Words{"/usr/bin/vault-creds", "--role", "ml", "$HOME"}));
-  EXPECT_EQ(split_command_line(R"(a 'b c' "d \"e\" \\ \$ \n" f\ g '' h'i'"j")"),
-            (Words{"a", "b c", R"(d "e" \ $ \n)", "f g", "", "hij"}));
+  EXPECT_EQ(split_command_line("a 'b c' \"d \\\"e\\\" \\\\ \\$ \\n\" f\\ g '' h'i'\"j\"\r\nk"),
+            (Words{"a", "b c", R"(d "e" \ \$ \n)", "f g", "", "hij", "k"}));
   EXPECT_EQ(split_command_line("   "), Words{});
   for (const auto& [line, message] :
        std::vector<std::pair<std::string, std::string>>{{"a 'b", "credential_process has an unterminated ' quote"},
@@ -398,9 +400,13 @@ TEST_F(ProcessCredentialsTest, AFailingOrMalformedProcessIsNamedWithoutItsSecret
   EXPECT_EQ(failure(missing),
             "credential_process of profile 'tool' (/no/such/helper): cannot run /no/such/helper: "
             "No such file or directory");
-  RoleCredentialsEndpoint hung = script("sleep 30");
+  RoleCredentialsEndpoint hung = script("exec sleep 30");
   hung.timeout = 0.2;
   EXPECT_NE(failure(hung, FetchFailure::Kind::kTimeout).find(": no answer within 0.2 s"), std::string::npos);
+  // Its output closed, but still running: killed at the deadline too.
+  RoleCredentialsEndpoint silent = script("exec sleep 30 >&- 2>&-");
+  silent.timeout = 0.2;
+  EXPECT_NE(failure(silent, FetchFailure::Kind::kTimeout).find(": no answer within 0.2 s"), std::string::npos);
   try {
     process_endpoint("tool", "  ");
     FAIL() << "no error";
@@ -413,10 +419,13 @@ TEST_F(ProcessCredentialsTest, AStoppingLoaderDoesNotWaitForTheProcess) {
   // A hung helper is killed at the read's cancellation (the loader's stop),
   // long before its timeout; once cancelled, none is started.
   const std::filesystem::path started = dir_ / "started";
-  RoleCredentialsEndpoint hung = script("touch '" + started.string() + "'; sleep 30");
+  RoleCredentialsEndpoint hung = script("touch '" + started.string() + "'; exec sleep 30");
   Cancellation stop;
   std::thread stopper([&] {
-    while (!std::filesystem::exists(started)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    // Cancelled once the helper runs (or after 10 s, when the test has failed already).
+    for (int i = 0; i < 2000 && !std::filesystem::exists(started); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
     stop.cancel();
   });
   {
@@ -428,6 +437,28 @@ TEST_F(ProcessCredentialsTest, AStoppingLoaderDoesNotWaitForTheProcess) {
   }
   stopper.join();
   EXPECT_FALSE(std::filesystem::exists(started));
+}
+
+TEST_F(ProcessCredentialsTest, CredentialsAboutToExpireAreReadAgainAtMostEveryRetryInterval) {
+  // A helper whose keys expire in 5 minutes, inside the 10 minutes before
+  // expiry in which credentials are read again.
+  const std::filesystem::path runs = dir_ / "runs";
+  const RoleCredentialsEndpoint soon =
+      script("echo run >> '" + runs.string() + "'\n" +
+             R"(echo "{\"Version\": 1, \"AccessKeyId\": \"ASIA\", \"SecretAccessKey\": \"SECRETKEY\", )" +
+             R"(\"Expiration\": \"$(date -u -d '+5 min' +%Y-%m-%dT%H:%M:%SZ)\"}")");
+  const auto count_runs = [&] {
+    std::ifstream in(runs);
+    return std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
+  };
+  RefreshingRoleCredentials every_time(soon, {}, std::chrono::seconds(0));
+  ASSERT_NE(every_time.current(), nullptr);
+  ASSERT_NE(every_time.current(), nullptr);
+  EXPECT_EQ(count_runs(), 2);
+  RefreshingRoleCredentials hourly(soon, {}, std::chrono::seconds(3600));
+  ASSERT_NE(hourly.current(), nullptr);
+  EXPECT_EQ(hourly.current()->access_key_id, "ASIA");  // Still valid: kept.
+  EXPECT_EQ(count_runs(), 3);
 }
 
 }  // namespace

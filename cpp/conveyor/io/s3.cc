@@ -224,7 +224,8 @@ S3Config resolve_s3_config(const std::map<std::string, std::string>& options, co
     }
     const auto process = first_of([&] { return value_in(config_section, "credential_process"); },
                                   [&] { return value_in(credentials_section, "credential_process"); });
-    if (config.credentials_source.empty() && process && !value_in(config_section, "role_arn")) {
+    if (config.credentials_source.empty() && process && !value_in(config_section, "role_arn") &&
+        !value_in(credentials_section, "role_arn")) {
       try {
         config.role_endpoint = process_endpoint(profile, *process);
       } catch (const Error& e) {

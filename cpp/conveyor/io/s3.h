@@ -32,9 +32,9 @@ struct S3Config {
   std::string secret_access_key;
   std::string session_token;  ///< Empty for long-term keys.
   /// When no keys were found: where a role's credentials are read (EKS's
-  /// web identity through STS, a container's endpoint, else the EC2 instance
-  /// metadata service unless disabled), by the store at its first request
-  /// (io/role_credentials.h).
+  /// web identity through STS, the profile's SSO role or credential_process,
+  /// a container's endpoint, else the EC2 instance metadata service unless
+  /// disabled), by the store at its first request (io/role_credentials.h).
   std::optional<RoleCredentialsEndpoint> role_endpoint;
   /// Where keys were looked for before it ("storage_options,
   /// AWS_ACCESS_KEY_ID, ~/.aws/credentials and ~/.aws/config [default]"),
@@ -66,7 +66,9 @@ const std::vector<std::string>& s3_option_names();
 ///   a profile is named in `options`; then, unless a profile is named, EKS's
 ///   web identity (web_identity_endpoint(), role_endpoint); the profile's keys in the shared
 ///   credentials file (AWS_SHARED_CREDENTIALS_FILE, else ~/.aws/credentials),
-///   then in the config file (AWS_CONFIG_FILE, else ~/.aws/config). The
+///   then in the config file (AWS_CONFIG_FILE, else ~/.aws/config); the
+///   profile's IAM Identity Center role (sso_endpoint()), then its
+///   credential_process (process_endpoint()), each as role_endpoint. The
 ///   profile is `profile`, else AWS_PROFILE, else "default". None found: a
 ///   role's, from a container's credentials endpoint or the EC2 instance
 ///   metadata service (role_endpoint, role_credentials_endpoint(), read by
@@ -81,7 +83,9 @@ const std::vector<std::string>& s3_option_names();
 ///   above (S3-compatible stores and local servers rarely have a DNS name
 ///   per bucket), virtual-hosted for AWS's own endpoint.
 /// Throws Error{kConfig} naming the key for an unknown key or a bad value,
-/// and for a named profile that no file has.
+/// for a named profile that no file has, for a credential_process that
+/// does not split into words, and for a profile whose keys come from
+/// role_arn (not read).
 S3Config resolve_s3_config(const std::map<std::string, std::string>& options, const GetEnv& getenv = process_env);
 
 /// The S3Config of GCS's S3-compatible XML API for gs:// URLs, from

@@ -165,7 +165,7 @@ TEST_F(S3ConfigTest, AProfilesCredentialProcessIsItsCredentialsAfterItsKeys) {
   const S3Config tool = resolve_s3_config({{"profile", "tool"}}, env());
   ASSERT_TRUE(tool.role_endpoint.has_value());
   EXPECT_EQ(tool.role_endpoint->kind, RoleCredentialsEndpoint::Kind::kProcess);
-  EXPECT_EQ(tool.role_endpoint->command, "/usr/bin/vault-creds --role 'ml team'");
+  EXPECT_EQ(tool.role_endpoint->command, (std::vector<std::string>{"/usr/bin/vault-creds", "--role", "ml team"}));
   EXPECT_EQ(tool.credentials_source, "credential_process of profile 'tool' (/usr/bin/vault-creds)");
   EXPECT_EQ(tool.access_key_id, "");
   const S3Config keyed = resolve_s3_config({{"profile", "keyed"}}, env());

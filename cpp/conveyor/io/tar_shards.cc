@@ -5,6 +5,7 @@
 #include <charconv>
 #include <condition_variable>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <string_view>
@@ -148,7 +149,7 @@ std::string describe_change(const RegularFile::Identity& was, const RegularFile:
 // each: walking the headers then costs about size / kIndexChunk requests
 // rather than one per member (a request's latency dwarfs the transfer of a
 // typical member), and a member larger than a chunk is skipped, not fetched.
-constexpr uint64_t kIndexChunk = kRunBytes;
+constexpr uint64_t kIndexChunk = uint64_t{8} << 20;
 
 // A remote shard as indexing reads it, with RegularFile's reading functions
 // (add_shard_from is written once for both): its size (one request), then
@@ -461,16 +462,18 @@ void TarShardSource::Index::add_shard_from(const std::string& path, const File& 
 
 namespace {
 
-// A run of a read plan: consecutive samples of one shard, read in one range
-// request [offset, offset + size).
+// A run of a read plan: the consecutive samples [first_sample, first_sample
+// + served.size()) of one shard, read in one range request [offset, offset +
+// size).
 struct ShardRun {
   uint32_t shard = 0;
   uint64_t offset = 0;
   uint64_t size = 0;
-  uint64_t image_bytes = 0;  // Of its samples' image members (the rest is headers, other fields).
+  int64_t first_sample = 0;
   // Under RunPlan::mutex:
   enum class State { kUnread, kReading, kRead, kFailed } state = State::kUnread;
-  int64_t reads_left = 0;  // The plan's reads of it still to serve; its bytes go at 0.
+  std::vector<char> served;  // By sample of the run: read from `bytes` already.
+  int64_t reads_left = 0;    // Its samples the plan reads from it and not yet served; its bytes go at 0.
   Bytes bytes;
 };
 
@@ -485,13 +488,13 @@ struct RunPlan final : ReadPlan {
 // of within it, and the most bytes of them held at once.
 struct RunChoice {
   std::vector<char> kept;      // By run.
-  std::vector<int64_t> reads;  // By run: reads it serves.
+  std::vector<int64_t> reads;  // By run: its samples read from it.
   std::vector<char> alone;     // By sample: read alone (an occurrence past its run's window).
   uint64_t peak_bytes = 0;
 };
 
 RunChoice choose_runs(const std::vector<ShardRun>& runs, const std::vector<int32_t>& run_of,
-                      const std::vector<uint64_t>& sample_bytes, std::span<const int64_t> order, int64_t hold) {
+                      const std::vector<uint64_t>& image_bytes, std::span<const int64_t> order, int64_t hold) {
   const size_t count = runs.size();
   RunChoice choice{std::vector<char>(count), std::vector<int64_t>(count), std::vector<char>(run_of.size()), 0};
   std::vector<int64_t> first(count, -1);
@@ -506,6 +509,7 @@ RunChoice choose_runs(const std::vector<ShardRun>& runs, const std::vector<int32
   std::vector<int64_t> served_from(count, -1);
   std::vector<int64_t> served_to(count, -1);
   std::vector<uint64_t> served_bytes(count);
+  std::vector<char> counted(run_of.size());  // A sample the order repeats counts once.
   for (size_t p = 0; p < order.size(); ++p) {
     const auto sample = static_cast<size_t>(order[p]);
     const int32_t r = run_of[sample];
@@ -513,13 +517,18 @@ RunChoice choose_runs(const std::vector<ShardRun>& runs, const std::vector<int32
     const auto run = static_cast<size_t>(r);
     if (served_from[run] < 0) served_from[run] = static_cast<int64_t>(p);
     served_to[run] = static_cast<int64_t>(p);
-    served_bytes[run] += sample_bytes[sample];
+    if (counted[sample]) continue;
+    counted[sample] = 1;
+    served_bytes[run] += image_bytes[sample];
     ++choice.reads[run];
   }
   // Bytes held from a run's first read to its last, by position.
   std::vector<int64_t> change(order.size() + 1);
   for (size_t r = 0; r < count; ++r) {
-    choice.kept[r] = choice.reads[r] >= 2 && 2 * served_bytes[r] >= runs[r].image_bytes;
+    // One request for at most twice the bytes the samples need, plus what
+    // their own requests would have cost.
+    choice.kept[r] = choice.reads[r] >= 2 &&
+                     runs[r].size <= 2 * served_bytes[r] + static_cast<uint64_t>(choice.reads[r]) * kRequestBytes;
     if (!choice.kept[r]) continue;
     change[static_cast<size_t>(served_from[r])] += static_cast<int64_t>(runs[r].size);
     change[static_cast<size_t>(served_to[r]) + 1] -= static_cast<int64_t>(runs[r].size);
@@ -536,36 +545,38 @@ RunChoice choose_runs(const std::vector<ShardRun>& runs, const std::vector<int32
 
 std::shared_ptr<ReadPlan> TarShardSource::plan_reads(std::span<const int64_t> order) const {
   const Index& index = *index_;
-  if (index.remote == nullptr || order.empty()) return nullptr;
-  std::vector<char> fetched(index.shards.size());  // Remote, and not in a cache folder.
-  for (size_t i = 0; i < index.shards.size(); ++i) {
-    const Index::Shard& shard = index.shards[i];
-    fetched[i] = shard.remote && !index.remote->store->serves_locally(shard.path);
+  // A store that keeps whole objects (a cache folder) fetches a shard whole
+  // at its first read anyway: runs would only add requests.
+  if (index.remote == nullptr || order.empty() || index.remote->store->keeps_whole_objects()) return nullptr;
+  const auto samples = static_cast<int64_t>(index.samples.size());
+  if (samples > std::numeric_limits<int32_t>::max() ||
+      std::any_of(order.begin(), order.end(), [&](int64_t i) { return i < 0 || i >= samples; })) {
+    return nullptr;  // Not an order of this source: each read() says what is wrong.
   }
   auto plan = std::make_shared<RunPlan>();
   plan->run_of.assign(index.samples.size(), -1);
-  std::vector<uint64_t> sample_bytes(index.samples.size());
+  std::vector<uint64_t> image_bytes(index.samples.size());
   for (size_t i = 0; i < index.samples.size(); ++i) {
     const Index::Sample& sample = index.samples[i];
     const Index::Field& image = index.fields[sample.image];
-    sample_bytes[i] = image.size;
-    if (!fetched[sample.shard]) continue;
+    image_bytes[i] = image.size;
+    if (!index.shards[sample.shard].remote) continue;
     const uint64_t end = image.offset + image.size;
     ShardRun* run = plan->runs.empty() ? nullptr : &plan->runs.back();
     if (run == nullptr || run->shard != sample.shard || image.offset < run->offset || end - run->offset > kRunBytes) {
-      plan->runs.push_back(ShardRun{sample.shard, image.offset, 0});
+      plan->runs.push_back(ShardRun{sample.shard, image.offset, 0, static_cast<int64_t>(i)});
       run = &plan->runs.back();
     }
     run->size = end - run->offset;
-    run->image_bytes += image.size;
+    run->served.push_back(0);
     plan->run_of[i] = static_cast<int32_t>(plan->runs.size() - 1);
   }
   if (plan->runs.empty()) return nullptr;
   auto hold = static_cast<int64_t>(order.size());
-  RunChoice choice = choose_runs(plan->runs, plan->run_of, sample_bytes, order, hold);
+  RunChoice choice = choose_runs(plan->runs, plan->run_of, image_bytes, order, hold);
   while (choice.peak_bytes > kPlanBytes) {
     hold /= 2;  // At 0 no run serves two reads: none is kept.
-    choice = choose_runs(plan->runs, plan->run_of, sample_bytes, order, hold);
+    choice = choose_runs(plan->runs, plan->run_of, image_bytes, order, hold);
   }
   bool any = false;
   for (size_t i = 0; i < plan->run_of.size(); ++i) {
@@ -593,21 +604,31 @@ Record TarShardSource::read_planned(int64_t index, ReadPlan& plan) const {
       run.state = ShardRun::State::kReading;
       lock.unlock();
       std::optional<Bytes> read;
+      std::optional<std::string> cancelled;
       try {
         const std::string& url = index_->shards[run.shard].path;
         read = index_->remote->read(url, run.offset, static_cast<int64_t>(run.size), url);
+      } catch (const Error& e) {
+        // A stopping loader's: this read ends. Any other failure: each sample
+        // is then read alone, its error naming it, with its own retries.
+        if (e.kind() == ErrorKind::kCancelled) cancelled = e.cause();
       } catch (...) {
-        // Each sample is then read alone: its error names it, with the
-        // retries of its own request.
       }
       lock.lock();
       run.state = read ? ShardRun::State::kRead : ShardRun::State::kFailed;
       if (read) run.bytes = std::move(*read);
       runs->read_done.notify_all();
+      if (cancelled) throw Error(ErrorKind::kCancelled, *cancelled, key(index));
     }
     if (run.state == ShardRun::State::kRead) {
       bytes = run.bytes;
-      if (--run.reads_left == 0) run.bytes = Bytes();
+      // A sample read again (a skip re-issues the positions after it, or the
+      // order repeats it) is served while the run is held, and counts once.
+      char& served = run.served[static_cast<size_t>(index - run.first_sample)];
+      if (!served) {
+        served = 1;
+        if (--run.reads_left == 0) run.bytes = Bytes();
+      }
     }
   }
   if (bytes.empty()) return read(index);

@@ -17,6 +17,10 @@ inline constexpr uint64_t kRunBytes = uint64_t{8} << 20;
 /// Most bytes of runs a read plan holds in memory at once, as the order's
 /// positions tell (TarShardSource::plan_reads).
 inline constexpr uint64_t kPlanBytes = uint64_t{256} << 20;
+/// What one request costs a read plan, in bytes of transfer: a round trip
+/// is worth far more on any network (20 ms at 100 MB/s: 2 MB), but bytes
+/// fetched and not needed should stay few.
+inline constexpr uint64_t kRequestBytes = uint64_t{64} << 10;
 
 /// Samples stored WebDataset-style in tar shards: consecutive members sharing a
 /// prefix (the path up to the first "." of the file name) form one sample, and
@@ -44,8 +48,8 @@ inline constexpr uint64_t kPlanBytes = uint64_t{256} << 20;
 /// member afterwards is one range request of exactly its bytes, retried
 /// under remote's RetryPolicy. Under a read plan (plan_reads) samples that
 /// are neighbours in a shard and read near each other in the epoch's order
-/// (the sequential order, a shuffle buffer's) share one range request of up
-/// to 8 MiB instead. Remote shards are taken as immutable: a member that now
+/// (the sequential order, a shuffle buffer's) share one range request of
+/// about 8 MiB instead. Remote shards are taken as immutable: a member that now
 /// reads short is an Error{kRead}, but no identity is compared.
 ///
 /// Thread-safety: immutable after construction; read(), key() and field() may
@@ -69,18 +73,22 @@ class TarShardSource final : public Source {
   Record read(int64_t index) const override;
   std::string key(int64_t index) const override;
   std::vector<int64_t> shard_starts() const override;
-  /// Null unless a shard is a URL a cache does not hold. Otherwise the
-  /// plan groups each such shard's samples into runs: consecutive samples
-  /// whose image members lie within kRunBytes (8 MiB). A run is read in one
-  /// range request, at the first read of any of its samples, and held in
-  /// memory until its last sample is read, when the order reads at least
-  /// two of its samples, at least half of its bytes, all within a window of
-  /// positions from its first read; the window is the widest (halving from
-  /// the whole order) for which the runs held at once, as the order's
-  /// positions tell, stay within kPlanBytes (256 MiB). Other samples are
-  /// read alone. A global shuffle of a large set so reads each sample alone,
-  /// as without a plan; the sequential order and a shuffle buffer's read
-  /// runs.
+  /// A plan for the shards that are URLs, unless their store keeps whole
+  /// objects (a cache folder: RemoteStore::keeps_whole_objects). It groups
+  /// each shard's samples into runs: consecutive samples whose image
+  /// members lie within kRunBytes (8 MiB; a larger image is a run of its
+  /// own). A run is read in one range request, at the first read of any of
+  /// its samples, and held until each of its samples the order reads was
+  /// read, when the order reads at least two of its samples within a window
+  /// of positions from its first read, and the run's bytes are at most
+  /// twice theirs plus kRequestBytes (64 KiB) per sample; the window is the
+  /// widest (halving from the whole order) for which the runs held at once,
+  /// as the order's positions tell, stay within kPlanBytes (256 MiB: an
+  /// estimate, since a record keeps its run's bytes until it is decoded).
+  /// Other samples are read alone. A global shuffle of a large set so reads
+  /// each sample alone, as without a plan; the sequential order and a
+  /// shuffle buffer's read runs. Null when no run is worth reading, or
+  /// `order` holds an index outside [0, size()).
   std::shared_ptr<ReadPlan> plan_reads(std::span<const int64_t> order) const override;
   /// read(index), from its run's bytes when the plan reads it in one; a
   /// run whose request failed is read sample by sample, so that each error

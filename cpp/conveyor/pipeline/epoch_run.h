@@ -125,7 +125,8 @@ struct EpochRun : std::enable_shared_from_this<EpochRun> {
   Cancellation stopping;
   /// The source's plan for this epoch's reads (Source::plan_reads; null:
   /// each sample read alone). Set before the first task; tasks use it
-  /// without the loader's lock.
+  /// without the loader's lock; dropped once the run is stopped and no task
+  /// runs.
   std::shared_ptr<ReadPlan> read_plan;
   bool finished = false;             ///< next() has ended the epoch (by its end, an error or a drop).
   bool mixes = false;                ///< Batches are mixed (batch_mix) before hand-off.

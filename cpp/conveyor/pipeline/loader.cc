@@ -762,7 +762,8 @@ void Loader::stop_locked(std::unique_lock<std::mutex>& lock) {
   cv_.notify_all();
   // Queued tasks see `cancelled` and finish at once; running ones finish their sample.
   cv_.wait(lock, [&] { return run->outstanding == 0; });
-  run->batches.clear();  // Buffers go back to the pool.
+  run->batches.clear();    // Buffers go back to the pool.
+  run->read_plan.reset();  // And the runs it holds: no task reads any more.
 }
 
 LoaderStats Loader::stats() const {

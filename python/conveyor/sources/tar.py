@@ -72,9 +72,12 @@ class TarShards(Source):
     Shards may be URLs (``https://host/shard-{000..009}.tar``, ``s3://``, any
     fsspec protocol whose backend is installed): each is indexed once at
     construction by reading it in large range requests (8 MiB chunks),
-    keeping only offsets; afterwards each read of a member is one range
-    request of exactly its bytes, never a whole-shard fetch, with transient
-    failures retried under ``retry``. See docs/api.md, "Remote storage".
+    keeping only offsets; afterwards, samples that are neighbours in a shard
+    and that an epoch's order reads close together (``shuffle=False``, a
+    ``shuffle_buffer``, a small set) are read in one range request per run
+    of about 8 MiB, and other samples in one range request of exactly their
+    bytes, with transient failures retried under ``retry``. See
+    docs/api.md, "Remote storage".
 
     Args:
         shards: a pattern (``"data/shard-{000..009}.tar"``, ``"data/*.tar"``),
