@@ -6,6 +6,7 @@ the URL and S3's error code but never a credential."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import sys
@@ -122,6 +123,48 @@ def test_credentials_and_endpoint_are_found_as_the_aws_tools_find_them(s3, tmp_p
         )
         if where == "profile":
             env["AWS_PROFILE"] = "train"
+    result = run_python(
+        """
+        from conveyor.sources import FileList
+        source = FileList(["s3://data/images/dog/001.jpg"])
+        print(len(source._engine_source().read(0)[0]))
+        """,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    data = s3.client().get_object(Bucket="data", Key="images/dog/001.jpg")["Body"].read()
+    assert result.stdout == f"{len(data)}\n"
+
+
+def test_a_profiles_role_is_assumed_at_sts_and_its_keys_read_the_bucket(s3, tmp_path):
+    # moto's STS checks the AssumeRole request's signature (the source
+    # profile's keys: a wrong secret is "AssumeRole (HTTP 403,
+    # SignatureDoesNotMatch)"), and its S3 accepts the role's keys.
+    iam = s3.client("iam")
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}],
+    }
+    role = iam.create_role(RoleName="reader", AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+    allow = {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": "*"}],
+    }
+    iam.put_role_policy(RoleName="reader", PolicyName="read", PolicyDocument=json.dumps(allow))
+    (tmp_path / ".aws").mkdir()
+    (tmp_path / ".aws" / "credentials").write_text(
+        f"[base]\naws_access_key_id = {s3.key}\naws_secret_access_key = {s3.secret}\n"
+    )
+    (tmp_path / ".aws" / "config").write_text(
+        f"[profile reader]\nrole_arn = {role}\nsource_profile = base\nregion = us-east-1\n"
+    )
+    env = {
+        "HOME": str(tmp_path),
+        "AWS_PROFILE": "reader",
+        "AWS_ENDPOINT_URL": s3.endpoint_url,
+        "AWS_ACCESS_KEY_ID": "",
+        "AWS_SECRET_ACCESS_KEY": "",
+    }
     result = run_python(
         """
         from conveyor.sources import FileList

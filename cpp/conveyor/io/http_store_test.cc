@@ -541,6 +541,42 @@ TEST(HttpStoreTest, WithoutKeysAProfilesCredentialProcessSignsTheRequests) {
   std::filesystem::remove_all(home);
 }
 
+TEST(HttpStoreTest, AProfilesRoleIsAssumedAtStsWithItsSourceProfilesKeys) {
+  // Cross-account access: the base profile's keys sign AssumeRole; the
+  // role's keys sign the reads.
+  const std::filesystem::path home =
+      std::filesystem::temp_directory_path() / ("conveyor-assume-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(home / ".aws");
+  std::ofstream(home / ".aws/credentials") << "[base]\naws_access_key_id = AKIABASE\n"
+                                              "aws_secret_access_key = BASESECRETBASESECRET\n";
+  std::ofstream(home / ".aws/config") << "[default]\nrole_arn = arn:aws:iam::2:role/ml\nsource_profile = base\n"
+                                         "role_session_name = trainer\nexternal_id = ext-7\n";
+  std::atomic<int> exchanges{0};
+  HttpTestServer sts([&](const HttpTestRequest& request, HttpTestConnection& connection) {
+    ++exchanges;
+    EXPECT_EQ(request.method, "POST");
+    EXPECT_EQ(request.body,
+              "Action=AssumeRole&Version=2011-06-15&RoleArn=arn%3Aaws%3Aiam%3A%3A2%3Arole%2Fml"
+              "&RoleSessionName=trainer&ExternalId=ext-7");
+    const std::string& authorization = request.headers.at("authorization");
+    EXPECT_EQ(authorization.rfind("AWS4-HMAC-SHA256 Credential=AKIABASE/", 0), 0u) << authorization;
+    EXPECT_NE(authorization.find("/us-west-2/sts/aws4_request"), std::string::npos) << authorization;
+    for (const auto& [name, value] : request.headers) {
+      EXPECT_EQ(value.find("BASESECRET"), std::string::npos) << name;  // The secret never travels.
+    }
+    return connection.send(HttpTestServer::reply(
+        200, "OK",
+        "<AssumeRoleResponse><AssumeRoleResult><Credentials>"
+        "<AccessKeyId>ASIAROLE</AccessKeyId><SecretAccessKey>ROLESECRETROLESECRET</SecretAccessKey>"
+        "<SessionToken>ROLETOKEN</SessionToken><Expiration>2100-01-01T00:00:00.000Z</Expiration>"
+        "</Credentials></AssumeRoleResult></AssumeRoleResponse>"));
+  });
+  expect_the_roles_signature(
+      env_of({{"HOME", home.string()}, {"AWS_REGION", "us-west-2"}, {"AWS_ENDPOINT_URL_STS", sts.url("")}}));
+  EXPECT_EQ(exchanges.load(), 1);
+  std::filesystem::remove_all(home);
+}
+
 TEST(HttpStoreTest, WithoutKeysAnSsoProfilesRoleSignsTheRequests) {
   // A developer's `aws sso login`: the cached token exchanged at the portal for the role's keys.
   const std::filesystem::path home =

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -64,6 +65,8 @@ struct Request {
   std::string what;                    // Names the request in errors.
   bool local = true;                   // A link-local or loopback endpoint: no proxy.
   const CaCertificates* ca = nullptr;  // What TLS is verified against (https), when set.
+  std::string sigv4;                   // Signed with SigV4 ("aws:amz:REGION:SERVICE") when set,
+  std::string user_password;           // with these keys ("ID:SECRET"; never shown).
 };
 
 // Performs `r`; throws FetchError named by r.what (never a header's value).
@@ -94,6 +97,10 @@ Reply request(const Request& r) {
     curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE, static_cast<long>(r.body.size()));
   }
   if (r.local) curl_easy_setopt(easy, CURLOPT_NOPROXY, "*");
+  if (!r.sigv4.empty()) {
+    curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, r.sigv4.c_str());
+    curl_easy_setopt(easy, CURLOPT_USERPWD, r.user_password.c_str());
+  }
   if (r.ca != nullptr) {
     curl_easy_setopt(easy, CURLOPT_CAINFO, r.ca->file.empty() ? nullptr : r.ca->file.c_str());
     curl_easy_setopt(easy, CURLOPT_CAPATH, r.ca->folder.empty() ? nullptr : r.ca->folder.c_str());
@@ -242,6 +249,8 @@ std::string xml_text(const std::string& xml, const std::string& tag) {
   return close == std::string::npos ? "" : xml.substr(start, close - start);
 }
 
+RoleCredentials sts_credentials(const Reply& reply, const char* action, const std::string& what);
+
 RoleCredentials read_web_identity(const RoleCredentialsEndpoint& endpoint, const CaCertificates* ca) {
   const std::string what = endpoint.describe();
   const std::string token = token_of_file(endpoint.authorization_file, what, "AWS_WEB_IDENTITY_TOKEN_FILE");
@@ -252,14 +261,35 @@ RoleCredentials read_web_identity(const RoleCredentialsEndpoint& endpoint, const
            "&WebIdentityToken=" + percent_encoded(token, false);
   r.local = false;  // STS is AWS's public endpoint: through the proxy, if any.
   r.ca = ca;
-  const Reply reply = request(r);
+  return sts_credentials(request(r), "AssumeRoleWithWebIdentity", what);
+}
+
+RoleCredentials read_assume_role(const RoleCredentialsEndpoint& endpoint, const CaCertificates* ca) {
+  const std::string what = endpoint.describe();
+  Request r{endpoint.url + "/", "POST", {"Content-Type: application/x-www-form-urlencoded"}, "",
+            endpoint.timeout,   what};
+  if (!endpoint.source.session_token.empty())
+    r.headers.push_back("x-amz-security-token: " + endpoint.source.session_token);
+  r.body = "Action=AssumeRole&Version=2011-06-15&RoleArn=" + percent_encoded(endpoint.role_arn, false) +
+           "&RoleSessionName=" + percent_encoded(endpoint.session_name, false);
+  if (!endpoint.external_id.empty()) r.body += "&ExternalId=" + percent_encoded(endpoint.external_id, false);
+  if (endpoint.duration_seconds > 0) r.body += "&DurationSeconds=" + std::to_string(endpoint.duration_seconds);
+  r.local = false;
+  r.ca = ca;
+  r.sigv4 = "aws:amz:" + endpoint.region + ":sts";
+  r.user_password = endpoint.source.access_key_id + ":" + endpoint.source.secret_access_key;
+  return sts_credentials(request(r), "AssumeRole", what);
+}
+
+// The credentials in STS's reply to `action`.
+RoleCredentials sts_credentials(const Reply& reply, const char* action, const std::string& what) {
   if (reply.status != 200) {
     // STS's error code (InvalidIdentityToken, AccessDenied...), not its message.
     std::string code = xml_text(reply.body, "Code").substr(0, 64);
     if (!std::all_of(code.begin(), code.end(), [](unsigned char c) { return std::isalnum(c) != 0; })) code.clear();
-    throw FetchError({Kind::kOther, 0,
-                      what + ": AssumeRoleWithWebIdentity (HTTP " + std::to_string(reply.status) +
-                          (code.empty() ? "" : ", " + code) + ")"});
+    throw FetchError(
+        {Kind::kOther, 0,
+         what + ": " + action + " (HTTP " + std::to_string(reply.status) + (code.empty() ? "" : ", " + code) + ")"});
   }
   const std::string credentials_xml = xml_text(reply.body, "Credentials");
   RoleCredentials credentials;
@@ -579,6 +609,8 @@ std::string RoleCredentialsEndpoint::describe() const {
       return "the container credentials endpoint at " + url;
     case Kind::kSso:
       return "IAM Identity Center (" + sso_start_url + ", through the portal at " + url + ")";
+    case Kind::kAssumeRole:
+      return "role " + role_arn + ", assumed with the keys of " + source.from + " through STS at " + url;
     case Kind::kProcess:
       // The program only: its arguments may hold a secret.
       return "credential_process of profile '" + profile + "' (" + (command.empty() ? "" : command.front()) + ")";
@@ -609,6 +641,53 @@ RoleCredentialsEndpoint sso_endpoint(const SsoProfile& profile, const GetEnv& ge
   return endpoint;
 }
 
+namespace {
+
+// The session name the SDKs make when none is given.
+std::string default_session_name() {
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  return "conveyor-" + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now).count());
+}
+
+// STS's URL for `region` (empty: the global endpoint), unless the
+// environment names one.
+std::string sts_url(const GetEnv& getenv, const std::string& region) {
+  std::optional<std::string> url = nonempty(getenv("AWS_ENDPOINT_URL_STS"));
+  if (!url) url = nonempty(getenv("AWS_ENDPOINT_URL"));
+  std::string base =
+      url.value_or(region.empty() ? "https://sts.amazonaws.com" : "https://sts." + region + ".amazonaws.com");
+  while (base.size() > 8 && base.back() == '/') base.pop_back();
+  return base;
+}
+
+}  // namespace
+
+RoleCredentialsEndpoint assume_role_endpoint(const AssumeRoleProfile& profile, const GetEnv& getenv) {
+  RoleCredentialsEndpoint endpoint;
+  endpoint.kind = RoleCredentialsEndpoint::Kind::kAssumeRole;
+  endpoint.timeout = 5.0;  // STS over the network.
+  endpoint.role_arn = profile.role_arn;
+  endpoint.session_name = profile.session_name.empty() ? default_session_name() : profile.session_name;
+  endpoint.external_id = profile.external_id;
+  endpoint.source = profile.source;
+  if (!profile.duration_seconds.empty()) {
+    int64_t seconds = 0;
+    const char* text = profile.duration_seconds.c_str();
+    const auto [end, ec] = std::from_chars(text, text + profile.duration_seconds.size(), seconds);
+    check_config(ec == std::errc() && *end == '\0' && seconds >= 900 && seconds <= 43200,
+                 "profile '" + profile.name +
+                     "': duration_seconds must be a whole number of seconds in [900, 43200], got '" +
+                     profile.duration_seconds + "'");
+    endpoint.duration_seconds = seconds;
+  }
+  std::string region = profile.region;
+  if (region.empty())
+    region = nonempty(getenv("AWS_REGION")).value_or(nonempty(getenv("AWS_DEFAULT_REGION")).value_or(""));
+  endpoint.url = sts_url(getenv, region);
+  endpoint.region = region.empty() ? "us-east-1" : region;
+  return endpoint;
+}
+
 std::optional<RoleCredentialsEndpoint> web_identity_endpoint(const GetEnv& getenv) {
   const auto variable = [&](const char* name) { return nonempty(getenv(name)); };
   const auto token_file = variable("AWS_WEB_IDENTITY_TOKEN_FILE");
@@ -619,16 +698,10 @@ std::optional<RoleCredentialsEndpoint> web_identity_endpoint(const GetEnv& geten
   endpoint.timeout = 5.0;  // STS over the network.
   endpoint.authorization_file = *token_file;
   endpoint.role_arn = *role_arn;
-  const auto now = std::chrono::system_clock::now().time_since_epoch();
-  endpoint.session_name =
-      variable("AWS_ROLE_SESSION_NAME")
-          .value_or("conveyor-" + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now).count()));
+  endpoint.session_name = variable("AWS_ROLE_SESSION_NAME").value_or(default_session_name());
   std::optional<std::string> region = variable("AWS_REGION");
   if (!region) region = variable("AWS_DEFAULT_REGION");
-  std::optional<std::string> url = variable("AWS_ENDPOINT_URL_STS");
-  if (!url) url = variable("AWS_ENDPOINT_URL");
-  endpoint.url = url.value_or(region ? "https://sts." + *region + ".amazonaws.com" : "https://sts.amazonaws.com");
-  while (endpoint.url.size() > 8 && endpoint.url.back() == '/') endpoint.url.pop_back();
+  endpoint.url = sts_url(getenv, region.value_or(""));
   return endpoint;
 }
 
@@ -685,6 +758,8 @@ RoleCredentials read_role_credentials(const RoleCredentialsEndpoint& endpoint, c
       return read_sso(endpoint, ca);
     case RoleCredentialsEndpoint::Kind::kProcess:
       return read_process(endpoint);
+    case RoleCredentialsEndpoint::Kind::kAssumeRole:
+      return read_assume_role(endpoint, ca);
     case RoleCredentialsEndpoint::Kind::kInstanceMetadata:
       break;
   }

@@ -40,6 +40,16 @@ struct RoleCredentialsEndpoint {
     /// output JSON (Version 1, AccessKeyId, SecretAccessKey, SessionToken,
     /// Expiration; the last two optional).
     kProcess,
+    /// A profile's role_arn: STS AssumeRole at `url`, signed (SigV4, for
+    /// `region`) with `source`'s keys (XML answer).
+    kAssumeRole,
+  };
+  /// Keys that sign a request for other credentials (secrets: never shown).
+  struct SourceKeys {
+    std::string access_key_id;
+    std::string secret_access_key;
+    std::string session_token;
+    std::string from;  ///< Where they were found: "~/.aws/credentials [base]", "environment (AWS_ACCESS_KEY_ID)".
   };
   Kind kind = Kind::kInstanceMetadata;
   std::string url;
@@ -49,9 +59,16 @@ struct RoleCredentialsEndpoint {
   /// the folder of `aws sso login`'s cached tokens (read at each read).
   std::string authorization;
   std::string authorization_file;
-  /// Web identity: the role to assume and the session's name.
+  /// Web identity, assume role: the role to assume and the session's name.
   std::string role_arn;
   std::string session_name;
+  /// Assume role: the keys that sign the request, the region it is signed
+  /// for, the role's external id (empty: none) and the session's duration
+  /// in seconds (0: STS's default, an hour).
+  SourceKeys source;
+  std::string region;
+  std::string external_id;
+  int64_t duration_seconds = 0;
   /// SSO: the start URL whose cached token is sent.
   std::string sso_start_url;
   /// Process: the command's words (they may hold secrets: only the program
@@ -67,7 +84,8 @@ struct RoleCredentialsEndpoint {
   /// "the container credentials endpoint at URL", "the instance metadata
   /// service at URL", "web identity (role ARN, through STS at URL)", "IAM
   /// Identity Center (START_URL, through the portal at URL)",
-  /// "credential_process of profile 'P' (PROGRAM)": no secret.
+  /// "credential_process of profile 'P' (PROGRAM)", "role ARN, assumed with
+  /// the keys of FROM through STS at URL": no secret.
   std::string describe() const;
 };
 
@@ -105,6 +123,25 @@ std::vector<std::string> split_command_line(std::string_view command);
 /// Error{kConfig} when the command has no words or does not split.
 RoleCredentialsEndpoint process_endpoint(const std::string& profile, const std::string& command);
 
+/// A profile's role_arn, as ~/.aws/config gives it.
+struct AssumeRoleProfile {
+  std::string name;  ///< The profile's, for messages.
+  std::string role_arn;
+  std::string session_name;      ///< role_session_name; empty: "conveyor-<unix time>".
+  std::string external_id;       ///< external_id; empty: none.
+  std::string duration_seconds;  ///< duration_seconds; empty: STS's default.
+  std::string region;            ///< The profile's region; empty: none.
+  RoleCredentialsEndpoint::SourceKeys source;
+};
+
+/// Where `profile`'s role is assumed: STS at AWS_ENDPOINT_URL_STS, else
+/// AWS_ENDPOINT_URL, else https://sts.<region>.amazonaws.com for the
+/// profile's region, AWS_REGION or AWS_DEFAULT_REGION, else
+/// https://sts.amazonaws.com (signed for us-east-1), as the AWS SDKs ask
+/// it. Throws Error{kConfig} naming the profile for a duration_seconds that
+/// is not a whole number of seconds in [900, 43200]. Thread-safe.
+RoleCredentialsEndpoint assume_role_endpoint(const AssumeRoleProfile& profile, const GetEnv& getenv = process_env);
+
 /// EKS's web identity (IRSA) when the environment sets it up:
 /// AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN (both, as the AWS SDKs
 /// require), AWS_ROLE_SESSION_NAME (else "conveyor-<unix time>"), and STS at
@@ -136,6 +173,10 @@ std::optional<RoleCredentialsEndpoint> role_credentials_endpoint(const GetEnv& g
 ///   then its credentials (GET .../<role>).
 /// - Container: GET the URL with the Authorization header.
 /// Both answer JSON with AccessKeyId, SecretAccessKey, Token, Expiration.
+/// - Assume role: POST AssumeRole (a form with the role, the session's
+///   name, the external id and duration when set) to STS, signed with the
+///   source's keys, through the proxy if any, TLS as for web identity; XML
+///   answer.
 /// - Web identity: POST AssumeRoleWithWebIdentity (a form with the role, the
 ///   session's name and the token file's token) to STS, through the proxy
 ///   if any, TLS verified against `ca` when set; XML answer.

@@ -159,10 +159,9 @@ S3Config resolve_s3_config(const std::map<std::string, std::string>& options, co
   }
 
   // Where credentials were looked for, once the profile's files are.
-  const std::string looked_in_files = "storage_options, AWS_ACCESS_KEY_ID, " +
-                                      (credentials_file.shown.empty() ? "~/.aws/credentials" : credentials_file.shown) +
-                                      " and " + (config_file.shown.empty() ? "~/.aws/config" : config_file.shown) +
-                                      " [" + profile + "]";
+  const std::string profile_files = (credentials_file.shown.empty() ? "~/.aws/credentials" : credentials_file.shown) +
+                                    " and " + (config_file.shown.empty() ? "~/.aws/config" : config_file.shown);
+  const std::string looked_in_files = "storage_options, AWS_ACCESS_KEY_ID, " + profile_files + " [" + profile + "]";
   S3Config config;
   config.anonymous = option("anon") ? parse_bool("anon", *option("anon")) : false;
   if (config.anonymous) {
@@ -188,19 +187,88 @@ S3Config resolve_s3_config(const std::map<std::string, std::string>& options, co
     config.looked_in = "storage_options, AWS_ACCESS_KEY_ID";
     config.credentials_source = config.role_endpoint->describe();
   } else {
-    for (const auto& [file, values] :
-         {std::pair{&credentials_file, credentials_section}, std::pair{&config_file, config_section}}) {
-      auto file_id = value_in(values, "aws_access_key_id");
-      auto file_secret = value_in(values, "aws_secret_access_key");
-      if (file_id && file_secret) {
-        config.access_key_id = *file_id;
-        config.secret_access_key = *file_secret;
-        config.session_token = value_in(values, "aws_session_token").value_or("");
-        config.credentials_source = file->shown + " [" + profile + "]";
-        break;
+    // A profile's value, in either file (the config file's first, as the AWS
+    // CLI merges them).
+    const auto profile_value = [&](const char* key) {
+      return first_of([&] { return value_in(config_section, key); },
+                      [&] { return value_in(credentials_section, key); });
+    };
+    // The keys of profile `name` in the files, as `shown [name]`.
+    const auto keys_of = [&](const std::string& name) -> std::optional<RoleCredentialsEndpoint::SourceKeys> {
+      for (const auto& [file, values] :
+           {std::pair{&credentials_file, section(credentials_file, name)},
+            std::pair{&config_file, section(config_file, name == "default" ? name : "profile " + name)}}) {
+        auto file_id = value_in(values, "aws_access_key_id");
+        auto file_secret = value_in(values, "aws_secret_access_key");
+        if (file_id && file_secret) {
+          return RoleCredentialsEndpoint::SourceKeys{*file_id, *file_secret,
+                                                     value_in(values, "aws_session_token").value_or(""),
+                                                     file->shown + " [" + name + "]"};
+        }
       }
+      return std::nullopt;
+    };
+    if (const auto role_arn = profile_value("role_arn")) {
+      // A role to assume: it comes before the profile's own keys, as in the AWS SDKs.
+      AssumeRoleProfile role{profile,
+                             *role_arn,
+                             profile_value("role_session_name").value_or(""),
+                             profile_value("external_id").value_or(""),
+                             profile_value("duration_seconds").value_or(""),
+                             value_in(config_section, "region").value_or(""),
+                             {}};
+      const std::string export_keys =
+          ": export the role's keys (aws configure export-credentials --profile " + profile + " --format env)";
+      check_config(!profile_value("mfa_serial"),
+                   "profile '" + profile + "' assumes its role with an MFA code (mfa_serial), which a job cannot type" +
+                       export_keys);
+      const auto source_profile = profile_value("source_profile");
+      const auto credential_source = profile_value("credential_source");
+      const auto token_file = profile_value("web_identity_token_file");
+      if (token_file) {
+        // The role with a web identity token (AssumeRoleWithWebIdentity), as
+        // the environment's AWS_WEB_IDENTITY_TOKEN_FILE, from the profile.
+        const GetEnv from_profile = [&](const std::string& name) -> std::optional<std::string> {
+          if (name == "AWS_WEB_IDENTITY_TOKEN_FILE") return token_file;
+          if (name == "AWS_ROLE_ARN") return role_arn;
+          if (name == "AWS_ROLE_SESSION_NAME") return profile_value("role_session_name");
+          if (name == "AWS_REGION" && !nonempty(getenv(name)) && !role.region.empty()) return role.region;
+          return getenv(name);
+        };
+        config.role_endpoint = web_identity_endpoint(from_profile);
+      } else if (source_profile) {
+        const auto keys = keys_of(*source_profile);
+        check_config(keys.has_value(), "profile '" + profile + "': its source_profile '" + *source_profile +
+                                           "' has no keys in " + profile_files +
+                                           " (conveyor assumes a role with a source profile's own keys only)" +
+                                           export_keys);
+        role.source = *keys;
+      } else if (credential_source == "Environment") {
+        const auto id = nonempty(getenv("AWS_ACCESS_KEY_ID"));
+        const auto secret = nonempty(getenv("AWS_SECRET_ACCESS_KEY"));
+        check_config(id && secret, "profile '" + profile +
+                                       "' assumes its role with the environment's keys (credential_source = "
+                                       "Environment), but AWS_ACCESS_KEY_ID or AWS_SECRET_ACCESS_KEY is not set");
+        role.source = {*id, *secret, nonempty(getenv("AWS_SESSION_TOKEN")).value_or(""),
+                       "the environment (AWS_ACCESS_KEY_ID)"};
+      } else {
+        throw Error(ErrorKind::kConfig,
+                    "profile '" + profile + "' assumes its role with " +
+                        (credential_source ? "credential_source = " + *credential_source : "no source_profile") +
+                        ", which conveyor's S3 client does not read (it reads source_profile, credential_source "
+                        "= Environment and web_identity_token_file)" +
+                        export_keys);
+      }
+      if (!token_file) config.role_endpoint = assume_role_endpoint(role, getenv);
+      config.looked_in = looked_in_files;
+      config.credentials_source = config.role_endpoint->describe();
+    } else if (const auto keys = keys_of(profile)) {
+      config.access_key_id = keys->access_key_id;
+      config.secret_access_key = keys->secret_access_key;
+      config.session_token = keys->session_token;
+      config.credentials_source = keys->from;
     }
-    if (config.credentials_source.empty() && !value_in(config_section, "role_arn") &&
+    if (config.credentials_source.empty() &&
         (value_in(config_section, "sso_session") || value_in(config_section, "sso_start_url"))) {
       // IAM Identity Center: its settings in the profile (legacy) or in the
       // [sso-session NAME] it names.
@@ -222,10 +290,8 @@ S3Config resolve_s3_config(const std::map<std::string, std::string>& options, co
       config.looked_in = looked_in_files;
       config.credentials_source = config.role_endpoint->describe();
     }
-    const auto process = first_of([&] { return value_in(config_section, "credential_process"); },
-                                  [&] { return value_in(credentials_section, "credential_process"); });
-    if (config.credentials_source.empty() && process && !value_in(config_section, "role_arn") &&
-        !value_in(credentials_section, "role_arn")) {
+    const auto process = profile_value("credential_process");
+    if (config.credentials_source.empty() && process) {
       try {
         config.role_endpoint = process_endpoint(profile, *process);
       } catch (const Error& e) {
@@ -235,15 +301,6 @@ S3Config resolve_s3_config(const std::map<std::string, std::string>& options, co
       config.credentials_source = config.role_endpoint->describe();
     }
     if (config.credentials_source.empty()) {
-      for (const char* provider : {"role_arn", "web_identity_token_file"}) {
-        if (value_in(config_section, provider) || value_in(credentials_section, provider)) {
-          throw Error(ErrorKind::kConfig,
-                      "profile '" + profile + "' gets its credentials from " + provider +
-                          ", which conveyor's S3 client does not read: export the keys it gives (aws configure "
-                          "export-credentials --profile " +
-                          profile + " --format env), or read through s3fs by passing its own storage_options");
-        }
-      }
       config.looked_in = looked_in_files;
       if ((config.role_endpoint = role_credentials_endpoint(getenv))) {
         config.credentials_source = config.role_endpoint->describe();

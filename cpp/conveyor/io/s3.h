@@ -32,7 +32,7 @@ struct S3Config {
   std::string secret_access_key;
   std::string session_token;  ///< Empty for long-term keys.
   /// When no keys were found: where a role's credentials are read (EKS's
-  /// web identity through STS, the profile's SSO role or credential_process,
+  /// web identity through STS, the profile's role_arn, SSO role or credential_process,
   /// a container's endpoint, else the EC2 instance metadata service unless
   /// disabled), by the store at its first request (io/role_credentials.h).
   std::optional<RoleCredentialsEndpoint> role_endpoint;
@@ -66,7 +66,9 @@ const std::vector<std::string>& s3_option_names();
 ///   a profile is named in `options`; then, unless a profile is named, EKS's
 ///   web identity (web_identity_endpoint(), role_endpoint); the profile's keys in the shared
 ///   credentials file (AWS_SHARED_CREDENTIALS_FILE, else ~/.aws/credentials),
-///   then in the config file (AWS_CONFIG_FILE, else ~/.aws/config); the
+///   then in the config file (AWS_CONFIG_FILE, else ~/.aws/config), unless
+///   the profile names a role_arn (assume_role_endpoint(), or
+///   web_identity_endpoint() for its web_identity_token_file); the
 ///   profile's IAM Identity Center role (sso_endpoint()), then its
 ///   credential_process (process_endpoint()), each as role_endpoint. The
 ///   profile is `profile`, else AWS_PROFILE, else "default". None found: a
@@ -84,8 +86,9 @@ const std::vector<std::string>& s3_option_names();
 ///   per bucket), virtual-hosted for AWS's own endpoint.
 /// Throws Error{kConfig} naming the key for an unknown key or a bad value,
 /// for a named profile that no file has, for a credential_process that
-/// does not split into words, and for a profile whose keys come from
-/// role_arn (not read).
+/// does not split into words, and for a role_arn it cannot assume (an MFA
+/// code, a source profile without keys, an instance's or container's
+/// credential_source), saying what to do instead.
 S3Config resolve_s3_config(const std::map<std::string, std::string>& options, const GetEnv& getenv = process_env);
 
 /// The S3Config of GCS's S3-compatible XML API for gs:// URLs, from

@@ -143,17 +143,81 @@ TEST_F(S3ConfigTest, BadOptionsAreConfigErrorsNamingTheKey) {
             "storage_options: profile 'nope' is in neither ~/.aws/credentials nor ~/.aws/config");
 }
 
-TEST_F(S3ConfigTest, AProfileWhoseKeysComeFromAProviderWeDoNotReadIsNamed) {
-  write("config", "[profile cross]\nrole_arn = arn:aws:iam::1:role/ml\nsource_profile = default\n");
-  try {
-    resolve_s3_config({{"profile", "cross"}}, env());
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "profile 'cross' gets its credentials from role_arn, which conveyor's S3 client does not "
-              "read: export the keys it gives (aws configure export-credentials --profile cross --format env), or "
-              "read through s3fs by passing its own storage_options");
-  }
+TEST_F(S3ConfigTest, AProfilesRoleIsAssumedWithItsSourceProfilesKeysAsTheAwsCliDoes) {
+  write("credentials", "[base]\naws_access_key_id = AKIABASE\naws_secret_access_key = BASESECRET\n");
+  write("config",
+        "[profile cross]\nrole_arn = arn:aws:iam::2:role/ml\nsource_profile = base\nregion = eu-west-1\n"
+        "role_session_name = trainer\nexternal_id = ext-7\nduration_seconds = 7200\n"
+        "aws_access_key_id = AKIAOWN\naws_secret_access_key = OWNSECRET\n"
+        "[profile env]\nrole_arn = arn:aws:iam::3:role/ml\ncredential_source = Environment\n"
+        "[profile pod]\nrole_arn = arn:aws:iam::4:role/ml\nweb_identity_token_file = /var/run/token\n");
+  const S3Config cross = resolve_s3_config({{"profile", "cross"}}, env());
+  ASSERT_TRUE(cross.role_endpoint.has_value());  // The role, not the profile's own keys.
+  const RoleCredentialsEndpoint& role = *cross.role_endpoint;
+  EXPECT_EQ(role.kind, RoleCredentialsEndpoint::Kind::kAssumeRole);
+  EXPECT_EQ(role.role_arn, "arn:aws:iam::2:role/ml");
+  EXPECT_EQ(role.session_name, "trainer");
+  EXPECT_EQ(role.external_id, "ext-7");
+  EXPECT_EQ(role.duration_seconds, 7200);
+  EXPECT_EQ(role.region, "eu-west-1");
+  EXPECT_EQ(role.url, "https://sts.eu-west-1.amazonaws.com");
+  EXPECT_EQ(role.source.access_key_id, "AKIABASE");
+  EXPECT_EQ(role.source.secret_access_key, "BASESECRET");
+  EXPECT_EQ(cross.credentials_source,
+            "role arn:aws:iam::2:role/ml, assumed with the keys of ~/.aws/credentials [base] through STS at "
+            "https://sts.eu-west-1.amazonaws.com");
+  EXPECT_EQ(cross.access_key_id, "");
+  const S3Config from_env = resolve_s3_config(
+      {{"profile", "env"}},
+      env({{"AWS_ACCESS_KEY_ID", "AKIAENV"}, {"AWS_SECRET_ACCESS_KEY", "ENVSECRET"}, {"AWS_SESSION_TOKEN", "T"}}));
+  ASSERT_TRUE(from_env.role_endpoint.has_value());
+  EXPECT_EQ(from_env.role_endpoint->source.access_key_id, "AKIAENV");
+  EXPECT_EQ(from_env.role_endpoint->source.session_token, "T");
+  EXPECT_EQ(from_env.role_endpoint->url, "https://sts.amazonaws.com");  // No region: the global endpoint,
+  EXPECT_EQ(from_env.role_endpoint->region, "us-east-1");               // signed for us-east-1.
+  const S3Config pod = resolve_s3_config({{"profile", "pod"}}, env({{"AWS_REGION", "ap-south-1"}}));
+  ASSERT_TRUE(pod.role_endpoint.has_value());
+  EXPECT_EQ(pod.role_endpoint->kind, RoleCredentialsEndpoint::Kind::kWebIdentity);
+  EXPECT_EQ(pod.role_endpoint->authorization_file, "/var/run/token");
+  EXPECT_EQ(pod.role_endpoint->role_arn, "arn:aws:iam::4:role/ml");
+  EXPECT_EQ(pod.role_endpoint->url, "https://sts.ap-south-1.amazonaws.com");
+}
+
+TEST_F(S3ConfigTest, ARoleWeCannotAssumeIsNamedWithWhatToDoInstead) {
+  write("config",
+        "[profile nokeys]\nrole_arn = arn:r\nsource_profile = empty\n[profile empty]\nregion = us-west-2\n"
+        "[profile mfa]\nrole_arn = arn:r\nsource_profile = empty\nmfa_serial = arn:mfa\n"
+        "[profile ec2]\nrole_arn = arn:r\ncredential_source = Ec2InstanceMetadata\n"
+        "[profile noenv]\nrole_arn = arn:r\ncredential_source = Environment\n"
+        "[profile long]\nrole_arn = arn:r\ncredential_source = Environment\nduration_seconds = 1h\n");
+  const auto message = [&](const std::string& profile, const GetEnv& variables) {
+    try {
+      resolve_s3_config({{"profile", profile}}, variables);
+      return std::string("no error");
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+      return std::string(e.what());
+    }
+  };
+  const auto export_keys = [](const std::string& profile) {
+    return ": export the role's keys (aws configure export-credentials --profile " + profile + " --format env)";
+  };
+  EXPECT_EQ(message("nokeys", env()),
+            "profile 'nokeys': its source_profile 'empty' has no keys in ~/.aws/credentials and ~/.aws/config "
+            "(conveyor assumes a role with a source profile's own keys only)" +
+                export_keys("nokeys"));
+  EXPECT_EQ(
+      message("mfa", env()),
+      "profile 'mfa' assumes its role with an MFA code (mfa_serial), which a job cannot type" + export_keys("mfa"));
+  EXPECT_EQ(message("ec2", env()),
+            "profile 'ec2' assumes its role with credential_source = Ec2InstanceMetadata, which conveyor's S3 client "
+            "does not read (it reads source_profile, credential_source = Environment and web_identity_token_file)" +
+                export_keys("ec2"));
+  EXPECT_EQ(message("noenv", env()),
+            "profile 'noenv' assumes its role with the environment's keys (credential_source = Environment), but "
+            "AWS_ACCESS_KEY_ID or AWS_SECRET_ACCESS_KEY is not set");
+  EXPECT_EQ(message("long", env({{"AWS_ACCESS_KEY_ID", "A"}, {"AWS_SECRET_ACCESS_KEY", "S"}})),
+            "profile 'long': duration_seconds must be a whole number of seconds in [900, 43200], got '1h'");
 }
 
 TEST_F(S3ConfigTest, AProfilesCredentialProcessIsItsCredentialsAfterItsKeys) {

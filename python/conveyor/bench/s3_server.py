@@ -115,9 +115,12 @@ class S3Server:
         iam = self.client("iam")
         iam.create_user(UserName="conveyor")
         keys = iam.create_access_key(UserName="conveyor")["AccessKey"]
+        # S3, and what a test needs to make a role and assume it.
         policy = {
             "Version": "2012-10-17",
-            "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}],
+            "Statement": [
+                {"Effect": "Allow", "Action": ["s3:*", "iam:*", "sts:AssumeRole"], "Resource": "*"}
+            ],
         }
         iam.put_user_policy(UserName="conveyor", PolicyName="s3", PolicyDocument=json.dumps(policy))
         self.key, self.secret = keys["AccessKeyId"], keys["SecretAccessKey"]
