@@ -146,25 +146,39 @@ def test_a_profiles_role_is_assumed_at_sts_and_its_keys_read_the_bucket(s3, tmp_
         "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}],
     }
     role = iam.create_role(RoleName="reader", AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
-    allow = {
-        "Version": "2012-10-17",
-        "Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": "*"}],
-    }
-    iam.put_role_policy(RoleName="reader", PolicyName="read", PolicyDocument=json.dumps(allow))
+
+    def allow(action: str) -> str:
+        statement = {"Effect": "Allow", "Action": action, "Resource": "*"}
+        return json.dumps({"Version": "2012-10-17", "Statement": [statement]})
+
+    iam.put_role_policy(RoleName="reader", PolicyName="read", PolicyDocument=allow("s3:GetObject"))
+    # The source may only assume the role: a read signed with its keys is refused.
+    iam.create_user(UserName="assumer")
+    iam.put_user_policy(UserName="assumer", PolicyName="assume", PolicyDocument=allow("sts:AssumeRole"))
+    keys = iam.create_access_key(UserName="assumer")["AccessKey"]
     (tmp_path / ".aws").mkdir()
+    key, secret = keys["AccessKeyId"], keys["SecretAccessKey"]
     (tmp_path / ".aws" / "credentials").write_text(
-        f"[base]\naws_access_key_id = {s3.key}\naws_secret_access_key = {s3.secret}\n"
+        f"[base]\naws_access_key_id = {key}\naws_secret_access_key = {secret}\n"
     )
     (tmp_path / ".aws" / "config").write_text(
         f"[profile reader]\nrole_arn = {role}\nsource_profile = base\nregion = us-east-1\n"
     )
-    env = {
-        "HOME": str(tmp_path),
-        "AWS_PROFILE": "reader",
-        "AWS_ENDPOINT_URL": s3.endpoint_url,
-        "AWS_ACCESS_KEY_ID": "",
-        "AWS_SECRET_ACCESS_KEY": "",
-    }
+    env = {"HOME": str(tmp_path), "AWS_PROFILE": "reader", "AWS_ENDPOINT_URL": s3.endpoint_url}
+    for name in (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_CONFIG_FILE",
+        "AWS_SHARED_CREDENTIALS_FILE",
+        "AWS_ENDPOINT_URL_STS",
+        "AWS_ENDPOINT_URL_S3",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_ROLE_ARN",
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+    ):
+        env[name] = ""
     result = run_python(
         """
         from conveyor.sources import FileList

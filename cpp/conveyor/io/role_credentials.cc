@@ -66,7 +66,8 @@ struct Request {
   bool local = true;                   // A link-local or loopback endpoint: no proxy.
   const CaCertificates* ca = nullptr;  // What TLS is verified against (https), when set.
   std::string sigv4;                   // Signed with SigV4 ("aws:amz:REGION:SERVICE") when set,
-  std::string user_password;           // with these keys ("ID:SECRET"; never shown).
+  std::string access_key_id;           // with these keys (never shown).
+  std::string secret_access_key;
 };
 
 // Performs `r`; throws FetchError named by r.what (never a header's value).
@@ -98,8 +99,13 @@ Reply request(const Request& r) {
   }
   if (r.local) curl_easy_setopt(easy, CURLOPT_NOPROXY, "*");
   if (!r.sigv4.empty()) {
-    curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, r.sigv4.c_str());
-    curl_easy_setopt(easy, CURLOPT_USERPWD, r.user_password.c_str());
+    // Never the keys without SigV4 (a libcurl built without it would send
+    // them as Basic authentication).
+    if (curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, r.sigv4.c_str()) != CURLE_OK) {
+      throw FetchError({Kind::kOther, 0, r.what + ": this libcurl cannot sign with AWS SigV4"});
+    }
+    curl_easy_setopt(easy, CURLOPT_USERNAME, r.access_key_id.c_str());
+    curl_easy_setopt(easy, CURLOPT_PASSWORD, r.secret_access_key.c_str());
   }
   if (r.ca != nullptr) {
     curl_easy_setopt(easy, CURLOPT_CAINFO, r.ca->file.empty() ? nullptr : r.ca->file.c_str());
@@ -277,7 +283,8 @@ RoleCredentials read_assume_role(const RoleCredentialsEndpoint& endpoint, const 
   r.local = false;
   r.ca = ca;
   r.sigv4 = "aws:amz:" + endpoint.region + ":sts";
-  r.user_password = endpoint.source.access_key_id + ":" + endpoint.source.secret_access_key;
+  r.access_key_id = endpoint.source.access_key_id;
+  r.secret_access_key = endpoint.source.secret_access_key;
   return sts_credentials(request(r), "AssumeRole", what);
 }
 
@@ -680,11 +687,8 @@ RoleCredentialsEndpoint assume_role_endpoint(const AssumeRoleProfile& profile, c
                      profile.duration_seconds + "'");
     endpoint.duration_seconds = seconds;
   }
-  std::string region = profile.region;
-  if (region.empty())
-    region = nonempty(getenv("AWS_REGION")).value_or(nonempty(getenv("AWS_DEFAULT_REGION")).value_or(""));
-  endpoint.url = sts_url(getenv, region);
-  endpoint.region = region.empty() ? "us-east-1" : region;
+  endpoint.url = sts_url(getenv, profile.region);
+  endpoint.region = profile.region.empty() ? "us-east-1" : profile.region;
   return endpoint;
 }
 

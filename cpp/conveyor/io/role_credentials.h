@@ -49,7 +49,7 @@ struct RoleCredentialsEndpoint {
     std::string access_key_id;
     std::string secret_access_key;
     std::string session_token;
-    std::string from;  ///< Where they were found: "~/.aws/credentials [base]", "environment (AWS_ACCESS_KEY_ID)".
+    std::string from;  ///< Where they were found: "~/.aws/credentials [base]", "the environment (AWS_ACCESS_KEY_ID)".
   };
   Kind kind = Kind::kInstanceMetadata;
   std::string url;
@@ -130,15 +130,14 @@ struct AssumeRoleProfile {
   std::string session_name;      ///< role_session_name; empty: "conveyor-<unix time>".
   std::string external_id;       ///< external_id; empty: none.
   std::string duration_seconds;  ///< duration_seconds; empty: STS's default.
-  std::string region;            ///< The profile's region; empty: none.
+  std::string region;            ///< STS's region (S3's: AWS_REGION, ..., the profile's); empty: none.
   RoleCredentialsEndpoint::SourceKeys source;
 };
 
 /// Where `profile`'s role is assumed: STS at AWS_ENDPOINT_URL_STS, else
-/// AWS_ENDPOINT_URL, else https://sts.<region>.amazonaws.com for the
-/// profile's region, AWS_REGION or AWS_DEFAULT_REGION, else
-/// https://sts.amazonaws.com (signed for us-east-1), as the AWS SDKs ask
-/// it. Throws Error{kConfig} naming the profile for a duration_seconds that
+/// AWS_ENDPOINT_URL, else https://sts.<region>.amazonaws.com for
+/// profile.region, else https://sts.amazonaws.com (signed for us-east-1),
+/// as the AWS SDKs ask it. Throws Error{kConfig} naming the profile for a duration_seconds that
 /// is not a whole number of seconds in [900, 43200]. Thread-safe.
 RoleCredentialsEndpoint assume_role_endpoint(const AssumeRoleProfile& profile, const GetEnv& getenv = process_env);
 

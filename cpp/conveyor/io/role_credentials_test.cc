@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -459,6 +460,41 @@ TEST_F(ProcessCredentialsTest, CredentialsAboutToExpireAreReadAgainAtMostEveryRe
   ASSERT_NE(hourly.current(), nullptr);
   EXPECT_EQ(hourly.current()->access_key_id, "ASIA");  // Still valid: kept.
   EXPECT_EQ(count_runs(), 3);
+}
+
+TEST(RoleCredentialsTest, AssumeRoleSendsTheSourcesSessionAndDurationAndNamesStsRefusal) {
+  std::atomic<bool> refuse{false};
+  HttpTestServer sts([&](const HttpTestRequest& request, HttpTestConnection& connection) {
+    EXPECT_EQ(request.body,
+              "Action=AssumeRole&Version=2011-06-15&RoleArn=arn%3Ar&RoleSessionName=s&DurationSeconds=3600");
+    EXPECT_EQ(request.headers.at("x-amz-security-token"), "SOURCETOKEN");
+    const std::string& authorization = request.headers.at("authorization");
+    EXPECT_NE(authorization.find("SignedHeaders="), std::string::npos);
+    EXPECT_NE(authorization.find("x-amz-security-token"), std::string::npos) << authorization;  // Signed too.
+    if (refuse) {
+      return connection.send(
+          HttpTestServer::reply(403, "Forbidden",
+                                "<ErrorResponse><Error><Code>AccessDenied</Code><Message>SOURCESECRET?</Message>"
+                                "</Error></ErrorResponse>"));
+    }
+    return connection.send(HttpTestServer::reply(
+        200, "OK",
+        "<AssumeRoleResponse><AssumeRoleResult><Credentials><AccessKeyId>ASIA</AccessKeyId>"
+        "<SecretAccessKey>ROLESECRET</SecretAccessKey><SessionToken>T</SessionToken>"
+        "<Expiration>2030-01-01T00:00:00Z</Expiration></Credentials></AssumeRoleResult></AssumeRoleResponse>"));
+  });
+  AssumeRoleProfile profile{"p", "arn:r", "s", "", "3600", "", {"ASIASOURCE", "SOURCESECRET", "SOURCETOKEN", "there"}};
+  RoleCredentialsEndpoint endpoint = assume_role_endpoint(profile, env({{"AWS_ENDPOINT_URL_STS", sts.url("")}}));
+  EXPECT_EQ(endpoint.region, "us-east-1");
+  EXPECT_EQ(read_role_credentials(endpoint).access_key_id, "ASIA");
+  refuse = true;
+  try {
+    read_role_credentials(endpoint);
+    FAIL() << "no error";
+  } catch (const FetchError& e) {
+    EXPECT_EQ(e.failure().message, "role arn:r, assumed with the keys of there through STS at " + sts.url("") +
+                                       ": AssumeRole (HTTP 403, AccessDenied)");
+  }
 }
 
 }  // namespace

@@ -187,11 +187,11 @@ S3Config resolve_s3_config(const std::map<std::string, std::string>& options, co
     config.looked_in = "storage_options, AWS_ACCESS_KEY_ID";
     config.credentials_source = config.role_endpoint->describe();
   } else {
-    // A profile's value, in either file (the config file's first, as the AWS
-    // CLI merges them).
+    // A profile's value, in either file (the credentials file's first: the
+    // AWS CLI lays it over the config file's profile).
     const auto profile_value = [&](const char* key) {
-      return first_of([&] { return value_in(config_section, key); },
-                      [&] { return value_in(credentials_section, key); });
+      return first_of([&] { return value_in(credentials_section, key); },
+                      [&] { return value_in(config_section, key); });
     };
     // The keys of profile `name` in the files, as `shown [name]`.
     const auto keys_of = [&](const std::string& name) -> std::optional<RoleCredentialsEndpoint::SourceKeys> {
@@ -208,14 +208,21 @@ S3Config resolve_s3_config(const std::map<std::string, std::string>& options, co
       }
       return std::nullopt;
     };
-    if (const auto role_arn = profile_value("role_arn")) {
-      // A role to assume: it comes before the profile's own keys, as in the AWS SDKs.
+    const auto role_arn = profile_value("role_arn");
+    check_config(role_arn || !profile_value("web_identity_token_file"),
+                 "profile '" + profile + "' has a web_identity_token_file but no role_arn");
+    if (role_arn) {
+      // A role to assume: it comes before the profile's own keys, as in the
+      // AWS SDKs. STS's region is S3's (below), so that both are signed for one.
       AssumeRoleProfile role{profile,
                              *role_arn,
                              profile_value("role_session_name").value_or(""),
                              profile_value("external_id").value_or(""),
                              profile_value("duration_seconds").value_or(""),
-                             value_in(config_section, "region").value_or(""),
+                             first_of([&] { return nonempty(getenv("AWS_REGION")); },
+                                      [&] { return nonempty(getenv("AWS_DEFAULT_REGION")); },
+                                      [&] { return value_in(config_section, "region"); })
+                                 .value_or(""),
                              {}};
       const std::string export_keys =
           ": export the role's keys (aws configure export-credentials --profile " + profile + " --format env)";
@@ -232,11 +239,18 @@ S3Config resolve_s3_config(const std::map<std::string, std::string>& options, co
           if (name == "AWS_WEB_IDENTITY_TOKEN_FILE") return token_file;
           if (name == "AWS_ROLE_ARN") return role_arn;
           if (name == "AWS_ROLE_SESSION_NAME") return profile_value("role_session_name");
-          if (name == "AWS_REGION" && !nonempty(getenv(name)) && !role.region.empty()) return role.region;
+          if (name == "AWS_REGION") return role.region.empty() ? std::nullopt : std::optional(role.region);
           return getenv(name);
         };
         config.role_endpoint = web_identity_endpoint(from_profile);
       } else if (source_profile) {
+        check_config(!credential_source,
+                     "profile '" + profile + "' has both source_profile and credential_source: the AWS CLI takes one");
+        check_config(section(credentials_file, *source_profile) != nullptr ||
+                         section(config_file, *source_profile == "default" ? *source_profile
+                                                                           : "profile " + *source_profile) != nullptr,
+                     "profile '" + profile + "': its source_profile '" + *source_profile + "' is not a profile of " +
+                         profile_files);
         const auto keys = keys_of(*source_profile);
         check_config(keys.has_value(), "profile '" + profile + "': its source_profile '" + *source_profile +
                                            "' has no keys in " + profile_files +
@@ -252,12 +266,14 @@ S3Config resolve_s3_config(const std::map<std::string, std::string>& options, co
         role.source = {*id, *secret, nonempty(getenv("AWS_SESSION_TOKEN")).value_or(""),
                        "the environment (AWS_ACCESS_KEY_ID)"};
       } else {
-        throw Error(ErrorKind::kConfig,
-                    "profile '" + profile + "' assumes its role with " +
-                        (credential_source ? "credential_source = " + *credential_source : "no source_profile") +
-                        ", which conveyor's S3 client does not read (it reads source_profile, credential_source "
-                        "= Environment and web_identity_token_file)" +
-                        export_keys);
+        check_config(credential_source.has_value(), "profile '" + profile +
+                                                        "' names a role_arn but none of source_profile, "
+                                                        "credential_source and web_identity_token_file");
+        throw Error(ErrorKind::kConfig, "profile '" + profile +
+                                            "' assumes its role with credential_source = " + *credential_source +
+                                            ", which conveyor's S3 client does not read (it reads source_profile, "
+                                            "credential_source = Environment and web_identity_token_file)" +
+                                            export_keys);
       }
       if (!token_file) config.role_endpoint = assume_role_endpoint(role, getenv);
       config.looked_in = looked_in_files;

@@ -31,7 +31,8 @@ struct S3Config {
   std::string access_key_id;
   std::string secret_access_key;
   std::string session_token;  ///< Empty for long-term keys.
-  /// When no keys were found: where a role's credentials are read (EKS's
+  /// When the profile names a role_arn, or no keys were found: where a
+  /// role's credentials are read (EKS's
   /// web identity through STS, the profile's role_arn, SSO role or credential_process,
   /// a container's endpoint, else the EC2 instance metadata service unless
   /// disabled), by the store at its first request (io/role_credentials.h).

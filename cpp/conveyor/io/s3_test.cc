@@ -189,7 +189,11 @@ TEST_F(S3ConfigTest, ARoleWeCannotAssumeIsNamedWithWhatToDoInstead) {
         "[profile mfa]\nrole_arn = arn:r\nsource_profile = empty\nmfa_serial = arn:mfa\n"
         "[profile ec2]\nrole_arn = arn:r\ncredential_source = Ec2InstanceMetadata\n"
         "[profile noenv]\nrole_arn = arn:r\ncredential_source = Environment\n"
-        "[profile long]\nrole_arn = arn:r\ncredential_source = Environment\nduration_seconds = 1h\n");
+        "[profile long]\nrole_arn = arn:r\ncredential_source = Environment\nduration_seconds = 1h\n"
+        "[profile nosource]\nrole_arn = arn:r\n"
+        "[profile nowhere]\nrole_arn = arn:r\nsource_profile = missing\n"
+        "[profile both]\nrole_arn = arn:r\nsource_profile = empty\ncredential_source = Environment\n"
+        "[profile token]\nweb_identity_token_file = /var/run/token\n");
   const auto message = [&](const std::string& profile, const GetEnv& variables) {
     try {
       resolve_s3_config({{"profile", profile}}, variables);
@@ -218,6 +222,25 @@ TEST_F(S3ConfigTest, ARoleWeCannotAssumeIsNamedWithWhatToDoInstead) {
             "AWS_ACCESS_KEY_ID or AWS_SECRET_ACCESS_KEY is not set");
   EXPECT_EQ(message("long", env({{"AWS_ACCESS_KEY_ID", "A"}, {"AWS_SECRET_ACCESS_KEY", "S"}})),
             "profile 'long': duration_seconds must be a whole number of seconds in [900, 43200], got '1h'");
+  EXPECT_EQ(message("nosource", env()),
+            "profile 'nosource' names a role_arn but none of source_profile, credential_source and "
+            "web_identity_token_file");
+  EXPECT_EQ(message("nowhere", env()),
+            "profile 'nowhere': its source_profile 'missing' is not a profile of ~/.aws/credentials and ~/.aws/config");
+  EXPECT_EQ(message("both", env()),
+            "profile 'both' has both source_profile and credential_source: the AWS CLI takes one");
+  EXPECT_EQ(message("token", env()), "profile 'token' has a web_identity_token_file but no role_arn");
+}
+
+TEST_F(S3ConfigTest, AValueInBothFilesIsTheCredentialsFilesAsTheAwsCliMergesThem) {
+  write("credentials",
+        "[base]\naws_access_key_id = AKIABASE\naws_secret_access_key = S\n"
+        "[cross]\nrole_arn = arn:from-credentials\n");
+  write("config", "[profile cross]\nrole_arn = arn:from-config\nsource_profile = base\n");
+  const S3Config cross = resolve_s3_config({{"profile", "cross"}}, env());
+  ASSERT_TRUE(cross.role_endpoint.has_value());
+  EXPECT_EQ(cross.role_endpoint->role_arn, "arn:from-credentials");
+  EXPECT_EQ(cross.role_endpoint->source.access_key_id, "AKIABASE");
 }
 
 TEST_F(S3ConfigTest, AProfilesCredentialProcessIsItsCredentialsAfterItsKeys) {
