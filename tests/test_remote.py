@@ -572,7 +572,7 @@ def test_processes_sharing_a_cache_folder_read_whole_correct_files(color_folder,
     assert sums == {f"{expected}\n"}
     assert len(gets) <= 3 * len(relative)  # Never more than one GET per process and file.
     assert len(set(gets)) == len(relative)
-    files = [name for name in os.listdir(cache) if name.endswith(".obj")]
+    files = [name for _, _, names in os.walk(cache) for name in names if name.endswith(".obj")]
     assert len(files) == len(relative)
 
 

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -134,9 +135,23 @@ std::string CachingStore::file_name(const std::string& url) {
   // FNV-1a, 64 bits: a name, not a proof; the header names the URL.
   uint64_t hash = 0xcbf29ce484222325ULL;
   for (unsigned char c : url) hash = (hash ^ c) * 0x100000001b3ULL;
-  char name[24];
-  std::snprintf(name, sizeof name, "%016llx.obj", static_cast<unsigned long long>(hash));
+  char name[32];
+  std::snprintf(name, sizeof name, "%02llx/%016llx.obj", static_cast<unsigned long long>(hash >> 56),
+                static_cast<unsigned long long>(hash));
   return name;
+}
+
+std::string CachingStore::subfolder_of(const std::string& url) const {
+  const std::string name = file_name(url);
+  const std::string folder = directory_ + "/" + name.substr(0, name.find('/'));
+  const auto index = std::stoul(name.substr(0, 2), nullptr, 16);
+  if (!subfolders_made_[index].load(std::memory_order_acquire)) {
+    // Made once per store (a race makes it twice: EEXIST is fine); a folder
+    // that cannot be made fails the open in it, which reads through.
+    ::mkdir(folder.c_str(), 0755);
+    subfolders_made_[index].store(true, std::memory_order_release);
+  }
+  return folder;
 }
 
 bool CachingStore::read_cached(const std::string& url, uint64_t offset, int64_t size, std::vector<uint8_t>* out) const {
@@ -219,7 +234,7 @@ std::vector<uint8_t> CachingStore::read(const std::string& url, uint64_t offset,
   }
   // One fetcher per object across threads and processes: the others read
   // their range from the store meanwhile instead of waiting for it.
-  const std::string lock_path = directory_ + "/" + file_name(url) + ".lock";
+  const std::string lock_path = subfolder_of(url) + "/" + file_name(url).substr(3) + ".lock";
   Fd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
   if (lock.fd >= 0 && ::flock(lock.fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
     read_through_.fetch_add(1);
@@ -275,12 +290,18 @@ void CachingStore::insert(const std::string& url, const RemoteObjectInfo& info,
     return;  // Not cacheable: read through.
   }
   const std::string path = directory_ + "/" + file_name(url);
-  const std::string temporary = directory_ + "/.tmp-" + std::to_string(::getpid()) + "-" +
+  // In the object's own subfolder: the rename stays within one folder.
+  const std::string temporary = subfolder_of(url) + "/.tmp-" + std::to_string(::getpid()) + "-" +
                                 std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())) + "-" +
-                                file_name(url) + ".part";
+                                file_name(url).substr(3) + ".part";
   bool written = false;
   {
     Fd file(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (file.fd < 0 && errno == ENOENT) {
+      // Its subfolder was removed since this store made it (a user emptied the folder).
+      ::mkdir(temporary.substr(0, temporary.rfind('/')).c_str(), 0755);
+      file.fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    }
     written = file.fd >= 0 && write_all(file.fd, reinterpret_cast<const uint8_t*>(header.data()), header.size()) &&
               write_all(file.fd, data.data(), data.size()) && ::fsync(file.fd) == 0;
   }
@@ -324,7 +345,8 @@ void CachingStore::evict(const std::string& keep, int64_t added) const {
     std::vector<Entry> entries;
     usage = 0;
     std::error_code error;
-    for (const auto& item : std::filesystem::directory_iterator(directory_, error)) {
+    // Objects lie in 256 subfolders (older versions put them in the folder itself).
+    for (const auto& item : std::filesystem::recursive_directory_iterator(directory_, error)) {
       if (item.path().extension() != ".obj") continue;
       std::error_code item_error;
       const auto bytes = static_cast<int64_t>(item.file_size(item_error));
@@ -346,7 +368,7 @@ void CachingStore::evict(const std::string& keep, int64_t added) const {
         usage -= entry.bytes;
         evictions_.fetch_add(1);
         std::lock_guard guard(mu_);
-        on_disk_.erase(std::filesystem::path(entry.path).filename().string());
+        on_disk_.erase(entry.path.substr(directory_.size() + 1));  // file_name()'s form.
       }
     }
   }
@@ -362,7 +384,7 @@ void CachingStore::evict(const std::string& keep, int64_t added) const {
 int64_t CachingStore::folder_bytes() const {
   int64_t total = 0;
   std::error_code error;
-  for (const auto& item : std::filesystem::directory_iterator(directory_, error)) {
+  for (const auto& item : std::filesystem::recursive_directory_iterator(directory_, error)) {
     std::error_code item_error;
     if (item.path().extension() == ".obj") total += static_cast<int64_t>(item.file_size(item_error));
   }

@@ -84,7 +84,7 @@ class CachingStoreTest : public detail::TempDirTest {
   std::string folder() const { return (dir_ / "cache").string(); }
   int64_t folder_bytes() const {
     int64_t total = 0;
-    for (const auto& item : std::filesystem::directory_iterator(folder())) {
+    for (const auto& item : std::filesystem::recursive_directory_iterator(folder())) {
       if (item.path().extension() == ".obj") total += static_cast<int64_t>(item.file_size());
     }
     return total;
@@ -151,6 +151,27 @@ TEST_F(CachingStoreTest, TheBudgetHoldsAndTheLeastRecentlyUsedGoFirst) {
   EXPECT_EQ(remote_->requests("fetch"), fetched);
   next.read("u0", 0, -1);
   EXPECT_EQ(remote_->requests("fetch"), fetched + 1);
+}
+
+TEST_F(CachingStoreTest, ObjectsLieIn256SubfoldersAndAnOlderFlatCopyIsEvictedFirst) {
+  // One folder serialises every file made in it; a cache made by an older
+  // version (objects in the folder itself) still counts against the budget.
+  const std::string name = CachingStore::file_name("u0");
+  EXPECT_EQ(name.size(), 2 + 1 + 16 + 4);
+  EXPECT_EQ(name[2], '/');
+  std::filesystem::create_directories(folder());
+  std::ofstream(folder() + "/0123456789abcdef.obj") << std::string(1500, 'o');  // Old and flat: least recent.
+  std::filesystem::last_write_time(folder() + "/0123456789abcdef.obj",
+                                   std::filesystem::file_time_type::clock::now() - std::chrono::hours(1));
+  const std::string data(1000, 'x');
+  for (int i = 0; i < 2; ++i) remote_->put("u" + std::to_string(i), data, "v");
+  CachingStore cache(remote_, folder(), 3000);
+  cache.read("u0", 0, -1);
+  EXPECT_TRUE(std::filesystem::exists(folder() + "/" + name));
+  cache.read("u1", 0, -1);  // 1500 + 2 x 1027 > 3000: the flat copy goes.
+  EXPECT_FALSE(std::filesystem::exists(folder() + "/0123456789abcdef.obj"));
+  EXPECT_EQ(cache.counters().evictions, 1);
+  EXPECT_TRUE(cache.serves_locally("u0") && cache.serves_locally("u1"));
 }
 
 TEST_F(CachingStoreTest, AnObjectLargerThanTheBudgetIsReadThroughNotCached) {
