@@ -99,11 +99,43 @@ def test_a_missing_key_is_named_with_s3s_error_code(s3):
     assert str(error.value) == "s3://data/images/none.jpg: HTTP 404 NOT FOUND (NoSuchKey)"
 
 
+#: The AWS settings a child reads unless a test sets them: none is inherited.
+_AWS_VARIABLES = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_CONFIG_FILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ENDPOINT_URL_STS",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_ROLE_ARN",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+)
+
+
+def _expect_a_signed_read(s3, env: dict[str, str]) -> None:
+    """A child with ``env`` (every other AWS variable emptied) reads an
+    object of ``s3`` (which checks signatures) through the engine's client."""
+    result = run_python(
+        """
+        from conveyor.sources import FileList
+        source = FileList(["s3://data/images/dog/001.jpg"])
+        print(len(source._engine_source().read(0)[0]))
+        """,
+        env={**{name: "" for name in _AWS_VARIABLES}, **env},
+    )
+    assert result.returncode == 0, result.stderr
+    data = s3.client().get_object(Bucket="data", Key="images/dog/001.jpg")["Body"].read()
+    assert result.stdout == f"{len(data)}\n"
+
+
 @pytest.mark.parametrize("where", ["environment", "credentials file", "profile", "credential_process"])
 def test_credentials_and_endpoint_are_found_as_the_aws_tools_find_them(s3, tmp_path, where):
     env = {"HOME": str(tmp_path), "AWS_ENDPOINT_URL_S3": s3.endpoint_url}
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
-        env[name] = ""
     (tmp_path / ".aws").mkdir()
     if where == "environment":
         env.update(AWS_ACCESS_KEY_ID=s3.key, AWS_SECRET_ACCESS_KEY=s3.secret)
@@ -123,17 +155,7 @@ def test_credentials_and_endpoint_are_found_as_the_aws_tools_find_them(s3, tmp_p
         )
         if where == "profile":
             env["AWS_PROFILE"] = "train"
-    result = run_python(
-        """
-        from conveyor.sources import FileList
-        source = FileList(["s3://data/images/dog/001.jpg"])
-        print(len(source._engine_source().read(0)[0]))
-        """,
-        env=env,
-    )
-    assert result.returncode == 0, result.stderr
-    data = s3.client().get_object(Bucket="data", Key="images/dog/001.jpg")["Body"].read()
-    assert result.stdout == f"{len(data)}\n"
+    _expect_a_signed_read(s3, env)
 
 
 def test_a_profiles_role_is_assumed_at_sts_and_its_keys_read_the_bucket(s3, tmp_path):
@@ -165,31 +187,7 @@ def test_a_profiles_role_is_assumed_at_sts_and_its_keys_read_the_bucket(s3, tmp_
         f"[profile reader]\nrole_arn = {role}\nsource_profile = base\nregion = us-east-1\n"
     )
     env = {"HOME": str(tmp_path), "AWS_PROFILE": "reader", "AWS_ENDPOINT_URL": s3.endpoint_url}
-    for name in (
-        "AWS_ACCESS_KEY_ID",
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN",
-        "AWS_CONFIG_FILE",
-        "AWS_SHARED_CREDENTIALS_FILE",
-        "AWS_ENDPOINT_URL_STS",
-        "AWS_ENDPOINT_URL_S3",
-        "AWS_WEB_IDENTITY_TOKEN_FILE",
-        "AWS_ROLE_ARN",
-        "AWS_REGION",
-        "AWS_DEFAULT_REGION",
-    ):
-        env[name] = ""
-    result = run_python(
-        """
-        from conveyor.sources import FileList
-        source = FileList(["s3://data/images/dog/001.jpg"])
-        print(len(source._engine_source().read(0)[0]))
-        """,
-        env=env,
-    )
-    assert result.returncode == 0, result.stderr
-    data = s3.client().get_object(Bucket="data", Key="images/dog/001.jpg")["Body"].read()
-    assert result.stdout == f"{len(data)}\n"
+    _expect_a_signed_read(s3, env)
 
 
 def test_without_credentials_a_forbidden_read_says_none_were_found(s3, tmp_path):

@@ -593,7 +593,10 @@ std::shared_ptr<ReadPlan> TarShardSource::plan_reads(std::span<const int64_t> or
 Record TarShardSource::read_planned(int64_t index, ReadPlan& plan) const {
   auto* runs = dynamic_cast<RunPlan*>(&plan);
   const Index::Sample& sample = index_->sample(index);
-  const int32_t r = runs == nullptr ? -1 : runs->run_of[static_cast<size_t>(index)];
+  // Not this source's plan (another source's, or none): each read alone.
+  const int32_t r = runs == nullptr || static_cast<size_t>(index) >= runs->run_of.size()
+                        ? -1
+                        : runs->run_of[static_cast<size_t>(index)];
   if (r < 0) return read(index);
   ShardRun& run = runs->runs[static_cast<size_t>(r)];
   Bytes bytes;
