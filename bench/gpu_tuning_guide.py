@@ -611,6 +611,11 @@ def main() -> int:
     device = torch.device(args.device)
     if device.type == "cpu":
         warnings.filterwarnings("ignore", message=".*pin_memory.*")  # No accelerator to pin for.
+        # torch 2.13.0+cpu's oneDNN (3.12) corrupts the heap in the backward of
+        # this net's channels_last convolutions on one thread of an AVX2-only
+        # CPU (AMD EPYC: glibc aborts, "double free or corruption"). The CPU run
+        # checks the guide's code paths, not speed: torch's own kernels do.
+        torch.backends.mkldnn.enabled = False
     results: dict[str, Any] = {
         "schema": SCHEMA,
         "args": vars(args),
