@@ -26,6 +26,26 @@ TEST(ConnectionLimitTest, GrowsByOnePerSuccessWhileRequestsQueueUntilTheFirstOve
   EXPECT_EQ(limit.value(), 8);  // Nothing waits: more connections would not help.
 }
 
+TEST(ConnectionLimitTest, GrowsByOnePerNewConnectionOnceRequestsQueueUntilTheFirstOverload) {
+  ConnectionLimit limit(4, 12);
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(limit.connected(true));
+  EXPECT_EQ(limit.value(), 8);  // Four connections taken at once, before any answer.
+  EXPECT_FALSE(limit.connected(false));
+  EXPECT_FALSE(limit.connected(false));
+  EXPECT_EQ(limit.value(), 8);  // Nothing waits: more connections would not help yet...
+  EXPECT_TRUE(limit.waiting());
+  EXPECT_EQ(limit.value(), 10);   // ... until requests wait.
+  EXPECT_FALSE(limit.waiting());  // Each connection counts once.
+  for (int i = 0; i < 4; ++i) limit.connected(true);
+  EXPECT_EQ(limit.value(), 12);  // Never past the maximum.
+  const Clock::time_point t0 = Clock::time_point{} + 10s;
+  limit.record(true, true, t0, t0, 12);
+  EXPECT_EQ(limit.value(), 6);
+  EXPECT_FALSE(limit.connected(true));
+  EXPECT_FALSE(limit.waiting());
+  EXPECT_EQ(limit.value(), 6);  // Once overloaded, only answers grow it (a round each).
+}
+
 TEST(ConnectionLimitTest, AnOverloadHalvesWhatWasInFlightWhenTheRequestStarted) {
   ConnectionLimit limit(64, 256, 1s);
   const Clock::time_point t0 = Clock::time_point{} + 10s;

@@ -147,6 +147,15 @@ struct Transfer {
   Clock::time_point started{};
   bool slow_connect = false;  // Reported as an overload while still connecting.
   int connect_restarts = 0;
+  // Set on the loop thread by curl's callbacks (on_new_socket,
+  // on_connection_ready): a socket was opened for this attempt; its new
+  // connection was ready this long after it started (< 0: not yet), which
+  // the loop notes once (note_new_connections) through `connections_ready`,
+  // its count of those not noted yet.
+  bool new_socket = false;
+  double connected_after = -1;
+  bool connection_noted = false;
+  int* connections_ready = nullptr;
   const CaCertificates* ca = nullptr;  // What TLS is verified against (the loop's; set by configure()).
 
   // The reply: written by the loop thread, read by the waiter once `done`.
@@ -214,6 +223,22 @@ size_t on_header(char* data, size_t, size_t count, void* user) {
     if (ec == std::errc() && std::isfinite(seconds) && seconds > 0) t.retry_after = seconds;  // A date: ignored.
   }
   return count;
+}
+
+int on_new_socket(void* user, curl_socket_t, curlsocktype purpose) {
+  if (purpose == CURLSOCKTYPE_IPCXN) static_cast<Transfer*>(user)->new_socket = true;
+  return CURL_SOCKOPT_OK;
+}
+
+// Called when the transfer's connection (a new or a reused one) is ready,
+// TLS included, before the request is sent.
+int on_connection_ready(void* user, char*, char*, int, int) {
+  Transfer& t = *static_cast<Transfer*>(user);
+  if (t.new_socket && t.connected_after < 0) {
+    t.connected_after = std::chrono::duration<double>(Clock::now() - t.started).count();
+    ++*t.connections_ready;
+  }
+  return CURL_PREREQFUNC_OK;
 }
 
 size_t on_body(char* data, size_t, size_t count, void* user) {
@@ -615,7 +640,12 @@ class HttpStore::Loop {
       }
       incoming.clear();
       drop_abandoned();
-      if (start_admitted()) driver_->start_added();
+      // A limit raised by a connection ready admits more at once.
+      bool grew = false;
+      if (start_admitted()) {
+        driver_->start_added();
+        grew = note_new_connections();
+      }
       bool finished = false;
       int left = 0;
       while (CURLMsg* message = curl_multi_info_read(multi_, &left)) {
@@ -629,7 +659,10 @@ class HttpStore::Loop {
         report_slow_connects(now);
         last_slow_check_ = now;
       }
-      if (!finished) driver_->wait_and_act(active_.empty() ? kIdleWait : kSlowConnectCheck);
+      if (!finished && !grew) {
+        driver_->wait_and_act(active_.empty() ? kIdleWait : kSlowConnectCheck);
+        note_new_connections();
+      }
     }
     // Stopping: whatever is still in flight or queued ends as cancelled.
     {
@@ -674,10 +707,36 @@ class HttpStore::Loop {
     }
   }
 
+  // Passes the new connections made ready since the last call to their
+  // hosts' limits (ConnectionLimit::connected): one ready sooner than a slow
+  // connect may raise the limit. Returns whether a limit grew.
+  bool note_new_connections() {
+    if (connections_ready_ == 0) return false;
+    connections_ready_ = 0;
+    bool grew = false;
+    for (auto& [easy, t] : active_) {
+      if (t->connected_after < 0 || t->connection_noted) continue;
+      t->connection_noted = true;
+      Host& host = hosts_.at(t->host);
+      if (t->connected_after < host.slow_connect_seconds() && host.limit.connected(!host.waiting.empty())) {
+        grew = true;
+      }
+    }
+    if (grew) update_largest_limit();
+    return grew;
+  }
+
+  void update_largest_limit() {
+    int largest = 0;
+    for (const auto& [name, each] : hosts_) largest = std::max(largest, each.limit.value());
+    largest_limit_.store(largest);
+  }
+
   // Adds the transfers their hosts' limits admit; returns whether any.
   bool start_admitted() {
     bool started = false;
     for (auto& [name, host] : hosts_) {
+      if (!host.waiting.empty() && host.limit.waiting()) update_largest_limit();
       while (host.active < host.limit.value() && !host.waiting.empty()) {
         std::shared_ptr<Transfer> t = std::move(host.waiting.front());
         host.waiting.pop_front();
@@ -723,6 +782,13 @@ class HttpStore::Loop {
     curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(easy, CURLOPT_WRITEDATA, &t);
     curl_easy_setopt(easy, CURLOPT_BUFFERSIZE, 64L << 10);
+    t.new_socket = t.connection_noted = false;
+    t.connected_after = -1;
+    t.connections_ready = &connections_ready_;
+    curl_easy_setopt(easy, CURLOPT_SOCKOPTFUNCTION, on_new_socket);
+    curl_easy_setopt(easy, CURLOPT_SOCKOPTDATA, &t);
+    curl_easy_setopt(easy, CURLOPT_PREREQFUNCTION, on_connection_ready);
+    curl_easy_setopt(easy, CURLOPT_PREREQDATA, &t);
     t.ca = &ca_;
     curl_easy_setopt(easy, CURLOPT_CAINFO, ca_.file.empty() ? nullptr : ca_.file.c_str());
     curl_easy_setopt(easy, CURLOPT_CAPATH, ca_.folder.empty() ? nullptr : ca_.folder.c_str());
@@ -828,9 +894,7 @@ class HttpStore::Loop {
     if (host.limit.record(overloaded, !host.waiting.empty(), Clock::now(), t->started, t->in_flight_at_start)) {
       overloaded_.fetch_add(1);
     }
-    int largest = 0;
-    for (const auto& [name, each] : hosts_) largest = std::max(largest, each.limit.value());
-    largest_limit_.store(largest);
+    update_largest_limit();
     recycle(easy);
     complete(*t);
   }
@@ -875,6 +939,7 @@ class HttpStore::Loop {
   std::map<CURL*, std::shared_ptr<Transfer>> active_;
   std::vector<CURL*> idle_;
   Clock::time_point last_slow_check_{};
+  int connections_ready_ = 0;  // Transfers whose new connection is not noted yet.
 
   std::atomic<int64_t> requests_{0};
   std::atomic<int64_t> connections_{0};

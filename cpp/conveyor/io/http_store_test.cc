@@ -5,12 +5,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
 #include <iterator>
 #include <map>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -251,6 +253,44 @@ TEST(HttpStoreTest, ManyThreadsReadingAtOnceGetTheirOwnBytes) {
   // Connections were reused (a cut of the limit on a loaded machine may
   // change how many were opened, never that most reads reused one).
   EXPECT_LT(store.counters().connections, 320);
+}
+
+TEST(HttpStoreTest, ANewHostTakesMoreConnectionsBeforeItsFirstAnswer) {
+  // A far store: no answer comes until every read's request has arrived
+  // (or, for the test to end when the limit waits for answers to grow, 20 s
+  // have passed; then every request is answered at once). Each connection the host takes at once raises the
+  // limit from its 4, before any answer.
+  constexpr int kReads = 32;
+  std::mutex mu;
+  std::condition_variable arrived_cv;
+  int arrived = 0;
+  int arrived_before_first_answer = -1;
+  HttpTestServer server([&](const HttpTestRequest&, HttpTestConnection& connection) {
+    {
+      std::unique_lock lock(mu);
+      ++arrived;
+      arrived_cv.notify_all();
+      arrived_cv.wait_for(lock, std::chrono::seconds(20),
+                          [&] { return arrived >= kReads || arrived_before_first_answer >= 0; });
+      if (arrived_before_first_answer < 0) arrived_before_first_answer = arrived;
+      arrived_cv.notify_all();
+    }
+    return connection.send(HttpTestServer::reply(200, "OK", "x"));
+  });
+  HttpStore store;
+  ASSERT_EQ(store.options().initial_connections_per_host, 4);
+  std::vector<std::thread> readers;
+  std::atomic<int> read{0};
+  for (int i = 0; i < kReads; ++i) {
+    readers.emplace_back([&] {
+      if (text(store.read(server.url("/a"), 0, -1)) == "x") ++read;
+    });
+  }
+  for (std::thread& reader : readers) reader.join();
+  EXPECT_EQ(read.load(), kReads);
+  std::lock_guard lock(mu);
+  EXPECT_EQ(arrived_before_first_answer, kReads);
+  EXPECT_GE(store.counters().connections_per_host, kReads);
 }
 
 // A reply built from `seed`: a status line (valid or not), headers with

@@ -536,6 +536,17 @@ TEST(AutotuneController, InitialSettingsRespectTheBudget) {
   EXPECT_EQ(c.initial_settings({4, 100, 1024}), (AutotuneSettings{4, 16, 1}));      // Less than a batch: still 1.
 }
 
+TEST(AutotuneController, ReadsThatWaitOnANetworkStartWithABatchsReadsInFlight) {
+  AutotuneOptions remote;
+  remote.remote_reads = true;
+  const AutotuneLimits limits{2, 1 << 30, 1024};
+  EXPECT_EQ(AutotuneController(64, remote).initial_settings(limits).io_threads, 64);
+  EXPECT_EQ(AutotuneController(8, remote).initial_settings(limits).io_threads, 16);  // At least the local 16.
+  remote.max_io_threads = 32;
+  EXPECT_EQ(AutotuneController(64, remote).initial_settings(limits).io_threads, 32);
+  EXPECT_EQ(AutotuneController(64).initial_settings(limits).io_threads, 16);  // Local reads.
+}
+
 TEST(AutotuneController, LittlesLawTargetsWithTheReason) {
   AutotuneController c(10);
   const AutotuneLimits limits{8, 1 << 30, 1024};

@@ -81,6 +81,11 @@ int64_t batch_bytes(const LoaderOptions& options, size_t buffer_bytes) {
   return checked_add(static_cast<int64_t>(buffer_bytes), soft_label_bytes(options), "the bytes of a batch");
 }
 
+AutotuneOptions with_remote_reads(AutotuneOptions options, bool remote_reads) {
+  options.remote_reads = remote_reads;
+  return options;
+}
+
 // The memory budget: the option, else the default. It must hold a batch
 // mix's soft labels of one batch (they are allocated per batch, whatever the
 // prefetch), and an explicit one the batches a pinned prefetch needs, at
@@ -139,7 +144,8 @@ Loader::Loader(std::shared_ptr<const Source> source, std::shared_ptr<const Sampl
       memory_budget_(memory_budget_for(options_, pool_.buffer_bytes())),
       autotune_(std::make_unique<LoaderAutotune>(
           options_.batch_size, batch_bytes(options_, pool_.buffer_bytes()), memory_budget_,
-          AutotuneSettings{options_.threads, options_.io_threads, options_.prefetch}, options_.autotune,
+          AutotuneSettings{options_.threads, options_.io_threads, options_.prefetch},
+          with_remote_reads(options_.autotune, !local_reads_),
           [processes = options_.local_processes] { return std::max(1, usable_cpu_count() / processes); })),
       settings_(autotune_->initial_settings()),
       sample_pool_(options_.allocator),
