@@ -12,7 +12,7 @@ DEMO_DATA := demo-data
 DEMO_IMAGES ?= 2000
 
 APT_PACKAGES := build-essential pkg-config libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev libwebp-dev libtiff-dev libgif-dev libopencv-imgproc-dev \
-	libgtest-dev libbenchmark-dev nlohmann-json3-dev zlib1g-dev libcurl4-openssl-dev nginx clang clang-format libclang-rt-14-dev cmake ninja-build curl debootstrap debian-archive-keyring ccache
+	libgtest-dev libbenchmark-dev nlohmann-json3-dev zlib1g-dev libcurl4-openssl-dev nginx libnginx-mod-http-echo clang clang-format libclang-rt-14-dev cmake ninja-build curl debootstrap debian-archive-keyring ccache
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test test-background test-fast prepare setup build wheel wheel-root wheel-check gpu-check gpu-deps cpp-test py-test parity-test asan asan-build tsan tsan-build asan-python fuzz fuzz-build fuzz-smoke stress lint format bench-cpp bench-peers clean

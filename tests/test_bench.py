@@ -15,7 +15,7 @@ import pytest
 
 from conveyor import dataset
 from conveyor.bench import cli as bench
-from conveyor.bench import peers, report, runner
+from conveyor.bench import nginx_server, peers, report, runner
 from conveyor.bench.procmem import TreeMemorySampler
 from conveyor.cli import main
 
@@ -240,6 +240,11 @@ def test_quick_remote_run(tmp_path, data, capsys, monkeypatch):
         has_server = run["case"] not in ("local files", "local shards") and os.path.exists("/proc/self/stat")
         assert ("server_cpu_ms_per_image" in run["result"]) == has_server
         assert run["result"].get("server_cpu_ms_per_image", 0) >= 0
+    # The file server is nginx where it and its echo module are installed (make test installs both).
+    missing = nginx_server.unavailable()
+    file_server = "nginx" if missing is None else f"conveyor.bench.http_server ({missing})"
+    served = [r for r in ours + stock if r["case"].startswith("HTTP") or "file server" in r["case"]]
+    assert served and all(r["result"]["server"] == file_server for r in served)
     assert set(full["remote_ratios"]) == {
         "100ms_over_0ms",
         "100ms_over_0ms_steady",

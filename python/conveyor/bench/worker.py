@@ -191,21 +191,28 @@ def _process_cpu_seconds(pid: int) -> Optional[float]:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _start_server(root: str, latency_ms: float) -> tuple[subprocess.Popen[str], int]:
-    """The HTTP file server in its own process (so that serving does not share
-    the measured process's GIL); returns it and its port. Started as a script,
-    not with ``-m``: importing the ``conveyor`` package imports torch, whose
-    ~170,000 objects made each of the server's garbage collections long (~20 %
-    of its CPU at 20 ms latency, docs/design/benchmarks.md "Remote storage")."""
-    from conveyor.bench import http_server
+def _start_server(root: str, latency_ms: float, folder: str) -> tuple[subprocess.Popen[Any], int, str]:
+    """The file server in its own process (so that serving does not share
+    the measured process's GIL); returns it, its port and which it is:
+    nginx with the echo module's latency (nginx_server.py), else, where that
+    is not installed, the project's Python server (http_server.py), started
+    as a script, not with ``-m``: importing the ``conveyor`` package imports
+    torch, whose ~170,000 objects made each of the server's garbage
+    collections long (~20 % of its CPU at 20 ms latency,
+    docs/design/benchmarks.md "Remote storage")."""
+    from conveyor.bench import http_server, nginx_server
 
+    missing = nginx_server.unavailable()
+    if missing is None:
+        process, port = nginx_server.start(root, latency_ms, folder)
+        return process, port, "nginx"
     server = subprocess.Popen(
         [sys.executable, http_server.__file__, root, "--latency-ms", str(latency_ms)],
         stdout=subprocess.PIPE,
         text=True,
     )
     assert server.stdout is not None
-    return server, int(server.stdout.readline())
+    return server, int(server.stdout.readline()), f"conveyor.bench.http_server ({missing})"
 
 
 def _remote_order(count: int, limit: Optional[int]) -> list[int]:
@@ -260,13 +267,19 @@ def _with_server_cpu(pid: int, run: Callable[[], dict[str, Any]]) -> dict[str, A
 
 def _served(root: str, spec: Spec, run: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
     """``run(endpoint)``'s figures against the file server serving ``root``
-    at ``spec["latency_ms"]``, with the server's CPU per image."""
-    server, port = _start_server(root, spec["latency_ms"])
-    try:
-        return _with_server_cpu(server.pid, lambda: run(f"http://127.0.0.1:{port}"))
-    finally:
-        server.kill()
-        server.wait()
+    at ``spec["latency_ms"]``, with the server's CPU per image and which
+    server it was."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="conveyor-bench-server-") as folder:
+        server, port, name = _start_server(root, spec["latency_ms"], folder)
+        try:
+            result = _with_server_cpu(server.pid, lambda: run(f"http://127.0.0.1:{port}"))
+            result["server"] = name
+            return result
+        finally:
+            server.kill()
+            server.wait()
 
 
 #: Bytes per tar shard in ``bench remote``: 16 384 of the demo's photos make
