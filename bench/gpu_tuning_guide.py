@@ -555,6 +555,7 @@ def environment(device: torch.device) -> dict[str, Any]:
         "device_name": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
+        "mkldnn_enabled": torch.backends.mkldnn.enabled,  # Off on a CPU device (main()).
     }
     if device.type == "cuda":
         env["device_name"] = torch.cuda.get_device_name(device)

@@ -71,6 +71,27 @@ def assert_same(a, b) -> None:
         np.testing.assert_array_equal(la, lb)
 
 
+def test_reads_of_urls_start_with_a_batchs_reads_in_flight(color_folder):
+    from conveyor.sources import FileList
+
+    urls = [f"http://127.0.0.1:9/{i}.jpg" for i in range(300)]  # Not read: the loader's first settings.
+    images = [T.Resize((8, 8))]
+    with conveyor.Loader(FileList(urls), images, batch_size=100, dtype="uint8") as remote:
+        assert remote.stats()["io_threads"] == 100  # Their first batch waits one read, not seven.
+    with conveyor.Loader(FileList(urls), images, batch_size=8, dtype="uint8") as small:
+        assert small.stats()["io_threads"] == 16  # Never fewer than local reads start with.
+
+    class Items:  # A Python dataset's reads wait on the GIL, not a network.
+        def __len__(self) -> int:
+            return 300
+
+        def __getitem__(self, index: int) -> tuple[bytes, int]:
+            return b"", 0
+
+    with conveyor.Loader(PythonSource(Items()), images, batch_size=100, dtype="uint8") as python:
+        assert python.stats()["io_threads"] == 16
+
+
 def test_auto_is_the_default_and_gives_the_batches_of_fixed_threads(color_folder):
     with (
         train_loader(color_folder) as auto,

@@ -7,28 +7,27 @@ namespace conveyor {
 ConnectionLimit::ConnectionLimit(int initial, int max, Clock::duration cooldown)
     : value_(std::clamp(initial, 1, std::max(1, max))), max_(std::max(1, max)), cooldown_(cooldown) {}
 
-bool ConnectionLimit::connected(bool queued) {
-  if (overloaded_once_) return false;
-  ++connections_not_counted_;
-  return queued && waiting();
+void ConnectionLimit::connected() {
+  if (counting_connections_) ++connections_not_spent_;
 }
 
 bool ConnectionLimit::waiting() {
-  if (overloaded_once_ || connections_not_counted_ == 0 || value_ >= max_) return false;
-  value_ = std::min(max_, value_ + connections_not_counted_);
-  connections_not_counted_ = 0;
+  if (connections_not_spent_ == 0 || value_ >= max_) return false;
+  value_ = std::min(max_, value_ + connections_not_spent_);
+  connections_not_spent_ = 0;
   return true;
 }
 
 bool ConnectionLimit::record(bool overloaded, bool queued, Clock::time_point now, Clock::time_point started,
                              int in_flight_at_start) {
+  counting_connections_ = false;
   if (overloaded) {
+    connections_not_spent_ = 0;
     if (started < last_cut_) return false;
     value_ = std::max(1, std::min(value_, in_flight_at_start) / 2);
     last_cut_ = last_change_ = now;
     overloaded_once_ = true;
     successes_ = 0;
-    connections_not_counted_ = 0;
     return true;
   }
   if (!queued || value_ >= max_) return false;

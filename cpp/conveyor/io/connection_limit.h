@@ -6,8 +6,9 @@ namespace conveyor {
 
 /// How many requests one host is sent at once: a pure controller, shaped as
 /// TCP's congestion window. While requests queue for the host it grows by
-/// one per success (doubling each round), and by one per new connection the
-/// host took at once (connected()), until the host first shows overload
+/// one per success (doubling each round), and before the first answer by one
+/// per new connection the host took at once (connected()), until the host
+/// first shows overload
 /// (a refused or reset connection, a connect that waited for a retransmitted
 /// SYN, HTTP 429 or 503); then it halves the requests that were in flight
 /// when the overloaded one started (once for all the requests started
@@ -29,16 +30,19 @@ class ConnectionLimit {
   /// Whether the limit was ever halved.
   bool overloaded_once() const { return overloaded_once_; }
 
-  /// A new connection to the host is ready (TCP and TLS done), sooner than a
-  /// connect that shows overload. Until the host first shows overload, each
-  /// such connection raises the limit by one once requests wait for the host
-  /// (at once when `queued`, else at the next waiting()): the host takes
-  /// connections at once, and its first answers, a whole latency away (100 ms
-  /// from a far or busy store), would otherwise pace the start, a round of
-  /// that latency per doubling. Returns whether the limit grew.
-  bool connected(bool queued);
-  /// Requests wait for the host: the connections it took at once while none
-  /// waited raise the limit now (connected()). Returns whether it grew.
+  /// Whether connected() still counts: before the host's first answer and
+  /// first overload.
+  bool counts_connections() const { return counting_connections_; }
+  /// A new connection to the host was ready (TCP and TLS done) sooner than a
+  /// connect that shows overload. Before the host's first answer (and
+  /// overload), each such connection raises the limit by one once requests
+  /// wait for the host (waiting()): the host takes connections at once, and
+  /// its first answers, a whole latency away (100 ms from a far or busy
+  /// store), would otherwise pace the start, a round of that latency per
+  /// doubling. From the first answer on, answers pace it (record()).
+  void connected();
+  /// Requests wait for the host: the connections counted and not yet spent
+  /// raise the limit now. Returns whether it grew.
   bool waiting();
 
   /// One request ended at `now`. `overloaded`: it showed the host overloaded.
@@ -55,8 +59,9 @@ class ConnectionLimit {
   int value_;
   int max_;
   Clock::duration cooldown_;
-  int successes_ = 0;                // Since the limit last grew, once overloaded.
-  int connections_not_counted_ = 0;  // Taken at once while no request waited, before any overload.
+  int successes_ = 0;  // Since the limit last grew, once overloaded.
+  bool counting_connections_ = true;
+  int connections_not_spent_ = 0;  // Counted by connected(), not yet added by waiting().
   bool overloaded_once_ = false;
   Clock::time_point last_cut_ = Clock::time_point::min();
   Clock::time_point last_change_{};  // The last cut or growth, once overloaded.

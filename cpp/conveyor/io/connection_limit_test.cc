@@ -26,24 +26,32 @@ TEST(ConnectionLimitTest, GrowsByOnePerSuccessWhileRequestsQueueUntilTheFirstOve
   EXPECT_EQ(limit.value(), 8);  // Nothing waits: more connections would not help.
 }
 
-TEST(ConnectionLimitTest, GrowsByOnePerNewConnectionOnceRequestsQueueUntilTheFirstOverload) {
+TEST(ConnectionLimitTest, BeforeTheFirstAnswerGrowsByOnePerNewConnectionOnceRequestsWait) {
   ConnectionLimit limit(4, 12);
-  for (int i = 0; i < 4; ++i) EXPECT_TRUE(limit.connected(true));
-  EXPECT_EQ(limit.value(), 8);  // Four connections taken at once, before any answer.
-  EXPECT_FALSE(limit.connected(false));
-  EXPECT_FALSE(limit.connected(false));
-  EXPECT_EQ(limit.value(), 8);  // Nothing waits: more connections would not help yet...
+  EXPECT_TRUE(limit.counts_connections());
+  for (int i = 0; i < 4; ++i) limit.connected();
+  EXPECT_EQ(limit.value(), 4);  // Nothing waits yet: more connections would not help...
   EXPECT_TRUE(limit.waiting());
-  EXPECT_EQ(limit.value(), 10);   // ... until requests wait.
+  EXPECT_EQ(limit.value(), 8);    // ... until requests wait: four connections taken at once.
   EXPECT_FALSE(limit.waiting());  // Each connection counts once.
-  for (int i = 0; i < 4; ++i) limit.connected(true);
+  for (int i = 0; i < 6; ++i) limit.connected();
+  EXPECT_TRUE(limit.waiting());
   EXPECT_EQ(limit.value(), 12);  // Never past the maximum.
+}
+
+TEST(ConnectionLimitTest, FromTheFirstAnswerOrOverloadConnectionsNoLongerCount) {
   const Clock::time_point t0 = Clock::time_point{} + 10s;
-  limit.record(true, true, t0, t0, 12);
-  EXPECT_EQ(limit.value(), 6);
-  EXPECT_FALSE(limit.connected(true));
-  EXPECT_FALSE(limit.waiting());
-  EXPECT_EQ(limit.value(), 6);  // Once overloaded, only answers grow it (a round each).
+  ConnectionLimit answered(4, 100);
+  answered.record(false, false, t0, t0, 1);
+  EXPECT_FALSE(answered.counts_connections());
+  answered.connected();
+  EXPECT_FALSE(answered.waiting());  // A server that closes each connection (HTTP/1.0) does not run it up.
+  EXPECT_EQ(answered.value(), 4);
+  ConnectionLimit overloaded(4, 100);
+  overloaded.connected();
+  overloaded.record(true, true, t0, t0, 4);
+  EXPECT_FALSE(overloaded.waiting());  // What was counted before the cut is forgotten.
+  EXPECT_EQ(overloaded.value(), 2);
 }
 
 TEST(ConnectionLimitTest, AnOverloadHalvesWhatWasInFlightWhenTheRequestStarted) {

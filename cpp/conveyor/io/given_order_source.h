@@ -47,6 +47,7 @@ class GivenOrderSource final : public Source {
   std::vector<int64_t> epoch_order(uint64_t seed, uint64_t epoch, bool shuffle) const override;
   int parts() const override { return inner_->parts(); }
   bool local_reads() const override { return inner_->local_reads(); }
+  bool network_reads() const override { return inner_->network_reads(); }
   bool read_is_cached(int64_t index) const override { return inner_->read_is_cached(index); }
   int part_of(int64_t index) const override { return inner_->part_of(index); }
   std::optional<int64_t> max_label() const override { return inner_->max_label(); }

@@ -147,15 +147,14 @@ struct Transfer {
   Clock::time_point started{};
   bool slow_connect = false;  // Reported as an overload while still connecting.
   int connect_restarts = 0;
-  // Set on the loop thread by curl's callbacks (on_new_socket,
-  // on_connection_ready): a socket was opened for this attempt; its new
-  // connection was ready this long after it started (< 0: not yet), which
-  // the loop notes once (note_new_connections) through `connections_ready`,
-  // its count of those not noted yet.
+  // Before its host's first answer (ConnectionLimit::counts_connections):
+  // the limit that a new connection of this attempt ready within
+  // `quick_connect` of its start is counted by (ConnectionLimit::connected),
+  // once; set by the loop, read and cleared by curl's callbacks on the loop
+  // thread (on_new_socket, on_connection_ready).
+  ConnectionLimit* counts_connection = nullptr;
+  Clock::duration quick_connect{};
   bool new_socket = false;
-  double connected_after = -1;
-  bool connection_noted = false;
-  int* connections_ready = nullptr;
   const CaCertificates* ca = nullptr;  // What TLS is verified against (the loop's; set by configure()).
 
   // The reply: written by the loop thread, read by the waiter once `done`.
@@ -231,12 +230,14 @@ int on_new_socket(void* user, curl_socket_t, curlsocktype purpose) {
 }
 
 // Called when the transfer's connection (a new or a reused one) is ready,
-// TLS included, before the request is sent.
+// TLS included, before the request is sent. Its time counts from the
+// transfer's start (DNS, TLS and the loop's delay included): it errs towards
+// not counting a connection.
 int on_connection_ready(void* user, char*, char*, int, int) {
   Transfer& t = *static_cast<Transfer*>(user);
-  if (t.new_socket && t.connected_after < 0) {
-    t.connected_after = std::chrono::duration<double>(Clock::now() - t.started).count();
-    ++*t.connections_ready;
+  if (t.new_socket && t.counts_connection != nullptr) {
+    if (Clock::now() - t.started < t.quick_connect) t.counts_connection->connected();
+    t.counts_connection = nullptr;
   }
   return CURL_PREREQFUNC_OK;
 }
@@ -640,12 +641,8 @@ class HttpStore::Loop {
       }
       incoming.clear();
       drop_abandoned();
-      // A limit raised by a connection ready admits more at once.
-      bool grew = false;
-      if (start_admitted()) {
-        driver_->start_added();
-        grew = note_new_connections();
-      }
+      // Connections ready while curl starts transfers may admit more at once.
+      while (start_admitted()) driver_->start_added();
       bool finished = false;
       int left = 0;
       while (CURLMsg* message = curl_multi_info_read(multi_, &left)) {
@@ -659,10 +656,7 @@ class HttpStore::Loop {
         report_slow_connects(now);
         last_slow_check_ = now;
       }
-      if (!finished && !grew) {
-        driver_->wait_and_act(active_.empty() ? kIdleWait : kSlowConnectCheck);
-        note_new_connections();
-      }
+      if (!finished) driver_->wait_and_act(active_.empty() ? kIdleWait : kSlowConnectCheck);
     }
     // Stopping: whatever is still in flight or queued ends as cancelled.
     {
@@ -707,25 +701,6 @@ class HttpStore::Loop {
     }
   }
 
-  // Passes the new connections made ready since the last call to their
-  // hosts' limits (ConnectionLimit::connected): one ready sooner than a slow
-  // connect may raise the limit. Returns whether a limit grew.
-  bool note_new_connections() {
-    if (connections_ready_ == 0) return false;
-    connections_ready_ = 0;
-    bool grew = false;
-    for (auto& [easy, t] : active_) {
-      if (t->connected_after < 0 || t->connection_noted) continue;
-      t->connection_noted = true;
-      Host& host = hosts_.at(t->host);
-      if (t->connected_after < host.slow_connect_seconds() && host.limit.connected(!host.waiting.empty())) {
-        grew = true;
-      }
-    }
-    if (grew) update_largest_limit();
-    return grew;
-  }
-
   void update_largest_limit() {
     int largest = 0;
     for (const auto& [name, each] : hosts_) largest = std::max(largest, each.limit.value());
@@ -741,6 +716,9 @@ class HttpStore::Loop {
         std::shared_ptr<Transfer> t = std::move(host.waiting.front());
         host.waiting.pop_front();
         CURL* easy = handle();
+        t->counts_connection = host.limit.counts_connections() ? &host.limit : nullptr;
+        t->quick_connect =
+            std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(host.slow_connect_seconds()));
         configure(easy, *t);
         if (curl_multi_add_handle(multi_, easy) != CURLM_OK) {
           t->code = CURLE_FAILED_INIT;
@@ -782,13 +760,13 @@ class HttpStore::Loop {
     curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(easy, CURLOPT_WRITEDATA, &t);
     curl_easy_setopt(easy, CURLOPT_BUFFERSIZE, 64L << 10);
-    t.new_socket = t.connection_noted = false;
-    t.connected_after = -1;
-    t.connections_ready = &connections_ready_;
-    curl_easy_setopt(easy, CURLOPT_SOCKOPTFUNCTION, on_new_socket);
-    curl_easy_setopt(easy, CURLOPT_SOCKOPTDATA, &t);
-    curl_easy_setopt(easy, CURLOPT_PREREQFUNCTION, on_connection_ready);
-    curl_easy_setopt(easy, CURLOPT_PREREQDATA, &t);
+    if (t.counts_connection != nullptr) {
+      t.new_socket = false;
+      curl_easy_setopt(easy, CURLOPT_SOCKOPTFUNCTION, on_new_socket);
+      curl_easy_setopt(easy, CURLOPT_SOCKOPTDATA, &t);
+      curl_easy_setopt(easy, CURLOPT_PREREQFUNCTION, on_connection_ready);
+      curl_easy_setopt(easy, CURLOPT_PREREQDATA, &t);
+    }
     t.ca = &ca_;
     curl_easy_setopt(easy, CURLOPT_CAINFO, ca_.file.empty() ? nullptr : ca_.file.c_str());
     curl_easy_setopt(easy, CURLOPT_CAPATH, ca_.folder.empty() ? nullptr : ca_.folder.c_str());
@@ -939,7 +917,6 @@ class HttpStore::Loop {
   std::map<CURL*, std::shared_ptr<Transfer>> active_;
   std::vector<CURL*> idle_;
   Clock::time_point last_slow_check_{};
-  int connections_ready_ = 0;  // Transfers whose new connection is not noted yet.
 
   std::atomic<int64_t> requests_{0};
   std::atomic<int64_t> connections_{0};

@@ -107,6 +107,10 @@ bool MixSource::local_reads() const {
   return std::all_of(parts_.begin(), parts_.end(), [](const auto& part) { return part->local_reads(); });
 }
 
+bool MixSource::network_reads() const {
+  return std::any_of(parts_.begin(), parts_.end(), [](const auto& part) { return part->network_reads(); });
+}
+
 int MixSource::part_of(int64_t index) const {
   const auto it = std::upper_bound(offsets_.begin(), offsets_.end(), index);
   return static_cast<int>(it - offsets_.begin()) - 1;

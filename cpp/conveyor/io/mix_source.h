@@ -61,7 +61,8 @@ class MixSource final : public Source {
   int64_t epoch_size() const override { return epoch_size_; }
   std::vector<int64_t> epoch_order(uint64_t seed, uint64_t epoch, bool shuffle) const override;
   int parts() const override { return static_cast<int>(parts_.size()); }
-  bool local_reads() const override;  ///< Every part's reads are local.
+  bool local_reads() const override;    ///< Every part's reads are local.
+  bool network_reads() const override;  ///< Some part's reads wait on a network.
   bool read_is_cached(int64_t index) const override;
   int part_of(int64_t index) const override;
   /// The largest of the parts' largest labels, offsets added; nullopt when a

@@ -142,6 +142,9 @@ TEST(RemoteTest, SourcesWithUrlsDoNotReadLocally) {
   EXPECT_FALSE(FileSource({"/data/a.jpg", "http://h/a.jpg"}, {}, {}, remote).local_reads());
   EXPECT_TRUE(FileSource({"/data/a.jpg", "/data/b.jpg"}, {}, {}, remote).local_reads());
   EXPECT_TRUE(FileSource({"http://h/a.jpg"}).local_reads());  // Without remote access a URL is a file path.
+  // Reads of URLs wait on a network (the loader's first reads in flight).
+  EXPECT_TRUE(FileSource({"/data/a.jpg", "http://h/a.jpg"}, {}, {}, remote).network_reads());
+  EXPECT_FALSE(FileSource({"/data/a.jpg", "/data/b.jpg"}, {}, {}, remote).network_reads());
   // Per sample: only a URL whose object a cache holds (here none) is a cached read.
   const FileSource mixed({"/data/a.jpg", "http://h/a.jpg"}, {}, {}, remote);
   EXPECT_FALSE(mixed.read_is_cached(0));
@@ -235,6 +238,7 @@ TEST(RemoteTest, TarShardsOverAStoreReadEachMemberWithOneRangeRequest) {
   const TarShardSource source({"http://h/s.tar"}, std::make_shared<RemoteAccess>(access(store)));
   ASSERT_EQ(source.size(), 2);
   EXPECT_FALSE(source.local_reads());
+  EXPECT_TRUE(source.network_reads());
   const size_t indexing = store->requests().size();
   const Record b = source.read(1);
   EXPECT_EQ(as_string(b.data), "image bb");

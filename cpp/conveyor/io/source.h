@@ -116,6 +116,11 @@ class Source {
   /// the cpu thread that decodes the sample, even before it has measured
   /// them (pipeline/loader.h); other sources' reads always go to the io pool.
   virtual bool local_reads() const { return false; }
+  /// True when reads wait on a network (URLs read through a RemoteStore):
+  /// the loader then starts with a batch's reads in flight, so that its first
+  /// batch waits one round trip, not several. Not a Python dataset's reads,
+  /// which are neither local nor this.
+  virtual bool network_reads() const { return false; }
   /// True when sample `index` is a URL whose object a cache folder holds
   /// (RemoteStore::serves_locally): its read is then a local file's, and the
   /// loader runs it on a cpu thread too. A hint: it must not wait, and a
@@ -155,6 +160,7 @@ class FileSource final : public Source {
   std::string key(int64_t index) const override;
   /// True unless a path is a URL read through `remote`.
   bool local_reads() const override { return local_; }
+  bool network_reads() const override { return !local_; }
   bool read_is_cached(int64_t index) const override;
   std::optional<int64_t> max_label() const override { return max_label_; }
 

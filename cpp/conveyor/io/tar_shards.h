@@ -96,6 +96,7 @@ class TarShardSource final : public Source {
   Record read_planned(int64_t index, ReadPlan& plan) const override;
   /// True unless a shard is a URL read through `remote`.
   bool local_reads() const override;
+  bool network_reads() const override { return !local_reads(); }
   bool read_is_cached(int64_t index) const override;
   std::optional<int64_t> max_label() const override;
 

@@ -112,10 +112,13 @@ AutotuneSettings AutotuneController::initial_settings(const AutotuneLimits& limi
   s.cpu_threads = std::max(1, limits.usable_cores);
   // Reads cost a blocked thread, not a core: a few in flight find the read
   // latency quickly; the first measured demand then sets the real number.
-  // Reads that wait on a network start a whole batch's at once: 16 at a time
-  // made the first batch of 64 wait four read latencies (0.4 s at 100 ms).
+  // Reads that wait on a network start a whole batch's at once (up to 256
+  // threads before anything is measured): 16 at a time made the first batch
+  // of 64 wait four read latencies (0.4 s at 100 ms).
   constexpr int64_t kFirstReads = 16;
-  const int64_t first = options_.remote_reads ? std::max(kFirstReads, batch_size_) : kFirstReads;
+  constexpr int64_t kMostFirstRemoteReads = 256;
+  const int64_t first =
+      options_.network_reads ? std::clamp(batch_size_, kFirstReads, kMostFirstRemoteReads) : kFirstReads;
   s.io_threads = static_cast<int>(std::min<int64_t>(first, options_.max_io_threads));
   s.prefetch = static_cast<int>(std::clamp<int64_t>(budget_batches, 1, 2));
   return s;

@@ -89,9 +89,9 @@ struct AutotuneOptions {
   bool tune_cpu_threads = true;  ///< false: cpu threads are pinned (the user gave a number).
   bool tune_io_threads = true;
   bool tune_prefetch = true;
-  /// The source's reads wait on a network (Source::local_reads() false): the
-  /// first settings put a whole batch's reads in flight (initial_settings).
-  bool remote_reads = false;
+  /// The source's reads wait on a network (Source::network_reads()): the
+  /// first settings put a batch's reads in flight (initial_settings).
+  bool network_reads = false;
 };
 
 /// What the controller decided after a window.
@@ -142,7 +142,7 @@ class AutotuneController {
 
   /// Settings to start with before any measurement: a cpu thread per usable
   /// core (the consumer always waits for an epoch's first batch), 16 reads
-  /// in flight (with remote_reads, at least a batch's), two batches of
+  /// in flight (with network_reads, a batch's, from 16 to 256), two batches of
   /// prefetch (all within `limits`).
   AutotuneSettings initial_settings(const AutotuneLimits& limits) const;
 

@@ -538,10 +538,11 @@ TEST(AutotuneController, InitialSettingsRespectTheBudget) {
 
 TEST(AutotuneController, ReadsThatWaitOnANetworkStartWithABatchsReadsInFlight) {
   AutotuneOptions remote;
-  remote.remote_reads = true;
+  remote.network_reads = true;
   const AutotuneLimits limits{2, 1 << 30, 1024};
   EXPECT_EQ(AutotuneController(64, remote).initial_settings(limits).io_threads, 64);
-  EXPECT_EQ(AutotuneController(8, remote).initial_settings(limits).io_threads, 16);  // At least the local 16.
+  EXPECT_EQ(AutotuneController(8, remote).initial_settings(limits).io_threads, 16);      // At least the local 16.
+  EXPECT_EQ(AutotuneController(1024, remote).initial_settings(limits).io_threads, 256);  // Threads before any measure.
   remote.max_io_threads = 32;
   EXPECT_EQ(AutotuneController(64, remote).initial_settings(limits).io_threads, 32);
   EXPECT_EQ(AutotuneController(64).initial_settings(limits).io_threads, 16);  // Local reads.

@@ -81,8 +81,8 @@ int64_t batch_bytes(const LoaderOptions& options, size_t buffer_bytes) {
   return checked_add(static_cast<int64_t>(buffer_bytes), soft_label_bytes(options), "the bytes of a batch");
 }
 
-AutotuneOptions with_remote_reads(AutotuneOptions options, bool remote_reads) {
-  options.remote_reads = remote_reads;
+AutotuneOptions with_network_reads(AutotuneOptions options, bool network_reads) {
+  options.network_reads = network_reads;
   return options;
 }
 
@@ -145,7 +145,7 @@ Loader::Loader(std::shared_ptr<const Source> source, std::shared_ptr<const Sampl
       autotune_(std::make_unique<LoaderAutotune>(
           options_.batch_size, batch_bytes(options_, pool_.buffer_bytes()), memory_budget_,
           AutotuneSettings{options_.threads, options_.io_threads, options_.prefetch},
-          with_remote_reads(options_.autotune, !local_reads_),
+          with_network_reads(options_.autotune, source_->network_reads()),
           [processes = options_.local_processes] { return std::max(1, usable_cpu_count() / processes); })),
       settings_(autotune_->initial_settings()),
       sample_pool_(options_.allocator),

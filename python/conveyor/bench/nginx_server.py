@@ -13,7 +13,9 @@ The tests keep the Python server, whose faults (503s, redirects) they script.
 
 from __future__ import annotations
 
+import http.client
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -32,20 +34,41 @@ START_SECONDS = 10
 
 
 def _binary() -> Optional[str]:
-    return shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.path.exists(p)), None)
+    return shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
 
 
 def _echo_module() -> Optional[str]:
     return next((path for path in ECHO_MODULES if os.path.exists(path)), None)
 
 
-def unavailable() -> Optional[str]:
-    """Why nginx cannot serve the bench here (a sentence), or None."""
+def unavailable(latency_ms: float = 0) -> Optional[str]:
+    """Why nginx cannot serve the bench here with ``latency_ms`` (a
+    sentence), or None."""
     if _binary() is None:
         return "nginx is not installed (Debian: apt-get install nginx)"
     if _echo_module() is None:
         return "nginx's echo module is not installed (Debian: apt-get install libnginx-mod-http-echo)"
+    if latency_ms != round(latency_ms):
+        return f"nginx's echo_sleep adds whole milliseconds, not {latency_ms:g}"
     return None
+
+
+def _quoted(text: str) -> str:
+    """``text`` as one nginx configuration word."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _answers(port: int, probe: str) -> bool:
+    """Whether the nginx started here answers on ``port``: its own probe
+    location, which another process that took the port would not have."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+    try:
+        connection.request("GET", probe)
+        return connection.getresponse().status == 204
+    except OSError:
+        return False
+    finally:
+        connection.close()
 
 
 def start(root: str, latency_ms: float, folder: str) -> tuple[subprocess.Popen[bytes], int]:
@@ -53,48 +76,55 @@ def start(root: str, latency_ms: float, folder: str) -> tuple[subprocess.Popen[b
     configuration, logs and temporary files in ``folder``; returns the
     process (one: no master, one worker's loop) and its port. Raises
     RuntimeError when it is unavailable() or does not start."""
-    reason = unavailable()
+    reason = unavailable(latency_ms)
     if reason is not None:
         raise RuntimeError(reason)
     binary, module = _binary(), _echo_module()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    root = os.path.abspath(root)
+    assert binary is not None and module is not None
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    root, probe = os.path.abspath(root), f"/.conveyor-bench-{secrets.token_hex(8)}"
     if latency_ms > 0:
-        # echo_sleep is a timer (whole milliseconds: it takes 3 decimals of a
-        # second), then the request goes on to the static files.
-        sleep = f"{round(latency_ms) / 1000:.3f}"
-        serve = f"location / {{ echo_sleep {sleep}; echo_exec @file; }} location @file {{ root {root}; }}"
+        # echo_sleep is a timer, then the request goes on to the static files.
+        serve = (
+            f"location / {{ echo_sleep {latency_ms / 1000:.3f}; echo_exec @file; }} "
+            f"location @file {{ root {_quoted(root)}; }}"
+        )
     else:
-        serve = f"root {root};"
+        serve = f"root {_quoted(root)};"
     conf = os.path.join(folder, "nginx.conf")
+    at = _quoted(folder)
     with open(conf, "w") as f:
         f.write(
             f"""
-            load_module {module};
+            load_module {_quoted(module)};
             daemon off; master_process off; worker_processes 1; worker_rlimit_nofile 16384;
-            pid {folder}/nginx.pid; error_log {folder}/error.log;
+            pid {_quoted(os.path.join(folder, "nginx.pid"))};
+            error_log {_quoted(os.path.join(folder, "error.log"))};
             events {{ worker_connections 8192; }}
             http {{
                 access_log off; sendfile on; keepalive_requests 1000000;
                 default_type application/octet-stream;
-                client_body_temp_path {folder}; proxy_temp_path {folder}; fastcgi_temp_path {folder};
-                uwsgi_temp_path {folder}; scgi_temp_path {folder};
-                server {{ listen 127.0.0.1:{port} backlog=4096; {serve} }}
+                client_body_temp_path {at}; proxy_temp_path {at}; fastcgi_temp_path {at};
+                uwsgi_temp_path {at}; scgi_temp_path {at};
+                server {{
+                    listen 127.0.0.1:{port} backlog=4096;
+                    location = {probe} {{ return 204; }}
+                    {serve}
+                }}
             }}
             """
         )
-    assert binary is not None
-    process = subprocess.Popen([binary, "-p", folder, "-c", conf], stderr=subprocess.PIPE)
+    with open(os.path.join(folder, "stderr"), "wb") as stderr:
+        process = subprocess.Popen([binary, "-p", folder, "-c", conf], stderr=stderr)
     deadline = time.monotonic() + START_SECONDS
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return process, port
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                error = process.communicate()[1].decode(errors="replace").strip()
-                raise RuntimeError(f"nginx did not start on port {port}: {error}") from None
-            time.sleep(0.02)
+    while not _answers(port, probe):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            process.wait()
+            with open(os.path.join(folder, "stderr"), errors="replace") as f:
+                error = f.read().strip()
+            raise RuntimeError(f"nginx did not start on port {port}: {error}")
+        time.sleep(0.02)
+    return process, port

@@ -202,7 +202,7 @@ def _start_server(root: str, latency_ms: float, folder: str) -> tuple[subprocess
     docs/design/benchmarks.md "Remote storage")."""
     from conveyor.bench import http_server, nginx_server
 
-    missing = nginx_server.unavailable()
+    missing = nginx_server.unavailable(latency_ms)
     if missing is None:
         process, port = nginx_server.start(root, latency_ms, folder)
         return process, port, "nginx"
