@@ -8,9 +8,8 @@ namespace conveyor {
 /// TCP's congestion window. While requests queue for the host it grows by
 /// one per success (doubling each round), and before the first answer by one
 /// per new connection the host took at once (connected()), until the host
-/// first shows overload
-/// (a refused or reset connection, a connect that waited for a retransmitted
-/// SYN, HTTP 429 or 503); then it halves the requests that were in flight
+/// first shows overload (a refused or reset connection, a connect that
+/// waited for a retransmitted SYN, HTTP 429 or 503); then it halves the requests that were in flight
 /// when the overloaded one started (once for all the requests started
 /// before the cut), and afterwards grows by one per round (`value()`
 /// successes) and at most once per `cooldown` (the overload signal arrives

@@ -258,8 +258,8 @@ TEST(HttpStoreTest, ManyThreadsReadingAtOnceGetTheirOwnBytes) {
 TEST(HttpStoreTest, ANewHostTakesMoreConnectionsBeforeItsFirstAnswer) {
   // A far store: no answer comes until every read's request has arrived
   // (or, for the test to end when the limit waits for answers to grow, 20 s
-  // have passed; then every request is answered at once). Each connection the host takes at once raises the
-  // limit from its 4, before any answer.
+  // have passed; then every request is answered at once). Each connection
+  // the host takes at once raises the limit from its 4, before any answer.
   constexpr int kReads = 32;
   std::mutex mu;
   std::condition_variable arrived_cv;

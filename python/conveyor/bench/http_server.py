@@ -6,9 +6,10 @@ and 404 for missing files.
 Every request is logged (method, path, range, status, bytes sent).
 
 In a thread: ``with FileServer(root, latency=0.02) as server: server.url("a.jpg")``.
-In its own process (the benchmark, so that serving does not share the
-measured process's GIL): ``python path/to/http_server.py ROOT --latency-ms
-20``, which prints the port on its first line. This file imports only the
+In its own process (``bench remote`` where nginx or its echo module is
+missing, so that serving does not share the measured process's GIL):
+``python path/to/http_server.py ROOT --latency-ms 20``, which prints the
+port on its first line. This file imports only the
 standard library, so that it runs as a script without importing ``conveyor``
 (and torch, whose objects would lengthen every garbage collection).
 

@@ -5,8 +5,8 @@ nginx process, a fixed latency added to every request by the echo module's
 loop, before the file is served.
 
 The bench's loader and its server share the same cores, so what serving
-costs is part of what the bench measures: nginx serves a request for ~0.06 ms
-of CPU on the bench's 2 cores, about half of what the project's own Python
+costs is part of what the bench measures: nginx serves an image for ~0.05 ms
+of CPU on the bench's 2 cores, half or less of what the project's own Python
 server (``http_server.py``) takes; real stores serve from other machines.
 The tests keep the Python server, whose faults (503s, redirects) they script.
 """
