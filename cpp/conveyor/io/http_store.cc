@@ -515,6 +515,11 @@ class HttpStore::Loop {
           std::max(1, std::min(options_.max_connections_per_host, static_cast<int>(files.rlim_cur / 2)));
     }
     curl_multi_setopt(multi_, CURLMOPT_MAX_HOST_CONNECTIONS, static_cast<long>(options_.max_connections_per_host));
+    // libcurl keeps at most 4 idle connections per transfer in flight unless
+    // told otherwise: each time the reads in flight dipped (a full queue, a
+    // pause) it closed the connections the next burst then opened again, a
+    // TCP (and TLS) handshake per ~10 reads. Keep as many as one host may use.
+    curl_multi_setopt(multi_, CURLMOPT_MAXCONNECTS, static_cast<long>(options_.max_connections_per_host));
     driver_.emplace(multi_);
     thread_ = std::thread([this] {
       set_current_thread_name("conveyor-http");

@@ -27,7 +27,8 @@ struct HttpStoreOptions {
   /// half the process's open-file limit (RLIMIT_NOFILE), so that sockets
   /// never starve the process's other files. Within it the
   /// store adapts each host's limit (ConnectionLimit, io/connection_limit.h),
-  /// starting at initial_connections_per_host.
+  /// starting at initial_connections_per_host. Also the most idle
+  /// connections kept open for reuse (all hosts together).
   int max_connections_per_host = 1024;
   int initial_connections_per_host = 4;
   /// Sent with every http(s):// request (not with s3://, whose requests are signed).

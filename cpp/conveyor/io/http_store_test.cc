@@ -293,6 +293,40 @@ TEST(HttpStoreTest, ANewHostTakesMoreConnectionsBeforeItsFirstAnswer) {
   EXPECT_GE(store.counters().connections_per_host, kReads);
 }
 
+TEST(HttpStoreTest, TheConnectionsOfABurstOfReadsServeTheNextBurst) {
+  // Two bursts of reads, each answered once all its requests have arrived
+  // (or after 20 s, for the test to end if they never do): the second reuses
+  // the first's connections, though no read was in flight between them.
+  constexpr int kReads = 32;
+  std::mutex mu;
+  std::condition_variable arrived_cv;
+  int arrived = 0;
+  HttpTestServer server([&](const HttpTestRequest&, HttpTestConnection& connection) {
+    {
+      std::unique_lock lock(mu);
+      const int burst_end = (arrived / kReads + 1) * kReads;
+      ++arrived;
+      arrived_cv.notify_all();
+      arrived_cv.wait_for(lock, std::chrono::seconds(20), [&] { return arrived >= burst_end; });
+    }
+    return connection.send(HttpTestServer::reply(200, "OK", "x"));
+  });
+  HttpStore store;
+  std::atomic<int> read{0};
+  for (int burst = 0; burst < 2; ++burst) {
+    std::vector<std::thread> readers;
+    for (int i = 0; i < kReads; ++i) {
+      readers.emplace_back([&] {
+        if (text(store.read(server.url("/a"), 0, -1)) == "x") ++read;
+      });
+    }
+    for (std::thread& reader : readers) reader.join();
+  }
+  EXPECT_EQ(read.load(), 2 * kReads);
+  EXPECT_EQ(server.connections(), kReads);
+  EXPECT_EQ(store.counters().connections, kReads);
+}
+
 // A reply built from `seed`: a status line (valid or not), headers with
 // lengths that lie, chunk sizes that are not numbers, lines past any sane
 // length, bodies cut short or longer than declared; the server then hangs up.
