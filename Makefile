@@ -51,6 +51,8 @@ setup: $(STAMPS)/apt $(STAMPS)/venv $(OPENCV_DIR)/OpenCVConfig.cmake
 # sources, same flags).
 export CCACHE_DIR := $(CURDIR)/build/ccache
 export CCACHE_MAXSIZE := 2G
+# The test suites' precompiled headers (CMakeLists.txt) are cacheable only so.
+export CCACHE_SLOPPINESS := pch_defines,time_macros
 SKBUILD_FLAGS := -Ccmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache -Ccmake.define.CONVEYOR_WERROR=ON
 
 # .venv gets the package as a user's venv would: `pip install -e .`. Its CMake

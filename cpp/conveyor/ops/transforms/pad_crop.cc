@@ -222,12 +222,6 @@ void crop_sample(SampleImage& sample, int top, int left, int height, int width, 
   crop_boxes(sample.boxes, top, left, height, width);
 }
 
-int int_arg(TransformArgs& args, std::string_view arg) {
-  const double v = args.number(arg);
-  args.check(v == std::floor(v) && std::abs(v) <= (1 << 30), std::string(arg) + " must be an integer");
-  return static_cast<int>(v);
-}
-
 }  // namespace
 
 FillArg FillArg::read(TransformArgs& args, std::string_view arg) {
@@ -331,7 +325,7 @@ std::unique_ptr<const TransformStep> make_random_crop_step(const TransformParams
 
 void crop_function(const TransformParams& params, SampleImage& sample) {
   TransformArgs args("crop", params);
-  const int top = int_arg(args, "top"), left = int_arg(args, "left");
+  const int top = args.integer("top"), left = args.integer("left");
   const std::vector<int> size = args.sizes("size", {2});
   args.finish();
   crop_sample(sample, top, left, size[0], size[1], "crop");

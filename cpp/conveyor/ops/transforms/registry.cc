@@ -204,6 +204,12 @@ double TransformArgs::number(std::string_view arg, std::optional<double> fallbac
   return v;
 }
 
+int TransformArgs::integer(std::string_view arg) {
+  const double v = number(arg);
+  check(v == std::floor(v) && std::abs(v) <= (1 << 30), std::string(arg) + " must be an integer");
+  return static_cast<int>(v);
+}
+
 bool TransformArgs::flag(std::string_view arg, std::optional<bool> fallback) {
   std::optional<double> number_fallback;
   if (fallback) number_fallback = *fallback ? 1.0 : 0.0;

@@ -324,6 +324,8 @@ class TransformArgs {
                               std::optional<std::vector<double>> fallback = std::nullopt);
   /// One number, finite.
   double number(std::string_view arg, std::optional<double> fallback = std::nullopt);
+  /// One integer, at most 2**30 in magnitude.
+  int integer(std::string_view arg);
   /// One flag (0 or 1).
   bool flag(std::string_view arg, std::optional<bool> fallback = std::nullopt);
   /// A size: every value an integer in [1, 2**31 - 1].

@@ -120,12 +120,6 @@ void resize_into(const ImageView& view, Size2D size, Resampling resampling, Samp
   sample.image = {size.height, size.width, c, std::move(out)};
 }
 
-int int_arg(TransformArgs& args, std::string_view arg) {
-  const double v = args.number(arg);
-  args.check(v == std::floor(v) && std::abs(v) <= (1 << 30), std::string(arg) + " must be an integer");
-  return static_cast<int>(v);
-}
-
 }  // namespace
 
 void resize_function(const TransformParams& params, SampleImage& sample) {
@@ -139,8 +133,8 @@ void resize_function(const TransformParams& params, SampleImage& sample) {
 
 void resized_crop_function(const TransformParams& params, SampleImage& sample) {
   TransformArgs args("resized_crop", params);
-  const int top = int_arg(args, "top"), left = int_arg(args, "left");
-  const int height = int_arg(args, "height"), width = int_arg(args, "width");
+  const int top = args.integer("top"), left = args.integer("left");
+  const int height = args.integer("height"), width = args.integer("width");
   args.check(height > 0 && width > 0, "height and width must be positive");
   const std::vector<int> size = args.sizes("size", {2});
   const Resampling resampling = read_resampling(args);
