@@ -28,6 +28,7 @@ STATS_KEYS = {
     "process_seconds",
     "read_cpu_seconds",
     "read_lock_wait_seconds",
+    "read_queue_wait_seconds",
     "process_cpu_seconds",
     "wait_seconds",
     "wall_seconds",

@@ -679,6 +679,7 @@ def test_nginx_serves_the_batches_of_the_local_files_over_few_connections(nginx,
     assert sorted(line.split('"')[1] for line in log) == sorted(f"GET /{r} HTTP/1.1" for r in relative)
     assert all(line.split('"')[2].split()[0] == "200" for line in log)
     assert counters["requests"] == len(relative) and counters["connections"] < len(relative)
+    assert counters["queued"] == 0  # Nothing waits for a slot once the epoch is over.
 
 
 def test_https_is_verified_against_the_ca_of_ssl_cert_file_and_spoken_over_http2(

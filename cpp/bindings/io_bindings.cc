@@ -148,10 +148,11 @@ void bind_io(nb::module_& m) {
             out["bytes"] = c.bytes;
             out["overloaded"] = c.overloaded;
             out["connections_per_host"] = c.connections_per_host;
+            out["queued"] = c.queued;
             return out;
           },
           "What the store has done: requests, connections opened, body bytes, times a host's limit was halved, "
-          "and the largest per-host limit now.");
+          "the largest per-host limit now, and the requests waiting now for a slot under their host's limit.");
   nb::class_<CachingStore, RemoteStore>(m, "CachingStore")
       .def(
           "__init__",

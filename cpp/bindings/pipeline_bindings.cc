@@ -213,6 +213,7 @@ void bind_pipeline(nb::module_& m) {
       .def_ro("process_seconds", &LoaderStats::process_seconds)
       .def_ro("read_cpu_seconds", &LoaderStats::read_cpu_seconds)
       .def_ro("read_lock_wait_seconds", &LoaderStats::read_lock_wait_seconds)
+      .def_ro("read_queue_wait_seconds", &LoaderStats::read_queue_wait_seconds)
       .def_ro("process_cpu_seconds", &LoaderStats::process_cpu_seconds)
       .def_ro("wait_seconds", &LoaderStats::wait_seconds)
       .def_ro("wall_seconds", &LoaderStats::wall_seconds)

@@ -829,7 +829,9 @@ class Loader:
         seconds spent reading, decoding+transforming (summed over threads) and
         waiting for batches (input stall), the part of the reading seconds a
         Python dataset's reads spent waiting for the GIL
-        (``read_lock_wait_seconds``), wall time, queue depth, skipped
+        (``read_lock_wait_seconds``), the time reads waited for a slot under
+        a host's limit on requests in flight (``read_queue_wait_seconds``,
+        not part of ``read_seconds``), wall time, queue depth, skipped
         samples, ``input_stall``: the fraction of wall time spent waiting, and
         ``images_per_second``: images handed out by the pass under way (or the
         last one) per second of its wall time. For a Mix source,

@@ -13,6 +13,7 @@ namespace conveyor {
 namespace {
 
 thread_local int64_t lock_wait_ns = 0;
+thread_local int64_t queue_wait_ns = 0;
 
 // clock_gettime on a CPU-time clock; -1 when the clock is missing or fails.
 [[maybe_unused]] int64_t read_clock(clockid_t clock) noexcept {
@@ -70,6 +71,12 @@ int64_t thread_lock_wait_ns() noexcept { return lock_wait_ns; }
 
 void add_thread_lock_wait_ns(int64_t ns) noexcept {
   if (ns > 0) lock_wait_ns += ns;
+}
+
+int64_t thread_queue_wait_ns() noexcept { return queue_wait_ns; }
+
+void add_thread_queue_wait_ns(int64_t ns) noexcept {
+  if (ns > 0) queue_wait_ns += ns;
 }
 
 }  // namespace conveyor

@@ -42,4 +42,17 @@ int64_t thread_lock_wait_ns() noexcept;
 /// thread_lock_wait_ns().
 void add_thread_lock_wait_ns(int64_t ns) noexcept;
 
+/// Time the calling thread's reads waited in a store's queue for a slot
+/// under a limit on requests in flight (HttpStore's per-host limit), in
+/// nanoseconds: the sum of what add_thread_queue_wait_ns() added on this
+/// thread (0 if nothing). Not the read's service time: autotune leaves it
+/// out of the latency it sizes reads in flight on, since more reads waiting
+/// for the same slots would only lengthen the queue.
+/// Thread-safety: a per-thread counter; each thread sees its own.
+int64_t thread_queue_wait_ns() noexcept;
+
+/// Adds `ns` (>= 0; negative values are ignored) to the calling thread's
+/// thread_queue_wait_ns().
+void add_thread_queue_wait_ns(int64_t ns) noexcept;
+
 }  // namespace conveyor

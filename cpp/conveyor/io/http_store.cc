@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "conveyor/core/cancellation.h"
+#include "conveyor/core/cpu_time.h"
 #include "conveyor/core/error.h"
 #include "conveyor/core/thread_pool.h"
 #include "conveyor/io/ca_certificates.h"
@@ -147,6 +148,12 @@ struct Transfer {
   Clock::time_point started{};
   bool slow_connect = false;  // Reported as an overload while still connecting.
   int connect_restarts = 0;
+  // Waiting for a slot under its host's limit: set by the loop once a round
+  // of admissions left it waiting (the waiting transfers so marked are the
+  // front of their host's queue), cleared when it starts.
+  bool blocked = false;
+  Clock::time_point blocked_since{};
+  Clock::duration blocked_for{};  // Summed over its waits; read by the waiter once `done`.
   // Before its host's first answer (ConnectionLimit::counts_connections):
   // the limit that a new connection of this attempt ready within
   // `quick_connect` of its start is counted by (ConnectionLimit::connected),
@@ -597,7 +604,10 @@ class HttpStore::Loop {
     {
       std::unique_lock lock(t->mu);
       t->cv.wait(lock, [&] { return t->done || t->stop_waiting; });
-      if (t->done) return;
+      if (t->done) {
+        add_thread_queue_wait_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(t->blocked_for).count());
+        return;
+      }
     }
     t->abandoned.store(true);
     abandoned_any_.store(true);
@@ -614,6 +624,7 @@ class HttpStore::Loop {
     counters.bytes = bytes_.load();
     counters.overloaded = overloaded_.load();
     counters.connections_per_host = largest_limit_.load();
+    counters.queued = queued_.load();
     return counters;
   }
 
@@ -648,6 +659,7 @@ class HttpStore::Loop {
       drop_abandoned();
       // Connections ready while curl starts transfers may admit more at once.
       while (start_admitted()) driver_->start_added();
+      mark_blocked(Clock::now());
       bool finished = false;
       int left = 0;
       while (CURLMsg* message = curl_multi_info_read(multi_, &left)) {
@@ -712,6 +724,21 @@ class HttpStore::Loop {
     largest_limit_.store(largest);
   }
 
+  // Marks the transfers that this round's admissions left waiting for a
+  // slot: only the newest of each queue need a look (the marked ones are its
+  // front).
+  void mark_blocked(Clock::time_point now) {
+    int queued = 0;
+    for (auto& [name, host] : hosts_) {
+      queued += static_cast<int>(host.waiting.size());
+      for (auto it = host.waiting.rbegin(); it != host.waiting.rend() && !(*it)->blocked; ++it) {
+        (*it)->blocked = true;
+        (*it)->blocked_since = now;
+      }
+    }
+    queued_.store(queued);
+  }
+
   // Adds the transfers their hosts' limits admit; returns whether any.
   bool start_admitted() {
     bool started = false;
@@ -733,6 +760,8 @@ class HttpStore::Loop {
         }
         t->in_flight_at_start = ++host.active;
         t->started = Clock::now();
+        if (t->blocked) t->blocked_for += t->started - t->blocked_since;
+        t->blocked = false;
         active_.emplace(easy, std::move(t));
         started = true;
       }
@@ -837,6 +866,9 @@ class HttpStore::Loop {
       curl_multi_remove_handle(multi_, easy);
       --host.active;
       recycle(easy);
+      // Back to the front of the queue, for a slot again.
+      it->second->blocked = true;
+      it->second->blocked_since = now;
       host.waiting.push_front(std::move(it->second));
       it = active_.erase(it);
     }
@@ -928,6 +960,7 @@ class HttpStore::Loop {
   std::atomic<int64_t> bytes_{0};
   std::atomic<int64_t> overloaded_{0};
   std::atomic<int> largest_limit_{0};
+  std::atomic<int> queued_{0};  // Transfers waiting for a slot, as the last round left them.
 
   std::thread thread_;  // Last: started when everything above exists.
 };

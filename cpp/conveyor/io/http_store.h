@@ -53,6 +53,7 @@ struct HttpStoreCounters {
   int64_t bytes = 0;             ///< Body bytes received.
   int64_t overloaded = 0;        ///< Times a host's limit was halved.
   int connections_per_host = 0;  ///< The largest current per-host limit.
+  int queued = 0;                ///< Requests waiting now for a slot under their host's limit.
 };
 
 /// A RemoteStore for http://, https://, s3:// and gs:// URLs on libcurl's multi

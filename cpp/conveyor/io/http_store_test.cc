@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "conveyor/core/cancellation.h"
+#include "conveyor/core/cpu_time.h"
 #include "conveyor/core/error.h"
 #include "conveyor/io/testing/http_test_server.h"
 
@@ -325,6 +326,53 @@ TEST(HttpStoreTest, TheConnectionsOfABurstOfReadsServeTheNextBurst) {
   EXPECT_EQ(read.load(), 2 * kReads);
   EXPECT_EQ(server.connections(), kReads);
   EXPECT_EQ(store.counters().connections, kReads);
+}
+
+TEST(HttpStoreTest, AReadWaitingForASlotUnderItsHostsLimitCountsThatWaitAsQueueWait) {
+  // One connection: the second read waits for the first, which the server
+  // answers only once the store says a request is queued (or after 20 s,
+  // for the test to end if it never does).
+  std::mutex mu;
+  std::condition_variable answer_cv;
+  bool answer = false;
+  HttpTestServer server([&](const HttpTestRequest&, HttpTestConnection& connection) {
+    {
+      std::unique_lock lock(mu);
+      answer_cv.wait_for(lock, std::chrono::seconds(20), [&] { return answer; });
+    }
+    return connection.send(HttpTestServer::reply(200, "OK", "x"));
+  });
+  HttpStoreOptions options;
+  options.initial_connections_per_host = 1;
+  options.max_connections_per_host = 1;
+  HttpStore store(options);
+  int64_t first_wait = -1, second_wait = -1;
+  std::thread first([&] {
+    EXPECT_EQ(text(store.read(server.url("/a"), 0, -1)), "x");
+    first_wait = thread_queue_wait_ns();
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (server.requests().empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::thread second([&] {
+    EXPECT_EQ(text(store.read(server.url("/b"), 0, -1)), "x");
+    second_wait = thread_queue_wait_ns();
+  });
+  while (store.counters().queued == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(store.counters().queued, 1);
+  {
+    std::lock_guard lock(mu);
+    answer = true;
+  }
+  answer_cv.notify_all();
+  first.join();
+  second.join();
+  EXPECT_EQ(first_wait, 0);
+  EXPECT_GT(second_wait, 0);
+  EXPECT_EQ(store.counters().queued, 0);
 }
 
 // A reply built from `seed`: a status line (valid or not), headers with

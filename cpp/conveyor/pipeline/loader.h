@@ -114,6 +114,10 @@ struct LoaderStats {
   /// rest of the process (Python's GIL for a Python dataset or store;
   /// core/cpu_time.h thread_lock_wait_ns()); 0 for native reads.
   double read_lock_wait_seconds = 0;
+  /// Time the reads waited for a slot under a store's limit on requests in
+  /// flight (HttpStore's per-host limit; core/cpu_time.h
+  /// thread_queue_wait_ns()), summed over io threads; not in read_seconds.
+  double read_queue_wait_seconds = 0;
   double process_cpu_seconds = 0;  ///< CPU time decode + transforms used, summed over cpu threads.
   double wait_seconds = 0;         ///< Time the consumer spent blocked in next(): input stall.
   double wall_seconds = 0;         ///< Since the epoch started.
@@ -371,6 +375,7 @@ class Loader {
   std::atomic<int64_t> process_ns_{0};
   std::atomic<int64_t> read_cpu_ns_{0};                  // Thread CPU time of reads (autotune: the loader's own CPU).
   std::atomic<int64_t> read_lock_wait_ns_{0};            // Reads' wait for the GIL (thread_lock_wait_ns()).
+  std::atomic<int64_t> read_queue_wait_ns_{0};           // Reads' wait for a store's slot (not in read_ns_).
   std::atomic<int64_t> process_cpu_ns_{0};               // Thread CPU time of decode + transforms.
   LatencyHistogram read_latency_;                        // Each read's latency (autotune's spread).
   LatencyHistogram process_latency_;                     // Each decode + transforms' time.

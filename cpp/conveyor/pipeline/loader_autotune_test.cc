@@ -137,6 +137,30 @@ TEST(LoaderAutotuneTest, AutoIsTheDefault) {
   EXPECT_GE(s.memory_budget, int64_t{64} << 20);
 }
 
+// A read that waits 5 ms as if for a store's slot (HttpStore's per-host
+// limit), and says so.
+class QueuedSource : public SleepySource {
+ public:
+  using SleepySource::SleepySource;
+  Record read(int64_t index) const override {
+    const int64_t started = steady_ns();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    add_thread_queue_wait_ns(steady_ns() - started);
+    return SleepySource::read(index);
+  }
+};
+
+TEST(LoaderAutotuneTest, AReadsWaitForAStoresSlotIsQueueWaitNotReadTime) {
+  Loader loader(std::make_shared<QueuedSource>(40, 0, 0), std::make_shared<RandomBytesTransform>(), options(2, 4, 2));
+  run_epoch(loader, 0);
+  const LoaderStats s = loader.stats();
+  EXPECT_EQ(s.samples_read, 40);
+  EXPECT_GE(s.read_queue_wait_seconds, 40 * 0.005);
+  // What autotune sizes reads in flight on: the reads' time outside the
+  // queue (here microseconds each), not the waits.
+  EXPECT_LT(s.read_seconds, s.read_queue_wait_seconds);
+}
+
 TEST(LoaderAutotuneTest, ProcessesOfOneNodeShareItsCores) {
   LoaderOptions o;
   o.local_processes = 2;
