@@ -150,10 +150,11 @@ struct Transfer {
   int connect_restarts = 0;
   // Waiting for a slot under its host's limit: set by the loop once a round
   // of admissions left it waiting (the waiting transfers so marked are the
-  // front of their host's queue), cleared when it starts.
-  bool blocked = false;
-  Clock::time_point blocked_since{};
-  Clock::duration blocked_for{};  // Summed over its waits; read by the waiter once `done`.
+  // front of their host's queue), cleared when it starts. A transfer
+  // abandoned or cancelled while queued reports no wait (only at a stop).
+  bool queued = false;
+  Clock::time_point queued_since{};
+  Clock::duration queue_wait{};  // Summed over its waits; read by the waiter once `done`.
   // Before its host's first answer (ConnectionLimit::counts_connections):
   // the limit that a new connection of this attempt ready within
   // `quick_connect` of its start is counted by (ConnectionLimit::connected),
@@ -517,16 +518,20 @@ class HttpStore::Loop {
     curl_share_setopt(share_, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
     curl_multi_setopt(multi_, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
     rlimit files{};
+    int idle_connections = options_.max_connections_per_host;
     if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY) {
       options_.max_connections_per_host =
           std::max(1, std::min(options_.max_connections_per_host, static_cast<int>(files.rlim_cur / 2)));
+      // Idle sockets stay open between epochs, in each store of the process
+      // (a training set's and a validation set's): a smaller share.
+      idle_connections = std::min(options_.max_connections_per_host, static_cast<int>(files.rlim_cur / 8));
     }
     curl_multi_setopt(multi_, CURLMOPT_MAX_HOST_CONNECTIONS, static_cast<long>(options_.max_connections_per_host));
     // libcurl keeps at most 4 idle connections per transfer in flight unless
     // told otherwise: each time the reads in flight dipped (a full queue, a
     // pause) it closed the connections the next burst then opened again, a
-    // TCP (and TLS) handshake per ~10 reads. Keep as many as one host may use.
-    curl_multi_setopt(multi_, CURLMOPT_MAXCONNECTS, static_cast<long>(options_.max_connections_per_host));
+    // TCP (and TLS) handshake per ~10 reads.
+    curl_multi_setopt(multi_, CURLMOPT_MAXCONNECTS, static_cast<long>(std::max(4, idle_connections)));
     driver_.emplace(multi_);
     thread_ = std::thread([this] {
       set_current_thread_name("conveyor-http");
@@ -605,7 +610,7 @@ class HttpStore::Loop {
       std::unique_lock lock(t->mu);
       t->cv.wait(lock, [&] { return t->done || t->stop_waiting; });
       if (t->done) {
-        add_thread_queue_wait_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(t->blocked_for).count());
+        add_thread_queue_wait_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(t->queue_wait).count());
         return;
       }
     }
@@ -659,7 +664,7 @@ class HttpStore::Loop {
       drop_abandoned();
       // Connections ready while curl starts transfers may admit more at once.
       while (start_admitted()) driver_->start_added();
-      mark_blocked(Clock::now());
+      mark_queued(Clock::now());
       bool finished = false;
       int left = 0;
       while (CURLMsg* message = curl_multi_info_read(multi_, &left)) {
@@ -726,14 +731,14 @@ class HttpStore::Loop {
 
   // Marks the transfers that this round's admissions left waiting for a
   // slot: only the newest of each queue need a look (the marked ones are its
-  // front).
-  void mark_blocked(Clock::time_point now) {
+  // front). Also counts them for counters().queued.
+  void mark_queued(Clock::time_point now) {
     int queued = 0;
     for (auto& [name, host] : hosts_) {
       queued += static_cast<int>(host.waiting.size());
-      for (auto it = host.waiting.rbegin(); it != host.waiting.rend() && !(*it)->blocked; ++it) {
-        (*it)->blocked = true;
-        (*it)->blocked_since = now;
+      for (auto it = host.waiting.rbegin(); it != host.waiting.rend() && !(*it)->queued; ++it) {
+        (*it)->queued = true;
+        (*it)->queued_since = now;
       }
     }
     queued_.store(queued);
@@ -760,8 +765,8 @@ class HttpStore::Loop {
         }
         t->in_flight_at_start = ++host.active;
         t->started = Clock::now();
-        if (t->blocked) t->blocked_for += t->started - t->blocked_since;
-        t->blocked = false;
+        if (t->queued) t->queue_wait += t->started - t->queued_since;
+        t->queued = false;
         active_.emplace(easy, std::move(t));
         started = true;
       }
@@ -867,8 +872,8 @@ class HttpStore::Loop {
       --host.active;
       recycle(easy);
       // Back to the front of the queue, for a slot again.
-      it->second->blocked = true;
-      it->second->blocked_since = now;
+      it->second->queued = true;
+      it->second->queued_since = now;
       host.waiting.push_front(std::move(it->second));
       it = active_.erase(it);
     }

@@ -27,8 +27,9 @@ struct HttpStoreOptions {
   /// half the process's open-file limit (RLIMIT_NOFILE), so that sockets
   /// never starve the process's other files. Within it the
   /// store adapts each host's limit (ConnectionLimit, io/connection_limit.h),
-  /// starting at initial_connections_per_host. Also the most idle
-  /// connections kept open for reuse (all hosts together).
+  /// starting at initial_connections_per_host. Idle connections are kept
+  /// open for reuse, as many as this (all hosts together), and at most an
+  /// eighth of the open-file limit.
   int max_connections_per_host = 1024;
   int initial_connections_per_host = 4;
   /// Sent with every http(s):// request (not with s3://, whose requests are signed).

@@ -116,7 +116,9 @@ struct LoaderStats {
   double read_lock_wait_seconds = 0;
   /// Time the reads waited for a slot under a store's limit on requests in
   /// flight (HttpStore's per-host limit; core/cpu_time.h
-  /// thread_queue_wait_ns()), summed over io threads; not in read_seconds.
+  /// thread_queue_wait_ns()), summed over io threads; not in read_seconds
+  /// (but a read that waits for another's read of a shard run counts all of
+  /// that read's time, its queue wait included).
   double read_queue_wait_seconds = 0;
   double process_cpu_seconds = 0;  ///< CPU time decode + transforms used, summed over cpu threads.
   double wait_seconds = 0;         ///< Time the consumer spent blocked in next(): input stall.
