@@ -8,7 +8,7 @@ training recipe over generated arrays in the CIFAR layout), ``autotune``
 (fixed settings against autotune, ``conveyor.bench.autotune``) and ``remote``
 (images/s over a local HTTP server adding 0, 20 and 100 ms to every request,
 against the local files; not part of ``all``). Each measurement runs in a fresh process
-(``conveyor.bench.worker``; ``remote --quick``, a smoke test, runs them one after
+(``conveyor.bench.worker``; ``--quick``, a smoke test, runs them one after
 the other in one worker process); the sides alternate over ``--repeats``
 repeats (default 1, the quick demo; ``--repeats 3`` for the full study), so
 drifting machine load hits them alike. The stock side uses torchvision's
@@ -78,8 +78,6 @@ REMOTE_PEERS: tuple[tuple[str, str, str, Optional[str]], ...] = (
     ("s3torchconnector", "s3torchconnector", "s3-objects", None),
     ("webdataset", "webdataset", "s3-files", "curl"),
 )
-#: The benchmarks whose --quick runs share one worker process (``ReusedWorker``).
-REUSED_WORKER_BENCHES = ("remote",)
 #: The small CNN trains on one thread on both sides: on a shared machine, torch's
 #: multi-threaded kernels stall whenever one of their threads is descheduled,
 #: which would swamp the loaders' difference; the loader keeps the other cores.
@@ -426,8 +424,8 @@ def run_benchmarks(
     with bar, ReusedWorker() as reused:  # Starts its process at its first run only.
         for repeat, side in todo:
             bar.set_postfix_str(f"{side['bench']} {side['case']} {side['label']} #{repeat + 1}")
-            quick_reused = args.quick and side["bench"] in REUSED_WORKER_BENCHES
-            outcome = reused.execute(side["spec"]) if quick_reused else execute(side["spec"])
+            # --quick, a smoke test, spares each run a process start and torch's import.
+            outcome = reused.execute(side["spec"]) if args.quick else execute(side["spec"])
             runs.append({**side, "repeat": repeat, **outcome})
             bar.update()
             if on_run is not None:
@@ -749,7 +747,9 @@ def _png(text: str) -> str:
     return text
 
 
-def _common_options(quick_help: str = "tiny sizes (a smoke test)") -> argparse.ArgumentParser:
+def _common_options(
+    quick_help: str = "tiny sizes, every run one after the other in one worker process (a smoke test)",
+) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--data", type=_directory, required=True, metavar="DIR", help="image folder (make-dataset)"
