@@ -150,8 +150,10 @@ struct Transfer {
   int connect_restarts = 0;
   // Waiting for a slot under its host's limit: set by the loop once a round
   // of admissions left it waiting (the waiting transfers so marked are the
-  // front of their host's queue), cleared when it starts. A transfer
-  // abandoned or cancelled while queued reports no wait (only at a stop).
+  // front of their host's queue), cleared when it starts; a connect the
+  // host did not take in time (report_slow_connects) counts from its start.
+  // A transfer abandoned or cancelled while queued reports no wait (only at
+  // a stop).
   bool queued = false;
   Clock::time_point queued_since{};
   Clock::duration queue_wait{};  // Summed over its waits; read by the waiter once `done`.
@@ -674,11 +676,14 @@ class HttpStore::Loop {
         }
       }
       const Clock::time_point now = Clock::now();
+      bool restarted = false;
       if (now - last_slow_check_ >= kSlowConnectCheck) {
-        report_slow_connects(now);
+        restarted = report_slow_connects(now);
         last_slow_check_ = now;
       }
-      if (!finished) driver_->wait_and_act(active_.empty() ? kIdleWait : kSlowConnectCheck);
+      // A restarted connect is admitted again at once, not after a wait
+      // (a whole kIdleWait when it was the only transfer).
+      if (!finished && !restarted) driver_->wait_and_act(active_.empty() ? kIdleWait : kSlowConnectCheck);
     }
     // Stopping: whatever is still in flight or queued ends as cancelled.
     {
@@ -840,8 +845,10 @@ class HttpStore::Loop {
   // is an overload now, not when its SYN is retransmitted.
   // It is started again: its dropped SYN burdens no one, and waiting for the
   // retransmission would hold one of the host's slots for a second or more,
-  // stalling the reads behind it after the limit was cut.
-  void report_slow_connects(Clock::time_point now) {
+  // stalling the reads behind it after the limit was cut. Returns whether
+  // any was started again.
+  bool report_slow_connects(Clock::time_point now) {
+    bool restarted = false;
     for (auto it = active_.begin(); it != active_.end();) {
       CURL* easy = it->first;
       Transfer& t = *it->second;
@@ -871,12 +878,15 @@ class HttpStore::Loop {
       curl_multi_remove_handle(multi_, easy);
       --host.active;
       recycle(easy);
-      // Back to the front of the queue, for a slot again.
+      // Back to the front of the queue, for a slot again. The attempt waited
+      // for the host too (its listen queue was full): that is queue wait.
       it->second->queued = true;
-      it->second->queued_since = now;
+      it->second->queued_since = t.started;
       host.waiting.push_front(std::move(it->second));
       it = active_.erase(it);
+      restarted = true;
     }
+    return restarted;
   }
 
   void finish(CURL* easy, CURLcode code) {

@@ -1,6 +1,10 @@
 #include "conveyor/io/http_store.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -373,6 +377,61 @@ TEST(HttpStoreTest, AReadWaitingForASlotUnderItsHostsLimitCountsThatWaitAsQueueW
   EXPECT_EQ(first_wait, 0);
   EXPECT_GT(second_wait, 0);
   EXPECT_EQ(store.counters().queued, 0);
+}
+
+TEST(HttpStoreTest, AConnectTheHostDidNotTakeInTimeCountsAsQueueWait) {
+  // A host whose listen queue is full (one connection it has not accepted,
+  // with a backlog of 0) drops the SYN of the read's connect. After a second
+  // (no connect to the host measured yet) the store calls that an overload
+  // and connects again: that second waited for the host, not for the read.
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(::listen(listener, 0), 0);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const int filler = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(::connect(filler, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  // Waits up to 20 s (for the test to end if nothing comes) for `fd` to be readable.
+  auto readable = [](int fd) {
+    pollfd p{fd, POLLIN, 0};
+    return ::poll(&p, 1, 20000) == 1;
+  };
+
+  HttpStore store;
+  int64_t wait = -1;
+  std::string got;
+  std::thread reader([&] {
+    got = text(store.read("http://127.0.0.1:" + std::to_string(ntohs(address.sin_port)) + "/a", 0, -1));
+    wait = thread_queue_wait_ns();
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (store.counters().overloaded == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(store.counters().overloaded, 1);
+  // Room in the queue: the filler goes, the read's next connect comes.
+  ASSERT_TRUE(readable(listener));
+  ::close(::accept(listener, nullptr, nullptr));
+  ::close(filler);
+  ASSERT_TRUE(readable(listener));
+  const int connection = ::accept(listener, nullptr, nullptr);
+  std::string request;
+  char buffer[4096];
+  while (request.find("\r\n\r\n") == std::string::npos && readable(connection)) {
+    const ssize_t n = ::recv(connection, buffer, sizeof(buffer), 0);
+    if (n <= 0) break;
+    request.append(buffer, static_cast<size_t>(n));
+  }
+  const std::string reply = "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nConnection: close\r\n\r\nx";
+  EXPECT_EQ(::send(connection, reply.data(), reply.size(), MSG_NOSIGNAL), static_cast<ssize_t>(reply.size()));
+  reader.join();
+  ::close(connection);
+  ::close(listener);
+  EXPECT_EQ(got, "x");
+  EXPECT_GE(wait, 1000000000);  // kFirstSlowConnect.
 }
 
 // A reply built from `seed`: a status line (valid or not), headers with

@@ -37,6 +37,10 @@ constexpr int kOtherCoresWindows = 2;
 // latency are lock-bound: they queue for the lock more than they wait for
 // storage.
 constexpr double kLockBoundShare = 0.5;
+// Reads whose smoothed wait for a store's slot is at least this share of
+// their latency are store-bound: the store's limit on requests in flight,
+// not the io threads, bounds the reads under way.
+constexpr double kStoreBoundShare = 0.5;
 
 std::string ms(double seconds) { return format_general(seconds * 1e3, 3) + " ms"; }
 std::string rate(double per_second) {
@@ -168,6 +172,7 @@ void AutotuneController::validate(const AutotuneWindow& w) const {
   non_negative(w.loader_cpu_seconds, "loader_cpu_seconds");
   non_negative(w.consumer_run_delay_seconds, "consumer_run_delay_seconds");
   non_negative(w.read_lock_wait_seconds, "read_lock_wait_seconds");
+  non_negative(w.read_queue_wait_seconds, "read_queue_wait_seconds");
   check_config(w.read_lock_wait_seconds <= w.read_seconds,
                "autotune window: read_lock_wait_seconds must be <= read_seconds, got " +
                    format_general(w.read_lock_wait_seconds) + " > " + format_general(w.read_seconds));
@@ -197,6 +202,8 @@ struct AutotuneController::Step {
   double jitter = 0;         // Smoothed latency spread.
   double lock_wait = 0;      // The part of `read` spent queueing for the GIL.
   bool reads_lock_bound = false;
+  double queue_wait = 0;  // Each read's wait for a store's slot (not in `read`).
+  bool reads_store_bound = false;
   bool tunable[3] = {false, false, false};
   int value[3] = {1, 1, 1};  // The settings as this update changes them.
   int limit[3] = {1, 1, 1};
@@ -250,6 +257,8 @@ void AutotuneController::smooth(Step& s) {
   read_.add(w.read_seconds, static_cast<double>(w.reads_completed), decay, std::min(4, w.current.io_threads));
   read_lock_wait_.add(w.read_lock_wait_seconds, static_cast<double>(w.reads_completed), decay,
                       std::min(4, w.current.io_threads));
+  read_queue_wait_.add(w.read_queue_wait_seconds, static_cast<double>(w.reads_completed), decay,
+                       std::min(4, w.current.io_threads));
   process_.add(w.process_seconds, static_cast<double>(w.samples_processed), decay, 4);
   stall_.add(w.wait_seconds, w.seconds, decay, kInf);
   double spread = 0;
@@ -304,6 +313,12 @@ void AutotuneController::model(Step& s) {
   // shortens the latency and the next one goes further.
   s.lock_wait = std::min(s.read, read_lock_wait_.value());
   s.reads_lock_bound = s.read > 0 && s.lock_wait >= kLockBoundShare * s.read;
+  // Reads that wait for a slot under the store's limit (a modest server,
+  // or S3 throttling with 503 SlowDown): the store admits no more, so more
+  // io threads would only wait in its queue. Against a modest server the
+  // stall and the first batch's slow connects grew them 64 -> 150.
+  s.queue_wait = read_queue_wait_.value();
+  s.reads_store_bound = s.queue_wait > 0 && s.queue_wait >= kStoreBoundShare * s.read;
   // Before any demand is measured, while the epoch's first batch is awaited,
   // the consumer wants data as fast as the limits allow: once a read and a
   // decode are measured, that flow sizes the reads in flight, so that the
@@ -430,6 +445,7 @@ bool AutotuneController::feed_forward(Step& s) {
     if (!s.tunable[i] || s.touched[i] || !s.need_known[i]) continue;
     Knob& k = knobs_[i];
     if (target(s, i, o.headroom) > s.value[i]) {
+      if (i == kIo && s.reads_store_bound) continue;
       set(s, i, target(s, i, centre), s.first_batch ? "first batch" : "demand", explain(s, i));
       k.last_grow = now_;
       grew = true;
@@ -481,8 +497,15 @@ void AutotuneController::feedback(Step& s, bool grew) {
   }
   const std::string why =
       "stall " + format_fixed(s.stall * 100, 1) + "% > " + format_general(o.stall_target * 100) + "%";
+  if (order[0] == kIo && s.tunable[kIo] && s.reads_store_bound) {
+    // The store is the bottleneck: nothing here would help.
+    s.note = why + ": io threads held at " + std::to_string(s.value[kIo]) + ": the reads wait " + ms(s.queue_wait) +
+             " each for the store's connections (read " + ms(s.read) + ")";
+    return;
+  }
   int chosen = -1;
   for (int i : order) {
+    if (i == kIo && s.reads_store_bound) continue;
     if (s.tunable[i] && s.value[i] < s.limit[i] && knobs_[i].gain * 1.25 <= o.max_gain * (1 + 1e-9)) {
       chosen = i;
       break;
@@ -593,6 +616,8 @@ std::optional<AutotuneSettings> LoaderAutotune::observe(int64_t now_ns, const Au
   w.read_seconds = static_cast<double>(c.read_ns - s.read_ns) * 1e-9;
   w.read_lock_wait_seconds = std::min(
       w.read_seconds, static_cast<double>(std::max<int64_t>(0, c.read_lock_wait_ns - s.read_lock_wait_ns)) * 1e-9);
+  w.read_queue_wait_seconds =
+      static_cast<double>(std::max<int64_t>(0, c.read_queue_wait_ns - s.read_queue_wait_ns)) * 1e-9;
   w.samples_processed = c.processed - s.processed;
   w.process_seconds = static_cast<double>(c.process_ns - s.process_ns) * 1e-9;
   w.read_p90_seconds = percentile_between(c.read_latency, s.read_latency, 0.9) * 1e-9;

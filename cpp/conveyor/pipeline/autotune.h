@@ -49,6 +49,9 @@ struct AutotuneWindow {
   /// Part of read_seconds spent waiting for a lock the reads share with the
   /// rest of the process (Python's GIL), <= read_seconds.
   double read_lock_wait_seconds = 0;
+  /// Time the same reads waited for a slot under a store's limit on requests
+  /// in flight (HttpStore's per-host limit); not part of read_seconds.
+  double read_queue_wait_seconds = 0;
   int64_t samples_processed = 0;   ///< Samples whose decode + transforms finished in this window.
   double process_seconds = 0;      ///< Decode + transforms, summed over the samples processed.
   double process_p90_seconds = 0;  ///< 0 = not measured.
@@ -209,7 +212,8 @@ class AutotuneController {
   double calm_seconds_ = 0;
   Mean step_;
   Mean read_;
-  Mean read_lock_wait_;  // The part of read_ spent queueing for the GIL.
+  Mean read_lock_wait_;   // The part of read_ spent queueing for the GIL.
+  Mean read_queue_wait_;  // Each read's wait for a store's slot (not in read_).
   Mean process_;
   Mean stall_;
   Mean spread_;
@@ -233,6 +237,7 @@ struct AutotuneCounters {
   int64_t process_ns = 0;
   int64_t read_cpu_ns = 0;            ///< CPU time of the threads running reads, summed over the reads.
   int64_t read_lock_wait_ns = 0;      ///< Part of read_ns spent waiting for the GIL (thread_lock_wait_ns()).
+  int64_t read_queue_wait_ns = 0;     ///< The reads' wait for a store's slot, not in read_ns (thread_queue_wait_ns()).
   int64_t process_cpu_ns = 0;         ///< CPU time of the threads running decode + transforms, summed over the samples.
   int64_t consumer_run_delay_ns = 0;  ///< The consumer thread's wait for a core between its next() calls.
   int64_t batches_ready = 0;          ///< Complete batches waiting now (not cumulative).

@@ -724,6 +724,46 @@ TEST(AutotuneController, BeforeTheFirstBatchMeasuredReadsSizeTheReadsInFlight) {
   EXPECT_FALSE(gil.update(first_reads(0.09)).changed);
 }
 
+// A modest server, or S3 throttling: the store keeps the reads beyond its
+// limit waiting for a connection, so more io threads would only wait longer.
+TEST(AutotuneController, ReadsThatWaitForTheStoresConnectionsDoNotGrowTheIoThreads) {
+  const AutotuneLimits limits{8, 1 << 30, 1024};
+  // 400 samples/s wanted, reads of 10 ms: 4 reads in flight needed, 3 there.
+  auto reads = [&](double queue_wait, double stall) {
+    AutotuneWindow w = window(0.1, {3, 3, 2}, limits);
+    w.consumer_steps = 4;
+    w.consumer_step_seconds = 0.1;
+    w.batches_taken = 4;
+    w.reads_completed = w.samples_processed = 40;
+    w.read_seconds = 40 * 0.010;
+    w.read_queue_wait_seconds = 40 * queue_wait;
+    w.process_seconds = 40 * 0.001;
+    w.wait_seconds = stall * 0.1;
+    return w;
+  };
+  AutotuneController free_store(10);
+  EXPECT_EQ(free_store.update(reads(0, 0)).reason, "demand: io threads 3 -> 6 (rate 400/s x read 10 ms = 4 reads)");
+
+  AutotuneController busy_store(10);
+  EXPECT_FALSE(busy_store.update(reads(0.020, 0)).changed);
+  const AutotuneDecision d = busy_store.update(reads(0.020, 0.5));
+  EXPECT_FALSE(d.changed);
+  EXPECT_EQ(
+      d.reason,
+      "stall 50.0% > 1%: io threads held at 3: the reads wait 20 ms each for the store's connections (read 10 ms)");
+
+  // Before the epoch's first batch too (the slow connects of an overloaded
+  // server once drew 64 -> 131).
+  AutotuneController first(64);
+  AutotuneWindow w = window(0.1, first.initial_settings(limits), limits);
+  w.wait_seconds = 0.1;
+  w.reads_completed = w.samples_processed = 16;
+  w.read_seconds = 16 * 0.1;
+  w.read_queue_wait_seconds = 16 * 0.2;
+  w.process_seconds = 16 * 0.0005;
+  EXPECT_EQ(first.update(w).settings.io_threads, first.initial_settings(limits).io_threads);
+}
+
 TEST(AutotuneController, StallAtEveryLimitSaysSo) {
   AutotuneOptions options;
   options.tune_io_threads = false;

@@ -845,6 +845,7 @@ AutotuneCounters Loader::counters_locked(int64_t waiting_since_ns) const {
   c.process_ns = process_ns_;
   c.read_cpu_ns = read_cpu_ns_;
   c.read_lock_wait_ns = read_lock_wait_ns_;
+  c.read_queue_wait_ns = read_queue_wait_ns_;
   c.process_cpu_ns = process_cpu_ns_;
   c.consumer_run_delay_ns = consumer_run_delay_ns_;
   c.read_latency = read_latency_.snapshot();

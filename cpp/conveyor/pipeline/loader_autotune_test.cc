@@ -137,21 +137,25 @@ TEST(LoaderAutotuneTest, AutoIsTheDefault) {
   EXPECT_GE(s.memory_budget, int64_t{64} << 20);
 }
 
-// A read that waits 5 ms as if for a store's slot (HttpStore's per-host
-// limit), and says so.
+// A read that waits `queue_us` as if for a store's slot (HttpStore's
+// per-host limit), and says so, then takes `read_us`.
 class QueuedSource : public SleepySource {
  public:
-  using SleepySource::SleepySource;
+  QueuedSource(int64_t n, int read_us, int queue_us) : SleepySource(n, read_us, 0), queue_us_(queue_us) {}
   Record read(int64_t index) const override {
     const int64_t started = steady_ns();
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::microseconds(queue_us_));
     add_thread_queue_wait_ns(steady_ns() - started);
     return SleepySource::read(index);
   }
+
+ private:
+  int queue_us_;
 };
 
 TEST(LoaderAutotuneTest, AReadsWaitForAStoresSlotIsQueueWaitNotReadTime) {
-  Loader loader(std::make_shared<QueuedSource>(40, 0, 0), std::make_shared<RandomBytesTransform>(), options(2, 4, 2));
+  Loader loader(std::make_shared<QueuedSource>(40, 0, 5000), std::make_shared<RandomBytesTransform>(),
+                options(2, 4, 2));
   run_epoch(loader, 0);
   const LoaderStats s = loader.stats();
   EXPECT_EQ(s.samples_read, 40);
@@ -159,6 +163,19 @@ TEST(LoaderAutotuneTest, AReadsWaitForAStoresSlotIsQueueWaitNotReadTime) {
   // What autotune sizes reads in flight on: the reads' time outside the
   // queue (here microseconds each), not the waits.
   EXPECT_LT(s.read_seconds, s.read_queue_wait_seconds);
+}
+
+TEST(LoaderAutotuneTest, ReadsWaitingForAStoresConnectionsDoNotGrowTheIoThreads) {
+  // Reads of 20 ms that the consumer always waits for: the io threads grow,
+  // unless each read also waited 40 ms for a slot under the store's limit.
+  auto io_threads_after_an_epoch = [](int queue_us) {
+    Loader loader(std::make_shared<QueuedSource>(160, 20000, queue_us), std::make_shared<RandomBytesTransform>(),
+                  options(2, kAuto, kAuto));
+    run_epoch(loader, 0);
+    return loader.stats().io_threads;
+  };
+  EXPECT_GT(io_threads_after_an_epoch(0), 16);
+  EXPECT_EQ(io_threads_after_an_epoch(40000), 16);
 }
 
 TEST(LoaderAutotuneTest, ProcessesOfOneNodeShareItsCores) {
