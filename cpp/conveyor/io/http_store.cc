@@ -47,12 +47,11 @@ constexpr long kMaxRedirects = 5;
 // An error reply's body is kept only to find S3's error code in it.
 constexpr size_t kMaxErrorBody = 64 << 10;
 // A connect slower than this says the server's listen queue overflowed: the
-// SYN was dropped and waits for its retransmission (Linux's first is after
-// 1 s). Until a host's connects are measured the bound is that 1 s; then
+// SYN was dropped and waits for its retransmission. Until a host's connects
+// are measured the bound is HttpStoreOptions::first_slow_connect; then
 // kSlowConnectFactor times their smoothed time, at least kMinSlowConnect, so
 // that a transfer still connecting past it signals overload at once rather
 // than a second late.
-constexpr double kFirstSlowConnect = 1.0;
 constexpr double kSlowConnectFactor = 4.0;
 constexpr double kMinSlowConnect = 0.2;
 // How often the loop looks for transfers stuck connecting.
@@ -489,6 +488,8 @@ void HttpStoreOptions::validate() const {
                "HttpStore: connect_timeout must be a finite number of seconds > 0");
   check_config(std::isfinite(read_timeout) && read_timeout >= 1,
                "HttpStore: read_timeout must be a finite number of seconds >= 1");
+  check_config(std::isfinite(first_slow_connect) && first_slow_connect > 0,
+               "HttpStore: first_slow_connect must be a finite number of seconds > 0");
   check_config(max_read_bytes >= 0, "HttpStore: max_read_bytes must be >= 0");
   check_config(max_connections_per_host >= 1, "HttpStore: max_connections_per_host must be >= 1");
   check_config(initial_connections_per_host >= 1, "HttpStore: initial_connections_per_host must be >= 1");
@@ -638,15 +639,17 @@ class HttpStore::Loop {
  private:
   struct Host {
     explicit Host(const HttpStoreOptions& options)
-        : limit(options.initial_connections_per_host, options.max_connections_per_host) {}
+        : limit(options.initial_connections_per_host, options.max_connections_per_host),
+          first_slow_connect(options.first_slow_connect) {}
     ConnectionLimit limit;
     int active = 0;
     std::deque<std::shared_ptr<Transfer>> waiting;
+    double first_slow_connect;
     double connect_seconds = 0;  // Smoothed time of new connections; 0 before the first.
 
     // How long a connect may take before it counts as an overload.
     double slow_connect_seconds() const {
-      return connect_seconds > 0 ? std::max(kMinSlowConnect, kSlowConnectFactor * connect_seconds) : kFirstSlowConnect;
+      return connect_seconds > 0 ? std::max(kMinSlowConnect, kSlowConnectFactor * connect_seconds) : first_slow_connect;
     }
   };
 
@@ -858,10 +861,20 @@ class HttpStore::Loop {
       // which comes after, is not counted either.
       curl_off_t lookup = 0, connect = 0;
       const double elapsed = std::chrono::duration<double>(now - t.started).count();
-      if (t.slow_connect || elapsed < host.slow_connect_seconds() ||
+      const bool connect_time_known = host.connect_seconds > 0;
+      if (t.slow_connect || (connect_time_known && elapsed < host.slow_connect_seconds()) ||
           curl_easy_getinfo(easy, CURLINFO_NAMELOOKUP_TIME_T, &lookup) != CURLE_OK ||
-          curl_easy_getinfo(easy, CURLINFO_CONNECT_TIME_T, &connect) != CURLE_OK || lookup == 0 || connect != 0 ||
-          elapsed - static_cast<double>(lookup) / 1e6 < host.slow_connect_seconds()) {
+          curl_easy_getinfo(easy, CURLINFO_CONNECT_TIME_T, &connect) != CURLE_OK) {
+        ++it;
+        continue;
+      }
+      if (connect != 0 && !connect_time_known && connect > lookup) {
+        // Before the host's first answer, its first connection made gives
+        // the connect time: a first burst's dropped SYNs are then seen
+        // past kSlowConnectFactor times it, not past first_slow_connect.
+        host.connect_seconds = static_cast<double>(connect - lookup) / 1e6;
+      }
+      if (lookup == 0 || connect != 0 || elapsed - static_cast<double>(lookup) / 1e6 < host.slow_connect_seconds()) {
         ++it;
         continue;
       }
