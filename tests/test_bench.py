@@ -210,8 +210,9 @@ def test_quick_remote_run(tmp_path, data, capsys, monkeypatch):
     ]
     cached = f"HTTP {latency} cached"
     objects = f"S3 objects {latency}, file server"
+    modest = "HTTP modest server"
     assert sorted((r["case"], r["label"]) for r in ours) == sorted(
-        [(case, "conveyor") for case in [*cases, cached, objects, *shards]]
+        [(case, "conveyor") for case in [*cases, cached, objects, *shards, modest]]
         + [(case, f"conveyor io_threads={n}") for case in cases[1:] for n in bench.REMOTE_FIXED_IO_THREADS]
     )
     assert all(r["result"]["stats"] for r in ours)
@@ -234,16 +235,26 @@ def test_quick_remote_run(tmp_path, data, capsys, monkeypatch):
                 bench.QUICK_REMOTE_IMAGES if run["case"] in shards else bench.QUICK_REMOTE_DATALOADER_IMAGES
             )
             assert run["error"] is None and run["result"]["images"] == expected, run
+    # Python's http.server, read by conveyor and fetched by urllib.
+    fetches = _runs(full, "remote", bench.URLLIB_FETCH)
+    assert [r["case"] for r in fetches] == [modest]
+    assert fetches[0]["result"]["images"] == bench.QUICK_REMOTE_IMAGES
+    assert all(r["result"]["server"] == "http.server" for r in fetches + ours if r["case"] == modest)
+    assert "HTTP modest server: conveyor / urllib fetch, 64 threads (target >= 0.9): " in printed
     # The server's CPU over the epoch, for the runs that have a server (read from /proc).
     assert [r["result"]["requests"] for r in ours if r["case"] == cached] == [0]  # All from the cache.
-    for run in ours + stock:
+    for run in ours + stock + fetches:
         has_server = run["case"] not in ("local files", "local shards") and os.path.exists("/proc/self/stat")
         assert ("server_cpu_ms_per_image" in run["result"]) == has_server
         assert run["result"].get("server_cpu_ms_per_image", 0) >= 0
     # The file server is nginx where it and its echo module are installed (make test installs both).
     missing = nginx_server.unavailable()
     file_server = "nginx" if missing is None else f"conveyor.bench.http_server ({missing})"
-    served = [r for r in ours + stock if r["case"].startswith("HTTP") or "file server" in r["case"]]
+    served = [
+        r
+        for r in ours + stock
+        if r["case"] != modest and (r["case"].startswith("HTTP") or "file server" in r["case"])
+    ]
     assert served and all(r["result"]["server"] == file_server for r in served)
     assert set(full["remote_ratios"]) == {
         "100ms_over_0ms",
@@ -259,6 +270,7 @@ def test_quick_remote_run(tmp_path, data, capsys, monkeypatch):
         "auto_over_best_fixed_0ms",
         "auto_over_best_fixed_20ms",
         "auto_over_best_fixed_100ms",
+        "modest_over_urllib",
     }
     # --quick's one batch has no middle half; S3 objects have no peer without s3fs and s3torchconnector.
     unmeasured = {"100ms_over_0ms_steady"}

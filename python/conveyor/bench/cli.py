@@ -68,6 +68,9 @@ REMOTE_S3_LATENCY_MS = 20.0
 #: Pinned reads in flight run beside autotune's over URLs in ``bench
 #: remote``: the former default for URLs (64) and autotune's ceiling (256).
 REMOTE_FIXED_IO_THREADS = (64, 256)
+#: The side of ``bench remote``'s modest-server case that fetches the files
+#: (no decode) on 64 threads with urllib: what the server gives a plain client.
+URLLIB_FETCH = "urllib fetch, 64 threads"
 #: The readers a user of ``bench remote``'s S3 cases would pick instead, each
 #: under DataLoader: (side, module, store of the case it joins, a program it
 #: runs). s3fs and s3torchconnector read the ``s3://`` objects, webdataset
@@ -275,6 +278,7 @@ def plan(bench: str, args: argparse.Namespace) -> list[list[dict[str, Any]]]:
         groups.append(_remote_group(REMOTE_S3_LATENCY_MS, args, pending, store="s3-files"))
         groups.append(_remote_group(REMOTE_S3_LATENCY_MS, args, pending or no_moto, store="s3"))
         groups.append(_remote_group(REMOTE_S3_LATENCY_MS, args, pending or no_moto, store="s3-global"))
+        groups.append(_remote_group(None, args, pending, store="modest"))
         return groups
     common = {"mnist_data": args.mnist_data, "batch_size": 64, "torch_threads": MNIST_TORCH_THREADS}
     no_pinning = None if _has_accelerator() else "skipped: no accelerator here, pin_memory is a no-op"
@@ -291,7 +295,10 @@ def remote_case(latency: Optional[float], store: str = "http") -> str:
     "HTTP 20 ms cached" (a cached second epoch), "S3 objects 20 ms, file
     server", "local shards", "S3 shards 20 ms" (moto), "S3 shards 20 ms,
     file server" (these three in a shuffle buffer's streaming order) or "S3
-    shards 20 ms, global shuffle" (moto)."""
+    shards 20 ms, global shuffle" (moto), or "HTTP modest server" (Python's
+    http.server)."""
+    if store == "modest":
+        return "HTTP modest server"
     if store == "s3-objects":
         return f"S3 objects {latency:g} ms, file server"
     if store in ("s3", "s3-global", "s3-files"):
@@ -326,6 +333,8 @@ def _remote_group(
     label = _dataloader_label(args.workers)
     if store == "http":
         sides.append(_side("remote", case, label, {**common, "side": "dataloader", "limit": limit}))
+    if store == "modest":
+        sides.append(_side("remote", case, URLLIB_FETCH, {**common, "side": "urllib"}))
     # Shards are read whole, one request each: their reader gets the whole epoch.
     peer_limit = common["limit"] if store == "s3-files" else limit
     for peer, module, used_on, program in REMOTE_PEERS:
@@ -344,8 +353,8 @@ def remote_ratios(rows: Sequence[dict[str, Any]]) -> dict[str, Optional[float]]:
     """conveyor's median images/s over URLs against its local or 0 ms rate
     (issue 27's targets: each >= 0.9; at 100 ms also in the middle half of
     the epoch's time, past the start), autotune's reads in flight against the best
-    pinned ones (>= 0.95), and conveyor against the fastest peer of each 20 ms
-    case (>= 5)."""
+    pinned ones (>= 0.95), conveyor against the fastest peer of each 20 ms
+    case (>= 5), and against a plain fetch from a modest server (>= 0.9)."""
     rates: dict[tuple[str, str, str], float] = {
         (row["case"], row["side"], row["metric"]): row["median"]
         for row in rows
@@ -385,6 +394,7 @@ def remote_ratios(rows: Sequence[dict[str, Any]]) -> dict[str, Optional[float]]:
         ),
         "cached_over_local": ratio(remote_case(REMOTE_S3_LATENCY_MS, "http-cached"), remote_case(None)),
         "100ms_over_0ms_steady": ratio(remote_case(100.0), remote_case(0.0), "steady_images_per_s"),
+        "modest_over_urllib": over_best_peer(remote_case(None, "modest")),
         **{
             f"over_best_peer_{store}": over_best_peer(remote_case(REMOTE_S3_LATENCY_MS, store))
             for store in ("http", "s3-objects", "s3-files")
@@ -526,6 +536,10 @@ def print_report(
                         f"{remote_case(REMOTE_S3_LATENCY_MS, store)}: conveyor / fastest peer (target >= 5)",
                     )
                     for store in ("http", "s3-objects", "s3-files")
+                ),
+                (
+                    "modest_over_urllib",
+                    f"{remote_case(None, 'modest')}: conveyor / {URLLIB_FETCH} (target >= 0.9)",
                 ),
                 *(
                     (

@@ -397,6 +397,76 @@ def _restore_environment(saved: dict[str, Optional[str]]) -> None:
             os.environ[name] = value
 
 
+#: Threads of the ``urllib`` side's plain fetch from the modest server.
+URLLIB_FETCH_THREADS = 64
+
+
+def _modest_server(spec: Spec, samples: list[tuple[str, int]]) -> dict[str, Any]:
+    """One epoch over the images from Python's ``http.server`` (HTTP/1.0: a
+    connection per request, a listen queue of 5), as a new user would serve
+    them, in its own process: conveyor's FileList of their URLs, or
+    (``side="urllib"``) a plain fetch of the same URLs, without decode, on
+    URLLIB_FETCH_THREADS threads; images/s and the server's CPU per image."""
+    import urllib.parse
+
+    from conveyor.sources import FileList
+
+    server = subprocess.Popen(
+        [sys.executable, "-u", "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory", spec["data"]],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        # "Serving HTTP on 127.0.0.1 port 41234 (http://127.0.0.1:41234/) ..."
+        line = server.stdout.readline()
+        if " port " not in line:
+            raise RuntimeError(f"python -m http.server did not start: {line!r}")
+        port = int(line.split(" port ")[1].split()[0])
+        urls = [
+            f"http://127.0.0.1:{port}/{urllib.parse.quote(os.path.relpath(path, spec['data']))}"
+            for path, _ in samples
+        ]
+        if spec["side"] == "conveyor":
+            labels = [label for _, label in samples]
+            result = _with_server_cpu(
+                server.pid,
+                lambda: _epoch(lambda: _remote_loader(spec, lambda: FileList(urls, labels), lambda: None)),
+            )
+        else:
+            result = _with_server_cpu(server.pid, lambda: _fetch(urls))
+        result["server"] = "http.server"
+        return result
+    finally:
+        server.kill()
+        server.wait()
+
+
+def _fetch(urls: list[str]) -> dict[str, Any]:
+    """A plain fetch of ``urls`` (no decode) on URLLIB_FETCH_THREADS threads with urllib."""
+    import concurrent.futures
+    import urllib.request
+
+    def fetch(url: str) -> int:
+        with urllib.request.urlopen(url, timeout=60) as reply:
+            return len(reply.read())
+
+    cpu_start = _cpu_seconds()
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(URLLIB_FETCH_THREADS) as pool:
+        images = sum(1 for _ in pool.map(fetch, urls))
+    epoch_s = time.perf_counter() - start
+    cpu_s = _cpu_seconds() - cpu_start
+    return {
+        "cpu_s": cpu_s,
+        "cpu_ms_per_image": 1000 * cpu_s / max(1, images),
+        "images": images,
+        "epoch_s": epoch_s,
+        "images_per_s": images / epoch_s,
+    }
+
+
 def _s3_objects(spec: Spec, samples: list[tuple[str, int]]) -> dict[str, Any]:
     """One epoch over the images as ``s3://bench/<class>/<file>`` objects
     (path-style, signed) from the file server: conveyor's FileList, or a
@@ -463,6 +533,8 @@ def remote(spec: Spec) -> dict[str, Any]:
     samples = [samples[i] for i in _remote_order(len(samples), spec.get("limit"))]
     if spec.get("store") == "s3-objects":
         return _s3_objects(spec, samples)
+    if spec.get("store") == "modest":
+        return _modest_server(spec, samples)
     labels = [label for _, label in samples]
     transform = reference.train_transform()
     if spec["latency_ms"] is None:
