@@ -868,11 +868,18 @@ class HttpStore::Loop {
         ++it;
         continue;
       }
-      if (connect != 0 && !connect_time_known && connect > lookup) {
-        // Before the host's first answer, its first connection made gives
-        // the connect time: a first burst's dropped SYNs are then seen
-        // past kSlowConnectFactor times it, not past first_slow_connect.
-        host.connect_seconds = static_cast<double>(connect - lookup) / 1e6;
+      if (connect != 0 && !connect_time_known) {
+        // Before the host's first answer, its first new connection made in
+        // time gives the connect time (as finish() would: not one that got
+        // through on a resent SYN, not a reused one): a first burst's
+        // dropped SYNs are then seen past kSlowConnectFactor times it, not
+        // past first_slow_connect.
+        long connects = 0;
+        const double seconds = static_cast<double>(connect - lookup) / 1e6;
+        if (curl_easy_getinfo(easy, CURLINFO_NUM_CONNECTS, &connects) == CURLE_OK && connects > 0 && seconds > 0 &&
+            seconds < host.slow_connect_seconds()) {
+          host.connect_seconds = seconds;
+        }
       }
       if (lookup == 0 || connect != 0 || elapsed - static_cast<double>(lookup) / 1e6 < host.slow_connect_seconds()) {
         ++it;

@@ -23,9 +23,9 @@ struct HttpStoreOptions {
   double read_timeout = 30.0;
   /// Seconds a connect to a host whose connects are not measured yet may
   /// take before it counts as an overload (the SYN was dropped: Linux sends
-  /// it again after 1 s), and is started again. The host's first connection
-  /// made measures them: from then on the bound is 4 times their time, at
-  /// least 0.2 s.
+  /// it again after 1 s), and is started again. The host's first new
+  /// connection measures them; from then on the bound is a few times their
+  /// time (kSlowConnectFactor, kMinSlowConnect in http_store.cc).
   double first_slow_connect = 1.0;
   /// The most bytes one read may return (kMaxRemoteReadBytes; lower in tests).
   int64_t max_read_bytes = kMaxRemoteReadBytes;

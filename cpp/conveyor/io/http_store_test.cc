@@ -401,37 +401,46 @@ TEST(HttpStoreTest, AReadWaitingForASlotUnderItsHostsLimitCountsThatWaitAsQueueW
 }
 
 // A server whose listen queue is full: a listening socket with a backlog of
-// 0, where a connection that waits unaccepted (fill()) makes the kernel drop
-// the SYNs of the next connects. Its reads wait at most 20 s (for a test to
-// end if nothing comes).
+// 1, where two connections that wait unaccepted (fill()) make the kernel
+// drop the SYNs of the next connects (whatever tcp_syncookies says). Its
+// reads wait at most 20 s (for a test to end if nothing comes).
 class FullListenQueue {
  public:
+  FullListenQueue(const FullListenQueue&) = delete;
+  FullListenQueue& operator=(const FullListenQueue&) = delete;
   FullListenQueue() {
     address_.sin_family = AF_INET;
     address_.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t length = sizeof(address_);
     if (::bind(listener_, reinterpret_cast<sockaddr*>(&address_), sizeof(address_)) != 0 ||
-        ::listen(listener_, 0) != 0 || ::getsockname(listener_, reinterpret_cast<sockaddr*>(&address_), &length) != 0) {
+        ::listen(listener_, 1) != 0 || ::getsockname(listener_, reinterpret_cast<sockaddr*>(&address_), &length) != 0) {
       ADD_FAILURE() << "no listening socket";
     }
   }
   ~FullListenQueue() {
-    if (filler_ >= 0) ::close(filler_);
+    drain();
     ::close(listener_);
   }
   std::string url(const std::string& path) const {
     return "http://127.0.0.1:" + std::to_string(ntohs(address_.sin_port)) + path;
   }
-  /// One connection waits in the queue: the next SYNs are dropped.
+  /// Two connections wait in the queue (a backlog of 1 holds 2): the next
+  /// SYNs are dropped.
   void fill() {
-    filler_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    EXPECT_EQ(::connect(filler_, reinterpret_cast<const sockaddr*>(&address_), sizeof(address_)), 0);
+    drain();
+    for (int& filler : fillers_) {
+      filler = ::socket(AF_INET, SOCK_STREAM, 0);
+      EXPECT_EQ(::connect(filler, reinterpret_cast<const sockaddr*>(&address_), sizeof(address_)), 0);
+    }
   }
-  /// The waiting connection goes: room for the next connect.
+  /// The waiting connections go: room for the next connects.
   void drain() {
-    if (readable(listener_)) ::close(::accept(listener_, nullptr, nullptr));
-    ::close(filler_);
-    filler_ = -1;
+    for (int& filler : fillers_) {
+      if (filler < 0) continue;
+      if (readable(listener_)) ::close(::accept(listener_, nullptr, nullptr));
+      ::close(filler);
+      filler = -1;
+    }
   }
   /// The next connection, once its request has arrived; -1 if none came.
   int accept_request() const {
@@ -461,7 +470,7 @@ class FullListenQueue {
   }
 
   int listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
-  int filler_ = -1;
+  int fillers_[2] = {-1, -1};
   sockaddr_in address_{};
 };
 

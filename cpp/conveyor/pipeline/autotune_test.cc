@@ -753,7 +753,7 @@ TEST(AutotuneController, ReadsThatWaitForTheStoresConnectionsDoNotGrowTheIoThrea
       "stall 50.0% > 1%: io threads held at 3: the reads wait 20 ms each for the store's connections (read 10 ms)");
 
   // Before the epoch's first batch too (the slow connects of an overloaded
-  // server once drew 64 -> 131).
+  // server grew them from 64 to ~150).
   AutotuneController first(64);
   AutotuneWindow w = window(0.1, first.initial_settings(limits), limits);
   w.wait_seconds = 0.1;

@@ -7,7 +7,7 @@ it; the ``conveyor`` command line imports ``conveyor.bench.cli``). Its modules:
 * ``cli``: the command: its arguments, the plan of each benchmark's sides,
   the runs, the printed report and the JSON.
 * ``runner``: runs one measurement in a worker process (a fresh one each, or
-  one reused process for ``bench remote --quick``), sampling its memory.
+  one reused process for ``bench --quick``), sampling its memory.
 * ``worker``: the worker process: runs one measurement and prints its figures.
 * ``machine``: the machine and software the figures were measured on.
 * ``reference``: the stock PyTorch pipelines conveyor is compared with

@@ -37,6 +37,7 @@ from conveyor.bench import report
 from conveyor.bench.machine import cores, machine_info, version
 from conveyor.bench.report import CONVEYOR, Metric, format_number
 from conveyor.bench.runner import ReusedWorker, execute
+from conveyor.bench.worker import URLLIB_FETCH_THREADS
 from conveyor.cli import int_at_least
 
 __all__ = ["BENCHES", "add_commands", "machine_info", "run_benchmarks"]
@@ -70,7 +71,7 @@ REMOTE_S3_LATENCY_MS = 20.0
 REMOTE_FIXED_IO_THREADS = (64, 256)
 #: The side of ``bench remote``'s modest-server case that fetches the files
 #: (no decode) on 64 threads with urllib: what the server gives a plain client.
-URLLIB_FETCH = "urllib fetch, 64 threads"
+URLLIB_FETCH = f"urllib fetch, {URLLIB_FETCH_THREADS} threads"
 #: The readers a user of ``bench remote``'s S3 cases would pick instead, each
 #: under DataLoader: (side, module, store of the case it joins, a program it
 #: runs). s3fs and s3torchconnector read the ``s3://`` objects, webdataset
@@ -876,7 +877,8 @@ def add_commands(subparsers: Any) -> None:
         "mnist": ("one epoch of a small CNN on MNIST-format data", [common, mnist]),
         "remote": (
             "images/s over a local HTTP server at 0, 20 and 100 ms per request and from local files, "
-            "and of tar shards from a local S3 server (moto) and from local disk",
+            "of tar shards from a local S3 server (moto) and from local disk, "
+            "and from Python's http.server beside a plain urllib fetch",
             [
                 _common_options(
                     f"a smoke test: {QUICK_REMOTE_IMAGES} images per run "

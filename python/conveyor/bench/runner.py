@@ -1,7 +1,7 @@
 """Runs the measurements of ``conveyor bench`` in worker processes
 (``conveyor.bench.worker``) while sampling the memory of their process tree:
 ``execute`` starts a fresh process per measurement; ``ReusedWorker`` runs
-them one after the other in one process (``bench remote --quick``)."""
+them one after the other in one process (``bench --quick``)."""
 
 from __future__ import annotations
 
@@ -62,10 +62,13 @@ def _read_lines(stream: Any, lines: queue.Queue[Optional[str]]) -> None:
 
 class ReusedWorker:
     """One worker process (``conveyor.bench.worker --serve``) running
-    measurements one after the other, as ``bench remote --quick`` (a smoke
-    test) does: it spares the start of a process and torch's import (~1 s on
-    2 cores) per run. Its figures are not a fresh process's: the memory of a
-    run is its tree's peak on top of what the earlier runs left. A run that
+    measurements one after the other, as ``bench --quick`` (a smoke test)
+    does: it spares the start of a process and torch's import (1-4 s on 2
+    cores) per run. Its figures are not a fresh process's: the memory of a
+    run is its tree's peak on top of what the earlier runs left, and a run
+    inherits what the earlier ones set in the process (torch's threads,
+    the threads conveyor started, which a DataLoader's forked workers
+    copy). A run that
     ends or stalls the process is reported as ``execute`` reports it, and the
     next run starts a new process. Use as a context manager."""
 

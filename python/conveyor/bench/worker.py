@@ -10,7 +10,7 @@ sample the memory of exactly this process tree.
 ``python -m conveyor.bench.worker --serve`` runs one measurement per line of
 stdin (a SPEC each), one after the other in this one process, and answers
 each with its ``RESULT `` line, or an ``ERROR `` line (the traceback's end, as
-JSON) when it raised: ``bench remote --quick`` runs so, sparing a start (and
+JSON) when it raised: ``bench --quick`` runs so, sparing a start (and
 torch's import) per run where only the run's completion matters.
 """
 
@@ -407,40 +407,57 @@ def _modest_server(spec: Spec, samples: list[tuple[str, int]]) -> dict[str, Any]
     them, in its own process: conveyor's FileList of their URLs, or
     (``side="urllib"``) a plain fetch of the same URLs, without decode, on
     URLLIB_FETCH_THREADS threads; images/s and the server's CPU per image."""
+    import tempfile
     import urllib.parse
 
     from conveyor.sources import FileList
 
-    server = subprocess.Popen(
-        [sys.executable, "-u", "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory", spec["data"]],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        # "Serving HTTP on 127.0.0.1 port 41234 (http://127.0.0.1:41234/) ..."
-        line = server.stdout.readline()
-        if " port " not in line:
-            raise RuntimeError(f"python -m http.server did not start: {line!r}")
-        port = int(line.split(" port ")[1].split()[0])
-        urls = [
-            f"http://127.0.0.1:{port}/{urllib.parse.quote(os.path.relpath(path, spec['data']))}"
-            for path, _ in samples
-        ]
-        if spec["side"] == "conveyor":
-            labels = [label for _, label in samples]
-            result = _with_server_cpu(
-                server.pid,
-                lambda: _epoch(lambda: _remote_loader(spec, lambda: FileList(urls, labels), lambda: None)),
-            )
-        else:
-            result = _with_server_cpu(server.pid, lambda: _fetch(urls))
-        result["server"] = "http.server"
-        return result
-    finally:
-        server.kill()
-        server.wait()
+    command = [
+        sys.executable,
+        "-u",
+        "-m",
+        "http.server",
+        "0",
+        "--bind",
+        "127.0.0.1",
+        "--directory",
+        spec["data"],
+    ]
+    # stderr to a file, not a pipe: the server logs every request there.
+    with (
+        tempfile.TemporaryFile(mode="w+") as log,
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True) as server,
+    ):
+        try:
+            assert server.stdout is not None
+            # "Serving HTTP on 127.0.0.1 port 41234 (http://127.0.0.1:41234/) ..."
+            line = server.stdout.readline()
+            if " port " not in line:
+                server.wait(timeout=60)
+                log.seek(0)
+                tail = "\n".join(log.read().strip().splitlines()[-6:])
+                raise RuntimeError(
+                    f"python -m http.server did not start (exit code {server.returncode}): {tail}"
+                )
+            port = int(line.split(" port ")[1].split()[0])
+            urls = [
+                f"http://127.0.0.1:{port}/{urllib.parse.quote(os.path.relpath(path, spec['data']))}"
+                for path, _ in samples
+            ]
+            if spec["side"] == "conveyor":
+                labels = [label for _, label in samples]
+                result = _with_server_cpu(
+                    server.pid,
+                    lambda: _epoch(
+                        lambda: _remote_loader(spec, lambda: FileList(urls, labels), lambda: None)
+                    ),
+                )
+            else:
+                result = _with_server_cpu(server.pid, lambda: _fetch(urls))
+            result["server"] = "http.server"
+            return result
+        finally:
+            server.kill()
 
 
 def _fetch(urls: list[str]) -> dict[str, Any]:
