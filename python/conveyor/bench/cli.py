@@ -70,7 +70,8 @@ REMOTE_S3_LATENCY_MS = 20.0
 #: remote``: the former default for URLs (64) and autotune's ceiling (256).
 REMOTE_FIXED_IO_THREADS = (64, 256)
 #: The side of ``bench remote``'s modest-server case that fetches the files
-#: (no decode) on 64 threads with urllib: what the server gives a plain client.
+#: (no decode) on URLLIB_FETCH_THREADS threads with urllib: what the server
+#: gives a plain client.
 URLLIB_FETCH = f"urllib fetch, {URLLIB_FETCH_THREADS} threads"
 #: The readers a user of ``bench remote``'s S3 cases would pick instead, each
 #: under DataLoader: (side, module, store of the case it joins, a program it
