@@ -792,10 +792,9 @@ LoaderStats Loader::stats() const {
   stats.process_seconds = static_cast<double>(counters.process_ns) * 1e-9;
   stats.read_cpu_seconds = static_cast<double>(counters.read_cpu_ns) * 1e-9;
   stats.read_lock_wait_seconds = static_cast<double>(counters.read_lock_wait_ns) * 1e-9;
+  stats.read_queue_wait_seconds = static_cast<double>(counters.read_queue_wait_ns) * 1e-9;
   stats.process_cpu_seconds = static_cast<double>(counters.process_cpu_ns) * 1e-9;
   stats.wait_seconds = static_cast<double>(counters.wait_ns) * 1e-9;
-  // Not one of autotune's counters (its read_ns already leaves it out).
-  stats.read_queue_wait_seconds = static_cast<double>(read_queue_wait_ns_.load()) * 1e-9;
   stats.batches_delivered = counters.batches_taken;
   stats.batches_ready = counters.batches_ready;
   stats.buffers_allocated = static_cast<int64_t>(pool_.allocated() + sample_pool_.allocated());
