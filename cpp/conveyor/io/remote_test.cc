@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <future>
@@ -28,11 +30,14 @@ using Kind = FetchFailure::Kind;
 std::string as_string(const Bytes& bytes) { return {reinterpret_cast<const char*>(bytes.data()), bytes.size()}; }
 
 // Objects in memory; the first `failures[url]` attempts on a URL fail with
-// `failure`. Records every request (url, offset, size).
+// `failure`. Records every request (url, offset, size). An attempt on a URL
+// of `waits_for` waits until that URL's first request (at most 10 s: a
+// deadlock guard, counted in gate_timeouts()).
 class FakeStore final : public RemoteStore {
  public:
   std::map<std::string, std::string> objects;
   std::map<std::string, int> failures;
+  std::map<std::string, std::string> waits_for;
   FetchFailure failure{Kind::kStatus, 503, "Service Unavailable"};
 
   std::vector<uint8_t> read(const std::string& url, uint64_t offset, int64_t size) const override {
@@ -47,11 +52,23 @@ class FakeStore final : public RemoteStore {
     std::lock_guard lock(mu_);
     return requests_;
   }
+  int gate_timeouts() const {
+    std::lock_guard lock(mu_);
+    return gate_timeouts_;
+  }
 
  private:
   const std::string& attempt(const std::string& url, uint64_t offset, int64_t size) const {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     requests_.emplace_back(url, offset, size);
+    requested_.notify_all();
+    if (auto gate = waits_for.find(url); gate != waits_for.end()) {
+      const auto seen = [&] {
+        return std::any_of(requests_.begin(), requests_.end(),
+                           [&](const auto& request) { return std::get<0>(request) == gate->second; });
+      };
+      if (!requested_.wait_for(lock, 10s, seen)) ++gate_timeouts_;
+    }
     auto failing = failures.find(url);
     if (failing != failures.end() && failing->second != 0) {
       if (failing->second > 0) --const_cast<int&>(failing->second);
@@ -62,7 +79,9 @@ class FakeStore final : public RemoteStore {
     return it->second;
   }
   mutable std::mutex mu_;
+  mutable std::condition_variable requested_;
   mutable std::vector<std::tuple<std::string, uint64_t, int64_t>> requests_;
+  mutable int gate_timeouts_ = 0;
 };
 
 RemoteAccess access(std::shared_ptr<FakeStore> store, int attempts = 5) {
@@ -428,6 +447,49 @@ TEST(RemoteTest, ThreadsReadingOneRunShareItsOneRequest) {
   for (auto& thread : threads) thread.join();
   EXPECT_EQ(wrong.load(), 0);
   EXPECT_EQ(store->requests().size(), before + 1);
+}
+
+TEST(RemoteTest, RemoteShardsAreIndexedSeveralAtATime) {
+  auto store = std::make_shared<FakeStore>();
+  std::vector<std::string> urls;
+  for (int i = 0; i < 4; ++i) {
+    urls.push_back("http://h/" + std::to_string(i) + ".tar");
+    store->objects[urls.back()] = shard_of(3 * i, 3, 100);
+  }
+  // Shard 0 waits for a request on shard 3: indexed one after another, it
+  // would wait in vain.
+  store->waits_for[urls[0]] = urls[3];
+  const TarShardSource source(urls, std::make_shared<RemoteAccess>(access(store)));
+  EXPECT_EQ(store->gate_timeouts(), 0);
+  // The index is the shards' in order, whichever finished first.
+  ASSERT_EQ(source.size(), 12);
+  for (int64_t i = 0; i < 12; ++i) {
+    const Record record = source.read(i);
+    EXPECT_EQ(record.key, urls[static_cast<size_t>(i / 3)] + ":s" + std::to_string(i) + ".jpg");
+    EXPECT_EQ(record.label, i);
+    EXPECT_EQ(as_string(record.data), image_of(static_cast<int>(i), 100));
+  }
+  EXPECT_EQ(source.shard_starts(), (std::vector<int64_t>{0, 3, 6, 9}));
+}
+
+TEST(RemoteTest, OfShardsIndexedAtOnceTheFirstFailingInOrderIsTheErrorRaised) {
+  auto store = std::make_shared<FakeStore>();
+  std::vector<std::string> urls;
+  for (int i = 0; i < 6; ++i) {
+    urls.push_back("http://h/" + std::to_string(i) + ".tar");
+    if (i != 2 && i != 4) store->objects[urls.back()] = shard_of(3 * i, 3, 100);
+  }
+  // Shard 4 fails first; shard 2, which the order reaches first, is named.
+  store->waits_for[urls[2]] = urls[4];
+  try {
+    const TarShardSource source(urls, std::make_shared<RemoteAccess>(access(store)));
+    FAIL() << "expected a read error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kRead);
+    EXPECT_EQ(e.key(), "http://h/2.tar");
+    EXPECT_NE(std::string(e.what()).find("HTTP 404 Not Found"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(store->gate_timeouts(), 0);
 }
 
 }  // namespace

@@ -1,17 +1,22 @@
 #include "conveyor/io/tar_shards.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <charconv>
 #include <condition_variable>
 #include <cstring>
+#include <exception>
 #include <limits>
 #include <mutex>
 #include <optional>
 #include <string_view>
+#include <system_error>
+#include <thread>
 #include <utility>
 
 #include "conveyor/core/error.h"
+#include "conveyor/core/thread_pool.h"
 #include "conveyor/io/image_formats.h"
 #include "conveyor/io/regular_file.h"
 #include "conveyor/io/remote.h"
@@ -269,7 +274,13 @@ struct TarShardSource::Index {
     return bytes;
   }
 
+  // Indexes `paths` in order, the remote ones several at a time
+  // (kShardIndexThreads); the error is the first failing shard's, as one after
+  // another would give.
+  void add_shards(const std::vector<std::string>& paths);
   void add_shard(const std::string& path);
+  // Appends `part`, an index of other shards, after the shards indexed so far.
+  void append(Index&& part);
   // Walks the headers of `file` (a RegularFile or a RemoteShardReader).
   template <class File>
   void add_shard_from(const std::string& path, const File& file, Shard shard);
@@ -285,6 +296,66 @@ struct Group {
 };
 
 }  // namespace
+
+void TarShardSource::Index::add_shards(const std::vector<std::string>& paths) {
+  const bool any_remote = remote != nullptr &&
+                          std::any_of(paths.begin(), paths.end(), [](const std::string& path) { return is_url(path); });
+  const size_t workers = any_remote ? std::min(paths.size(), kShardIndexThreads) : 1;
+  if (workers <= 1) {
+    for (const std::string& path : paths) add_shard(path);
+    return;
+  }
+  std::vector<std::optional<Index>> parts(paths.size());
+  std::vector<std::exception_ptr> errors(paths.size());
+  std::atomic<size_t> next{0};
+  std::atomic<size_t> first_failed{paths.size()};
+  auto work = [&] {
+    // Shards past a failed one are not needed: its error is the one raised.
+    for (size_t i = next++; i < paths.size() && i < first_failed.load(); i = next++) {
+      try {
+        parts[i].emplace();
+        parts[i]->remote = remote;
+        parts[i]->add_shard(paths[i]);
+      } catch (...) {
+        errors[i] = std::current_exception();
+        size_t failed = first_failed.load();
+        while (i < failed && !first_failed.compare_exchange_weak(failed, i)) {
+        }
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < workers; ++t) {
+    try {
+      threads.emplace_back([&work] {
+        set_current_thread_name("conveyor-index");
+        work();
+      });
+    } catch (const std::system_error&) {
+      break;  // The OS refused a thread: the ones started, and this one, index the rest.
+    }
+  }
+  work();
+  for (std::thread& thread : threads) thread.join();
+  for (size_t i = 0; i < paths.size(); ++i) {
+    if (errors[i]) std::rethrow_exception(errors[i]);
+    append(std::move(*parts[i]));
+  }
+}
+
+void TarShardSource::Index::append(Index&& part) {
+  const auto shard_base = static_cast<uint32_t>(shards.size());
+  const auto field_base = static_cast<uint32_t>(fields.size());
+  for (Shard& shard : part.shards) shards.push_back(std::move(shard));
+  for (const Field& field : part.fields)
+    fields.push_back({intern(part.field_names[field.name]), field.offset, field.size});
+  for (Sample& sample : part.samples) {
+    sample.shard += shard_base;
+    sample.first_field += field_base;
+    sample.image += field_base;
+    samples.push_back(std::move(sample));
+  }
+}
 
 void TarShardSource::Index::add_shard(const std::string& path) {
   if (remote != nullptr && is_url(path)) {
@@ -658,7 +729,7 @@ TarShardSource::TarShardSource(std::vector<std::string> shards, std::shared_ptr<
   for (size_t i = 0; i < shards.size(); ++i) check_path(shards[i], "TarShards: shards[" + std::to_string(i) + "]");
   auto index = std::make_unique<Index>();
   index->remote = std::move(remote);
-  for (const auto& path : shards) index->add_shard(path);
+  index->add_shards(shards);
   check_config(!index->samples.empty(),
                "TarShards: the shards hold no samples (" + shards.front() + (shards.size() > 1 ? ", ..." : "") + ")");
   for (const Index::Sample& sample : index->samples) index->max_label = std::max(index->max_label, sample.label);

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -17,6 +18,11 @@ inline constexpr uint64_t kRunBytes = uint64_t{8} << 20;
 /// Most bytes of runs a read plan holds in memory at once, as the order's
 /// positions tell (TarShardSource::plan_reads).
 inline constexpr uint64_t kPlanBytes = uint64_t{256} << 20;
+/// Remote shards a TarShardSource indexes at a time, each on a thread of its
+/// own: each waits a round trip or two for its size and chunks (at 20 ms, 180
+/// shards indexed one after another took 6-8 s), and holds a chunk (at most
+/// 16 x 8 MiB in all).
+inline constexpr size_t kShardIndexThreads = 16;
 /// What one request costs a read plan, in bytes of transfer: a round trip
 /// is worth far more on any network (20 ms at 100 MB/s: 2 MB), but bytes
 /// fetched and not needed should stay few.
@@ -44,7 +50,8 @@ inline constexpr uint64_t kRequestBytes = uint64_t{64} << 10;
 ///
 /// Shards may be URLs (is_url) when `remote` is given: indexing then reads
 /// the shard's bytes once, in large range requests (8 MiB chunks, a member
-/// larger than a chunk is skipped), keeping only offsets; each read of a
+/// larger than a chunk is skipped; kShardIndexThreads shards at a time,
+/// while the constructor waits), keeping only offsets; each read of a
 /// member afterwards is one range request of exactly its bytes, retried
 /// under remote's RetryPolicy. Under a read plan (plan_reads) samples that
 /// are neighbours in a shard and read near each other in the epoch's order

@@ -117,6 +117,7 @@ METRICS: dict[str, tuple[Metric, ...]] = {
         Metric("images_per_s", "images/s", headline=True),
         Metric("steady_images_per_s", "images/s, middle half"),
         Metric("first_batch_s", "first batch s"),
+        Metric("construct_s", "source built s (listing, indexing)"),
         Metric("wait_s", "input stall s"),
         Metric("cpu_ms_per_image", "CPU ms/image (no server)"),
         Metric("server_cpu_ms_per_image", "server CPU ms/image"),

@@ -71,8 +71,8 @@ class TarShards(Source):
 
     Shards may be URLs (``https://host/shard-{000..009}.tar``, ``s3://``, any
     fsspec protocol whose backend is installed): each is indexed once at
-    construction by reading it in large range requests (8 MiB chunks),
-    keeping only offsets; afterwards, samples that are neighbours in a shard
+    construction by reading it in large range requests (8 MiB chunks, 16
+    shards at a time), keeping only offsets; afterwards, samples that are neighbours in a shard
     and that an epoch's order reads close together (``shuffle=False``, a
     ``shuffle_buffer``, a small set) are read in one range request per run
     of about 8 MiB, and other samples in one range request of exactly their
