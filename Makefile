@@ -244,7 +244,7 @@ asan-python: setup
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD := $(ASAN_BUILD)
 FUZZERS := image_decode_fuzzer image_pipeline_fuzzer tar_shards_fuzzer idx_fuzzer coco_fuzzer image_function_fuzzer \
-	s3_reply_fuzzer
+	s3_reply_fuzzer shard_index_fuzzer
 FUZZ_SEED ?=
 FUZZ_TIMEOUT ?= 20
 FUZZ_FLAGS := -rss_limit_mb=2048 -timeout=$(FUZZ_TIMEOUT) -max_len=65536 -print_final_stats=1 $(FUZZ_SEED)

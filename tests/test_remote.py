@@ -19,8 +19,9 @@ import conveyor  # noqa: E402
 from conftest import run_python  # noqa: E402
 from conveyor import transforms as T  # noqa: E402
 from conveyor.bench.http_server import FileServer  # noqa: E402
+from conveyor.cli import main as cli_main  # noqa: E402
 from conveyor.errors import ConfigError, ReadError  # noqa: E402
-from conveyor.pack import pack_image_folder  # noqa: E402
+from conveyor.pack import pack, pack_image_folder  # noqa: E402
 from conveyor.sources import FileList, ImageFolder, RetryPolicy, TarShards  # noqa: E402
 
 # Retries without waiting long: the tests count requests, not seconds.
@@ -192,6 +193,61 @@ def test_tar_shards_over_urls_read_each_shards_images_with_one_range_request(col
         assert request.method == "GET" and request.status == 206
         first, last = images[0].offset_data, images[-1].offset_data + images[-1].size - 1
         assert request.range == f"bytes={first}-{last}" and request.sent == last - first + 1
+
+
+def test_tar_shards_over_urls_with_their_indexes_read_no_shard_bytes_to_index(color_folder, tmp_path):
+    indexed = pack_image_folder(str(color_folder), str(tmp_path / "a" / "shard-%06d.tar"), shard_size=20_000)
+    plain = pack(str(color_folder), str(tmp_path / "b" / "shard-%06d.tar"), 20_000, write_index=False)
+    names = [os.path.basename(p) for p in indexed]
+    assert len(names) >= 3 and [os.path.basename(p) for p in plain] == names
+    assert not any(os.path.exists(p + ".index.json") for p in plain)
+    local = TarShards(indexed)
+    with FileServer(str(tmp_path)) as server:
+        for folder in ("a", "b"):
+            server.clear_log()
+            remote = TarShards(
+                f"http://127.0.0.1:{server.port}/{folder}/shard-{{000000..{len(names) - 1:06d}}}.tar",
+                retry=FAST_RETRY,
+            )
+            requests = {(r.method, r.path, r.status) for r in server.requests()}
+            if folder == "a":
+                # Each shard's size, then its index: none of the shard's bytes.
+                assert requests == {("HEAD", f"a/{n}", 200) for n in names} | {
+                    ("GET", f"a/{n}.index.json", 200) for n in names
+                }
+            else:
+                # No index: its absence, then the shard's bytes.
+                assert requests == (
+                    {("HEAD", f"b/{n}", 200) for n in names}
+                    | {("GET", f"b/{n}.index.json", 404) for n in names}
+                    | {("GET", f"b/{n}", 206) for n in names}
+                )
+            assert [remote.key(i).rsplit(":", 1)[1] for i in range(len(remote))] == [
+                local.key(i).rsplit(":", 1)[1] for i in range(len(local))
+            ]
+            assert [remote.fields(i) for i in range(len(remote))] == [
+                local.fields(i) for i in range(len(local))
+            ]
+            assert _same(_batches(remote, 2, io_threads=8), _batches(local, 2))
+
+
+def test_conveyor_index_writes_the_index_pack_writes(color_folder, tmp_path, capsys):
+    indexed = pack_image_folder(str(color_folder), str(tmp_path / "a" / "shard-%06d.tar"), shard_size=20_000)
+    plain = pack(str(color_folder), str(tmp_path / "b" / "shard-%06d.tar"), 20_000, write_index=False)
+    assert cli_main(["index", str(tmp_path / "b" / "*.tar")]) == 0
+    assert capsys.readouterr().out == (
+        f"wrote {len(plain)} index(es): {plain[0]}.index.json ... {plain[-1]}.index.json\n"
+    )
+    for a, b in zip(indexed, plain):
+        assert Path(a + ".index.json").read_bytes() == Path(b + ".index.json").read_bytes()
+    assert cli_main(["index", "http://host/shard.tar"]) == 1
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(
+            "index: http://host/shard.tar is a URL; index the shards where they are files, then upload both"
+        )
+    )
 
 
 def test_tar_shard_indexing_retries_and_names_a_missing_shard(color_folder, tmp_path):
@@ -593,12 +649,22 @@ def test_cached_tar_shards_are_fetched_whole_once_then_read_from_the_folder(colo
     with FileServer(str(tmp_path)) as server:
         pattern = f"http://127.0.0.1:{server.port}/shard-{{000000..{len(written) - 1:06d}}}.tar"
         remote = TarShards(pattern, cache_dir=tmp_path / "cache")
-        # Indexing fetched each shard whole (one GET), after its HEAD.
-        gets = [r for r in server.requests() if r.method == "GET"]
-        assert sorted(r.path for r in gets) == sorted(os.path.basename(p) for p in written)
-        assert all(r.range is None for r in gets)
+        # Indexing read each shard's index (pack wrote them), none of its bytes.
+        names = [os.path.basename(p) for p in written]
+        assert sorted(r.path for r in server.requests() if r.method == "GET") == sorted(
+            name + ".index.json" for name in names
+        )
         server.clear_log()
-        assert _same(_batches(remote, 2, io_threads=8), _batches(TarShards(written), 2))
+        local = _batches(TarShards(written), 2)
+        assert _same(_batches(remote, 2, io_threads=8), local)
+        # The first epoch fetched each shard whole, once (the reads of its
+        # other members meanwhile asked for their own bytes); the next sends
+        # nothing.
+        gets = [r for r in server.requests() if r.method == "GET"]
+        assert sorted(r.path for r in gets if r.range is None) == sorted(names)
+        assert all(r.path in names and r.status == 206 for r in gets if r.range is not None)
+        server.clear_log()
+        assert _same(_batches(remote, 2, io_threads=8), local)
         assert server.requests() == []
 
 

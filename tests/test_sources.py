@@ -197,9 +197,25 @@ def test_pack_then_tar_shards_roundtrip(small_folder: Path, tmp_path: Path):
     # 1 kB of end marker and pads to 10 kB: 3 samples per 12 kB shard.
     assert cli_main(["pack", str(small_folder), str(out), "--shard-size", "12kB"]) == 0
     folder = ImageFolder(small_folder)
-    shards = sorted(str(p) for p in (tmp_path / "shards").iterdir())
-    assert shards == [str(tmp_path / "shards" / f"shard-{i:03d}.tar") for i in range(3)]
+    shards = [str(tmp_path / "shards" / f"shard-{i:03d}.tar") for i in range(3)]
+    # Each shard, and its index beside it.
+    written = sorted(str(p) for p in (tmp_path / "shards").iterdir())
+    assert written == sorted(shards + [s + ".index.json" for s in shards])
     assert all(os.path.getsize(s) <= 12_000 for s in shards)
+    for shard in shards:
+        with tarfile.open(shard) as archive:
+            members = [
+                [m.name, m.offset_data, m.size]
+                + ([archive.extractfile(m).read().decode()] if m.name.endswith(".cls") else [])
+                for m in archive.getmembers()
+            ]
+        index = json.loads(Path(shard + ".index.json").read_text())
+        assert index == {
+            "format": "conveyor tar index",
+            "version": 1,
+            "shard_bytes": os.path.getsize(shard),
+            "members": members,
+        }
 
     source = TarShards(str(tmp_path / "shards" / "shard-{000..002}.tar"))
     assert source.shards == shards

@@ -276,6 +276,14 @@ void bind_io(nb::module_& m) {
           "shards: os.fsencode() of each path. remote: the store that reads the shards that are URLs, with "
           "`retry`.")
       .def_prop_ro("shards", [](const TarShardSource& source) { return to_paths(source.shards()); })
+      .def_static(
+          "shard_index",
+          [](const nb::bytes& path) {
+            std::string shard = from_path(path);
+            nb::gil_scoped_release release;
+            return TarShardSource::shard_index(shard);
+          },
+          nb::arg("path"), "The JSON index of the local shard at os.fsencode(path).")
       .def("fields", &TarShardSource::fields, nb::arg("index"))
       .def(
           "field",
@@ -390,6 +398,7 @@ void bind_io(nb::module_& m) {
   for (std::string_view extension : kImageExtensions) extensions.append(nb::str(extension.data(), extension.size()));
   m.attr("IMAGE_EXTENSIONS") = nb::tuple(extensions);
   m.attr("MAX_REMOTE_READ_BYTES") = kMaxRemoteReadBytes;
+  m.attr("SHARD_INDEX_SUFFIX") = std::string(kShardIndexSuffix);
 }
 
 }  // namespace conveyor::bindings

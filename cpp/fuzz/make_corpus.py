@@ -169,6 +169,36 @@ def tar_seeds(images: dict[str, bytes]) -> dict[str, bytes]:
     return seeds
 
 
+def shard_index_seeds() -> dict[str, bytes]:
+    """Indexes of shard_index_fuzzer's 8192-byte shard: valid ones, and each
+    kind of fault the reader checks."""
+    import json
+
+    def index(members: list[list[object]], **fields: object) -> bytes:
+        doc = {"format": "conveyor tar index", "version": 1, "shard_bytes": 8192, "members": members}
+        return json.dumps({**doc, **fields}).encode()
+
+    samples = [
+        ["s000.jpg", 512, 700], ["s000.cls", 1536, 2, "3\n"], ["s000.json", 2560, 8],
+        ["s001.png", 3584, 200], ["s001.cls", 4096, 3, " 7 "],
+        ["dir/s002.left.jpg", 5120, 100], ["dir/s002.txt", 6144, 5], ["__key__", 7168, 1],
+    ]  # fmt: skip
+    return {
+        "valid": index(samples),
+        "one": index([["a.jpg", 512, 7680]]),
+        "stale": index(samples, shard_bytes=4096),
+        "version": index(samples, version=2),
+        "overlap": index([["a.jpg", 512, 1000], ["b.jpg", 1024, 10]]),
+        "outside": index([["a.jpg", 7680, 1000]]),
+        "cls-without-text": index([["a.jpg", 512, 10], ["a.cls", 1024, 1]]),
+        "bad-cls": index([["a.jpg", 512, 10], ["a.cls", 1024, 3, "one"]]),
+        "no-image": index([["a.txt", 512, 10]]),
+        "duplicate": index([["a.jpg", 512, 10], ["a.jpg", 1024, 10]]),
+        "not-json": b"<html>",
+        "empty": b"",
+    }
+
+
 def _idx(array: np.ndarray) -> bytes:
     return (
         struct.pack(">BBBB", 0, 0, 8, array.ndim)
@@ -320,6 +350,7 @@ def main(argv: list[str]) -> int:
         "coco_fuzzer": coco_seeds(),
         "image_function_fuzzer": image_function_seeds(),
         "s3_reply_fuzzer": s3_reply_seeds(),
+        "shard_index_fuzzer": shard_index_seeds(),
     }
     for target, seeds in corpora.items():
         folder = out / target

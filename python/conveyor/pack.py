@@ -23,6 +23,12 @@ count: the samples are divided evenly over the listed shards, so the same
 pattern reads them back. Shards are plain tar files (Python's tarfile),
 readable by ``conveyor.sources.TarShards``, by the ``webdataset`` package and
 by ``tar``. Output is deterministic: same input and seed, same bytes.
+
+Beside each shard goes its index, ``<shard>.index.json`` (``--no-index``:
+none): where each member lies and each sample's label. Upload it with the
+shard: ``TarShards`` over URLs then reads the index, one small request,
+instead of the whole shard at construction. ``conveyor index SHARDS`` writes
+the indexes of shards made otherwise (webdataset's, ``tar``'s).
 """
 
 from __future__ import annotations
@@ -43,8 +49,9 @@ from conveyor import _conveyor
 from conveyor._checks import check_int
 from conveyor.errors import ConfigError, _printable_path
 from conveyor.sources import IMG_EXTENSIONS, FileList, ImageFolder
+from conveyor.sources.remote import is_url
 
-__all__ = ["add_commands", "pack", "pack_image_folder", "parse_size", "shard_names"]
+__all__ = ["add_commands", "pack", "pack_image_folder", "parse_size", "shard_names", "write_shard_index"]
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:([kmgt])(i?)b?|b?)\s*$", re.IGNORECASE)
 
@@ -188,6 +195,29 @@ def _read(samples: list[_Sample]) -> Iterator[tuple[_Sample, bytes, str]]:
         yield sample, data, os.path.splitext(sample.path)[1][1:].lower()
 
 
+def write_shard_index(shard: str) -> str:
+    """Writes the index of the local tar shard ``shard`` beside it, as
+    ``shard + SHARD_INDEX_SUFFIX`` (``".index.json"``; the format:
+    ``TarShardSource::shard_index`` in cpp/conveyor/io/tar_shards.h), under a
+    temporary name renamed into place; returns its path.
+
+    Raises:
+        ReadError: the shard cannot be indexed (as ``TarShards`` would refuse
+            it), naming it.
+    """
+    path = os.fsdecode(shard) + _conveyor.SHARD_INDEX_SUFFIX
+    text = _conveyor.TarShardSource.shard_index(os.fsencode(shard))
+    temporary = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(temporary, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+    return path
+
+
 def pack(
     src: str,
     out_pattern: str,
@@ -195,6 +225,7 @@ def pack(
     progress: bool = False,
     shuffle: bool = False,
     seed: int = 0,
+    write_index: bool = True,
 ) -> list[str]:
     """Packs the images of ``src`` (an ImageFolder, a CSV/TSV file or a file
     list; see the module's text) into shards named by ``out_pattern``. With a
@@ -203,6 +234,7 @@ def pack(
     256 MB; a single larger sample gets a shard of its own); a brace list
     (``"out/shard-{000..009}.tar"``) divides the samples evenly over its
     shards. ``shuffle`` writes them in a random order drawn from ``seed``.
+    ``write_index`` writes each shard's index beside it (``write_shard_index``).
     Returns the shard paths written.
 
     Raises:
@@ -249,6 +281,8 @@ def pack(
             if new_shard:
                 if archive is not None:
                     archive.close()
+                    if write_index:
+                        write_shard_index(written[-1])
                 shard = (
                     names[len(written)] if names is not None else _format_shard(numbered or "", len(written))
                 )
@@ -267,6 +301,8 @@ def pack(
             archive.close()
         if bar is not None:
             bar.close()
+    if write_index and written:
+        write_shard_index(written[-1])
     return written
 
 
@@ -279,8 +315,24 @@ def pack_image_folder(
 
 def _run(args: argparse.Namespace) -> int:
     shard_size = None if args.shard_size is None else parse_size(args.shard_size)
-    shards = pack(args.src, args.out_pattern, shard_size, args.progress, args.shuffle, args.seed)
+    shards = pack(
+        args.src, args.out_pattern, shard_size, args.progress, args.shuffle, args.seed, not args.no_index
+    )
     print(f"wrote {len(shards)} shard(s): {shards[0]}{' ... ' + shards[-1] if len(shards) > 1 else ''}")
+    return 0
+
+
+def _run_index(args: argparse.Namespace) -> int:
+    from conveyor.sources.tar import expand_shards
+
+    shards = expand_shards(args.shards)
+    for shard in shards:
+        if is_url(shard):
+            raise ConfigError(
+                f"index: {shard} is a URL; index the shards where they are files, then upload both"
+            )
+    written = [write_shard_index(shard) for shard in shards]
+    print(f"wrote {len(written)} index(es): {written[0]}{' ... ' + written[-1] if len(written) > 1 else ''}")
     return 0
 
 
@@ -311,4 +363,24 @@ def add_commands(subparsers: Any) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of --shuffle's order (default: 0)")
     parser.add_argument("--progress", action="store_true", help="show a progress bar")
+    parser.add_argument(
+        "--no-index", action="store_true", help="write no <shard>.index.json beside each shard"
+    )
     parser.set_defaults(run=_run)
+
+    index = subparsers.add_parser(
+        "index",
+        help="write <shard>.index.json beside local tar shards, for TarShards over URLs",
+        description=(
+            "Writes the index of each local tar shard beside it (<shard>.index.json): where each member "
+            "lies and each sample's label. Uploaded with the shards, it spares TarShards over URLs reading "
+            "every shard whole at construction. conveyor pack writes them itself."
+        ),
+    )
+    index.add_argument(
+        "shards",
+        metavar="SHARDS",
+        nargs="+",
+        help="shard paths or patterns (out/shard-{000..009}.tar, out/*.tar)",
+    )
+    index.set_defaults(run=_run_index)

@@ -153,6 +153,27 @@ Bytes RemoteAccess::read(const std::string& url, uint64_t offset, int64_t size, 
   return Bytes::from_vector(std::move(data));
 }
 
+std::optional<Bytes> RemoteAccess::read_if_present(const std::string& url, int64_t max_bytes,
+                                                   const std::string& key) const {
+  std::optional<std::vector<uint8_t>> data = with_retries(retry, key, [&]() -> std::optional<std::vector<uint8_t>> {
+    std::vector<uint8_t> bytes;
+    try {
+      store->fetch(url, &bytes, max_bytes);
+    } catch (const FetchError& e) {
+      using Kind = FetchFailure::Kind;
+      const FetchFailure& failure = e.failure();
+      if (failure.kind == Kind::kNotFound || failure.kind == Kind::kPermission ||
+          (failure.kind == Kind::kStatus && (failure.status == 404 || failure.status == 403))) {
+        return std::nullopt;
+      }
+      throw;
+    }
+    return bytes;
+  });
+  if (!data) return std::nullopt;
+  return Bytes::from_vector(std::move(*data));
+}
+
 uint64_t RemoteAccess::size(const std::string& url, const std::string& key) const {
   return with_retries(retry, key, [&] { return store->size(url); });
 }

@@ -1,6 +1,7 @@
 #include "conveyor/io/remote.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -8,6 +9,8 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <map>
 #include <mutex>
@@ -490,6 +493,117 @@ TEST(RemoteTest, OfShardsIndexedAtOnceTheFirstFailingInOrderIsTheErrorRaised) {
     EXPECT_NE(std::string(e.what()).find("HTTP 404 Not Found"), std::string::npos) << e.what();
   }
   EXPECT_EQ(store->gate_timeouts(), 0);
+}
+
+// The index TarShardSource::shard_index writes for `shard` (through a file).
+std::string index_of(const std::string& shard) {
+  const std::filesystem::path path = std::filesystem::temp_directory_path() /
+                                     ("conveyor_index_" + std::to_string(::getpid()) + "_" +
+                                      ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".tar");
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << shard;
+  }
+  std::string index = TarShardSource::shard_index(path.string());
+  std::filesystem::remove(path);
+  return index;
+}
+
+TEST(RemoteTest, AShardIndexListsEveryMemberWithItsOffsetSizeAndLabelText) {
+  const std::string shard =
+      tar_member("a.cls", "7") + tar_member("a.jpg", "image a") + tar_member("README", "x") + std::string(1024, '\0');
+  EXPECT_EQ(index_of(shard),
+            R"({"format":"conveyor tar index","members":[["a.cls",512,1,"7"],["a.jpg",1536,7],["README",2560,1]],)"
+            R"("shard_bytes":4096,"version":1})");
+}
+
+TEST(RemoteTest, AShardIndexIsRefusedForAShardTheSourceWouldRefuse) {
+  try {
+    index_of(tar_member("a.cls", "7") + tar_member("a.txt", "not an image") + std::string(1024, '\0'));
+    FAIL() << "expected a read error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kRead);
+    EXPECT_NE(std::string(e.what()).find("sample has no image member"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RemoteTest, AShardWithAnIndexIsIndexedFromItWithoutReadingTheShard) {
+  const std::string shard = shard_of(0, 3, 700);
+  auto walked_store = std::make_shared<FakeStore>();
+  walked_store->objects["http://h/s.tar"] = shard;
+  const TarShardSource walked({"http://h/s.tar"}, std::make_shared<RemoteAccess>(access(walked_store)));
+
+  auto store = std::make_shared<FakeStore>();
+  store->objects["http://h/s.tar"] = shard;
+  store->objects["http://h/s.tar.index.json"] = index_of(shard);
+  const TarShardSource source({"http://h/s.tar"}, std::make_shared<RemoteAccess>(access(store)));
+  // Its size, then the index: none of the shard's bytes.
+  EXPECT_EQ(store->requests(), (std::vector<std::tuple<std::string, uint64_t, int64_t>>{
+                                   {"http://h/s.tar", 0, -2}, {"http://h/s.tar.index.json", 0, -1}}));
+  ASSERT_EQ(source.size(), walked.size());
+  for (int64_t i = 0; i < source.size(); ++i) {
+    const Record record = source.read(i), expected = walked.read(i);
+    EXPECT_EQ(record.key, expected.key);
+    EXPECT_EQ(record.label, expected.label);
+    EXPECT_EQ(as_string(record.data), as_string(expected.data));
+    EXPECT_EQ(source.fields(i), walked.fields(i));
+  }
+  EXPECT_EQ(source.max_label(), walked.max_label());
+}
+
+TEST(RemoteTest, AnIndexOfAShardOfAnotherSizeIsIgnoredAndTheShardWalked) {
+  auto store = std::make_shared<FakeStore>();
+  store->objects["http://h/s.tar"] = shard_of(0, 4, 700);  // Rewritten since its index.
+  store->objects["http://h/s.tar.index.json"] = index_of(shard_of(0, 3, 700));
+  const TarShardSource source({"http://h/s.tar"}, std::make_shared<RemoteAccess>(access(store)));
+  ASSERT_EQ(source.size(), 4);
+  EXPECT_EQ(as_string(source.read(3).data), image_of(3, 700));
+}
+
+TEST(RemoteTest, AShardIndexTheStoreForbidsIsTakenAsNone) {
+  auto store = std::make_shared<FakeStore>();
+  store->objects["http://h/s.tar"] = shard_of(0, 3, 700);
+  store->failures["http://h/s.tar.index.json"] = -1;  // Every attempt.
+  store->failure = {Kind::kStatus, 403, "Forbidden"};
+  const TarShardSource source({"http://h/s.tar"}, std::make_shared<RemoteAccess>(access(store)));
+  ASSERT_EQ(source.size(), 3);
+  EXPECT_EQ(as_string(source.read(2).data), image_of(2, 700));
+}
+
+TEST(RemoteTest, AMalformedShardIndexIsAReadErrorNamingIt) {
+  const std::string shard = shard_of(0, 2, 100);
+  const std::string size = std::to_string(shard.size());
+  const std::string head = R"({"format":"conveyor tar index","version":1,"shard_bytes":)" + size;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"<html>", "malformed shard index: not JSON"},
+      {R"({"format":"other"})", R"(malformed shard index: no "format": "conveyor tar index")"},
+      {R"({"format":"conveyor tar index","version":2})",
+       "malformed shard index: version 2; this conveyor reads version 1"},
+      {head + "}", R"(malformed shard index: no "members" list)"},
+      {head + R"(,"members":[["s0.jpg",512,-1]]})",
+       "malformed shard index: member 0's size is not a whole number of bytes"},
+      {head + R"(,"members":[["s0.jpg",512,100000]]})",
+       "malformed shard index: member 0 ('s0.jpg') at offset 512 of 100000 bytes does not fit a " + size +
+           "-byte shard after the member before it"},
+      {head + R"(,"members":[["s0.jpg",1024,10],["s1.jpg",1024,10]]})",
+       "malformed shard index: member 1 ('s1.jpg') at offset 1024 of 10 bytes does not fit a " + size +
+           "-byte shard after the member before it"},
+      {head + R"(,"members":[["s0.cls",512,1]]})",
+       "malformed shard index: member 0 ('s0.cls'): a cls member, and only one, has its label text"},
+  };
+  for (const auto& [index, message] : cases) {
+    auto store = std::make_shared<FakeStore>();
+    store->objects["http://h/s.tar"] = shard;
+    store->objects["http://h/s.tar.index.json"] = index;
+    try {
+      const TarShardSource source({"http://h/s.tar"}, std::make_shared<RemoteAccess>(access(store)));
+      ADD_FAILURE() << "expected a read error for " << index;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kRead);
+      EXPECT_EQ(e.key(), "http://h/s.tar.index.json");
+      EXPECT_EQ(e.cause(), message) << index;
+    }
+  }
 }
 
 }  // namespace

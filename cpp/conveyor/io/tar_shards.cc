@@ -9,6 +9,7 @@
 #include <exception>
 #include <limits>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string_view>
 #include <system_error>
@@ -156,14 +157,13 @@ std::string describe_change(const RegularFile::Identity& was, const RegularFile:
 // typical member), and a member larger than a chunk is skipped, not fetched.
 constexpr uint64_t kIndexChunk = uint64_t{8} << 20;
 
-// A remote shard as indexing reads it, with RegularFile's reading functions
-// (add_shard_from is written once for both): its size (one request), then
-// byte ranges served from the current chunk, fetched again starting at the
-// wanted offset when it is not there. Used by one thread.
+// A remote shard of a known size as indexing reads it, with RegularFile's
+// reading functions (walk_members is written once for both): byte ranges served from the current chunk, fetched again
+// starting at the wanted offset when it is not there. Used by one thread.
 class RemoteShardReader {
  public:
-  RemoteShardReader(const RemoteAccess& remote, const std::string& url)
-      : remote_(remote), url_(url), size_(remote.size(url, url)) {}
+  RemoteShardReader(const RemoteAccess& remote, const std::string& url, uint64_t size)
+      : remote_(remote), url_(url), size_(size) {}
 
   uint64_t size() const noexcept { return size_; }
 
@@ -197,6 +197,215 @@ class RemoteShardReader {
   mutable uint64_t start_ = 0;  // Offset of chunk_ in the object.
   mutable std::vector<uint8_t> chunk_;
 };
+
+// One regular file of a shard, in tar order: its name (after GNU long names
+// and pax paths), the offset and size of its data, and for a `cls` member
+// its text (the label), read while indexing.
+struct TarMember {
+  std::string name;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+  std::optional<std::string> text;
+};
+
+bool is_cls_member(std::string_view name) {
+  std::string_view prefix;
+  std::string field;
+  return split_member_name(name, prefix, field) && field == "cls";
+}
+
+// The label a `cls` member's text holds (an integer, surrounding spaces
+// allowed).
+int64_t parse_label(const std::string& path, const TarMember& member) {
+  if (!member.text)
+    throw Error(ErrorKind::kInternal, "a cls member was indexed without its text", path + ":" + member.name);
+  std::string_view text = *member.text;
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
+  int64_t label = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), label);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+    throw Error(ErrorKind::kRead, "malformed cls member: expected an integer, got '" + printable(text) + "'",
+                path + ":" + member.name);
+  }
+  return label;
+}
+
+// Walks the headers of `file` (a RegularFile or a RemoteShardReader): its
+// regular files, in order, with the text of each `cls` member.
+template <class File>
+std::vector<TarMember> walk_members(const std::string& path, const File& file) {
+  const uint64_t size = file.size();
+  if (size == 0) throw Error(ErrorKind::kRead, "empty file, not a tar archive", path);
+  std::vector<TarMember> members;
+  std::optional<std::string> long_name;
+  PaxRecords pax;
+  std::string last_member;  // Names the place of a corrupt header in errors.
+  auto where = [&](uint64_t offset) {
+    return "at offset " + std::to_string(offset) +
+           (last_member.empty() ? std::string(" (first header)") : " (after member '" + last_member + "')");
+  };
+  uint64_t pos = 0;
+  bool ended = false;
+  uint8_t h[kBlock];
+  while (pos + kBlock <= size) {
+    file.read_exact(pos, h, path);
+    if (all_zero(h, kBlock)) {
+      ended = true;  // End-of-archive marker; anything after it is ignored, as tar does.
+      break;
+    }
+    if (!checksum_ok(h)) {
+      throw Error(ErrorKind::kRead, "corrupt tar header " + where(pos) + ": checksum mismatch", path);
+    }
+    const char type = static_cast<char>(h[156]);
+    std::optional<uint64_t> member_size = pax.size ? pax.size : header_number(h + 124, 12);
+    std::string name;
+    if (long_name) {
+      name = *long_name;
+    } else if (pax.path) {
+      name = *pax.path;
+    } else {
+      name = std::string(header_string(h, 100));
+      // POSIX ustar splits long names into prefix/name; GNU's magic ("ustar  ")
+      // uses those bytes for other things.
+      if (std::memcmp(h + 257, "ustar\0", 6) == 0) {
+        std::string_view prefix = header_string(h + 345, 155);
+        if (!prefix.empty()) name = std::string(prefix) + "/" + name;
+      }
+    }
+    if (!member_size) {
+      throw Error(ErrorKind::kRead, "corrupt tar header " + where(pos) + ": invalid size field", path + ":" + name);
+    }
+    const uint64_t data_offset = pos + kBlock;
+    if (*member_size > size - data_offset) {
+      throw Error(ErrorKind::kRead,
+                  "truncated shard: the member needs " + std::to_string(*member_size) + " bytes at offset " +
+                      std::to_string(data_offset) + " but the file has " + std::to_string(size) + " bytes",
+                  path + ":" + name);
+    }
+    const uint64_t next = data_offset + (*member_size + kBlock - 1) / kBlock * kBlock;
+    pos = next;
+    // The content of a GNU long name or pax header (of the next member).
+    auto metadata = [&] {
+      if (*member_size > kMaxMetadataMember) {
+        throw Error(ErrorKind::kRead,
+                    "corrupt tar header " + where(data_offset - kBlock) + ": a " + std::to_string(*member_size) +
+                        "-byte " + (type == 'L' ? "long name" : "pax header"),
+                    path);
+      }
+      const std::vector<uint8_t> bytes = file.read_exact(data_offset, *member_size, path);
+      return std::string(bytes.begin(), bytes.end());
+    };
+    if (type == 'L') {  // GNU long name of the next member.
+      const std::string content = metadata();
+      long_name = content.substr(0, strnlen(content.data(), content.size()));
+      continue;
+    }
+    if (type == 'x') {  // Pax extended header of the next member.
+      auto records = parse_pax(metadata());
+      if (!records) throw Error(ErrorKind::kRead, "corrupt pax header " + where(data_offset - kBlock), path);
+      pax = std::move(*records);
+      continue;
+    }
+    if (type == 'K' || type == 'g') continue;  // Long link name, pax global header: nothing we use.
+    long_name.reset();
+    pax = PaxRecords{};
+    last_member = name;
+    if (type != '0' && type != '\0' && type != '7') continue;  // Directories, links, devices.
+    TarMember member{name, data_offset, *member_size, std::nullopt};
+    if (is_cls_member(name)) {
+      if (*member_size > kMaxMetadataMember) {
+        throw Error(ErrorKind::kRead,
+                    "malformed cls member: expected an integer, got " + std::to_string(*member_size) + " bytes",
+                    path + ":" + name);
+      }
+      const std::vector<uint8_t> bytes = file.read_exact(data_offset, *member_size, path + ":" + name);
+      member.text.emplace(bytes.begin(), bytes.end());
+    }
+    members.push_back(std::move(member));
+  }
+  if (!ended && pos < size) {
+    const std::vector<uint8_t> rest = file.read_exact(pos, size - pos, path);  // Less than a block.
+    if (!all_zero(rest.data(), rest.size())) {
+      throw Error(ErrorKind::kRead, "truncated shard: it ends inside a tar header " + where(pos), path);
+    }
+  }
+  return members;
+}
+
+// What a shard index holds: "format" and "version" say what it is (a
+// version this code does not know is refused, not guessed at).
+constexpr std::string_view kShardIndexFormat = "conveyor tar index";
+constexpr int kShardIndexVersion = 1;
+// The largest shard index read (~40 bytes a member: a million members).
+constexpr int64_t kMaxShardIndexBytes = int64_t{64} << 20;
+
+// The members the shard index `text` lists, checked against a shard of
+// `shard_size` bytes; none when it describes a shard of another size (one
+// rewritten since it was indexed: walked instead). Throws Error{kRead}
+// naming `key` (the index's URL) when it is not such an index.
+std::optional<std::vector<TarMember>> parse_shard_index(const std::string& key, std::string_view text,
+                                                        uint64_t shard_size) {
+  auto malformed = [&](const std::string& why) {
+    return Error(ErrorKind::kRead, "malformed shard index: " + why, key);
+  };
+  const nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) throw malformed("not JSON");
+  if (!doc.is_object() || !doc.contains("format") || doc["format"] != kShardIndexFormat) {
+    throw malformed("no \"format\": \"" + std::string(kShardIndexFormat) + "\"");
+  }
+  if (!doc.contains("version") || doc["version"] != kShardIndexVersion) {
+    throw malformed("version " + (doc.contains("version") ? doc["version"].dump() : std::string("missing")) +
+                    "; this conveyor reads version " + std::to_string(kShardIndexVersion));
+  }
+  const auto unsigned_field = [&](const nlohmann::json& value, const std::string& what) {
+    if (!value.is_number_unsigned()) throw malformed(what + " is not a whole number of bytes");
+    return value.get<uint64_t>();
+  };
+  if (!doc.contains("shard_bytes")) throw malformed("no \"shard_bytes\"");
+  if (unsigned_field(doc["shard_bytes"], "\"shard_bytes\"") != shard_size) return std::nullopt;
+  if (!doc.contains("members") || !doc["members"].is_array()) throw malformed("no \"members\" list");
+  std::vector<TarMember> members;
+  members.reserve(doc["members"].size());
+  uint64_t end = 0;  // Of the previous member's data.
+  for (const nlohmann::json& entry : doc["members"]) {
+    const std::string where = "member " + std::to_string(members.size());
+    if (!entry.is_array() || entry.size() < 3 || entry.size() > 4 || !entry[0].is_string()) {
+      throw malformed(where + " is not [name, offset, size] or [name, offset, size, label text]");
+    }
+    TarMember member{entry[0].get<std::string>(), unsigned_field(entry[1], where + "'s offset"),
+                     unsigned_field(entry[2], where + "'s size"), std::nullopt};
+    // Each member's data follows its header block, after the previous one's.
+    if (member.offset % kBlock != 0 || member.offset < end + kBlock || member.offset > shard_size ||
+        member.size > shard_size - member.offset) {
+      throw malformed(where + " ('" + printable(member.name) + "') at offset " + std::to_string(member.offset) +
+                      " of " + std::to_string(member.size) + " bytes does not fit a " + std::to_string(shard_size) +
+                      "-byte shard after the member before it");
+    }
+    end = member.offset + member.size;
+    if (is_cls_member(member.name) != (entry.size() == 4)) {
+      throw malformed(where + " ('" + printable(member.name) + "'): a cls member, and only one, has its label text");
+    }
+    if (entry.size() == 4) {
+      if (!entry[3].is_string()) throw malformed(where + "'s label text is not a string");
+      member.text = entry[3].get<std::string>();
+    }
+    members.push_back(std::move(member));
+  }
+  return members;
+}
+
+// The members the index of the remote shard `path` (path + kShardIndexSuffix)
+// lists, for a shard of `size` bytes; none when there is none (the store
+// says it is not there, or forbidden: S3's answer for a missing key to a
+// caller that may not list the bucket) or it describes another size.
+std::optional<std::vector<TarMember>> read_shard_index(const RemoteAccess& remote, const std::string& path,
+                                                       uint64_t size) {
+  const std::string url = path + std::string(kShardIndexSuffix);
+  const std::optional<Bytes> bytes = remote.read_if_present(url, kMaxShardIndexBytes, url);
+  if (!bytes) return std::nullopt;
+  return parse_shard_index(url, {reinterpret_cast<const char*>(bytes->data()), bytes->size()}, size);
+}
 
 }  // namespace
 
@@ -281,9 +490,8 @@ struct TarShardSource::Index {
   void add_shard(const std::string& path);
   // Appends `part`, an index of other shards, after the shards indexed so far.
   void append(Index&& part);
-  // Walks the headers of `file` (a RegularFile or a RemoteShardReader).
-  template <class File>
-  void add_shard_from(const std::string& path, const File& file, Shard shard);
+  // Adds `shard`, and its `members` (in tar order) as samples.
+  void add_samples(const std::string& path, Shard shard, const std::vector<TarMember>& members);
 };
 
 namespace {
@@ -291,8 +499,7 @@ namespace {
 // A group of consecutive members sharing a prefix, before it becomes a sample.
 struct Group {
   std::string prefix;
-  std::vector<std::pair<std::string, std::string>> members;  // (field, member name)
-  std::vector<std::pair<uint64_t, uint64_t>> extents;        // (offset, size)
+  std::vector<std::pair<std::string, const TarMember*>> members;  // (field, member)
 };
 
 }  // namespace
@@ -359,19 +566,21 @@ void TarShardSource::Index::append(Index&& part) {
 
 void TarShardSource::Index::add_shard(const std::string& path) {
   if (remote != nullptr && is_url(path)) {
-    const RemoteShardReader reader(*remote, path);
-    add_shard_from(path, reader, Shard{path, {}, true});
+    const uint64_t size = remote->size(path, path);
+    if (std::optional<std::vector<TarMember>> listed = read_shard_index(*remote, path, size)) {
+      add_samples(path, Shard{path, {}, true}, *listed);
+      return;
+    }
+    const RemoteShardReader reader(*remote, path, size);
+    add_samples(path, Shard{path, {}, true}, walk_members(path, reader));
   } else {
     const RegularFile file(path);
-    add_shard_from(path, file, Shard{path, file.identity(), false});
+    add_samples(path, Shard{path, file.identity(), false}, walk_members(path, file));
   }
 }
 
-template <class File>
-void TarShardSource::Index::add_shard_from(const std::string& path, const File& file, Shard shard) {
+void TarShardSource::Index::add_samples(const std::string& path, Shard shard, const std::vector<TarMember>& members) {
   const auto shard_id = static_cast<uint32_t>(shards.size());
-  const uint64_t size = file.size();
-  if (size == 0) throw Error(ErrorKind::kRead, "empty file, not a tar archive", path);
   shards.push_back(std::move(shard));
 
   Group group;
@@ -397,7 +606,7 @@ void TarShardSource::Index::add_shard_from(const std::string& path, const File& 
     }
     if (!image) {
       std::string names;
-      for (const auto& [field, member] : group.members) names += (names.empty() ? "" : ", ") + member;
+      for (const auto& [field, member] : group.members) names += (names.empty() ? "" : ", ") + member->name;
       std::string formats;
       for (size_t i = 0; i < kImageExtensions.size(); ++i) {
         formats.append(i == 0 ? "" : i + 1 == kImageExtensions.size() ? " or " : ", ").append(kImageExtensions[i]);
@@ -405,128 +614,29 @@ void TarShardSource::Index::add_shard_from(const std::string& path, const File& 
       throw Error(ErrorKind::kRead, "sample has no image member (" + formats + "); its members: " + names,
                   path + ":" + group.prefix);
     }
-    for (size_t i = 0; i < group.members.size(); ++i) {
-      const auto& [field, member] = group.members[i];
-      const auto [offset, length] = group.extents[i];
-      if (field == "cls") {
-        if (length > kMaxMetadataMember) {
-          throw Error(ErrorKind::kRead,
-                      "malformed cls member: expected an integer, got " + std::to_string(length) + " bytes",
-                      path + ":" + member);
-        }
-        const std::vector<uint8_t> bytes = file.read_exact(offset, length, path + ":" + member);
-        std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-        while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
-        while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
-        int64_t label = 0;
-        auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), label);
-        if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
-          throw Error(ErrorKind::kRead, "malformed cls member: expected an integer, got '" + printable(text) + "'",
-                      path + ":" + member);
-        }
-        sample.label = label;
-      }
-      fields.push_back({intern(field), offset, length});
+    for (const auto& [field, member] : group.members) {
+      if (field == "cls") sample.label = parse_label(path, *member);
+      fields.push_back({intern(field), member->offset, member->size});
     }
     sample.image = sample.first_field + static_cast<uint32_t>(*image);
-    sample.member = group.members[*image].second;
+    sample.member = group.members[*image].second->name;
     samples.push_back(std::move(sample));
     group = Group{};
   };
 
-  std::optional<std::string> long_name;
-  PaxRecords pax;
-  std::string last_member;  // Names the place of a corrupt header in errors.
-  auto where = [&](uint64_t offset) {
-    return "at offset " + std::to_string(offset) +
-           (last_member.empty() ? std::string(" (first header)") : " (after member '" + last_member + "')");
-  };
-  uint64_t pos = 0;
-  bool ended = false;
-  uint8_t h[kBlock];
-  while (pos + kBlock <= size) {
-    file.read_exact(pos, h, path);
-    if (all_zero(h, kBlock)) {
-      ended = true;  // End-of-archive marker; anything after it is ignored, as tar does.
-      break;
-    }
-    if (!checksum_ok(h)) {
-      throw Error(ErrorKind::kRead, "corrupt tar header " + where(pos) + ": checksum mismatch", path);
-    }
-    const char type = static_cast<char>(h[156]);
-    std::optional<uint64_t> member_size = pax.size ? pax.size : header_number(h + 124, 12);
-    std::string name;
-    if (long_name) {
-      name = *long_name;
-    } else if (pax.path) {
-      name = *pax.path;
-    } else {
-      name = std::string(header_string(h, 100));
-      // POSIX ustar splits long names into prefix/name; GNU's magic ("ustar  ")
-      // uses those bytes for other things.
-      if (std::memcmp(h + 257, "ustar\0", 6) == 0) {
-        std::string_view prefix = header_string(h + 345, 155);
-        if (!prefix.empty()) name = std::string(prefix) + "/" + name;
-      }
-    }
-    if (!member_size) {
-      throw Error(ErrorKind::kRead, "corrupt tar header " + where(pos) + ": invalid size field", path + ":" + name);
-    }
-    const uint64_t data_offset = pos + kBlock;
-    if (*member_size > size - data_offset) {
-      throw Error(ErrorKind::kRead,
-                  "truncated shard: the member needs " + std::to_string(*member_size) + " bytes at offset " +
-                      std::to_string(data_offset) + " but the file has " + std::to_string(size) + " bytes",
-                  path + ":" + name);
-    }
-    const uint64_t next = data_offset + (*member_size + kBlock - 1) / kBlock * kBlock;
-    pos = next;
-    // The content of a GNU long name or pax header (of the next member).
-    auto metadata = [&] {
-      if (*member_size > kMaxMetadataMember) {
-        throw Error(ErrorKind::kRead,
-                    "corrupt tar header " + where(data_offset - kBlock) + ": a " + std::to_string(*member_size) +
-                        "-byte " + (type == 'L' ? "long name" : "pax header"),
-                    path);
-      }
-      const std::vector<uint8_t> bytes = file.read_exact(data_offset, *member_size, path);
-      return std::string(bytes.begin(), bytes.end());
-    };
-    if (type == 'L') {  // GNU long name of the next member.
-      const std::string content = metadata();
-      long_name = content.substr(0, strnlen(content.data(), content.size()));
-      continue;
-    }
-    if (type == 'x') {  // Pax extended header of the next member.
-      auto records = parse_pax(metadata());
-      if (!records) throw Error(ErrorKind::kRead, "corrupt pax header " + where(data_offset - kBlock), path);
-      pax = std::move(*records);
-      continue;
-    }
-    if (type == 'K' || type == 'g') continue;  // Long link name, pax global header: nothing we use.
-    long_name.reset();
-    pax = PaxRecords{};
-    last_member = name;
-    if (type != '0' && type != '\0' && type != '7') continue;  // Directories, links, devices.
+  for (const TarMember& member : members) {
     std::string_view prefix;
     std::string field;
-    if (!split_member_name(name, prefix, field)) continue;
+    if (!split_member_name(member.name, prefix, field)) continue;
     if (prefix != group.prefix) flush();
     if (group.members.empty()) group.prefix = std::string(prefix);
-    for (const auto& [existing, member] : group.members) {
+    for (const auto& [existing, other] : group.members) {
       if (existing == field) {
         throw Error(ErrorKind::kRead, "duplicate field '" + field + "' in sample '" + group.prefix + "'",
-                    path + ":" + name);
+                    path + ":" + member.name);
       }
     }
-    group.members.emplace_back(field, name);
-    group.extents.emplace_back(data_offset, *member_size);
-  }
-  if (!ended && pos < size) {
-    const std::vector<uint8_t> rest = file.read_exact(pos, size - pos, path);  // Less than a block.
-    if (!all_zero(rest.data(), rest.size())) {
-      throw Error(ErrorKind::kRead, "truncated shard: it ends inside a tar header " + where(pos), path);
-    }
+    group.members.emplace_back(field, &member);
   }
   flush();
 }
@@ -783,6 +893,30 @@ std::vector<int64_t> TarShardSource::shard_starts() const {
     if (i == 0 || index_->samples[i].shard != index_->samples[i - 1].shard) starts.push_back(static_cast<int64_t>(i));
   }
   return starts;
+}
+
+std::string TarShardSource::shard_index(const std::string& path) {
+  const RegularFile file(path);
+  const std::vector<TarMember> members = walk_members(path, file);
+  // What TarShardSource would refuse, the index is not written for.
+  Index check;
+  check.add_samples(path, {path, file.identity(), false}, members);
+  nlohmann::json listed = nlohmann::json::array();
+  for (const TarMember& member : members) {
+    nlohmann::json entry = {member.name, member.offset, member.size};
+    if (member.text) entry.push_back(*member.text);
+    listed.push_back(std::move(entry));
+  }
+  const nlohmann::json doc = {{"format", kShardIndexFormat},
+                              {"version", kShardIndexVersion},
+                              {"shard_bytes", file.size()},
+                              {"members", std::move(listed)}};
+  try {
+    return doc.dump();
+  } catch (const nlohmann::json::type_error&) {
+    // JSON holds text: a name (or label) of bytes that are not UTF-8 cannot be listed.
+    throw Error(ErrorKind::kRead, "a member name or label is not UTF-8, which a shard index cannot hold", path);
+  }
 }
 
 }  // namespace conveyor

@@ -5,6 +5,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "conveyor/io/source.h"
@@ -23,6 +24,9 @@ inline constexpr uint64_t kPlanBytes = uint64_t{256} << 20;
 /// shards indexed one after another took 6-8 s), and holds a chunk (at most
 /// 16 x 8 MiB in all).
 inline constexpr size_t kShardIndexThreads = 16;
+/// A remote shard's index is the object at its URL + this suffix
+/// ("s3://b/shard-000000.tar.index.json"; TarShardSource::shard_index).
+inline constexpr std::string_view kShardIndexSuffix = ".index.json";
 /// What one request costs a read plan, in bytes of transfer: a round trip
 /// is worth far more on any network (20 ms at 100 MB/s: 2 MB), but bytes
 /// fetched and not needed should stay few.
@@ -48,8 +52,13 @@ inline constexpr uint64_t kRequestBytes = uint64_t{64} << 10;
 /// bytes under the old index. The record key is "shard.tar:member" (the image
 /// member).
 ///
-/// Shards may be URLs (is_url) when `remote` is given: indexing then reads
-/// the shard's bytes once, in large range requests (8 MiB chunks, a member
+/// Shards may be URLs (is_url) when `remote` is given. Indexing then reads
+/// the shard's index when there is one (its URL + kShardIndexSuffix, written
+/// by shard_index(), e.g. by `conveyor pack`): one small request instead of
+/// the shard's bytes. The index is used when it describes a shard of the
+/// size the store reports (else the shard was rewritten since: it is
+/// walked), and one that is not such an index is an Error{kRead} naming it.
+/// Without one, indexing reads the shard's bytes once, in large range requests (8 MiB chunks, a member
 /// larger than a chunk is skipped; kShardIndexThreads shards at a time,
 /// while the constructor waits), keeping only offsets; each read of a
 /// member afterwards is one range request of exactly its bytes, retried
@@ -115,6 +124,15 @@ class TarShardSource final : public Source {
   Bytes field(int64_t index, const std::string& name) const;
   /// Shard paths as given, in order.
   std::vector<std::string> shards() const;
+
+  /// The index of the local tar shard at `path`, for a reader of it as a URL
+  /// (stored at the shard's URL + kShardIndexSuffix): JSON, {"format":
+  /// "conveyor tar index", "version": 1, "shard_bytes": N, "members":
+  /// [[name, data offset, size], ...]}, every regular file in tar order, a
+  /// `cls` member with its text as a fourth item. Throws Error{kRead} naming
+  /// the shard (and member) where the constructor would refuse the shard,
+  /// and when a member name is not UTF-8 (JSON holds text).
+  static std::string shard_index(const std::string& path);
 
  private:
   struct Index;

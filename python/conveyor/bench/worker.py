@@ -299,10 +299,13 @@ def _remote_shards(spec: Spec) -> dict[str, Any]:
     signed) from the project's file server (``store="s3-files"``; the
     ``webdataset`` side reads the same shards as ``http://`` URLs), either
     adding ``latency_ms`` to every request; in the streaming order of a
-    REMOTE_SHUFFLE_BUFFER buffer but for ``"s3-global"``."""
+    REMOTE_SHUFFLE_BUFFER buffer but for ``"s3-global"``. Each shard has its
+    index beside it (``conveyor pack`` writes them), so that building the
+    source reads no shard's bytes."""
     import csv
     import tempfile
 
+    from conveyor._conveyor import SHARD_INDEX_SUFFIX
     from conveyor.bench import reference
     from conveyor.pack import pack
     from conveyor.sources import TarShards
@@ -349,8 +352,9 @@ def _remote_shards(spec: Spec) -> dict[str, Any]:
 
         with S3Server(latency=spec["latency_ms"] / 1000) as s3:
             for shard, name in zip(shards, names):
-                with open(shard, "rb") as f:
-                    s3.put("bench", "shards/" + name, f.read())
+                for path, key in ((shard, name), (shard + SHARD_INDEX_SUFFIX, name + SHARD_INDEX_SUFFIX)):
+                    with open(path, "rb") as f:  # The shard and its index, as a user uploads them.
+                        s3.put("bench", "shards/" + key, f.read())
             pid = s3.pid
             assert pid is not None
             s3_options = s3.storage_options()

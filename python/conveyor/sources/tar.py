@@ -71,9 +71,12 @@ class TarShards(Source):
 
     Shards may be URLs (``https://host/shard-{000..009}.tar``, ``s3://``, any
     fsspec protocol whose backend is installed): each is indexed once at
-    construction by reading it in large range requests (8 MiB chunks, 16
-    shards at a time), keeping only offsets; afterwards, samples that are neighbours in a shard
-    and that an epoch's order reads close together (``shuffle=False``, a
+    construction (16 shards at a time), from its index beside it when there
+    is one (``<shard URL>.index.json``, written by ``conveyor pack`` or
+    ``conveyor index``: one small request), else by reading the shard in
+    large range requests (8 MiB chunks), keeping only offsets; afterwards,
+    samples that are neighbours in a shard and that an epoch's order reads
+    close together (``shuffle=False``, a
     ``shuffle_buffer``, a small set) are read in one range request per run
     of about 8 MiB, and other samples in one range request of exactly their
     bytes, with transient failures retried under ``retry``. See
@@ -98,7 +101,8 @@ class TarShards(Source):
         ReadError: a shard is missing, unreadable, not a regular file (a FIFO
             is refused, not waited on), truncated or corrupt, or a
             sample has no image, a duplicate member or a malformed ``cls``
-            (naming ``shard.tar:member``).
+            (naming ``shard.tar:member``); a remote shard's index is not one
+            (naming it).
     """
 
     def __init__(

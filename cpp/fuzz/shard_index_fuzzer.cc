@@ -1,0 +1,87 @@
+// libFuzzer target: a remote tar shard's index (TarShardSource reading
+// "<shard URL>.index.json"): JSON parsing, the format's checks (version,
+// shard size, members in order and inside the shard, label texts), then
+// WebDataset grouping of the members listed; then every accessor on every
+// sample, reading every byte of every field it returns. The shard itself
+// is kShardBytes of filler served from memory: only the index varies.
+//
+// Contract checked: construction either succeeds or throws conveyor::Error
+// of kind kRead naming the index or the shard (possibly with ":member"), or
+// kConfig (no samples); accessors on a valid index never throw except
+// field() of an absent name; every read stays inside the shard.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "conveyor/core/error.h"
+#include "conveyor/io/remote.h"
+#include "conveyor/io/tar_shards.h"
+
+namespace {
+
+constexpr uint64_t kShardBytes = 8192;
+const std::string kShard = "http://h/s.tar";
+
+// The shard (filler bytes) and its index (the fuzzer's input).
+class IndexStore final : public conveyor::RemoteStore {
+ public:
+  explicit IndexStore(std::string index) : index_(std::move(index)) {}
+
+  std::vector<uint8_t> read(const std::string& url, uint64_t offset, int64_t size) const override {
+    if (url == kShard) {
+      // TarShardSource checked the index's extents: a read outside the shard is a bug.
+      if (offset > kShardBytes || size < 0 || static_cast<uint64_t>(size) > kShardBytes - offset) std::abort();
+      return std::vector<uint8_t>(static_cast<size_t>(size), static_cast<uint8_t>(offset));
+    }
+    if (url == kShard + std::string(conveyor::kShardIndexSuffix) && offset == 0 && size < 0) {
+      return {index_.begin(), index_.end()};
+    }
+    throw conveyor::FetchError({conveyor::FetchFailure::Kind::kStatus, 404, "Not Found"});
+  }
+  uint64_t size(const std::string& url) const override {
+    if (url == kShard) return kShardBytes;
+    throw conveyor::FetchError({conveyor::FetchFailure::Kind::kStatus, 404, "Not Found"});
+  }
+
+ private:
+  std::string index_;
+};
+
+void read_all(const conveyor::Bytes& bytes) {
+  volatile uint8_t sink = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) sink = sink ^ bytes.data()[i];
+  (void)sink;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  auto access = std::make_shared<conveyor::RemoteAccess>(conveyor::RemoteAccess{
+      std::make_shared<IndexStore>(std::string(reinterpret_cast<const char*>(data), size)), {1, 0, 0, 0}});
+  std::unique_ptr<conveyor::TarShardSource> source;
+  try {
+    source = std::make_unique<conveyor::TarShardSource>(std::vector<std::string>{kShard}, access);
+  } catch (const conveyor::Error& e) {
+    // No samples (a stale index walks the filler shard: no tar header in it).
+    if (e.kind() == conveyor::ErrorKind::kConfig) return 0;
+    if (e.kind() != conveyor::ErrorKind::kRead || e.key().rfind(kShard, 0) != 0) std::abort();
+    return 0;
+  }
+  if (source->size() <= 0) std::abort();
+  for (int64_t i = 0; i < source->size(); ++i) {
+    const conveyor::Record record = source->read(i);
+    read_all(record.data);
+    if (record.key != source->key(i) || record.key.rfind(kShard + ":", 0) != 0) std::abort();
+    for (const std::string& name : source->fields(i)) read_all(source->field(i, name));
+    try {
+      source->field(i, "NO-SUCH-FIELD");  // Field names are lower-cased: never present.
+      std::abort();
+    } catch (const conveyor::Error& e) {
+      if (e.kind() != conveyor::ErrorKind::kRead) std::abort();
+    }
+  }
+  return 0;
+}
