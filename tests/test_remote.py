@@ -240,6 +240,12 @@ def test_conveyor_index_writes_the_index_pack_writes(color_folder, tmp_path, cap
     )
     for a, b in zip(indexed, plain):
         assert Path(a + ".index.json").read_bytes() == Path(b + ".index.json").read_bytes()
+    # out/* matches the indexes too: they are passed over.
+    assert cli_main(["index", str(tmp_path / "b" / "*")]) == 0
+    assert capsys.readouterr().out.startswith(f"wrote {len(plain)} index(es)")
+    # Packed again without indexes, the shards lose the ones that described them.
+    pack(str(color_folder), str(tmp_path / "b" / "shard-%06d.tar"), 20_000, write_index=False)
+    assert not any(os.path.exists(p + ".index.json") for p in plain)
     assert cli_main(["index", "http://host/shard.tar"]) == 1
     assert (
         capsys.readouterr()

@@ -40,6 +40,7 @@ import os
 import random
 import re
 import tarfile
+import threading
 from collections.abc import Iterator
 from typing import Any, Optional
 
@@ -49,6 +50,7 @@ from conveyor import _conveyor
 from conveyor._checks import check_int
 from conveyor.errors import ConfigError, _printable_path
 from conveyor.sources import IMG_EXTENSIONS, FileList, ImageFolder
+from conveyor.sources.base import PathLike
 from conveyor.sources.remote import is_url
 
 __all__ = ["add_commands", "pack", "pack_image_folder", "parse_size", "shard_names", "write_shard_index"]
@@ -195,7 +197,7 @@ def _read(samples: list[_Sample]) -> Iterator[tuple[_Sample, bytes, str]]:
         yield sample, data, os.path.splitext(sample.path)[1][1:].lower()
 
 
-def write_shard_index(shard: str) -> str:
+def write_shard_index(shard: PathLike) -> str:
     """Writes the index of the local tar shard ``shard`` beside it, as
     ``shard + SHARD_INDEX_SUFFIX`` (``".index.json"``; the format:
     ``TarShardSource::shard_index`` in cpp/conveyor/io/tar_shards.h), under a
@@ -203,11 +205,12 @@ def write_shard_index(shard: str) -> str:
 
     Raises:
         ReadError: the shard cannot be indexed (as ``TarShards`` would refuse
-            it), naming it.
+            it, or a member name is not UTF-8), naming it.
+        OSError: the index cannot be written.
     """
     path = os.fsdecode(shard) + _conveyor.SHARD_INDEX_SUFFIX
     text = _conveyor.TarShardSource.shard_index(os.fsencode(shard))
-    temporary = f"{path}.{os.getpid()}.tmp"
+    temporary = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"
     try:
         with open(temporary, "w", encoding="utf-8") as f:
             f.write(text)
@@ -287,6 +290,10 @@ def pack(
                     names[len(written)] if names is not None else _format_shard(numbered or "", len(written))
                 )
                 os.makedirs(os.path.dirname(os.path.abspath(shard)), exist_ok=True)
+                # An index left by an earlier pack would describe the old
+                # shard, likely of the same size (tar pads to blocks).
+                if os.path.lexists(shard + _conveyor.SHARD_INDEX_SUFFIX):
+                    os.remove(shard + _conveyor.SHARD_INDEX_SUFFIX)
                 archive = tarfile.open(shard, "w", format=tarfile.USTAR_FORMAT)
                 written.append(shard)
                 used = 0
@@ -325,19 +332,22 @@ def _run(args: argparse.Namespace) -> int:
 def _run_index(args: argparse.Namespace) -> int:
     from conveyor.sources.tar import expand_shards
 
-    shards = expand_shards(args.shards)
-    for shard in shards:
-        if is_url(shard):
+    for pattern in args.shards:
+        if is_url(pattern):
             raise ConfigError(
-                f"index: {shard} is a URL; index the shards where they are files, then upload both"
+                f"index: {pattern} is a URL; index the shards where they are files, then upload both"
             )
+    # A pattern such as out/* also matches the indexes written before.
+    shards = [s for s in expand_shards(args.shards, "index") if not s.endswith(_conveyor.SHARD_INDEX_SUFFIX)]
+    if not shards:
+        raise ConfigError(f"index: {' '.join(args.shards)} names only shard indexes")
     written = [write_shard_index(shard) for shard in shards]
     print(f"wrote {len(written)} index(es): {written[0]}{' ... ' + written[-1] if len(written) > 1 else ''}")
     return 0
 
 
 def add_commands(subparsers: Any) -> None:
-    """Adds ``conveyor pack`` to the command line."""
+    """Adds ``conveyor pack`` and ``conveyor index`` to the command line."""
     parser = subparsers.add_parser(
         "pack",
         help="write an ImageFolder, a CSV file or a file list into tar shards (WebDataset layout)",

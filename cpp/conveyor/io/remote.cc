@@ -163,7 +163,8 @@ std::optional<Bytes> RemoteAccess::read_if_present(const std::string& url, int64
       using Kind = FetchFailure::Kind;
       const FetchFailure& failure = e.failure();
       if (failure.kind == Kind::kNotFound || failure.kind == Kind::kPermission ||
-          (failure.kind == Kind::kStatus && (failure.status == 404 || failure.status == 403))) {
+          (failure.kind == Kind::kStatus &&
+           (failure.status == 404 || failure.status == 403 || failure.status == 410))) {
         return std::nullopt;
       }
       throw;

@@ -156,9 +156,9 @@ struct RemoteAccess {
   /// offset O, got M"): the object shrank, or the server ignored the range.
   Bytes read(const std::string& url, uint64_t offset, int64_t size, const std::string& key) const;
   /// The whole object at `url` through store->fetch() retried under `retry`,
-  /// or none when the store says it is not there: HTTP 404 or 403 (S3's
-  /// answer for a missing key to a caller that may not list the bucket), a
-  /// store's own not found or permission denied. An object larger than
+  /// or none when the store says it is not there: HTTP 404, 410, or 403
+  /// (S3's answer for a missing key to a caller that may not list the
+  /// bucket), a store's own not found or permission denied. An object larger than
   /// `max_bytes` is an Error{kRead}; other errors as read().
   std::optional<Bytes> read_if_present(const std::string& url, int64_t max_bytes, const std::string& key) const;
   /// store->size(url) retried under `retry`; errors as read().

@@ -560,6 +560,16 @@ TEST(RemoteTest, AnIndexOfAShardOfAnotherSizeIsIgnoredAndTheShardWalked) {
   EXPECT_EQ(as_string(source.read(3).data), image_of(3, 700));
 }
 
+TEST(RemoteTest, AShardUrlWithAQueryHasNoIndex) {
+  // A presigned URL's signature covers the shard alone, and a suffix would
+  // land in the query.
+  auto store = std::make_shared<FakeStore>();
+  store->objects["http://h/s.tar?X-Amz-Signature=abc"] = shard_of(0, 3, 700);
+  const TarShardSource source({"http://h/s.tar?X-Amz-Signature=abc"}, std::make_shared<RemoteAccess>(access(store)));
+  ASSERT_EQ(source.size(), 3);
+  for (const auto& [url, offset, size] : store->requests()) EXPECT_EQ(url, "http://h/s.tar?X-Amz-Signature=abc");
+}
+
 TEST(RemoteTest, AShardIndexTheStoreForbidsIsTakenAsNone) {
   auto store = std::make_shared<FakeStore>();
   store->objects["http://h/s.tar"] = shard_of(0, 3, 700);
@@ -590,6 +600,16 @@ TEST(RemoteTest, AMalformedShardIndexIsAReadErrorNamingIt) {
            "-byte shard after the member before it"},
       {head + R"(,"members":[["s0.cls",512,1]]})",
        "malformed shard index: member 0 ('s0.cls'): a cls member, and only one, has its label text"},
+      {head + R"(,"members":[["s0.cls",512,1,"12"]]})",
+       "malformed shard index: member 0 ('s0.cls')'s label text is not a string of its 1 bytes"},
+      {head + R"(,"members":[["s0.jpg",700,10]]})",
+       "malformed shard index: member 0 ('s0.jpg') at offset 700: not at a 512-byte block"},
+      {R"({"format":"conveyor tar index","version":[[[[1]]]]})",
+       "malformed shard index: version of type array; this conveyor reads version 1"},
+      // What the members say is the index's word.
+      {head + R"(,"members":[["s0.txt",512,10]]})",
+       "sample has no image member (jpg, jpeg, png, webp, tif, tiff, bmp, ppm or pgm); its members: s0.txt "
+       "(as http://h/s.tar.index.json lists it)"},
   };
   for (const auto& [index, message] : cases) {
     auto store = std::make_shared<FakeStore>();
@@ -600,7 +620,7 @@ TEST(RemoteTest, AMalformedShardIndexIsAReadErrorNamingIt) {
       ADD_FAILURE() << "expected a read error for " << index;
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::kRead);
-      EXPECT_EQ(e.key(), "http://h/s.tar.index.json");
+      EXPECT_EQ(e.key(), message.starts_with("malformed") ? "http://h/s.tar.index.json" : "http://h/s.tar:s0");
       EXPECT_EQ(e.cause(), message) << index;
     }
   }

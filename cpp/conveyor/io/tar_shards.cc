@@ -339,6 +339,10 @@ constexpr std::string_view kShardIndexFormat = "conveyor tar index";
 constexpr int kShardIndexVersion = 1;
 // The largest shard index read (~40 bytes a member: a million members).
 constexpr int64_t kMaxShardIndexBytes = int64_t{64} << 20;
+// Shard indexes are parsed one at a time: a hostile one of kMaxShardIndexBytes
+// ("[[],[],...]") takes ~20x its size as a JSON tree, and the 16 indexing
+// threads share two cores or so anyway.
+std::mutex shard_index_parsing;
 
 // The members the shard index `text` lists, checked against a shard of
 // `shard_size` bytes; none when it describes a shard of another size (one
@@ -349,13 +353,20 @@ std::optional<std::vector<TarMember>> parse_shard_index(const std::string& key, 
   auto malformed = [&](const std::string& why) {
     return Error(ErrorKind::kRead, "malformed shard index: " + why, key);
   };
+  const std::lock_guard parsing(shard_index_parsing);
   const nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) throw malformed("not JSON");
   if (!doc.is_object() || !doc.contains("format") || doc["format"] != kShardIndexFormat) {
     throw malformed("no \"format\": \"" + std::string(kShardIndexFormat) + "\"");
   }
   if (!doc.contains("version") || doc["version"] != kShardIndexVersion) {
-    throw malformed("version " + (doc.contains("version") ? doc["version"].dump() : std::string("missing")) +
+    // A number as it is; anything else by its type (dump() of a deep array
+    // would recurse as deep).
+    const nlohmann::json* version = doc.contains("version") ? &doc["version"] : nullptr;
+    throw malformed("version " +
+                    (version == nullptr             ? std::string("missing")
+                     : version->is_number_integer() ? version->dump()
+                                                    : std::string("of type ") + version->type_name()) +
                     "; this conveyor reads version " + std::to_string(kShardIndexVersion));
   }
   const auto unsigned_field = [&](const nlohmann::json& value, const std::string& what) {
@@ -375,19 +386,26 @@ std::optional<std::vector<TarMember>> parse_shard_index(const std::string& key, 
     }
     TarMember member{entry[0].get<std::string>(), unsigned_field(entry[1], where + "'s offset"),
                      unsigned_field(entry[2], where + "'s size"), std::nullopt};
-    // Each member's data follows its header block, after the previous one's.
-    if (member.offset % kBlock != 0 || member.offset < end + kBlock || member.offset > shard_size ||
-        member.size > shard_size - member.offset) {
-      throw malformed(where + " ('" + printable(member.name) + "') at offset " + std::to_string(member.offset) +
-                      " of " + std::to_string(member.size) + " bytes does not fit a " + std::to_string(shard_size) +
-                      "-byte shard after the member before it");
+    const std::string named = where + " ('" + printable(member.name) + "')";
+    // Each member's data starts a block, after its header block, after the
+    // previous member's data.
+    if (member.offset % kBlock != 0) {
+      throw malformed(named + " at offset " + std::to_string(member.offset) + ": not at a 512-byte block");
+    }
+    if (member.offset < end + kBlock || member.offset > shard_size || member.size > shard_size - member.offset) {
+      throw malformed(named + " at offset " + std::to_string(member.offset) + " of " + std::to_string(member.size) +
+                      " bytes does not fit a " + std::to_string(shard_size) + "-byte shard after the member before it");
     }
     end = member.offset + member.size;
     if (is_cls_member(member.name) != (entry.size() == 4)) {
-      throw malformed(where + " ('" + printable(member.name) + "'): a cls member, and only one, has its label text");
+      throw malformed(named + ": a cls member, and only one, has its label text");
     }
     if (entry.size() == 4) {
-      if (!entry[3].is_string()) throw malformed(where + "'s label text is not a string");
+      // As walking the shard reads it: the member's bytes, bounded.
+      if (!entry[3].is_string() || entry[3].get_ref<const std::string&>().size() != member.size ||
+          member.size > kMaxMetadataMember) {
+        throw malformed(named + "'s label text is not a string of its " + std::to_string(member.size) + " bytes");
+      }
       member.text = entry[3].get<std::string>();
     }
     members.push_back(std::move(member));
@@ -398,9 +416,14 @@ std::optional<std::vector<TarMember>> parse_shard_index(const std::string& key, 
 // The members the index of the remote shard `path` (path + kShardIndexSuffix)
 // lists, for a shard of `size` bytes; none when there is none (the store
 // says it is not there, or forbidden: S3's answer for a missing key to a
-// caller that may not list the bucket) or it describes another size.
+// caller that may not list the bucket) or it describes another size. An
+// http(s) URL with a query or fragment has no index: the suffix would land
+// in the query, and a presigned URL's signature covers only the shard.
 std::optional<std::vector<TarMember>> read_shard_index(const RemoteAccess& remote, const std::string& path,
                                                        uint64_t size) {
+  if ((path.starts_with("http://") || path.starts_with("https://")) && path.find_first_of("?#") != std::string::npos) {
+    return std::nullopt;
+  }
   const std::string url = path + std::string(kShardIndexSuffix);
   const std::optional<Bytes> bytes = remote.read_if_present(url, kMaxShardIndexBytes, url);
   if (!bytes) return std::nullopt;
@@ -532,14 +555,15 @@ void TarShardSource::Index::add_shards(const std::vector<std::string>& paths) {
     }
   };
   std::vector<std::thread> threads;
+  threads.reserve(workers - 1);
   for (size_t t = 1; t < workers; ++t) {
     try {
       threads.emplace_back([&work] {
         set_current_thread_name("conveyor-index");
         work();
       });
-    } catch (const std::system_error&) {
-      break;  // The OS refused a thread: the ones started, and this one, index the rest.
+    } catch (...) {
+      break;  // No thread (the OS refused one, or memory): the ones started, and this one, index the rest.
     }
   }
   work();
@@ -568,7 +592,12 @@ void TarShardSource::Index::add_shard(const std::string& path) {
   if (remote != nullptr && is_url(path)) {
     const uint64_t size = remote->size(path, path);
     if (std::optional<std::vector<TarMember>> listed = read_shard_index(*remote, path, size)) {
-      add_samples(path, Shard{path, {}, true}, *listed);
+      try {
+        add_samples(path, Shard{path, {}, true}, *listed);
+      } catch (const Error& e) {
+        // The members are the index's word, not the shard's.
+        throw Error(e.kind(), e.cause() + " (as " + path + std::string(kShardIndexSuffix) + " lists it)", e.key());
+      }
       return;
     }
     const RemoteShardReader reader(*remote, path, size);
@@ -915,7 +944,15 @@ std::string TarShardSource::shard_index(const std::string& path) {
     return doc.dump();
   } catch (const nlohmann::json::type_error&) {
     // JSON holds text: a name (or label) of bytes that are not UTF-8 cannot be listed.
-    throw Error(ErrorKind::kRead, "a member name or label is not UTF-8, which a shard index cannot hold", path);
+    for (const TarMember& member : members) {
+      try {
+        nlohmann::json(member.name).dump();
+      } catch (const nlohmann::json::type_error&) {
+        throw Error(ErrorKind::kRead, "the member's name is not UTF-8, which a shard index cannot hold",
+                    path + ":" + printable(member.name));
+      }
+    }
+    throw Error(ErrorKind::kRead, "a label is not UTF-8, which a shard index cannot hold", path);
   }
 }
 

@@ -16,13 +16,14 @@ from conveyor.sources.base import PathLike, Source, fs_paths
 from conveyor.sources.remote import RetryPolicy, is_url, list_objects, remote_arguments
 
 
-def expand_shards(shards: Union[PathLike, Sequence[PathLike]]) -> list[str]:
+def expand_shards(shards: Union[PathLike, Sequence[PathLike]], who: str = "TarShards") -> list[str]:
     """The shard paths named by a pattern or a list of them, in order: brace
     expansion by the ``braceexpand`` package, as webdataset does
     (``data/shard-{000..009}.tar``, ``{train,val}``, nested braces, ``{a..c}``;
     a backslash escapes a brace), then glob patterns (``data/*.tar``, sorted);
     a plain path is kept as is (a missing file is reported when it is opened).
     URLs are brace-expanded but never globbed (``?`` starts a URL's query).
+    Errors start with ``who``.
 
     Raises:
         ConfigError: no shard given, unbalanced braces, or a glob pattern
@@ -34,17 +35,17 @@ def expand_shards(shards: Union[PathLike, Sequence[PathLike]]) -> list[str]:
         try:
             patterns = list(braceexpand(os.fsdecode(item)))
         except UnbalancedBracesError as e:
-            raise ConfigError(f"TarShards: {os.fsdecode(item)}: {e}") from None
+            raise ConfigError(f"{who}: {os.fsdecode(item)}: {e}") from None
         for pattern in patterns:
             if glob.has_magic(pattern) and not is_url(pattern):
                 matches = sorted(glob.glob(pattern))
                 if not matches:
-                    raise ConfigError(f"TarShards: no file matches {pattern}")
+                    raise ConfigError(f"{who}: no file matches {pattern}")
                 paths.extend(matches)
             else:
                 paths.append(pattern)
     if not paths:
-        raise ConfigError("TarShards: no shards given")
+        raise ConfigError(f"{who}: no shards given")
     return paths
 
 
