@@ -192,7 +192,8 @@ def test_quick_remote_run(tmp_path, data, capsys, monkeypatch):
     with open(out_json) as f:
         full = json.load(f)
     _check_common_report(full, ["remote"])
-    cases = ["local files", "HTTP 0 ms", "HTTP 20 ms", "HTTP 100 ms"]
+    # Each case next to the one its ratio is to: 20 ms to local files, 100 ms to 0 ms.
+    cases = ["local files", "HTTP 20 ms", "HTTP 0 ms", "HTTP 100 ms"]
     stock = [r for r in _runs(full, "remote", "DataLoader") if r["label"] == "DataLoader W=1"]
     assert [r["case"] for r in stock] == cases
     # The folder's 24 images spread over (or repeated up to) --quick's counts.
@@ -215,6 +216,7 @@ def test_quick_remote_run(tmp_path, data, capsys, monkeypatch):
         [(case, "conveyor") for case in [*cases, cached, objects, *shards, modest]]
         + [(case, f"conveyor io_threads={n}") for case in cases[1:] for n in bench.REMOTE_FIXED_IO_THREADS]
     )
+    assert list(dict.fromkeys(r["case"] for r in full["runs"]))[:5] == [*cases[:2], cached, *cases[2:]]
     assert all(r["result"]["stats"] for r in ours)
     # The folder's images spread over (or repeated up to) --quick's count, in files or packed in shards.
     assert all(run["result"]["images"] == bench.QUICK_REMOTE_IMAGES for run in ours)
