@@ -254,6 +254,25 @@ def test_tar_shards_under_an_s3_prefix_are_its_tar_objects_in_order(s3):
         TarShards("s3://data/images/", storage_options=s3.storage_options())
 
 
+def test_tar_shards_under_a_prefix_are_indexed_from_what_its_listing_says(s3):
+    # Half the shards with their index: listed sizes spare every HEAD, and a
+    # shard whose index is not listed is read without asking for one.
+    shards = s3.local_shards
+    for i, shard in enumerate(shards):
+        for path in [shard] + ([shard + ".index.json"] if i % 2 == 0 else []):
+            with open(path, "rb") as f:
+                s3.put("data", "indexed/" + os.path.basename(path), f.read())
+    remote = TarShards("s3://data/indexed/", storage_options=s3.storage_options())
+    assert remote.shards == [f"s3://data/indexed/{os.path.basename(p)}" for p in shards]
+    # One request a shard: its index, or its bytes (each under 8 MiB, one range).
+    assert remote._store.counters()["requests"] == len(shards)
+    local = TarShards(shards)
+    assert [remote.key(i).rsplit(":", 1)[1] for i in range(len(remote))] == [
+        local.key(i).rsplit(":", 1)[1] for i in range(len(local))
+    ]
+    assert _same(_batches(remote), _batches(local))
+
+
 def test_a_listing_of_thousands_of_keys_follows_every_page(s3):
     # S3 answers 1 000 keys per page; names with spaces, "+", "&" and
     # non-ASCII letters come back exactly (XML-escaped in the reply).

@@ -264,17 +264,23 @@ void bind_io(nb::module_& m) {
       .def(
           "__init__",
           [](TarShardSource* self, const std::vector<nb::bytes>& shards, std::shared_ptr<RemoteStore> remote,
-             const RetryPolicy& retry) {
+             const RetryPolicy& retry, const std::vector<std::optional<std::pair<uint64_t, bool>>>& listed) {
             std::vector<std::string> paths = from_paths(shards);
+            std::vector<std::optional<TarShardSource::Listed>> listings;
+            for (const auto& each : listed) {
+              listings.push_back(each ? std::optional(TarShardSource::Listed{each->first, each->second})
+                                      : std::nullopt);
+            }
             // `access` keeps a reference until the GIL is back: the store's last
             // reference (when construction fails) is released with the GIL held.
             const std::shared_ptr<const RemoteAccess> access = remote_access(std::move(remote), retry);
             nb::gil_scoped_release release;
-            new (self) TarShardSource(std::move(paths), access);
+            new (self) TarShardSource(std::move(paths), access, std::move(listings));
           },
           nb::arg("shards"), nb::arg("remote").none() = nb::none(), nb::arg("retry") = RetryPolicy{},
+          nb::arg("listed") = std::vector<std::optional<std::pair<uint64_t, bool>>>{},
           "shards: os.fsencode() of each path. remote: the store that reads the shards that are URLs, with "
-          "`retry`.")
+          "`retry`. listed: empty, or per shard (size, has_index) from a listing of its prefix, or None.")
       .def_prop_ro("shards", [](const TarShardSource& source) { return to_paths(source.shards()); })
       .def_static(
           "shard_index",

@@ -560,6 +560,33 @@ TEST(RemoteTest, AnIndexOfAShardOfAnotherSizeIsIgnoredAndTheShardWalked) {
   EXPECT_EQ(as_string(source.read(3).data), image_of(3, 700));
 }
 
+TEST(RemoteTest, AListedShardIsIndexedWithoutAskingItsSizeOrForAnIndexTheListingLacks) {
+  auto store = std::make_shared<FakeStore>();
+  const std::string indexed = shard_of(0, 3, 700), plain = shard_of(3, 2, 700);
+  store->objects["http://h/0.tar"] = indexed;
+  store->objects["http://h/0.tar.index.json"] = index_of(indexed);
+  store->objects["http://h/1.tar"] = plain;
+  const TarShardSource source(
+      {"http://h/0.tar", "http://h/1.tar"}, std::make_shared<RemoteAccess>(access(store)),
+      {TarShardSource::Listed{indexed.size(), true}, TarShardSource::Listed{plain.size(), false}});
+  ASSERT_EQ(source.size(), 5);
+  EXPECT_EQ(as_string(source.read(4).data), image_of(4, 700));
+  // No HEAD; shard 0's index; shard 1 read whole (one chunk), its index not asked for.
+  auto requests = store->requests();
+  requests.pop_back();  // The read above.
+  std::sort(requests.begin(), requests.end());
+  EXPECT_EQ(requests, (std::vector<std::tuple<std::string, uint64_t, int64_t>>{
+                          {"http://h/0.tar.index.json", 0, -1}, {"http://h/1.tar", 0, int64_t(plain.size())}}));
+  try {
+    const TarShardSource mismatched({"http://h/0.tar"}, std::make_shared<RemoteAccess>(access(store)),
+                                    {std::nullopt, std::nullopt});
+    FAIL() << "expected a config error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_STREQ(e.what(), "TarShards: 2 listings for 1 shards");
+  }
+}
+
 TEST(RemoteTest, AShardUrlWithAQueryHasNoIndex) {
   // A presigned URL's signature covers the shard alone, and a suffix would
   // land in the query.

@@ -12,7 +12,6 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string_view>
-#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -158,8 +157,9 @@ std::string describe_change(const RegularFile::Identity& was, const RegularFile:
 constexpr uint64_t kIndexChunk = uint64_t{8} << 20;
 
 // A remote shard of a known size as indexing reads it, with RegularFile's
-// reading functions (walk_members is written once for both): byte ranges served from the current chunk, fetched again
-// starting at the wanted offset when it is not there. Used by one thread.
+// reading functions (walk_members is written once for both): byte ranges
+// served from the current chunk, fetched again starting at the wanted offset
+// when it is not there. Used by one thread.
 class RemoteShardReader {
  public:
   RemoteShardReader(const RemoteAccess& remote, const std::string& url, uint64_t size)
@@ -509,8 +509,9 @@ struct TarShardSource::Index {
   // Indexes `paths` in order, the remote ones several at a time
   // (kShardIndexThreads); the error is the first failing shard's, as one after
   // another would give.
-  void add_shards(const std::vector<std::string>& paths);
-  void add_shard(const std::string& path);
+  void add_shards(const std::vector<std::string>& paths, const std::vector<std::optional<Listed>>& listed);
+  // `listed`: what a listing said of a remote shard (its size, whether it has an index).
+  void add_shard(const std::string& path, const std::optional<Listed>& listed);
   // Appends `part`, an index of other shards, after the shards indexed so far.
   void append(Index&& part);
   // Adds `shard`, and its `members` (in tar order) as samples.
@@ -527,12 +528,14 @@ struct Group {
 
 }  // namespace
 
-void TarShardSource::Index::add_shards(const std::vector<std::string>& paths) {
+void TarShardSource::Index::add_shards(const std::vector<std::string>& paths,
+                                       const std::vector<std::optional<Listed>>& listed) {
+  auto listing = [&](size_t i) { return listed.empty() ? std::optional<Listed>{} : listed[i]; };
   const bool any_remote = remote != nullptr &&
                           std::any_of(paths.begin(), paths.end(), [](const std::string& path) { return is_url(path); });
   const size_t workers = any_remote ? std::min(paths.size(), kShardIndexThreads) : 1;
   if (workers <= 1) {
-    for (const std::string& path : paths) add_shard(path);
+    for (size_t i = 0; i < paths.size(); ++i) add_shard(paths[i], listing(i));
     return;
   }
   std::vector<std::optional<Index>> parts(paths.size());
@@ -545,7 +548,7 @@ void TarShardSource::Index::add_shards(const std::vector<std::string>& paths) {
       try {
         parts[i].emplace();
         parts[i]->remote = remote;
-        parts[i]->add_shard(paths[i]);
+        parts[i]->add_shard(paths[i], listing(i));
       } catch (...) {
         errors[i] = std::current_exception();
         size_t failed = first_failed.load();
@@ -588,12 +591,14 @@ void TarShardSource::Index::append(Index&& part) {
   }
 }
 
-void TarShardSource::Index::add_shard(const std::string& path) {
+void TarShardSource::Index::add_shard(const std::string& path, const std::optional<Listed>& listed) {
   if (remote != nullptr && is_url(path)) {
-    const uint64_t size = remote->size(path, path);
-    if (std::optional<std::vector<TarMember>> listed = read_shard_index(*remote, path, size)) {
+    const uint64_t size = listed ? listed->size : remote->size(path, path);
+    std::optional<std::vector<TarMember>> members;
+    if (!listed || listed->has_index) members = read_shard_index(*remote, path, size);
+    if (members) {
       try {
-        add_samples(path, Shard{path, {}, true}, *listed);
+        add_samples(path, Shard{path, {}, true}, *members);
       } catch (const Error& e) {
         // The members are the index's word, not the shard's.
         throw Error(e.kind(), e.cause() + " (as " + path + std::string(kShardIndexSuffix) + " lists it)", e.key());
@@ -859,8 +864,12 @@ bool TarShardSource::read_is_cached(int64_t index) const {
   return shard.remote && index_->remote->store->serves_locally(shard.path);
 }
 
-TarShardSource::TarShardSource(std::vector<std::string> shards, std::shared_ptr<const RemoteAccess> remote) {
+TarShardSource::TarShardSource(std::vector<std::string> shards, std::shared_ptr<const RemoteAccess> remote,
+                               std::vector<std::optional<Listed>> listed) {
   check_config(!shards.empty(), "TarShards: no shards given");
+  check_config(
+      listed.empty() || listed.size() == shards.size(),
+      "TarShards: " + std::to_string(listed.size()) + " listings for " + std::to_string(shards.size()) + " shards");
   if (remote != nullptr) {
     check_config(remote->store != nullptr, "TarShards: remote access without a store");
     remote->retry.validate();
@@ -868,7 +877,7 @@ TarShardSource::TarShardSource(std::vector<std::string> shards, std::shared_ptr<
   for (size_t i = 0; i < shards.size(); ++i) check_path(shards[i], "TarShards: shards[" + std::to_string(i) + "]");
   auto index = std::make_unique<Index>();
   index->remote = std::move(remote);
-  index->add_shards(shards);
+  index->add_shards(shards, listed);
   check_config(!index->samples.empty(),
                "TarShards: the shards hold no samples (" + shards.front() + (shards.size() > 1 ? ", ..." : "") + ")");
   for (const Index::Sample& sample : index->samples) index->max_label = std::max(index->max_label, sample.label);

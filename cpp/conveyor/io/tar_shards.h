@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -72,6 +73,14 @@ inline constexpr uint64_t kRequestBytes = uint64_t{64} << 10;
 /// be called from many threads at once.
 class TarShardSource final : public Source {
  public:
+  /// What a listing of a remote shard's prefix said of it: its size, and
+  /// whether its index (its URL + kShardIndexSuffix) was listed too.
+  /// Indexing then asks the store for neither.
+  struct Listed {
+    uint64_t size = 0;
+    bool has_index = false;
+  };
+
   /// Opens and indexes `shards` in order. Throws Error{kRead} naming the shard
   /// (and the member, once known) when a shard is missing, unreadable,
   /// truncated or has a corrupt header, or when a sample has no image field, a
@@ -79,7 +88,10 @@ class TarShardSource final : public Source {
   /// empty or holds no samples, or a path holds a NUL byte (check_path,
   /// naming "TarShards: shards[i]"). Shards that are URLs are read through
   /// `remote` (when given; without it a URL is opened as a file path).
-  explicit TarShardSource(std::vector<std::string> shards, std::shared_ptr<const RemoteAccess> remote = nullptr);
+  /// `listed` is empty, or holds per shard what a listing said of it (none:
+  /// not listed); Error{kConfig} when its length is not the shards'.
+  explicit TarShardSource(std::vector<std::string> shards, std::shared_ptr<const RemoteAccess> remote = nullptr,
+                          std::vector<std::optional<Listed>> listed = {});
   ~TarShardSource() override;
 
   int64_t size() const override;

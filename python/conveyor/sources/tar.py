@@ -74,8 +74,9 @@ class TarShards(Source):
     fsspec protocol whose backend is installed): each is indexed once at
     construction (16 shards at a time), from its index beside it when there
     is one (``<shard URL>.index.json``, written by ``conveyor pack`` or
-    ``conveyor index``: one small request), else by reading the shard in
-    large range requests (8 MiB chunks), keeping only offsets; afterwards,
+    ``conveyor index``: one small request; under a listed prefix the listing
+    says which shards have one, and their sizes), else by reading the shard
+    in large range requests (8 MiB chunks), keeping only offsets; afterwards,
     samples that are neighbours in a shard and that an epoch's order reads
     close together (``shuffle=False``, a
     ``shuffle_buffer``, a small set) are read in one range request per run
@@ -122,18 +123,24 @@ class TarShards(Source):
             )
         self.shuffle_buffer = shuffle_buffer
         self.shards = []
+        # Per shard, what its prefix's listing said: (size, whether its index is there).
+        listings: list[Optional[tuple[int, bool]]] = []
         for shard in expand_shards(shards):
             if is_url(shard) and shard.endswith("/"):  # A prefix: its .tar objects, listed once.
-                listed = [url for url, _ in list_objects(shard, retry, storage_options, "TarShards")]
-                found = [url for url in listed if url.endswith(".tar")]
+                sizes = dict(list_objects(shard, retry, storage_options, "TarShards"))
+                found = [url for url in sizes if url.endswith(".tar")]
                 if not found:
                     raise ConfigError(f"TarShards: found no .tar objects under {shard}")
                 self.shards.extend(found)
+                listings += [(sizes[url], url + _conveyor.SHARD_INDEX_SUFFIX in sizes) for url in found]
             else:
                 self.shards.append(shard)
+                listings.append(None)
         remote = remote_arguments(self.shards, retry, storage_options, "TarShards", cache_dir, cache_budget)
         self._remote = bool(remote)
         self._store = remote.get("remote")  # The store reading the URLs (its counters), or None.
+        if remote and any(listings):
+            remote["listed"] = listings
         self._source = _conveyor.TarShardSource(fs_paths(self.shards), **remote)
 
     def __len__(self) -> int:
