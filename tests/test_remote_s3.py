@@ -265,7 +265,17 @@ def test_tar_shards_under_a_prefix_are_indexed_from_what_its_listing_says(s3):
     remote = TarShards("s3://data/indexed/", storage_options=s3.storage_options())
     assert remote.shards == [f"s3://data/indexed/{os.path.basename(p)}" for p in shards]
     # One request a shard: its index, or its bytes (each under 8 MiB, one range).
-    assert remote._store.counters()["requests"] == len(shards)
+    counters = remote._store.counters()
+    assert counters["requests"] == len(shards)
+    assert counters["bytes"] == sum(
+        os.path.getsize(shard + (".index.json" if i % 2 == 0 else "")) for i, shard in enumerate(shards)
+    )
+    # A prefix beside a shard named alone: that one is asked its size and index.
+    mixed = TarShards(
+        ["s3://data/indexed/", "s3://data/shards/shard-000001.tar"], storage_options=s3.storage_options()
+    )
+    assert len(mixed) == len(remote) + len(TarShards(shards[1]))
+    assert mixed._store.counters()["requests"] == len(shards) + 3  # HEAD, its index (404), its bytes.
     local = TarShards(shards)
     assert [remote.key(i).rsplit(":", 1)[1] for i in range(len(remote))] == [
         local.key(i).rsplit(":", 1)[1] for i in range(len(local))

@@ -8,7 +8,8 @@
 // Contract checked: construction either succeeds or throws conveyor::Error
 // of kind kRead naming the index or the shard (possibly with ":member"), or
 // kConfig (no samples); accessors on a valid index never throw except
-// field() of an absent name; every read stays inside the shard.
+// field() of an absent name, and indices out of range are errors; every
+// read stays inside the shard.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>

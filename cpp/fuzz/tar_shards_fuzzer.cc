@@ -8,6 +8,7 @@
 // index never throw except field() of an absent name; views stay inside the file.
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>

@@ -41,6 +41,7 @@ class FakeStore final : public RemoteStore {
   std::map<std::string, std::string> objects;
   std::map<std::string, int> failures;
   std::map<std::string, std::string> waits_for;
+  bool whole = false;  // keeps_whole_objects(), as a cache folder's store.
   FetchFailure failure{Kind::kStatus, 503, "Service Unavailable"};
 
   std::vector<uint8_t> read(const std::string& url, uint64_t offset, int64_t size) const override {
@@ -50,6 +51,7 @@ class FakeStore final : public RemoteStore {
     return {part.begin(), part.end()};
   }
   uint64_t size(const std::string& url) const override { return attempt(url, 0, -2).size(); }
+  bool keeps_whole_objects() const override { return whole; }
 
   std::vector<std::tuple<std::string, uint64_t, int64_t>> requests() const {
     std::lock_guard lock(mu_);
@@ -577,13 +579,22 @@ TEST(RemoteTest, AListedShardIsIndexedWithoutAskingItsSizeOrForAnIndexTheListing
   std::sort(requests.begin(), requests.end());
   EXPECT_EQ(requests, (std::vector<std::tuple<std::string, uint64_t, int64_t>>{
                           {"http://h/0.tar.index.json", 0, -1}, {"http://h/1.tar", 0, int64_t(plain.size())}}));
+  // A store that keeps whole objects (a cache) is asked each size: its own check.
+  store->whole = true;
+  const size_t before = store->requests().size();
+  const TarShardSource cached({"http://h/0.tar"}, std::make_shared<RemoteAccess>(access(store)),
+                              {TarShardSource::Listed{indexed.size(), true}});
+  const auto all = store->requests();
+  EXPECT_EQ(std::vector(all.begin() + static_cast<std::ptrdiff_t>(before), all.end()),
+            (std::vector<std::tuple<std::string, uint64_t, int64_t>>{{"http://h/0.tar", 0, -2},
+                                                                     {"http://h/0.tar.index.json", 0, -1}}));
   try {
     const TarShardSource mismatched({"http://h/0.tar"}, std::make_shared<RemoteAccess>(access(store)),
                                     {std::nullopt, std::nullopt});
     FAIL() << "expected a config error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kConfig);
-    EXPECT_STREQ(e.what(), "TarShards: 2 listings for 1 shards");
+    EXPECT_STREQ(e.what(), "TarShards: listed has 2 entries for 1 shard(s)");
   }
 }
 

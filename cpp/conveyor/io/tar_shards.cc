@@ -593,7 +593,9 @@ void TarShardSource::Index::append(Index&& part) {
 
 void TarShardSource::Index::add_shard(const std::string& path, const std::optional<Listed>& listed) {
   if (remote != nullptr && is_url(path)) {
-    const uint64_t size = listed ? listed->size : remote->size(path, path);
+    // A cache that keeps whole objects learns each one's size from its own
+    // check (it bounds the bytes it fetches at once by it): it is asked.
+    const uint64_t size = listed && !remote->store->keeps_whole_objects() ? listed->size : remote->size(path, path);
     std::optional<std::vector<TarMember>> members;
     if (!listed || listed->has_index) members = read_shard_index(*remote, path, size);
     if (members) {
@@ -867,9 +869,10 @@ bool TarShardSource::read_is_cached(int64_t index) const {
 TarShardSource::TarShardSource(std::vector<std::string> shards, std::shared_ptr<const RemoteAccess> remote,
                                std::vector<std::optional<Listed>> listed) {
   check_config(!shards.empty(), "TarShards: no shards given");
-  check_config(
-      listed.empty() || listed.size() == shards.size(),
-      "TarShards: " + std::to_string(listed.size()) + " listings for " + std::to_string(shards.size()) + " shards");
+  if (!listed.empty() && listed.size() != shards.size()) {
+    throw Error(ErrorKind::kConfig, "TarShards: listed has " + std::to_string(listed.size()) + " entries for " +
+                                        std::to_string(shards.size()) + " shard(s)");
+  }
   if (remote != nullptr) {
     check_config(remote->store != nullptr, "TarShards: remote access without a store");
     remote->retry.validate();

@@ -75,7 +75,9 @@ class TarShardSource final : public Source {
  public:
   /// What a listing of a remote shard's prefix said of it: its size, and
   /// whether its index (its URL + kShardIndexSuffix) was listed too.
-  /// Indexing then asks the store for neither.
+  /// Indexing then asks the store for neither (but for the size where the
+  /// store keeps whole objects: a cache's own check). Ignored for a local
+  /// path, and without `remote`.
   struct Listed {
     uint64_t size = 0;
     bool has_index = false;

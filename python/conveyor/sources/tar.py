@@ -132,7 +132,12 @@ class TarShards(Source):
                 if not found:
                     raise ConfigError(f"TarShards: found no .tar objects under {shard}")
                 self.shards.extend(found)
-                listings += [(sizes[url], url + _conveyor.SHARD_INDEX_SUFFIX in sizes) for url in found]
+                # A size of 0 is one the listing did not know (fsspec's HTTP
+                # "listings" of links): the store is asked.
+                listings += [
+                    (sizes[url], url + _conveyor.SHARD_INDEX_SUFFIX in sizes) if sizes[url] > 0 else None
+                    for url in found
+                ]
             else:
                 self.shards.append(shard)
                 listings.append(None)
