@@ -158,8 +158,8 @@ struct RemoteAccess {
   /// The whole object at `url` through store->fetch() retried under `retry`,
   /// or none when the store says it is not there: HTTP 404, 410, or 403
   /// (S3's answer for a missing key to a caller that may not list the
-  /// bucket), a store's own not found or permission denied. An object larger than
-  /// `max_bytes` is an Error{kRead}; other errors as read().
+  /// bucket), a store's own not found or permission denied. An object
+  /// larger than `max_bytes` is an Error{kRead}; other errors as read().
   std::optional<Bytes> read_if_present(const std::string& url, int64_t max_bytes, const std::string& key) const;
   /// store->size(url) retried under `retry`; errors as read().
   uint64_t size(const std::string& url, const std::string& key) const;
