@@ -171,7 +171,8 @@ def tar_seeds(images: dict[str, bytes]) -> dict[str, bytes]:
 
 def shard_index_seeds() -> dict[str, bytes]:
     """Indexes of shard_index_fuzzer's 8192-byte shard: valid ones, and each
-    kind of fault the reader checks."""
+    kind of fault the reader checks, each after the target's control byte
+    (0: no listing); and the valid index under each listing and size."""
     import json
 
     def index(members: list[list[object]], **fields: object) -> bytes:
@@ -183,7 +184,7 @@ def shard_index_seeds() -> dict[str, bytes]:
         ["s001.png", 3584, 200], ["s001.cls", 4096, 3, " 7 "],
         ["dir/s002.left.jpg", 5120, 100], ["dir/s002.txt", 6144, 5], ["__key__", 7168, 1],
     ]  # fmt: skip
-    return {
+    seeds = {
         "valid": index(samples),
         "one": index([["a.jpg", 512, 7680]]),
         "stale": index(samples, shard_bytes=4096),
@@ -197,6 +198,11 @@ def shard_index_seeds() -> dict[str, bytes]:
         "not-json": b"<html>",
         "empty": b"",
     }
+    seeds = {name: b"\x00" + text for name, text in seeds.items()}
+    # Listed with an index, without one, with a size of 0; shards of 4096 and 1024 bytes.
+    for control in (1, 2, 3, 4, 5, 8):
+        seeds[f"valid-control-{control}"] = bytes([control]) + index(samples)
+    return seeds
 
 
 def _idx(array: np.ndarray) -> bytes:
