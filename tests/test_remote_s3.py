@@ -158,33 +158,47 @@ def test_credentials_and_endpoint_are_found_as_the_aws_tools_find_them(s3, tmp_p
     _expect_a_signed_read(s3, env)
 
 
-def test_a_profiles_role_is_assumed_at_sts_and_its_keys_read_the_bucket(s3, tmp_path):
+@pytest.mark.parametrize("chain", [False, True], ids=["source-keys", "chain-of-roles"])
+def test_a_profiles_role_is_assumed_at_sts_and_its_keys_read_the_bucket(s3, tmp_path, chain):
     # moto's STS checks the AssumeRole request's signature (the source
     # profile's keys: a wrong secret is "AssumeRole (HTTP 403,
-    # SignatureDoesNotMatch)"), and its S3 accepts the role's keys.
+    # SignatureDoesNotMatch)"), and its S3 accepts the role's keys. In a
+    # chain, the reader's role is assumed with the keys of a role that may
+    # only assume it, itself assumed with the base profile's keys.
     iam = s3.client("iam")
+    name = "chain" if chain else "keys"  # The server lives for the module: one set of names per case.
     trust = {
         "Version": "2012-10-17",
         "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}],
     }
-    role = iam.create_role(RoleName="reader", AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+    trusting = json.dumps(trust)
+    role = iam.create_role(RoleName=f"reader-{name}", AssumeRolePolicyDocument=trusting)["Role"]["Arn"]
 
-    def allow(action: str) -> str:
-        statement = {"Effect": "Allow", "Action": action, "Resource": "*"}
+    def allow(action: str, resource: str = "*") -> str:
+        statement = {"Effect": "Allow", "Action": action, "Resource": resource}
         return json.dumps({"Version": "2012-10-17", "Statement": [statement]})
 
-    iam.put_role_policy(RoleName="reader", PolicyName="read", PolicyDocument=allow("s3:GetObject"))
+    iam.put_role_policy(RoleName=f"reader-{name}", PolicyName="read", PolicyDocument=allow("s3:GetObject"))
     # The source may only assume the role: a read signed with its keys is refused.
-    iam.create_user(UserName="assumer")
-    iam.put_user_policy(UserName="assumer", PolicyName="assume", PolicyDocument=allow("sts:AssumeRole"))
-    keys = iam.create_access_key(UserName="assumer")["AccessKey"]
+    iam.create_user(UserName=f"assumer-{name}")
+    keys = iam.create_access_key(UserName=f"assumer-{name}")["AccessKey"]
     (tmp_path / ".aws").mkdir()
     key, secret = keys["AccessKeyId"], keys["SecretAccessKey"]
     (tmp_path / ".aws" / "credentials").write_text(
         f"[base]\naws_access_key_id = {key}\naws_secret_access_key = {secret}\n"
     )
+    source, config, first = "base", "", role
+    if chain:
+        # The base keys may assume the hop only, and the hop the reader only.
+        hop = iam.create_role(RoleName=f"hop-{name}", AssumeRolePolicyDocument=trusting)["Role"]["Arn"]
+        assume_reader = allow("sts:AssumeRole", role)
+        iam.put_role_policy(RoleName=f"hop-{name}", PolicyName="assume", PolicyDocument=assume_reader)
+        source, config, first = "hop", f"[profile hop]\nrole_arn = {hop}\nsource_profile = base\n", hop
+    iam.put_user_policy(
+        UserName=f"assumer-{name}", PolicyName="assume", PolicyDocument=allow("sts:AssumeRole", first)
+    )
     (tmp_path / ".aws" / "config").write_text(
-        f"[profile reader]\nrole_arn = {role}\nsource_profile = base\nregion = us-east-1\n"
+        f"[profile reader]\nrole_arn = {role}\nsource_profile = {source}\nregion = us-east-1\n{config}"
     )
     env = {"HOME": str(tmp_path), "AWS_PROFILE": "reader", "AWS_ENDPOINT_URL": s3.endpoint_url}
     _expect_a_signed_read(s3, env)

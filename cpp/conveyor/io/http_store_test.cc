@@ -691,6 +691,7 @@ struct FakeInstanceMetadata {
   std::atomic<int> requests{0};
   std::chrono::seconds lifetime{3600};
   bool session_tokens = true;  // false: IMDSv1 (the token PUT is refused with 405).
+  std::string keys = R"("AccessKeyId":"ASIAROLE","SecretAccessKey":"ROLESECRETROLESECRET","Token":"ROLETOKEN")";
   HttpTestServer server{[this](const HttpTestRequest& request, HttpTestConnection& connection) {
     ++requests;
     if (request.method == "PUT" && request.target == "/latest/api/token") {
@@ -706,10 +707,8 @@ struct FakeInstanceMetadata {
       const std::time_t expires = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now() + lifetime);
       char when[32];
       std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&expires));
-      return connection.send(HttpTestServer::reply(
-          200, "OK",
-          std::string(R"({"Code":"Success","AccessKeyId":"ASIAROLE","SecretAccessKey":"ROLESECRETROLESECRET",)") +
-              R"("Token":"ROLETOKEN","Expiration":")" + when + "\"}"));
+      return connection.send(
+          HttpTestServer::reply(200, "OK", R"({"Code":"Success",)" + keys + R"(,"Expiration":")" + when + "\"}"));
     }
     return connection.send(HttpTestServer::reply(404, "Not Found", ""));
   }};
@@ -863,6 +862,53 @@ TEST(HttpStoreTest, AProfilesRoleIsAssumedAtStsWithItsSourceProfilesKeys) {
   expect_the_roles_signature(
       env_of({{"HOME", home.string()}, {"AWS_REGION", "us-west-2"}, {"AWS_ENDPOINT_URL_STS", sts.url("")}}));
   EXPECT_EQ(exchanges.load(), 1);
+  std::filesystem::remove_all(home);
+}
+
+TEST(HttpStoreTest, AChainOfRolesIsAssumedInTurnFromTheInstancesRole) {
+  // A profile whose role's source_profile assumes a role with the EC2
+  // instance's credentials: each AssumeRole is signed with the keys the one
+  // before gave.
+  const std::filesystem::path home =
+      std::filesystem::temp_directory_path() / ("conveyor-chain-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(home / ".aws");
+  std::ofstream(home / ".aws/config") << "[profile ml]\nrole_arn = arn:aws:iam::2:role/ml\nsource_profile = hop\n"
+                                         "[profile hop]\nrole_arn = arn:aws:iam::1:role/hop\n"
+                                         "credential_source = Ec2InstanceMetadata\n";
+  FakeInstanceMetadata metadata;
+  metadata.keys = R"("AccessKeyId":"ASIAINSTANCE","SecretAccessKey":"INSTANCESECRET","Token":"INSTANCETOKEN")";
+  std::vector<std::string> assumed;
+  std::mutex assumed_mu;
+  HttpTestServer sts([&](const HttpTestRequest& request, HttpTestConnection& connection) {
+    // Who signed, and the role asked for; the answer is the next link's keys.
+    const std::string& authorization = request.headers.at("authorization");
+    const std::string signer = authorization.substr(0, authorization.find('/'));
+    const std::string token =
+        request.headers.count("x-amz-security-token") ? request.headers.at("x-amz-security-token") : "";
+    const bool hop = request.body.find("RoleArn=arn%3Aaws%3Aiam%3A%3A1%3Arole%2Fhop") != std::string::npos;
+    {
+      std::lock_guard lock(assumed_mu);
+      assumed.push_back((hop ? "hop by " : "ml by ") + signer + " " + token);
+    }
+    for (const auto& [name, value] : request.headers) {
+      EXPECT_EQ(value.find("SECRET"), std::string::npos) << name;  // No secret travels.
+    }
+    const std::string keys = hop ? "<AccessKeyId>ASIAHOP</AccessKeyId><SecretAccessKey>HOPSECRET</SecretAccessKey>"
+                                   "<SessionToken>HOPTOKEN</SessionToken>"
+                                 : "<AccessKeyId>ASIAROLE</AccessKeyId><SecretAccessKey>ROLESECRETROLESECRET"
+                                   "</SecretAccessKey><SessionToken>ROLETOKEN</SessionToken>";
+    return connection.send(HttpTestServer::reply(200, "OK",
+                                                 "<AssumeRoleResponse><AssumeRoleResult><Credentials>" + keys +
+                                                     "<Expiration>2100-01-01T00:00:00Z</Expiration></Credentials>"
+                                                     "</AssumeRoleResult></AssumeRoleResponse>"));
+  });
+  expect_the_roles_signature(env_of({{"HOME", home.string()},
+                                     {"AWS_PROFILE", "ml"},
+                                     {"AWS_EC2_METADATA_SERVICE_ENDPOINT", metadata.server.url("")},
+                                     {"AWS_ENDPOINT_URL_STS", sts.url("")}}));
+  EXPECT_EQ(assumed, (std::vector<std::string>{"hop by AWS4-HMAC-SHA256 Credential=ASIAINSTANCE INSTANCETOKEN",
+                                               "ml by AWS4-HMAC-SHA256 Credential=ASIAHOP HOPTOKEN"}));
+  EXPECT_EQ(metadata.requests.load(), 3);
   std::filesystem::remove_all(home);
 }
 

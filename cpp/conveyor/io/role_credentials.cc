@@ -272,10 +272,22 @@ RoleCredentials read_web_identity(const RoleCredentialsEndpoint& endpoint, const
 
 RoleCredentials read_assume_role(const RoleCredentialsEndpoint& endpoint, const CaCertificates* ca) {
   const std::string what = endpoint.describe();
+  RoleCredentialsEndpoint::SourceKeys source = endpoint.source;
+  if (endpoint.source_endpoint != nullptr) {
+    // A chain: the source's credentials are read anew for each AssumeRole
+    // (they may be a role's, expiring in turn).
+    try {
+      const RoleCredentials keys = read_role_credentials(*endpoint.source_endpoint, ca);
+      source = {keys.access_key_id, keys.secret_access_key, keys.session_token, keys.from};
+    } catch (const FetchError& e) {
+      if (e.failure().kind == Kind::kCancelled) throw;
+      throw FetchError(
+          {e.failure().kind, e.failure().status, "role " + endpoint.role_arn + ": " + e.failure().message});
+    }
+  }
   Request r{endpoint.url + "/", "POST", {"Content-Type: application/x-www-form-urlencoded"}, "",
             endpoint.timeout,   what};
-  if (!endpoint.source.session_token.empty())
-    r.headers.push_back("x-amz-security-token: " + endpoint.source.session_token);
+  if (!source.session_token.empty()) r.headers.push_back("x-amz-security-token: " + source.session_token);
   r.body = "Action=AssumeRole&Version=2011-06-15&RoleArn=" + percent_encoded(endpoint.role_arn, false) +
            "&RoleSessionName=" + percent_encoded(endpoint.session_name, false);
   if (!endpoint.external_id.empty()) r.body += "&ExternalId=" + percent_encoded(endpoint.external_id, false);
@@ -283,8 +295,8 @@ RoleCredentials read_assume_role(const RoleCredentialsEndpoint& endpoint, const 
   r.local = false;
   r.ca = ca;
   r.sigv4 = "aws:amz:" + endpoint.region + ":sts";
-  r.access_key_id = endpoint.source.access_key_id;
-  r.secret_access_key = endpoint.source.secret_access_key;
+  r.access_key_id = source.access_key_id;
+  r.secret_access_key = source.secret_access_key;
   return sts_credentials(request(r), "AssumeRole", what);
 }
 
@@ -617,7 +629,10 @@ std::string RoleCredentialsEndpoint::describe() const {
     case Kind::kSso:
       return "IAM Identity Center (" + sso_start_url + ", through the portal at " + url + ")";
     case Kind::kAssumeRole:
-      return "role " + role_arn + ", assumed with the keys of " + source.from + " through STS at " + url;
+      return "role " + role_arn + ", assumed with " +
+             (source_endpoint != nullptr ? "the credentials of " + source_endpoint->describe()
+                                         : "the keys of " + source.from) +
+             " through STS at " + url;
     case Kind::kProcess:
       // The program only: its arguments may hold a secret.
       return "credential_process of profile '" + profile + "' (" + (command.empty() ? "" : command.front()) + ")";

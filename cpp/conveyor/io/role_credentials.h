@@ -41,7 +41,8 @@ struct RoleCredentialsEndpoint {
     /// Expiration; the last two optional).
     kProcess,
     /// A profile's role_arn: STS AssumeRole at `url`, signed (SigV4, for
-    /// `region`) with `source`'s keys (XML answer).
+    /// `region`) with `source`'s keys, or with the credentials read from
+    /// `source_endpoint` (XML answer).
     kAssumeRole,
   };
   /// Keys that sign a request for other credentials (secrets: never shown).
@@ -66,6 +67,11 @@ struct RoleCredentialsEndpoint {
   /// for, the role's external id (empty: none) and the session's duration
   /// in seconds (0: STS's default, an hour).
   SourceKeys source;
+  /// Assume role, when `source` holds no keys: where the credentials that
+  /// sign the request are read, each time the role is assumed (another
+  /// profile's role, a chain; its IAM Identity Center role or
+  /// credential_process; the instance's or the container's role).
+  std::shared_ptr<const RoleCredentialsEndpoint> source_endpoint;
   std::string region;
   std::string external_id;
   int64_t duration_seconds = 0;
@@ -85,7 +91,9 @@ struct RoleCredentialsEndpoint {
   /// service at URL", "web identity (role ARN, through STS at URL)", "IAM
   /// Identity Center (START_URL, through the portal at URL)",
   /// "credential_process of profile 'P' (PROGRAM)", "role ARN, assumed with
-  /// the keys of FROM through STS at URL": no secret.
+  /// the keys of FROM through STS at URL", "role ARN, assumed with the
+  /// credentials of SOURCE through STS at URL" (SOURCE: the source
+  /// endpoint's own description): no secret.
   std::string describe() const;
 };
 

@@ -96,6 +96,21 @@ TEST(RoleCredentialsTest, AnUnreachableServiceFailsAtItsFirstStepOnce) {
   EXPECT_EQ(credentials.current(), nullptr);
   EXPECT_EQ(credentials.current(), nullptr);
   EXPECT_EQ(credentials.source().rfind("the instance metadata service at " + url + ": its session token: ", 0), 0u);
+  // A role assumed with those credentials names itself, then the source
+  // that failed; STS is not asked.
+  RoleCredentialsEndpoint role = assume_role_endpoint({"p", "arn:r", "s", "", "", "", {}}, env({}));
+  role.url = url;
+  role.source_endpoint = std::make_shared<const RoleCredentialsEndpoint>(local(Kind::kInstanceMetadata, url));
+  try {
+    read_role_credentials(role);
+    FAIL() << "assumed a role without its source's credentials";
+  } catch (const FetchError& e) {
+    EXPECT_EQ(e.failure().kind, FetchFailure::Kind::kConnection);
+    EXPECT_EQ(
+        e.failure().message.rfind("role arn:r: the instance metadata service at " + url + ": its session token: ", 0),
+        0u)
+        << e.failure().message;
+  }
 }
 
 TEST(RoleCredentialsTest, TheEndpointIsFoundAsTheAwsSdksFindIt) {

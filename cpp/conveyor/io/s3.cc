@@ -4,7 +4,9 @@
 #include <charconv>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <sstream>
+#include <vector>
 
 #include "conveyor/core/error.h"
 
@@ -89,6 +91,224 @@ bool parse_bool(const std::string& key, const std::string& value) {
   if (text == "false" || text == "0" || text.empty()) return false;
   throw Error(ErrorKind::kConfig, "storage_options: " + key + " must be true or false, got '" + value + "'");
 }
+
+// The credentials the profiles of ~/.aws/credentials and ~/.aws/config give,
+// as the AWS CLI reads them. Messages name the profile, never a secret.
+class ProfileCredentials {
+ public:
+  struct Found {
+    std::optional<RoleCredentialsEndpoint::SourceKeys> keys;
+    std::optional<RoleCredentialsEndpoint> endpoint;  ///< Where they are read: a role, SSO, a process.
+  };
+
+  /// `files`: both files as messages show them; `sts_region`: the region
+  /// STS is asked in (empty: the global endpoint).
+  ProfileCredentials(const AwsFile& credentials_file, const AwsFile& config_file, std::string files,
+                     const GetEnv& getenv, std::string sts_region)
+      : credentials_file_(credentials_file),
+        config_file_(config_file),
+        files_(std::move(files)),
+        getenv_(getenv),
+        sts_region_(std::move(sts_region)) {}
+
+  /// Profile `chain.back()`'s credentials; none when it names none.
+  /// `chain`: the profiles whose roles led here, each the source_profile of
+  /// the one before. Read for itself (a chain of one) a profile's role comes
+  /// before its keys; read as a source, its keys come first (as botocore
+  /// reads them).
+  Found read(std::vector<std::string>& chain) const {
+    const std::string& name = chain.back();
+    const auto role_arn = value(name, "role_arn");
+    check_config(role_arn || !value(name, "web_identity_token_file"),
+                 "profile '" + name + "' has a web_identity_token_file but no role_arn");
+    if (chain.size() > 1) {
+      if (auto keys = keys_of(name)) return {std::move(keys), {}};
+    }
+    if (role_arn) return {{}, role_of(chain, *role_arn)};
+    if (auto keys = keys_of(name)) return {std::move(keys), {}};
+    if (auto sso = sso_of(name)) return {{}, std::move(sso)};
+    if (const auto process = value(name, "credential_process")) {
+      try {
+        return {{}, process_endpoint(name, *process)};
+      } catch (const Error& e) {
+        throw Error(ErrorKind::kConfig, "profile '" + name + "': " + e.what());
+      }
+    }
+    return {};
+  }
+
+ private:
+  const std::map<std::string, std::string>* credentials_section(const std::string& name) const {
+    return section(credentials_file_, name);
+  }
+  const std::map<std::string, std::string>* config_section(const std::string& name) const {
+    return section(config_file_, name == "default" ? name : "profile " + name);
+  }
+
+  // A profile's value, in either file (the credentials file's first: the
+  // AWS CLI lays it over the config file's profile).
+  std::optional<std::string> value(const std::string& name, const char* key) const {
+    return first_of([&] { return value_in(credentials_section(name), key); },
+                    [&] { return value_in(config_section(name), key); });
+  }
+
+  // The keys of profile `name` in the files, from `shown [name]`.
+  std::optional<RoleCredentialsEndpoint::SourceKeys> keys_of(const std::string& name) const {
+    for (const auto& [file, values] :
+         {std::pair{&credentials_file_, credentials_section(name)}, std::pair{&config_file_, config_section(name)}}) {
+      auto id = value_in(values, "aws_access_key_id");
+      auto secret = value_in(values, "aws_secret_access_key");
+      if (id && secret) {
+        return RoleCredentialsEndpoint::SourceKeys{*id, *secret, value_in(values, "aws_session_token").value_or(""),
+                                                   file->shown + " [" + name + "]"};
+      }
+    }
+    return std::nullopt;
+  }
+
+  // IAM Identity Center: its settings in the profile (legacy) or in the
+  // [sso-session NAME] it names.
+  std::optional<RoleCredentialsEndpoint> sso_of(const std::string& name) const {
+    const auto* profile = config_section(name);
+    const auto session_name = value_in(profile, "sso_session");
+    if (!session_name && !value_in(profile, "sso_start_url")) return std::nullopt;
+    const auto* session = session_name ? section(config_file_, "sso-session " + *session_name) : profile;
+    if (session == nullptr) {
+      throw Error(ErrorKind::kConfig, "profile '" + name + "' names sso_session '" + *session_name + "', which " +
+                                          config_file_.shown + " has no [sso-session " + *session_name + "] for");
+    }
+    const auto text = [&](const auto* values, const char* key) { return value_in(values, key).value_or(""); };
+    try {
+      return sso_endpoint({text(session, "sso_start_url"), text(session, "sso_region"), text(profile, "sso_account_id"),
+                           text(profile, "sso_role_name")},
+                          getenv_);
+    } catch (const Error& e) {
+      throw Error(ErrorKind::kConfig, "profile '" + name + "': " + e.what());
+    }
+  }
+
+  // Where the role of profile `chain.back()` is read: STS, with the keys or
+  // credentials its source gives, or with its web identity token.
+  RoleCredentialsEndpoint role_of(std::vector<std::string>& chain, const std::string& role_arn) const {
+    const std::string name = chain.back();
+    const std::string export_keys =
+        ": export the role's keys (aws configure export-credentials --profile " + chain.front() + " --format env)";
+    check_config(!value(name, "mfa_serial"), "profile '" + name +
+                                                 "' assumes its role with an MFA code (mfa_serial), which a job "
+                                                 "cannot type" +
+                                                 export_keys);
+    if (const auto token_file = value(name, "web_identity_token_file")) {
+      // The role with a web identity token (AssumeRoleWithWebIdentity), as
+      // the environment's AWS_WEB_IDENTITY_TOKEN_FILE, from the profile.
+      const GetEnv from_profile = [&](const std::string& variable) -> std::optional<std::string> {
+        if (variable == "AWS_WEB_IDENTITY_TOKEN_FILE") return token_file;
+        if (variable == "AWS_ROLE_ARN") return role_arn;
+        if (variable == "AWS_ROLE_SESSION_NAME") return value(name, "role_session_name");
+        if (variable == "AWS_REGION") return sts_region_.empty() ? std::nullopt : std::optional(sts_region_);
+        return getenv_(variable);
+      };
+      return *web_identity_endpoint(from_profile);
+    }
+    AssumeRoleProfile role{name,
+                           role_arn,
+                           value(name, "role_session_name").value_or(""),
+                           value(name, "external_id").value_or(""),
+                           value(name, "duration_seconds").value_or(""),
+                           sts_region_,
+                           {}};
+    std::shared_ptr<const RoleCredentialsEndpoint> source_endpoint;
+    const auto source_profile = value(name, "source_profile");
+    const auto credential_source = value(name, "credential_source");
+    if (source_profile) {
+      check_config(!credential_source,
+                   "profile '" + name + "' has both source_profile and credential_source: the AWS CLI takes one");
+      check_config(
+          credentials_section(*source_profile) != nullptr || config_section(*source_profile) != nullptr,
+          "profile '" + name + "': its source_profile '" + *source_profile + "' is not a profile of " + files_);
+      if (*source_profile == name) {
+        // A profile may assume its role with its own keys, as in the AWS CLI.
+        auto keys = keys_of(name);
+        check_config(keys.has_value(), "profile '" + name + "' is its own source_profile but has no keys in " + files_);
+        role.source = std::move(*keys);
+      } else {
+        if (std::find(chain.begin(), chain.end(), *source_profile) != chain.end()) {
+          std::string loop;
+          for (const std::string& link : chain) loop += link + " -> ";
+          throw Error(ErrorKind::kConfig,
+                      "profile '" + chain.front() + "': its source_profiles loop: " + loop + *source_profile);
+        }
+        chain.push_back(*source_profile);
+        Found found = read(chain);
+        chain.pop_back();
+        if (found.keys) {
+          role.source = std::move(*found.keys);
+        } else if (found.endpoint) {
+          source_endpoint = std::make_shared<const RoleCredentialsEndpoint>(std::move(*found.endpoint));
+        } else {
+          throw Error(ErrorKind::kConfig, "profile '" + name + "': its source_profile '" + *source_profile +
+                                              "' has no credentials in " + files_ +
+                                              " (keys, a role_arn, IAM Identity Center or credential_process)");
+        }
+      }
+    } else {
+      check_config(credential_source.has_value(), "profile '" + name +
+                                                      "' names a role_arn but none of source_profile, "
+                                                      "credential_source and web_identity_token_file");
+      source_endpoint = credential_source_of(name, *credential_source, role);
+    }
+    RoleCredentialsEndpoint endpoint = assume_role_endpoint(role, getenv_);
+    endpoint.source_endpoint = std::move(source_endpoint);
+    return endpoint;
+  }
+
+  // A role's credential_source: the environment's keys (into `role`), or
+  // where the instance's or the container's role is read.
+  std::shared_ptr<const RoleCredentialsEndpoint> credential_source_of(const std::string& name,
+                                                                      const std::string& source,
+                                                                      AssumeRoleProfile& role) const {
+    const std::string said = "profile '" + name + "' assumes its role with ";
+    const std::string kind = ascii_lower(source);  // The AWS CLI reads the names in any case.
+    if (kind == "environment") {
+      const auto id = nonempty(getenv_("AWS_ACCESS_KEY_ID"));
+      const auto secret = nonempty(getenv_("AWS_SECRET_ACCESS_KEY"));
+      check_config(id && secret, said +
+                                     "the environment's keys (credential_source = Environment), but "
+                                     "AWS_ACCESS_KEY_ID or AWS_SECRET_ACCESS_KEY is not set");
+      role.source = {*id, *secret, nonempty(getenv_("AWS_SESSION_TOKEN")).value_or(""),
+                     "the environment (AWS_ACCESS_KEY_ID)"};
+      return nullptr;
+    }
+    if (kind == "ec2instancemetadata") {
+      // The instance's role, even where a container's endpoint is set.
+      const GetEnv instance = [&](const std::string& variable) -> std::optional<std::string> {
+        if (variable.rfind("AWS_CONTAINER_CREDENTIALS_", 0) == 0) return std::nullopt;
+        return getenv_(variable);
+      };
+      std::optional<RoleCredentialsEndpoint> endpoint = role_credentials_endpoint(instance);
+      check_config(endpoint.has_value(), said +
+                                             "the instance's role (credential_source = Ec2InstanceMetadata), but "
+                                             "AWS_EC2_METADATA_DISABLED is true");
+      return std::make_shared<const RoleCredentialsEndpoint>(std::move(*endpoint));
+    }
+    if (kind == "ecscontainer") {
+      std::optional<RoleCredentialsEndpoint> endpoint = role_credentials_endpoint(getenv_);
+      check_config(endpoint && endpoint->kind == RoleCredentialsEndpoint::Kind::kContainer,
+                   said +
+                       "the container's role (credential_source = EcsContainer), but neither "
+                       "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI nor AWS_CONTAINER_CREDENTIALS_FULL_URI is set");
+      return std::make_shared<const RoleCredentialsEndpoint>(std::move(*endpoint));
+    }
+    throw Error(ErrorKind::kConfig, said + "credential_source = " + source +
+                                        ", which the AWS CLI does not know (Environment, Ec2InstanceMetadata or "
+                                        "EcsContainer)");
+  }
+
+  const AwsFile& credentials_file_;
+  const AwsFile& config_file_;
+  std::string files_;
+  const GetEnv& getenv_;
+  std::string sts_region_;
+};
 
 }  // namespace
 
@@ -187,132 +407,23 @@ S3Config resolve_s3_config(const std::map<std::string, std::string>& options, co
     config.looked_in = "storage_options, AWS_ACCESS_KEY_ID";
     config.credentials_source = config.role_endpoint->describe();
   } else {
-    // A profile's value, in either file (the credentials file's first: the
-    // AWS CLI lays it over the config file's profile).
-    const auto profile_value = [&](const char* key) {
-      return first_of([&] { return value_in(credentials_section, key); },
-                      [&] { return value_in(config_section, key); });
-    };
-    // The keys of profile `name` in the files, as `shown [name]`.
-    const auto keys_of = [&](const std::string& name) -> std::optional<RoleCredentialsEndpoint::SourceKeys> {
-      for (const auto& [file, values] :
-           {std::pair{&credentials_file, section(credentials_file, name)},
-            std::pair{&config_file, section(config_file, name == "default" ? name : "profile " + name)}}) {
-        auto file_id = value_in(values, "aws_access_key_id");
-        auto file_secret = value_in(values, "aws_secret_access_key");
-        if (file_id && file_secret) {
-          return RoleCredentialsEndpoint::SourceKeys{*file_id, *file_secret,
-                                                     value_in(values, "aws_session_token").value_or(""),
-                                                     file->shown + " [" + name + "]"};
-        }
-      }
-      return std::nullopt;
-    };
-    const auto role_arn = profile_value("role_arn");
-    check_config(role_arn || !profile_value("web_identity_token_file"),
-                 "profile '" + profile + "' has a web_identity_token_file but no role_arn");
-    if (role_arn) {
-      // A role to assume: it comes before the profile's own keys, as in the
-      // AWS SDKs. STS's region is S3's (below), so that both are signed for one.
-      AssumeRoleProfile role{profile,
-                             *role_arn,
-                             profile_value("role_session_name").value_or(""),
-                             profile_value("external_id").value_or(""),
-                             profile_value("duration_seconds").value_or(""),
-                             first_of([&] { return nonempty(getenv("AWS_REGION")); },
-                                      [&] { return nonempty(getenv("AWS_DEFAULT_REGION")); },
-                                      [&] { return value_in(config_section, "region"); })
-                                 .value_or(""),
-                             {}};
-      const std::string export_keys =
-          ": export the role's keys (aws configure export-credentials --profile " + profile + " --format env)";
-      check_config(!profile_value("mfa_serial"),
-                   "profile '" + profile + "' assumes its role with an MFA code (mfa_serial), which a job cannot type" +
-                       export_keys);
-      const auto source_profile = profile_value("source_profile");
-      const auto credential_source = profile_value("credential_source");
-      const auto token_file = profile_value("web_identity_token_file");
-      if (token_file) {
-        // The role with a web identity token (AssumeRoleWithWebIdentity), as
-        // the environment's AWS_WEB_IDENTITY_TOKEN_FILE, from the profile.
-        const GetEnv from_profile = [&](const std::string& name) -> std::optional<std::string> {
-          if (name == "AWS_WEB_IDENTITY_TOKEN_FILE") return token_file;
-          if (name == "AWS_ROLE_ARN") return role_arn;
-          if (name == "AWS_ROLE_SESSION_NAME") return profile_value("role_session_name");
-          if (name == "AWS_REGION") return role.region.empty() ? std::nullopt : std::optional(role.region);
-          return getenv(name);
-        };
-        config.role_endpoint = web_identity_endpoint(from_profile);
-      } else if (source_profile) {
-        check_config(!credential_source,
-                     "profile '" + profile + "' has both source_profile and credential_source: the AWS CLI takes one");
-        check_config(section(credentials_file, *source_profile) != nullptr ||
-                         section(config_file, *source_profile == "default" ? *source_profile
-                                                                           : "profile " + *source_profile) != nullptr,
-                     "profile '" + profile + "': its source_profile '" + *source_profile + "' is not a profile of " +
-                         profile_files);
-        const auto keys = keys_of(*source_profile);
-        check_config(keys.has_value(), "profile '" + profile + "': its source_profile '" + *source_profile +
-                                           "' has no keys in " + profile_files +
-                                           " (conveyor assumes a role with a source profile's own keys only)" +
-                                           export_keys);
-        role.source = *keys;
-      } else if (credential_source == "Environment") {
-        const auto id = nonempty(getenv("AWS_ACCESS_KEY_ID"));
-        const auto secret = nonempty(getenv("AWS_SECRET_ACCESS_KEY"));
-        check_config(id && secret, "profile '" + profile +
-                                       "' assumes its role with the environment's keys (credential_source = "
-                                       "Environment), but AWS_ACCESS_KEY_ID or AWS_SECRET_ACCESS_KEY is not set");
-        role.source = {*id, *secret, nonempty(getenv("AWS_SESSION_TOKEN")).value_or(""),
-                       "the environment (AWS_ACCESS_KEY_ID)"};
-      } else {
-        check_config(credential_source.has_value(), "profile '" + profile +
-                                                        "' names a role_arn but none of source_profile, "
-                                                        "credential_source and web_identity_token_file");
-        throw Error(ErrorKind::kConfig, "profile '" + profile +
-                                            "' assumes its role with credential_source = " + *credential_source +
-                                            ", which conveyor's S3 client does not read (it reads source_profile, "
-                                            "credential_source = Environment and web_identity_token_file)" +
-                                            export_keys);
-      }
-      if (!token_file) config.role_endpoint = assume_role_endpoint(role, getenv);
-      config.looked_in = looked_in_files;
-      config.credentials_source = config.role_endpoint->describe();
-    } else if (const auto keys = keys_of(profile)) {
-      config.access_key_id = keys->access_key_id;
-      config.secret_access_key = keys->secret_access_key;
-      config.session_token = keys->session_token;
-      config.credentials_source = keys->from;
-    }
-    if (config.credentials_source.empty() &&
-        (value_in(config_section, "sso_session") || value_in(config_section, "sso_start_url"))) {
-      // IAM Identity Center: its settings in the profile (legacy) or in the
-      // [sso-session NAME] it names.
-      const auto session_name = value_in(config_section, "sso_session");
-      const auto* session = session_name ? section(config_file, "sso-session " + *session_name) : config_section;
-      if (session == nullptr) {
-        throw Error(ErrorKind::kConfig, "profile '" + profile + "' names sso_session '" + *session_name + "', which " +
-                                            config_file.shown + " has no [sso-session " + *session_name + "] for");
-      }
-      const auto value = [&](const auto* values, const char* key) { return value_in(values, key).value_or(""); };
-      try {
-        config.role_endpoint =
-            sso_endpoint({value(session, "sso_start_url"), value(session, "sso_region"),
-                          value(config_section, "sso_account_id"), value(config_section, "sso_role_name")},
-                         getenv);
-      } catch (const Error& e) {
-        throw Error(ErrorKind::kConfig, "profile '" + profile + "': " + e.what());
-      }
-      config.looked_in = looked_in_files;
-      config.credentials_source = config.role_endpoint->describe();
-    }
-    const auto process = profile_value("credential_process");
-    if (config.credentials_source.empty() && process) {
-      try {
-        config.role_endpoint = process_endpoint(profile, *process);
-      } catch (const Error& e) {
-        throw Error(ErrorKind::kConfig, "profile '" + profile + "': " + e.what());
-      }
+    // The profile's own credentials (a role it assumes, its keys, its IAM
+    // Identity Center role, its credential_process), as the AWS CLI reads
+    // them. STS's region is S3's (below), so that both are signed for one.
+    const ProfileCredentials profiles{
+        credentials_file, config_file, profile_files, getenv,
+        first_of([&] { return nonempty(getenv("AWS_REGION")); }, [&] { return nonempty(getenv("AWS_DEFAULT_REGION")); },
+                 [&] { return value_in(config_section, "region"); })
+            .value_or("")};
+    std::vector<std::string> chain{profile};
+    ProfileCredentials::Found found = profiles.read(chain);
+    if (found.keys) {
+      config.access_key_id = found.keys->access_key_id;
+      config.secret_access_key = found.keys->secret_access_key;
+      config.session_token = found.keys->session_token;
+      config.credentials_source = found.keys->from;
+    } else if (found.endpoint) {
+      config.role_endpoint = std::move(found.endpoint);
       config.looked_in = looked_in_files;
       config.credentials_source = config.role_endpoint->describe();
     }

@@ -183,11 +183,84 @@ TEST_F(S3ConfigTest, AProfilesRoleIsAssumedWithItsSourceProfilesKeysAsTheAwsCliD
   EXPECT_EQ(pod.role_endpoint->url, "https://sts.ap-south-1.amazonaws.com");
 }
 
+TEST_F(S3ConfigTest, ARolesSourceMayBeAnotherRoleSsoAProcessOrTheInstancesOrContainersRoleAsInTheAwsCli) {
+  write("credentials",
+        "[keyed]\naws_access_key_id = AKIAKEYED\naws_secret_access_key = KEYEDSECRET\nrole_arn = arn:keyed\n"
+        "source_profile = keyed\n");
+  write("config",
+        "[profile ml]\nrole_arn = arn:aws:iam::2:role/ml\nsource_profile = hop\nregion = eu-west-1\n"
+        "[profile hop]\nrole_arn = arn:aws:iam::1:role/hop\ncredential_source = ec2instancemetadata\n"
+        "role_session_name = hopping\n"
+        "[profile from-keyed]\nrole_arn = arn:r\nsource_profile = keyed\n"
+        "[profile from-sso]\nrole_arn = arn:r\nsource_profile = dev\n"
+        "[profile dev]\nsso_session = corp\nsso_account_id = 111\nsso_role_name = Reader\n"
+        "[sso-session corp]\nsso_start_url = https://corp.awsapps.com/start\nsso_region = us-east-1\n"
+        "[profile from-tool]\nrole_arn = arn:r\nsource_profile = tool\n"
+        "[profile tool]\ncredential_process = /usr/bin/vault-creds --secret 's3cr3t'\n"
+        "[profile from-pod]\nrole_arn = arn:r\ncredential_source = EcsContainer\n");
+  const auto role_of = [&](const std::string& profile, std::map<std::string, std::string> variables = {}) {
+    const S3Config config = resolve_s3_config({{"profile", profile}}, env(std::move(variables)));
+    EXPECT_EQ(config.access_key_id, "");
+    EXPECT_TRUE(config.role_endpoint.has_value());
+    return config.role_endpoint.value_or(RoleCredentialsEndpoint{});
+  };
+  // A chain: ml's role is assumed with hop's, assumed with the instance's.
+  const RoleCredentialsEndpoint ml = role_of("ml", {{"AWS_EC2_METADATA_SERVICE_ENDPOINT", "http://127.0.0.1:9"}});
+  EXPECT_EQ(ml.kind, RoleCredentialsEndpoint::Kind::kAssumeRole);
+  EXPECT_EQ(ml.role_arn, "arn:aws:iam::2:role/ml");
+  EXPECT_EQ(ml.url, "https://sts.eu-west-1.amazonaws.com");
+  ASSERT_NE(ml.source_endpoint, nullptr);
+  const RoleCredentialsEndpoint& hop = *ml.source_endpoint;
+  EXPECT_EQ(hop.kind, RoleCredentialsEndpoint::Kind::kAssumeRole);
+  EXPECT_EQ(hop.role_arn, "arn:aws:iam::1:role/hop");
+  EXPECT_EQ(hop.session_name, "hopping");
+  EXPECT_EQ(hop.region, "eu-west-1");  // The region of the profile S3 is read with, for every link.
+  ASSERT_NE(hop.source_endpoint, nullptr);
+  EXPECT_EQ(hop.source_endpoint->kind, RoleCredentialsEndpoint::Kind::kInstanceMetadata);
+  EXPECT_EQ(hop.source_endpoint->url, "http://127.0.0.1:9");
+  EXPECT_EQ(ml.describe(),
+            "role arn:aws:iam::2:role/ml, assumed with the credentials of role arn:aws:iam::1:role/hop, assumed with "
+            "the credentials of the instance metadata service at http://127.0.0.1:9 through STS at "
+            "https://sts.eu-west-1.amazonaws.com through STS at https://sts.eu-west-1.amazonaws.com");
+  // A source profile with keys and a role of its own lends its keys (its
+  // role is assumed only when it is read for itself).
+  const RoleCredentialsEndpoint from_keyed = role_of("from-keyed");
+  EXPECT_EQ(from_keyed.source_endpoint, nullptr);
+  EXPECT_EQ(from_keyed.source.access_key_id, "AKIAKEYED");
+  EXPECT_EQ(from_keyed.source.from, "~/.aws/credentials [keyed]");
+  const RoleCredentialsEndpoint keyed = role_of("keyed");  // Its own source_profile: its own keys.
+  EXPECT_EQ(keyed.role_arn, "arn:keyed");
+  EXPECT_EQ(keyed.source.access_key_id, "AKIAKEYED");
+  const RoleCredentialsEndpoint from_sso = role_of("from-sso");
+  ASSERT_NE(from_sso.source_endpoint, nullptr);
+  EXPECT_EQ(from_sso.source_endpoint->kind, RoleCredentialsEndpoint::Kind::kSso);
+  EXPECT_EQ(from_sso.source_endpoint->sso_start_url, "https://corp.awsapps.com/start");
+  const RoleCredentialsEndpoint from_tool = role_of("from-tool");
+  ASSERT_NE(from_tool.source_endpoint, nullptr);
+  EXPECT_EQ(from_tool.source_endpoint->kind, RoleCredentialsEndpoint::Kind::kProcess);
+  EXPECT_EQ(from_tool.describe().find("s3cr3t"), std::string::npos) << from_tool.describe();
+  // The instance's role even where a container's endpoint is set; the container's where asked.
+  const auto container =
+      std::map<std::string, std::string>{{"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2/creds"},
+                                         {"AWS_EC2_METADATA_SERVICE_ENDPOINT", "http://127.0.0.1:9"}};
+  EXPECT_EQ(role_of("ml", container).source_endpoint->source_endpoint->kind,
+            RoleCredentialsEndpoint::Kind::kInstanceMetadata);
+  const RoleCredentialsEndpoint from_pod = role_of("from-pod", container);
+  ASSERT_NE(from_pod.source_endpoint, nullptr);
+  EXPECT_EQ(from_pod.source_endpoint->kind, RoleCredentialsEndpoint::Kind::kContainer);
+  EXPECT_EQ(from_pod.source_endpoint->url, "http://169.254.170.2/v2/creds");
+}
+
 TEST_F(S3ConfigTest, ARoleWeCannotAssumeIsNamedWithWhatToDoInstead) {
   write("config",
         "[profile nokeys]\nrole_arn = arn:r\nsource_profile = empty\n[profile empty]\nregion = us-west-2\n"
         "[profile mfa]\nrole_arn = arn:r\nsource_profile = empty\nmfa_serial = arn:mfa\n"
         "[profile ec2]\nrole_arn = arn:r\ncredential_source = Ec2InstanceMetadata\n"
+        "[profile ecs]\nrole_arn = arn:r\ncredential_source = EcsContainer\n"
+        "[profile magic]\nrole_arn = arn:r\ncredential_source = Magic\n"
+        "[profile self]\nrole_arn = arn:r\nsource_profile = self\n"
+        "[profile loop-a]\nrole_arn = arn:a\nsource_profile = loop-b\n"
+        "[profile loop-b]\nrole_arn = arn:b\nsource_profile = loop-a\n"
         "[profile noenv]\nrole_arn = arn:r\ncredential_source = Environment\n"
         "[profile long]\nrole_arn = arn:r\ncredential_source = Environment\nduration_seconds = 1h\n"
         "[profile nosource]\nrole_arn = arn:r\n"
@@ -207,16 +280,23 @@ TEST_F(S3ConfigTest, ARoleWeCannotAssumeIsNamedWithWhatToDoInstead) {
     return ": export the role's keys (aws configure export-credentials --profile " + profile + " --format env)";
   };
   EXPECT_EQ(message("nokeys", env()),
-            "profile 'nokeys': its source_profile 'empty' has no keys in ~/.aws/credentials and ~/.aws/config "
-            "(conveyor assumes a role with a source profile's own keys only)" +
-                export_keys("nokeys"));
+            "profile 'nokeys': its source_profile 'empty' has no credentials in ~/.aws/credentials and "
+            "~/.aws/config (keys, a role_arn, IAM Identity Center or credential_process)");
   EXPECT_EQ(
       message("mfa", env()),
       "profile 'mfa' assumes its role with an MFA code (mfa_serial), which a job cannot type" + export_keys("mfa"));
-  EXPECT_EQ(message("ec2", env()),
-            "profile 'ec2' assumes its role with credential_source = Ec2InstanceMetadata, which conveyor's S3 client "
-            "does not read (it reads source_profile, credential_source = Environment and web_identity_token_file)" +
-                export_keys("ec2"));
+  EXPECT_EQ(message("ec2", env({{"AWS_EC2_METADATA_DISABLED", "true"}})),
+            "profile 'ec2' assumes its role with the instance's role (credential_source = Ec2InstanceMetadata), but "
+            "AWS_EC2_METADATA_DISABLED is true");
+  EXPECT_EQ(message("ecs", env()),
+            "profile 'ecs' assumes its role with the container's role (credential_source = EcsContainer), but "
+            "neither AWS_CONTAINER_CREDENTIALS_RELATIVE_URI nor AWS_CONTAINER_CREDENTIALS_FULL_URI is set");
+  EXPECT_EQ(message("magic", env()),
+            "profile 'magic' assumes its role with credential_source = Magic, which the AWS CLI does not know "
+            "(Environment, Ec2InstanceMetadata or EcsContainer)");
+  EXPECT_EQ(message("self", env()),
+            "profile 'self' is its own source_profile but has no keys in ~/.aws/credentials and ~/.aws/config");
+  EXPECT_EQ(message("loop-a", env()), "profile 'loop-a': its source_profiles loop: loop-a -> loop-b -> loop-a");
   EXPECT_EQ(message("noenv", env()),
             "profile 'noenv' assumes its role with the environment's keys (credential_source = Environment), but "
             "AWS_ACCESS_KEY_ID or AWS_SECRET_ACCESS_KEY is not set");
