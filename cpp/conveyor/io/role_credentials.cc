@@ -642,6 +642,10 @@ std::string RoleCredentialsEndpoint::describe() const {
   return "the instance metadata service at " + url;
 }
 
+std::string aws_service_url(const std::string& service, const std::string& region) {
+  return "https://" + service + "." + region + (region.rfind("cn-", 0) == 0 ? ".amazonaws.com.cn" : ".amazonaws.com");
+}
+
 RoleCredentialsEndpoint sso_endpoint(const SsoProfile& profile, const GetEnv& getenv) {
   const std::pair<const std::string*, const char*> required[] = {{&profile.start_url, "sso_start_url"},
                                                                  {&profile.region, "sso_region"},
@@ -654,8 +658,7 @@ RoleCredentialsEndpoint sso_endpoint(const SsoProfile& profile, const GetEnv& ge
   endpoint.kind = RoleCredentialsEndpoint::Kind::kSso;
   endpoint.timeout = 5.0;  // AWS's portal over the network, as STS.
   endpoint.sso_start_url = profile.start_url;
-  std::string base =
-      nonempty(getenv("AWS_ENDPOINT_URL_SSO")).value_or("https://portal.sso." + profile.region + ".amazonaws.com");
+  std::string base = nonempty(getenv("AWS_ENDPOINT_URL_SSO")).value_or(aws_service_url("portal.sso", profile.region));
   while (base.size() > 8 && base.back() == '/') base.pop_back();
   endpoint.url = base + "/federation/credentials?account_id=" + percent_encoded(profile.account_id, false) +
                  "&role_name=" + percent_encoded(profile.role_name, false);
@@ -676,8 +679,7 @@ std::string default_session_name() {
 std::string sts_url(const GetEnv& getenv, const std::string& region) {
   std::optional<std::string> url = nonempty(getenv("AWS_ENDPOINT_URL_STS"));
   if (!url) url = nonempty(getenv("AWS_ENDPOINT_URL"));
-  std::string base =
-      url.value_or(region.empty() ? "https://sts.amazonaws.com" : "https://sts." + region + ".amazonaws.com");
+  std::string base = url.value_or(region.empty() ? "https://sts.amazonaws.com" : aws_service_url("sts", region));
   while (base.size() > 8 && base.back() == '/') base.pop_back();
   return base;
 }

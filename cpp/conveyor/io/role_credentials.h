@@ -97,6 +97,11 @@ struct RoleCredentialsEndpoint {
   std::string describe() const;
 };
 
+/// AWS's URL of `service` in `region`: "https://<service>.<region>.amazonaws.com",
+/// or ".amazonaws.com.cn" in the China regions ("cn-*"), whose partition
+/// has a domain of its own. The docs below write the first form.
+std::string aws_service_url(const std::string& service, const std::string& region);
+
 /// The settings of an IAM Identity Center (SSO) profile of ~/.aws/config:
 /// its own sso_start_url and sso_region (the legacy form), or those of the
 /// [sso-session NAME] its sso_session names.

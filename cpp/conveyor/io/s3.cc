@@ -14,9 +14,6 @@ namespace conveyor {
 
 namespace {
 
-// AWS's S3 endpoint of `region`.
-std::string aws_endpoint(const std::string& region) { return "https://s3." + region + ".amazonaws.com"; }
-
 std::string trim(std::string_view text) {
   const size_t begin = text.find_first_not_of(" \t\r");
   if (begin == std::string_view::npos) return {};
@@ -446,7 +443,7 @@ S3Config resolve_s3_config(const std::map<std::string, std::string>& options, co
       [&] { return option("endpoint_url"); }, [&] { return nonempty(getenv("AWS_ENDPOINT_URL_S3")); },
       [&] { return nonempty(getenv("AWS_ENDPOINT_URL")); }, [&] { return value_in(config_section, "endpoint_url"); });
   config.regional_endpoint = !endpoint.has_value();
-  config.endpoint_url = endpoint.value_or(aws_endpoint(config.region));
+  config.endpoint_url = endpoint.value_or(aws_service_url("s3", config.region));
   while (!config.endpoint_url.empty() && config.endpoint_url.back() == '/') config.endpoint_url.pop_back();
   const std::string& base = config.endpoint_url;
   if (base.rfind("http://", 0) != 0 && base.rfind("https://", 0) != 0) {
@@ -517,7 +514,7 @@ std::string percent_encoded(std::string_view key, bool keep_slash) {
 S3Config in_region(const S3Config& config, const std::string& region) {
   S3Config moved = config;
   moved.region = region;
-  if (config.regional_endpoint) moved.endpoint_url = aws_endpoint(region);
+  if (config.regional_endpoint) moved.endpoint_url = aws_service_url("s3", region);
   return moved;
 }
 

@@ -410,12 +410,35 @@ TEST(S3UrlTest, KeysArePercentEncodedAndBucketsAddressedAsConfigured) {
   EXPECT_THROW(s3_http_url(config, "s3:///key"), Error);
 }
 
+TEST_F(S3ConfigTest, TheChinaRegionsAreReadInTheirOwnDomain) {
+  write("config",
+        "[profile cn]\nregion = cn-northwest-1\nrole_arn = arn:aws-cn:iam::1:role/ml\n"
+        "credential_source = Environment\n"
+        "[profile cn-sso]\nsso_start_url = https://corp.awsapps.cn/start\nsso_region = cn-north-1\n"
+        "sso_account_id = 1\nsso_role_name = Reader\n");
+  const S3Config config =
+      resolve_s3_config({{"profile", "cn"}}, env({{"AWS_ACCESS_KEY_ID", "A"}, {"AWS_SECRET_ACCESS_KEY", "S"}}));
+  EXPECT_EQ(config.endpoint_url, "https://s3.cn-northwest-1.amazonaws.com.cn");
+  ASSERT_TRUE(config.role_endpoint.has_value());
+  EXPECT_EQ(config.role_endpoint->url, "https://sts.cn-northwest-1.amazonaws.com.cn");
+  const S3Config sso = resolve_s3_config({{"profile", "cn-sso"}}, env());
+  ASSERT_TRUE(sso.role_endpoint.has_value());
+  EXPECT_EQ(sso.role_endpoint->url.rfind("https://portal.sso.cn-north-1.amazonaws.com.cn/federation/credentials?", 0),
+            0u)
+      << sso.role_endpoint->url;
+  EXPECT_EQ(resolve_s3_config({{"region", "us-gov-west-1"}}, env()).endpoint_url,
+            "https://s3.us-gov-west-1.amazonaws.com");
+}
+
 TEST_F(S3ConfigTest, ABucketInAnotherRegionIsReadFromThatRegionsEndpointOnAws) {
   const S3Config aws = resolve_s3_config({{"region", "us-east-1"}}, env());
   EXPECT_TRUE(aws.regional_endpoint);
   const S3Config moved = in_region(aws, "eu-west-1");
   EXPECT_EQ(moved.region, "eu-west-1");
   EXPECT_EQ(s3_http_url(moved, "s3://bucket/a"), "https://bucket.s3.eu-west-1.amazonaws.com/a");
+  // China's regions are a partition of their own, in another domain.
+  EXPECT_EQ(s3_http_url(in_region(aws, "cn-north-1"), "s3://bucket/a"),
+            "https://bucket.s3.cn-north-1.amazonaws.com.cn/a");
   // A store's own endpoint stays: only the signing region changes.
   const S3Config own = resolve_s3_config({{"endpoint_url", "http://127.0.0.1:9000"}}, env());
   EXPECT_FALSE(own.regional_endpoint);
