@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -17,9 +18,11 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -40,6 +43,8 @@ using Kind = FetchFailure::Kind;
 
 // Replies of the metadata service are small; more is not one.
 constexpr size_t kMaxReply = 64 << 10;
+// What to do when the SSO token is missing, expired or refused.
+const char* const kSsoLogin = " (run `aws sso login`)";
 // The AWS SDKs' mandatory refresh: credentials this close to expiring are read again.
 constexpr std::chrono::minutes kRefreshBefore{10};
 
@@ -324,10 +329,24 @@ RoleCredentials sts_credentials(const Reply& reply, const char* action, const st
   return credentials;
 }
 
+// A token `aws sso login` cached: its file, its JSON, when it expires.
+struct SsoToken {
+  std::filesystem::path path;
+  nlohmann::json json;
+  std::chrono::system_clock::time_point expires;
+};
+
+std::string utc_text(std::chrono::system_clock::time_point at) {
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(at);
+  char text[32] = {};
+  std::tm tm{};
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&seconds, &tm));
+  return text;
+}
+
 // The newest token `aws sso login` cached for `start_url` in `folder`.
-std::string sso_token(const std::string& folder, const std::string& start_url, const std::string& what) {
-  const std::string login = " (run `aws sso login`)";
-  std::optional<std::pair<std::chrono::system_clock::time_point, std::string>> newest;
+SsoToken newest_sso_token(const std::string& folder, const std::string& start_url, const std::string& what) {
+  std::optional<SsoToken> newest;
   std::error_code error;
   // Incremented with an error code: a folder that fails half-way ends the scan, never throws.
   for (std::filesystem::directory_iterator it(folder, error), end; !error && it != end; it.increment(error)) {
@@ -355,34 +374,129 @@ std::string sso_token(const std::string& folder, const std::string& start_url, c
     } catch (const FetchError&) {
       continue;  // A time we do not read: another file may hold a good token.
     }
-    if (!newest || expires > newest->first) newest.emplace(expires, json["accessToken"].get<std::string>());
+    if (!newest || expires > newest->expires) newest = SsoToken{entry.path(), json, expires};
   }
-  if (!newest) throw FetchError({Kind::kOther, 0, what + ": no token for it in " + folder + login});
-  if (newest->first <= std::chrono::system_clock::now()) {
-    const std::time_t at = std::chrono::system_clock::to_time_t(newest->first);
-    char when[32] = {};
-    std::tm tm{};
-    std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&at, &tm));
-    throw FetchError({Kind::kOther, 0, what + ": its token in " + folder + " expired at " + when + login});
+  if (!newest) throw FetchError({Kind::kOther, 0, what + ": no token for it in " + folder + kSsoLogin});
+  return std::move(*newest);
+}
+
+// Refreshes `token` at SSO OIDC (CreateToken with its refresh token), as
+// botocore does, and writes it back to its file (atomically: a temporary
+// file renamed over it) so that the AWS CLI and other processes use it too.
+// Returns false when the cache holds no refresh token (a legacy login) or
+// its client's registration expired; throws FetchError ("refreshing it at
+// URL: ...", to follow `what`'s message) when OIDC cannot be asked or refuses.
+bool refresh_sso_token(const RoleCredentialsEndpoint& endpoint, SsoToken& token, const CaCertificates* ca,
+                       const std::string& what) {
+  const auto text = [&](const char* name) -> std::optional<std::string> {
+    if (!token.json.contains(name) || !token.json[name].is_string()) return std::nullopt;
+    return token.json[name].get<std::string>();
+  };
+  const auto refresh_token = text("refreshToken");
+  const auto client_id = text("clientId");
+  const auto client_secret = text("clientSecret");
+  const auto registration_expires = text("registrationExpiresAt");
+  if (!refresh_token || !client_id || !client_secret || !registration_expires) return false;
+  try {
+    if (parse_expiration(*registration_expires, what) <= std::chrono::system_clock::now()) return false;
+  } catch (const FetchError&) {
+    return false;
   }
-  if (newest->second.find_first_of("\r\n") != std::string::npos) {
+  const std::string url = endpoint.sso_oidc_url + "/token";
+  Request r{url,
+            "POST",
+            {"Content-Type: application/json"},
+            nlohmann::json{{"clientId", *client_id},
+                           {"clientSecret", *client_secret},
+                           {"grantType", "refresh_token"},
+                           {"refreshToken", *refresh_token}}
+                .dump(),
+            endpoint.timeout,
+            "refreshing it at " + url};
+  r.local = false;  // AWS's public endpoint: through the proxy, if any.
+  r.ca = ca;
+  const auto now = std::chrono::system_clock::now();
+  const Reply reply = request(r);
+  const nlohmann::json json = nlohmann::json::parse(reply.body, nullptr, false);
+  if (reply.status != 200) {
+    // OIDC's error code (invalid_grant, expired_token, ...); never its description.
+    std::string code;
+    if (json.is_object() && json.contains("error") && json["error"].is_string()) code = json["error"];
+    const bool word = !code.empty() && code.size() <= 64 && std::all_of(code.begin(), code.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+    });
+    throw FetchError(
+        {Kind::kOther, 0,
+         r.what + ": CreateToken (HTTP " + std::to_string(reply.status) + (word ? ", " + code : "") + ")"});
+  }
+  if (!json.is_object() || !json.contains("accessToken") || !json["accessToken"].is_string() ||
+      !json.contains("expiresIn") || !json["expiresIn"].is_number_integer() || json["expiresIn"].get<int64_t>() <= 0) {
+    throw FetchError({Kind::kOther, 0, r.what + ": a reply without accessToken or expiresIn"});
+  }
+  token.json["accessToken"] = json["accessToken"];
+  token.expires = now + std::chrono::seconds(json["expiresIn"].get<int64_t>());
+  token.json["expiresAt"] = utc_text(token.expires);
+  if (json.contains("refreshToken") && json["refreshToken"].is_string())
+    token.json["refreshToken"] = json["refreshToken"];
+  // Written back as the CLI writes its cache (readable by its owner only);
+  // a cache that cannot be written leaves the refreshed token to this process.
+  const std::filesystem::path temporary = token.path.string() + ".conveyor-" + std::to_string(::getpid()) + "-" +
+                                          std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())) +
+                                          ".tmp";
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    const std::string written = token.json.dump();
+    bool whole = true;
+    for (size_t at = 0; whole && at < written.size();) {
+      const ssize_t n = ::write(fd, written.data() + at, written.size() - at);
+      if (n < 0 && errno == EINTR) continue;
+      whole = n > 0;
+      if (whole) at += static_cast<size_t>(n);
+    }
+    whole = ::close(fd) == 0 && whole;
+    if (!whole || ::rename(temporary.c_str(), token.path.c_str()) != 0) ::unlink(temporary.c_str());
+  }
+  return true;
+}
+
+// The token to send for `endpoint`'s start URL: the newest cached, refreshed
+// first when it expires within kSsoRefreshWindow and can be.
+std::string sso_token(const RoleCredentialsEndpoint& endpoint, const CaCertificates* ca, const std::string& what) {
+  const std::string& folder = endpoint.authorization_file;
+  SsoToken token = newest_sso_token(folder, endpoint.sso_start_url, what);
+  const auto now = std::chrono::system_clock::now();
+  if (token.expires - now < kSsoRefreshWindow) {
+    std::string failure;
+    try {
+      refresh_sso_token(endpoint, token, ca, what);
+    } catch (const FetchError& e) {
+      failure = "; " + e.failure().message;  // A token still valid is used meanwhile.
+    }
+    if (token.expires <= now) {
+      throw FetchError(
+          {Kind::kOther, 0,
+           what + ": its token in " + folder + " expired at " + utc_text(token.expires) + failure + kSsoLogin});
+    }
+  }
+  const std::string access_token = token.json["accessToken"].get<std::string>();
+  if (access_token.find_first_of("\r\n") != std::string::npos) {
     throw FetchError({Kind::kOther, 0, what + ": a token of more than one line in " + folder});
   }
-  return newest->second;
+  return access_token;
 }
 
 RoleCredentials read_sso(const RoleCredentialsEndpoint& endpoint, const CaCertificates* ca) {
   const std::string what = endpoint.describe();
-  const std::string token = sso_token(endpoint.authorization_file, endpoint.sso_start_url, what);
+  const std::string token = sso_token(endpoint, ca, what);
   Request r{endpoint.url, "GET", {"x-amz-sso_bearer_token: " + token}, "", endpoint.timeout, what};
   r.local = false;  // The portal is AWS's public endpoint: through the proxy, if any.
   r.ca = ca;
   const Reply reply = request(r);
   if (reply.status != 200) {
     const bool refused = reply.status == 401 || reply.status == 403;
-    throw FetchError({Kind::kOther, 0,
-                      what + ": GetRoleCredentials (HTTP " + std::to_string(reply.status) + ")" +
-                          (refused ? " (run `aws sso login`)" : "")});
+    throw FetchError(
+        {Kind::kOther, 0,
+         what + ": GetRoleCredentials (HTTP " + std::to_string(reply.status) + ")" + (refused ? kSsoLogin : "")});
   }
   const nlohmann::json json = nlohmann::json::parse(reply.body, nullptr, false);
   const nlohmann::json* role =
@@ -663,6 +777,9 @@ RoleCredentialsEndpoint sso_endpoint(const SsoProfile& profile, const GetEnv& ge
   endpoint.url = base + "/federation/credentials?account_id=" + percent_encoded(profile.account_id, false) +
                  "&role_name=" + percent_encoded(profile.role_name, false);
   endpoint.authorization_file = getenv("HOME").value_or("") + "/.aws/sso/cache";
+  std::string oidc = nonempty(getenv("AWS_ENDPOINT_URL_SSO_OIDC")).value_or(aws_service_url("oidc", profile.region));
+  while (oidc.size() > 8 && oidc.back() == '/') oidc.pop_back();
+  endpoint.sso_oidc_url = oidc;
   return endpoint;
 }
 

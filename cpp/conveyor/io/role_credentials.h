@@ -77,6 +77,9 @@ struct RoleCredentialsEndpoint {
   int64_t duration_seconds = 0;
   /// SSO: the start URL whose cached token is sent.
   std::string sso_start_url;
+  /// SSO: where a cached token about to expire is refreshed with its
+  /// refresh token (SSO OIDC's CreateToken), as the AWS CLI refreshes it.
+  std::string sso_oidc_url;
   /// Process: the command's words (they may hold secrets: only the program
   /// is shown) and the profile that names it.
   std::vector<std::string> command;
@@ -115,9 +118,16 @@ struct SsoProfile {
 /// Where an SSO profile's role credentials are read: the portal at
 /// AWS_ENDPOINT_URL_SSO, else https://portal.sso.<region>.amazonaws.com
 /// (/federation/credentials for the account and role), with the token of
-/// `aws sso login` from $HOME/.aws/sso/cache. Throws Error{kConfig} naming
-/// what the profile lacks. Thread-safe.
+/// `aws sso login` from $HOME/.aws/sso/cache; a token that expires within
+/// kSsoRefreshWindow is refreshed at AWS_ENDPOINT_URL_SSO_OIDC, else
+/// https://oidc.<region>.amazonaws.com, when the cache holds its refresh
+/// token (an sso-session's login), and written back to the cache. Throws
+/// Error{kConfig} naming what the profile lacks. Thread-safe.
 RoleCredentialsEndpoint sso_endpoint(const SsoProfile& profile, const GetEnv& getenv = process_env);
+
+/// How long before it expires a cached SSO token is refreshed: botocore's
+/// window, so that the AWS CLI and conveyor refresh at the same time.
+inline constexpr std::chrono::minutes kSsoRefreshWindow{15};
 
 /// Seconds a credential_process may run before it is killed: long enough for
 /// a helper that asks a remote service, short enough that a hung one is

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <utility>
@@ -314,6 +315,120 @@ TEST_F(ContainerCredentialsTest, AnSsoProfilesNewestCachedTokenIsExchangedAtTheP
   cached("b.json", start, "NEWEST", "2099-06-01T00:00:00Z");
   ASSERT_NE(refreshing.current(), nullptr);
   EXPECT_EQ(refreshing.current()->access_key_id, "ASIASSO");
+}
+
+TEST_F(ContainerCredentialsTest, AnSsoTokenAboutToExpireIsRefreshedWithItsRefreshTokenAndWrittenBackAsTheCliDoes) {
+  // `aws sso login` with an sso-session caches a refresh token and its
+  // client's registration: the token is refreshed at SSO OIDC before it
+  // expires, so that a job outlives it.
+  std::string portal_accepts = "FRESH", oidc_error;
+  std::vector<std::string> portal_saw;
+  HttpTestServer portal([&](const HttpTestRequest& request, HttpTestConnection& connection) {
+    portal_saw.push_back(request.headers.at("x-amz-sso_bearer_token"));
+    if (portal_saw.back() != portal_accepts) return connection.send(HttpTestServer::reply(401, "Unauthorized", ""));
+    return connection.send(HttpTestServer::reply(
+        200, "OK",
+        R"({"roleCredentials":{"accessKeyId":"ASIASSO","secretAccessKey":"SECRET","sessionToken":"T",)"
+        R"("expiration":1893456000000}})"));
+  });
+  std::vector<std::string> oidc_saw;
+  HttpTestServer oidc([&](const HttpTestRequest& request, HttpTestConnection& connection) {
+    oidc_saw.push_back(request.method + " " + request.target + " " + request.body);
+    EXPECT_EQ(request.headers.at("content-type"), "application/json");
+    if (!oidc_error.empty()) {
+      return connection.send(HttpTestServer::reply(
+          400, "Bad Request", R"({"error":")" + oidc_error + R"(","error_description":"REFRESH is CSECRET's"})"));
+    }
+    return connection.send(HttpTestServer::reply(
+        200, "OK", R"({"accessToken":"FRESH","expiresIn":28800,"refreshToken":"ROTATED","tokenType":"Bearer"})"));
+  });
+  const std::filesystem::path cache = dir_ / "cache";
+  std::filesystem::create_directories(cache);
+  const std::string start = "https://corp.awsapps.com/start";
+  const auto in = [](std::chrono::seconds from_now) {
+    const std::time_t at = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now() + from_now);
+    char text[32];
+    std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&at));
+    return std::string(text);
+  };
+  const auto cache_token = [&](const std::string& expires, const std::string& registration_expires) {
+    std::ofstream(cache / "d033e22a.json")
+        << R"({"startUrl":")" << start << R"(","region":"eu-west-1","accessToken":"STALE","expiresAt":")" << expires
+        << R"(","clientId":"CID","clientSecret":"CSECRET","registrationExpiresAt":")" << registration_expires
+        << R"(","refreshToken":"REFRESH"})";
+  };
+  const auto cached = [&] {
+    std::ifstream file(cache / "d033e22a.json");
+    return nlohmann::json::parse(file);
+  };
+  RoleCredentialsEndpoint here =
+      sso_endpoint({start, "eu-west-1", "1", "ml"},
+                   env({{"AWS_ENDPOINT_URL_SSO", portal.url("")}, {"AWS_ENDPOINT_URL_SSO_OIDC", oidc.url("/")}}));
+  EXPECT_EQ(here.sso_oidc_url, oidc.url(""));
+  here.authorization_file = cache.string();
+  here.timeout = 60;
+  const std::string year_on = in(std::chrono::hours(24 * 365));
+
+  // Five minutes left: refreshed first, then sent; the cache holds the new token.
+  cache_token(in(std::chrono::minutes(5)), year_on);
+  EXPECT_EQ(read_role_credentials(here).access_key_id, "ASIASSO");
+  EXPECT_EQ(oidc_saw,
+            (std::vector<std::string>{"POST /token "
+                                      R"({"clientId":"CID","clientSecret":"CSECRET","grantType":"refresh_token",)"
+                                      R"("refreshToken":"REFRESH"})"}));
+  EXPECT_EQ(portal_saw, std::vector<std::string>{"FRESH"});
+  nlohmann::json written = cached();
+  EXPECT_EQ(written["accessToken"], "FRESH");
+  EXPECT_EQ(written["refreshToken"], "ROTATED");
+  EXPECT_EQ(written["clientId"], "CID");  // What the CLI needs next time is kept.
+  EXPECT_EQ(written["registrationExpiresAt"], year_on);
+  const std::string expires = written["expiresAt"];
+  EXPECT_GE(expires, in(std::chrono::hours(8) - std::chrono::minutes(1)));
+  EXPECT_LE(expires, in(std::chrono::hours(8) + std::chrono::minutes(1)));
+  EXPECT_EQ(std::filesystem::status(cache / "d033e22a.json").permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(cache), std::filesystem::directory_iterator()), 1);
+
+  // An hour left: sent as it is.
+  oidc_saw.clear();
+  portal_saw.clear();
+  portal_accepts = "STALE";
+  cache_token(in(std::chrono::hours(1)), year_on);
+  EXPECT_EQ(read_role_credentials(here).access_key_id, "ASIASSO");
+  EXPECT_TRUE(oidc_saw.empty());
+
+  // Five minutes left and OIDC refuses: the token still valid is sent.
+  oidc_error = "invalid_grant";
+  cache_token(in(std::chrono::minutes(5)), year_on);
+  EXPECT_EQ(read_role_credentials(here).access_key_id, "ASIASSO");
+  EXPECT_EQ(oidc_saw.size(), 1u);
+  EXPECT_EQ(cached()["accessToken"], "STALE");
+
+  // Expired, and OIDC refuses: named, with its error code, without a secret.
+  const std::string what =
+      "IAM Identity Center (" + start + ", through the portal at " + here.url + "): its token in " + cache.string();
+  const auto failure = [&] {
+    try {
+      read_role_credentials(here);
+    } catch (const FetchError& e) {
+      for (const char* secret : {"STALE", "REFRESH", "CSECRET", "CID"}) {
+        EXPECT_EQ(e.failure().message.find(secret), std::string::npos) << e.failure().message;
+      }
+      return e.failure().message;
+    }
+    return std::string("read");
+  };
+  cache_token("2021-03-04T05:06:07Z", year_on);
+  EXPECT_EQ(failure(), what + " expired at 2021-03-04T05:06:07Z; refreshing it at " + oidc.url("") +
+                           "/token: CreateToken (HTTP 400, invalid_grant) (run `aws sso login`)");
+  oidc_error = "bad code!";  // Not a word: not repeated.
+  EXPECT_EQ(failure(), what + " expired at 2021-03-04T05:06:07Z; refreshing it at " + oidc.url("") +
+                           "/token: CreateToken (HTTP 400) (run `aws sso login`)");
+  // Expired with its client's registration: not refreshed (the CLI logs in anew).
+  oidc_saw.clear();
+  cache_token("2021-03-04T05:06:07Z", "2021-03-04T05:06:07Z");
+  EXPECT_EQ(failure(), what + " expired at 2021-03-04T05:06:07Z (run `aws sso login`)");
+  EXPECT_TRUE(oidc_saw.empty());
 }
 
 TEST(RoleCredentialsTest, WebIdentityIsFoundAsTheAwsSdksFindIt) {
