@@ -195,6 +195,32 @@ def test_tar_shards_over_urls_read_each_shards_images_with_one_range_request(col
         assert request.range == f"bytes={first}-{last}" and request.sent == last - first + 1
 
 
+def test_an_index_over_the_cap_read_through_fsspec_is_refused_by_its_size_before_it_is_read(
+    color_folder, tmp_path
+):
+    # Found by hostile probing: fsspec reads a whole object at once, so a
+    # 1.5 GB index beside a shard (sparse here) was read into memory before
+    # the 64 MiB cap refused it.
+    (shard,) = pack(str(color_folder), str(tmp_path / "shard-%06d.tar"), 10**9)
+    with open(shard + ".index.json", "wb") as index:
+        index.truncate(1500 << 20)
+    result = run_python(
+        """
+        import resource, sys
+        from conveyor.errors import ReadError
+        from conveyor.sources import TarShards
+        try:
+            TarShards(sys.argv[1])
+        except ReadError as e:
+            print(e)
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10 < 1024)
+        """,
+        Path(shard).as_uri(),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{Path(shard).as_uri()}.index.json: too large: 1572864000 bytes\nTrue\n"
+
+
 def test_tar_shards_over_urls_with_their_indexes_read_no_shard_bytes_to_index(color_folder, tmp_path):
     indexed = pack_image_folder(str(color_folder), str(tmp_path / "a" / "shard-%06d.tar"), shard_size=20_000)
     plain = pack(str(color_folder), str(tmp_path / "b" / "shard-%06d.tar"), 20_000, write_index=False)

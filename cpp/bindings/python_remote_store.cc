@@ -70,4 +70,12 @@ uint64_t PythonRemoteStore::size(const std::string& url) const {
   });
 }
 
+RemoteObjectInfo PythonRemoteStore::fetch(const std::string& url, std::vector<uint8_t>* data, int64_t max_bytes) const {
+  const uint64_t declared = size(url);
+  if (declared > static_cast<uint64_t>(std::max<int64_t>(0, max_bytes))) {
+    throw FetchError({FetchFailure::Kind::kTooLarge, 0, std::to_string(declared) + " bytes"});
+  }
+  return RemoteStore::fetch(url, data, max_bytes);
+}
+
 }  // namespace conveyor::bindings

@@ -13,6 +13,8 @@
 #include <optional>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "conveyor/core/error.h"
@@ -455,15 +457,15 @@ struct TarShardSource::Index {
   std::shared_ptr<const RemoteAccess> remote;  // For shards that are URLs; null without any.
   std::vector<Shard> shards;
   std::vector<std::string> field_names;
+  std::unordered_map<std::string, uint32_t> field_ids;  // field_names' positions: interning stays linear.
   std::vector<Field> fields;
   std::vector<Sample> samples;
   int64_t max_label = -1;  // Over samples; -1 when none has a cls.
 
   uint32_t intern(const std::string& name) {
-    auto it = std::find(field_names.begin(), field_names.end(), name);
-    if (it != field_names.end()) return static_cast<uint32_t>(it - field_names.begin());
-    field_names.push_back(name);
-    return static_cast<uint32_t>(field_names.size() - 1);
+    const auto [it, added] = field_ids.try_emplace(name, static_cast<uint32_t>(field_names.size()));
+    if (added) field_names.push_back(name);
+    return it->second;
   }
 
   const Sample& sample(int64_t index) const {
@@ -524,6 +526,7 @@ namespace {
 struct Group {
   std::string prefix;
   std::vector<std::pair<std::string, const TarMember*>> members;  // (field, member)
+  std::unordered_set<std::string> fields;                         // Of members: a duplicate is found at once.
 };
 
 }  // namespace
@@ -666,11 +669,9 @@ void TarShardSource::Index::add_samples(const std::string& path, Shard shard, co
     if (!split_member_name(member.name, prefix, field)) continue;
     if (prefix != group.prefix) flush();
     if (group.members.empty()) group.prefix = std::string(prefix);
-    for (const auto& [existing, other] : group.members) {
-      if (existing == field) {
-        throw Error(ErrorKind::kRead, "duplicate field '" + field + "' in sample '" + group.prefix + "'",
-                    path + ":" + member.name);
-      }
+    if (!group.fields.insert(field).second) {
+      throw Error(ErrorKind::kRead, "duplicate field '" + field + "' in sample '" + group.prefix + "'",
+                  path + ":" + member.name);
     }
     group.members.emplace_back(field, &member);
   }
