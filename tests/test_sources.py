@@ -961,6 +961,7 @@ def test_pack_shuffle_and_csv_and_file_list(small_folder: Path, tmp_path: Path):
         ("x-%d-%d.tar", "is not a shard pattern (TypeError: not enough arguments for format string)"),
         ("x-{000..009.tar", "Unbalanced braces"),
         ("x-{a,a}.tar", "names a shard more than once"),
+        ("{x-a,./x-a}.tar", "/x-a.tar' and '"),  # Spelled twice, one file: "... are one file".
         ("plain.tar", "needs a shard number field"),
         ("x-{0000..0099}.tar", "the pattern lists 100 shards for 7 samples"),
     ],
@@ -970,6 +971,29 @@ def test_pack_bad_patterns(small_folder: Path, tmp_path: Path, capsys, pattern: 
     err = capsys.readouterr().err
     assert err.startswith("conveyor pack: ") and message in err, err
     assert not list(tmp_path.glob("x-*"))
+
+
+def test_pack_and_index_name_a_file_they_cannot_write_in_one_line(small_folder: Path, tmp_path: Path, capsys):
+    # A folder where the index goes: the OSError is said in one line, not a traceback.
+    (tmp_path / "x-0.tar.index.json").mkdir()
+    assert cli_main(["pack", str(small_folder), str(tmp_path / "x-%d.tar")]) == 1
+    assert capsys.readouterr().err == f"conveyor pack: '{tmp_path}/x-0.tar.index.json': Is a directory\n"
+    assert cli_main(["pack", "--no-index", str(small_folder), str(tmp_path / "x-%d.tar")]) == 1
+    capsys.readouterr()
+    (tmp_path / "x-0.tar.index.json").rmdir()
+    assert cli_main(["pack", "--no-index", str(small_folder), str(tmp_path / "x-%d.tar")]) == 0
+    (tmp_path / "x-0.tar.index.json").mkdir()
+    assert cli_main(["index", str(tmp_path / "x-0.tar")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("conveyor index: '") and err.endswith(
+        f" -> '{tmp_path}/x-0.tar.index.json': Is a directory\n"
+    )
+    assert err.count("\n") == 1
+    # A shard name near NAME_MAX: the temporary file's name stays short.
+    long = tmp_path / ("L" * (255 - len(".tar.index.json")) + ".tar")
+    os.replace(tmp_path / "x-0.tar", long)
+    assert cli_main(["index", str(long)]) == 0
+    assert Path(str(long) + ".index.json").is_file()
 
 
 # --- paths with a NUL byte, CSV labels that are not plain integers ------------------------

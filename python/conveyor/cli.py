@@ -61,6 +61,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except conveyor.Error as e:
         print(f"conveyor {args.command}: {e}", file=sys.stderr)
         return 1
+    except OSError as e:  # A file the command writes or reads (a folder in its place, a full disk).
+        names = [repr(name) for name in (e.filename, e.filename2) if name is not None]
+        print(
+            f"conveyor {args.command}: {' -> '.join(names)}{': ' if names else ''}{e.strerror or e}",
+            file=sys.stderr,
+        )
+        return 1
     except ModuleNotFoundError as e:  # An optional dependency of the tooling.
         if not e.name or e.name.split(".")[0].startswith("conveyor"):
             raise

@@ -89,6 +89,15 @@ def shard_names(pattern: str) -> tuple[Optional[list[str]], Optional[str]]:
     if names != [pattern]:
         if len(set(names)) != len(names):
             raise ConfigError(f"output pattern {pattern!r} names a shard more than once")
+        # Spelled differently, one file still (s.tar, ./s.tar, a symlinked folder).
+        seen: dict[str, str] = {}
+        for name in names:
+            other = seen.setdefault(os.path.realpath(name), name)
+            if other != name:
+                raise ConfigError(
+                    f"output pattern {pattern!r} names a shard more than once: "
+                    f"{other!r} and {name!r} are one file"
+                )
         return names, None
     first, second = _format_shard(pattern, 0), _format_shard(pattern, 1)
     if first == second:
@@ -210,7 +219,8 @@ def write_shard_index(shard: PathLike) -> str:
     """
     path = os.fsdecode(shard) + _conveyor.SHARD_INDEX_SUFFIX
     text = _conveyor.TarShardSource.shard_index(os.fsencode(shard))
-    temporary = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"
+    # A short name of its own: the shard's name plus a suffix could pass NAME_MAX.
+    temporary = os.path.join(os.path.dirname(path), f".{os.getpid()}-{threading.get_ident()}.index.tmp")
     try:
         with open(temporary, "w", encoding="utf-8") as f:
             f.write(text)
