@@ -293,6 +293,49 @@ def test_tar_shard_indexing_retries_and_names_a_missing_shard(color_folder, tmp_
         assert str(error.value) == f"{missing}: HTTP 404 Not Found"
 
 
+def test_ctrl_c_while_tar_shards_over_urls_are_indexed_raises_at_once(color_folder, tmp_path):
+    # Found by hostile probing: building the source ignored Ctrl-C, so a
+    # server that failed (or trickled) each index held it for as long as the
+    # retry policy allowed. Here every index answers 503 and the backoff is
+    # an hour: only the cancellation Ctrl-C triggers ends the waits; without
+    # it the child hangs and the test fails.
+    shards = pack(str(color_folder), str(tmp_path / "s-%06d.tar"), 20_000)
+    assert 2 <= len(shards) <= 16  # All indexed at once.
+    result = run_python(
+        """
+        import os, signal, sys, threading, time, _thread
+        from conveyor.bench.http_server import FileServer
+        from conveyor.sources import RetryPolicy, TarShards
+
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        patient = RetryPolicy(attempts=1_000_000, initial_backoff=3600, max_backoff=3600, timeout=0)
+        names = sys.argv[2:]
+        with FileServer(sys.argv[1]) as server:
+            for name in names:
+                server.fail(name + ".index.json", -1)
+
+            def interrupt_when_all_failed():
+                while len([r for r in server.requests() if r.path.endswith(".index.json")]) < len(names):
+                    time.sleep(0.01)
+                _thread.interrupt_main()
+
+            threading.Thread(target=interrupt_when_all_failed, daemon=True).start()
+            started = time.monotonic()
+            try:
+                TarShards([server.url(name) for name in names], retry=patient)
+            except KeyboardInterrupt:
+                print("interrupted", time.monotonic() - started < 60)
+            for name in names:
+                server.fail(name + ".index.json", 0)
+            print(len(TarShards([server.url(name) for name in names], retry=patient)))
+        """,
+        str(tmp_path),
+        *[os.path.basename(shard) for shard in shards],
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["interrupted", "True", str(len(TarShards(shards)))]
+
+
 def test_close_is_prompt_during_a_backoff(color_folder):
     # A server that always answers 503 and a retry budget of hours: only the
     # loader's cancellation ends the waits. Before it, close() (and Ctrl-C)

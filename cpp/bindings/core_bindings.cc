@@ -4,6 +4,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
+#include "conveyor/core/cancellation.h"
 #include "conveyor/core/geometry.h"
 #include "conveyor/core/rng.h"
 #include "conveyor/core/sample_transform.h"
@@ -30,6 +31,19 @@ void bind_core(nb::module_& m) {
       .def_ro("height", &BoundingBox::height)
       .def_ro("category", &BoundingBox::category)
       .doc() = "An object's box in pixels (COCO's x, y, width, height) and its category.";
+  nb::class_<Cancellation>(m, "Cancellation")
+      .def(nb::init<>())
+      .def("cancel", &Cancellation::cancel)
+      .def_prop_ro("cancelled", &Cancellation::cancelled)
+      .doc() = "A one-way flag that ends the engine's waits (requests, backoffs) of the calls made under it.";
+  m.def(
+      "call_with_cancellation",
+      [](const Cancellation& cancellation, const nb::callable& call) {
+        const ScopedCancellation scope(cancellation);
+        return call();
+      },
+      nb::arg("cancellation"), nb::arg("call"),
+      "call() with `cancellation` the calling thread's: cancel() ends its engine calls' network waits.");
   m.def("default_cpu_threads", &ThreadPool::default_cpu_threads);
   m.def("random_permutation", &random_permutation, nb::arg("n"), nb::arg("seed"), nb::arg("epoch"),
         nb::call_guard<nb::gil_scoped_release>());

@@ -17,6 +17,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "conveyor/core/cancellation.h"
 #include "conveyor/core/error.h"
 #include "conveyor/core/thread_pool.h"
 #include "conveyor/io/image_formats.h"
@@ -562,10 +563,15 @@ void TarShardSource::Index::add_shards(const std::vector<std::string>& paths,
   };
   std::vector<std::thread> threads;
   threads.reserve(workers - 1);
+  // The caller's cancellation (a loader's stop, Ctrl-C while a source is
+  // built) ends these threads' requests too.
+  const Cancellation* cancellation = current_cancellation();
   for (size_t t = 1; t < workers; ++t) {
     try {
-      threads.emplace_back([&work] {
+      threads.emplace_back([&work, cancellation] {
         set_current_thread_name("conveyor-index");
+        std::optional<ScopedCancellation> scope;
+        if (cancellation != nullptr) scope.emplace(*cancellation);
         work();
       });
     } catch (...) {

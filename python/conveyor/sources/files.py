@@ -21,7 +21,7 @@ from conveyor.sources.base import (
     Source,
     fs_paths,
 )
-from conveyor.sources.remote import RetryPolicy, is_url, list_objects, remote_arguments
+from conveyor.sources.remote import RetryPolicy, build_interruptibly, is_url, list_objects, remote_arguments
 
 
 def _listed_images(
@@ -34,11 +34,8 @@ def _listed_images(
     """The URLs under ``root`` (a prefix ending in "/") whose names end with
     one of ``extensions`` (case-insensitive), in the order os.walk with sorted
     folders and files gives locally: by folder, then by name."""
-    urls = [
-        url
-        for url, _ in list_objects(root, retry, storage_options, owner)
-        if url.lower().endswith(extensions)
-    ]
+    listed = build_interruptibly(lambda: list_objects(root, retry, storage_options, owner))
+    urls = [url for url, _ in listed if url.lower().endswith(extensions)]
     return sorted(urls, key=lambda url: tuple(url.rsplit("/", 1)))
 
 

@@ -23,16 +23,17 @@ import asyncio
 import concurrent.futures
 import math
 import os
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, Optional, TypeVar, Union
 
 from conveyor import _conveyor
 from conveyor._checks import INT_MAX, check_int, is_bool, is_real
 from conveyor._distribution import pip_install
 from conveyor.errors import ConfigError
 
-__all__ = ["RetryPolicy", "is_url", "list_objects"]
+__all__ = ["RetryPolicy", "build_interruptibly", "is_url", "list_objects"]
 
 # How often a read through fsspec waiting for its request checks whether its
 # loader stopped (the request is then cancelled): close() never waits for a
@@ -431,3 +432,37 @@ def list_objects(
             if info.get("type", "file") == "file"
         ]
     return sorted(objects)
+
+
+_Built = TypeVar("_Built")
+
+
+def build_interruptibly(build: Callable[[], _Built]) -> _Built:
+    """``build()``, which waits on the network (a listing, the shards'
+    indexes), run on a thread of its own while this one waits in slices of
+    _POLL_SECONDS: Ctrl-C (KeyboardInterrupt), or any exception raised here,
+    cancels its engine requests and backoffs at once and is raised, instead
+    of waiting for a slow or failing server. ``build``'s own exception is
+    raised as it is.
+    """
+    cancellation = _conveyor.Cancellation()
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["built"] = _conveyor.call_with_cancellation(cancellation, build)
+        except BaseException as e:  # Raised in the caller's thread below.
+            outcome["error"] = e
+
+    thread = threading.Thread(target=run, name="conveyor-build", daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(_POLL_SECONDS)
+    except BaseException:
+        cancellation.cancel()
+        thread.join()  # Its requests end at once; a second Ctrl-C leaves it.
+        raise
+    if "error" in outcome:
+        raise outcome.pop("error")
+    return outcome["built"]

@@ -13,7 +13,7 @@ from conveyor import _conveyor
 from conveyor._checks import check_int
 from conveyor.errors import ConfigError
 from conveyor.sources.base import PathLike, Source, fs_paths
-from conveyor.sources.remote import RetryPolicy, is_url, list_objects, remote_arguments
+from conveyor.sources.remote import RetryPolicy, build_interruptibly, is_url, list_objects, remote_arguments
 
 
 def expand_shards(shards: Union[PathLike, Sequence[PathLike]], who: str = "TarShards") -> list[str]:
@@ -122,10 +122,27 @@ class TarShards(Source):
                 shuffle_buffer, "TarShards: shuffle_buffer (None or an int >= 1)", minimum=1
             )
         self.shuffle_buffer = shuffle_buffer
+        expanded = expand_shards(shards)
+        if any(is_url(shard) for shard in expanded):
+            # Listing and indexing wait on the network: Ctrl-C ends them.
+            build_interruptibly(
+                lambda: self._build(expanded, retry, storage_options, cache_dir, cache_budget)
+            )
+        else:
+            self._build(expanded, retry, storage_options, cache_dir, cache_budget)
+
+    def _build(
+        self,
+        expanded: list[str],
+        retry: Optional[RetryPolicy],
+        storage_options: Optional[Mapping[str, Any]],
+        cache_dir: Optional[PathLike],
+        cache_budget: Optional[int],
+    ) -> None:
         self.shards = []
         # Per shard, what its prefix's listing said: (size, whether its index is there).
         listings: list[Optional[tuple[int, bool]]] = []
-        for shard in expand_shards(shards):
+        for shard in expanded:
             if is_url(shard) and shard.endswith("/"):  # A prefix: its .tar objects, listed once.
                 sizes = dict(list_objects(shard, retry, storage_options, "TarShards"))
                 found = [url for url in sizes if url.endswith(".tar")]
