@@ -414,6 +414,18 @@ def test_close_is_prompt_while_a_server_has_not_answered(color_folder):
     assert result.stdout == "closed\n"
 
 
+def test_an_option_that_sends_s3_urls_to_s3fs_with_options_s3fs_lacks_is_named_at_construction():
+    # Found by hostile probing: the first request failed with s3fs's
+    # "unexpected keyword argument 'region'", naming neither option.
+    with pytest.raises(ConfigError) as error:
+        FileList(["s3://b/k.jpg"], [0], storage_options={"region": "eu-west-1", "bogus": 1})
+    assert str(error.value).startswith(
+        "FileList: storage_options ['bogus'] are not options of conveyor's S3 client "
+        "(it takes ['addressing_style', "
+    )
+    assert str(error.value).endswith("so s3fs would read s3:// URLs, and s3fs takes no ['region']")
+
+
 def test_missing_backends_are_config_errors_naming_what_to_install(server, color_folder):
     pytest.importorskip("fsspec")
     with pytest.raises(ConfigError, match=r"^FileList: fsspec knows no protocol 'nosuch'"):

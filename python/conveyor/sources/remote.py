@@ -377,6 +377,15 @@ def remote_arguments(
     if protocols <= schemes and set(options) <= _NATIVE_OPTIONS:
         store = _native_store(options, "s3" in protocols, "gs" in protocols, owner)
     else:
+        # An option the engine's client does not take sends s3:// to s3fs,
+        # which fails at the first request on the engine's own ones.
+        s3fs_lacks = sorted({"region", "addressing_style"} & set(options)) if "s3" in protocols else []
+        if protocols <= schemes and s3fs_lacks:
+            unknown = sorted(set(options) - _NATIVE_OPTIONS)
+            raise ConfigError(
+                f"{owner}: storage_options {unknown} are not options of conveyor's S3 client (it takes "
+                f"{sorted(_NATIVE_OPTIONS)}), so s3fs would read s3:// URLs, and s3fs takes no {s3fs_lacks}"
+            )
         store = _conveyor.PythonRemoteStore(_FsspecStore(urls, options, owner))
     if cache_budget is not None and cache_dir is None:
         raise ConfigError(f"{owner}: cache_budget needs cache_dir")
