@@ -424,6 +424,13 @@ def test_an_option_that_sends_s3_urls_to_s3fs_with_options_s3fs_lacks_is_named_a
         "(it takes ['addressing_style', "
     )
     assert str(error.value).endswith("so s3fs would read s3:// URLs, and s3fs takes no ['region']")
+    # Beside URLs of a protocol the engine does not read, s3:// goes to s3fs too.
+    with pytest.raises(ConfigError) as error:
+        FileList(["s3://b/k.jpg", "memory://k.jpg"], [0, 0], storage_options={"addressing_style": "path"})
+    assert str(error.value) == (
+        "FileList: conveyor's client does not read ['memory'] URLs beside them, "
+        "so s3fs would read s3:// URLs, and s3fs takes no ['addressing_style']"
+    )
 
 
 def test_missing_backends_are_config_errors_naming_what_to_install(server, color_folder):

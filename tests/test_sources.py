@@ -979,7 +979,7 @@ def test_pack_and_index_name_a_file_they_cannot_write_in_one_line(small_folder: 
     assert cli_main(["pack", str(small_folder), str(tmp_path / "x-%d.tar")]) == 1
     assert capsys.readouterr().err == f"conveyor pack: '{tmp_path}/x-0.tar.index.json': Is a directory\n"
     assert cli_main(["pack", "--no-index", str(small_folder), str(tmp_path / "x-%d.tar")]) == 1
-    capsys.readouterr()
+    assert capsys.readouterr().err == f"conveyor pack: '{tmp_path}/x-0.tar.index.json': Is a directory\n"
     (tmp_path / "x-0.tar.index.json").rmdir()
     assert cli_main(["pack", "--no-index", str(small_folder), str(tmp_path / "x-%d.tar")]) == 0
     (tmp_path / "x-0.tar.index.json").mkdir()
@@ -994,6 +994,7 @@ def test_pack_and_index_name_a_file_they_cannot_write_in_one_line(small_folder: 
     os.replace(tmp_path / "x-0.tar", long)
     assert cli_main(["index", str(long)]) == 0
     assert Path(str(long) + ".index.json").is_file()
+    assert not list(tmp_path.glob(".*.tmp"))  # No temporary file is left.
 
 
 # --- paths with a NUL byte, CSV labels that are not plain integers ------------------------

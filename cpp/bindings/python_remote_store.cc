@@ -71,9 +71,16 @@ uint64_t PythonRemoteStore::size(const std::string& url) const {
 }
 
 RemoteObjectInfo PythonRemoteStore::fetch(const std::string& url, std::vector<uint8_t>* data, int64_t max_bytes) const {
-  const uint64_t declared = size(url);
-  if (declared > static_cast<uint64_t>(std::max<int64_t>(0, max_bytes))) {
-    throw FetchError({FetchFailure::Kind::kTooLarge, 0, std::to_string(declared) + " bytes"});
+  if (max_bytes < kMaxRemoteReadBytes) {
+    try {
+      const uint64_t declared = size(url);
+      if (declared > static_cast<uint64_t>(std::max<int64_t>(0, max_bytes))) {
+        throw FetchError({FetchFailure::Kind::kTooLarge, 0, std::to_string(declared) + " bytes"});
+      }
+    } catch (const FetchError& e) {
+      // A backend that gives no size: the object is read, and its size checked after.
+      if (e.failure().kind != FetchFailure::Kind::kOther) throw;
+    }
   }
   return RemoteStore::fetch(url, data, max_bytes);
 }

@@ -31,8 +31,9 @@ class PythonRemoteStore final : public RemoteStore {
 
   std::vector<uint8_t> read(const std::string& url, uint64_t offset, int64_t size) const override;
   uint64_t size(const std::string& url) const override;
-  /// Asks the size first: fsspec reads a whole object at once, so one larger
-  /// than `max_bytes` is refused (kTooLarge) before it is read.
+  /// Asks the size first when `max_bytes` is below kMaxRemoteReadBytes (a
+  /// shard's index; a small cache): fsspec reads a whole object at once, so
+  /// one larger is refused (kTooLarge) before it is read.
   RemoteObjectInfo fetch(const std::string& url, std::vector<uint8_t>* data, int64_t max_bytes) const override;
 
  private:

@@ -39,8 +39,8 @@ import json
 import os
 import random
 import re
+import secrets
 import tarfile
-import threading
 from collections.abc import Iterator
 from typing import Any, Optional
 
@@ -219,14 +219,21 @@ def write_shard_index(shard: PathLike) -> str:
     """
     path = os.fsdecode(shard) + _conveyor.SHARD_INDEX_SUFFIX
     text = _conveyor.TarShardSource.shard_index(os.fsencode(shard))
-    # A short name of its own: the shard's name plus a suffix could pass NAME_MAX.
-    temporary = os.path.join(os.path.dirname(path), f".{os.getpid()}-{threading.get_ident()}.index.tmp")
+    # A short name of its own (the shard's name plus a suffix could pass
+    # NAME_MAX), made new (O_EXCL: never another writer's), 0o666 less the umask.
+    while True:
+        temporary = os.path.join(os.path.dirname(path), f".{secrets.token_hex(8)}.index.tmp")
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            break
+        except FileExistsError:
+            continue
     try:
-        with open(temporary, "w", encoding="utf-8") as f:
+        with open(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(temporary, path)
     finally:
-        if os.path.exists(temporary):
+        if os.path.lexists(temporary):
             os.remove(temporary)
     return path
 

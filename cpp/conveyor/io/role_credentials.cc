@@ -18,11 +18,10 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -45,6 +44,22 @@ using Kind = FetchFailure::Kind;
 constexpr size_t kMaxReply = 64 << 10;
 // What to do when the SSO token is missing, expired or refused.
 const char* const kSsoLogin = " (run `aws sso login`)";
+
+// A service's error code (STS's AccessDenied, OIDC's invalid_grant) as it
+// may be shown: one word of at most 64 letters, digits or '_'; else empty
+// (a reply's other text may echo what was sent).
+std::string error_code(std::string_view code) {
+  const bool word = !code.empty() && code.size() <= 64 && std::all_of(code.begin(), code.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
+  });
+  return word ? std::string(code) : std::string();
+}
+
+// `url` without its trailing slashes (a base that paths are appended to).
+std::string without_trailing_slashes(std::string url) {
+  while (url.size() > 8 && url.back() == '/') url.pop_back();
+  return url;
+}
 // The AWS SDKs' mandatory refresh: credentials this close to expiring are read again.
 constexpr std::chrono::minutes kRefreshBefore{10};
 
@@ -309,8 +324,7 @@ RoleCredentials read_assume_role(const RoleCredentialsEndpoint& endpoint, const 
 RoleCredentials sts_credentials(const Reply& reply, const char* action, const std::string& what) {
   if (reply.status != 200) {
     // STS's error code (InvalidIdentityToken, AccessDenied...), not its message.
-    std::string code = xml_text(reply.body, "Code").substr(0, 64);
-    if (!std::all_of(code.begin(), code.end(), [](unsigned char c) { return std::isalnum(c) != 0; })) code.clear();
+    const std::string code = error_code(xml_text(reply.body, "Code"));
     throw FetchError(
         {Kind::kOther, 0,
          what + ": " + action + " (HTTP " + std::to_string(reply.status) + (code.empty() ? "" : ", " + code) + ")"});
@@ -380,14 +394,45 @@ SsoToken newest_sso_token(const std::string& folder, const std::string& start_ur
   return std::move(*newest);
 }
 
+// Writes `text` over `path` as the AWS CLI writes its cache: a new file
+// (readable by its owner only) synced and renamed over it, so that a reader
+// sees the old file or the new one. Returns false when it could not (the
+// temporary file is then removed).
+bool replace_file(const std::filesystem::path& path, const std::string& text) {
+  std::random_device random;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    const std::string temporary =
+        path.string() + "." + std::to_string(::getpid()) + "-" + std::to_string(random()) + ".tmp";
+    const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      if (errno == EEXIST) continue;
+      return false;
+    }
+    bool whole = true;
+    for (size_t at = 0; whole && at < text.size();) {
+      const ssize_t n = ::write(fd, text.data() + at, text.size() - at);
+      if (n < 0 && errno == EINTR) continue;
+      whole = n > 0;
+      if (whole) at += static_cast<size_t>(n);
+    }
+    whole = ::fsync(fd) == 0 && whole;
+    whole = ::close(fd) == 0 && whole;
+    if (whole && ::rename(temporary.c_str(), path.c_str()) == 0) return true;
+    ::unlink(temporary.c_str());
+    return false;
+  }
+  return false;
+}
+
 // Refreshes `token` at SSO OIDC (CreateToken with its refresh token), as
-// botocore does, and writes it back to its file (atomically: a temporary
-// file renamed over it) so that the AWS CLI and other processes use it too.
-// Returns false when the cache holds no refresh token (a legacy login) or
-// its client's registration expired; throws FetchError ("refreshing it at
+// botocore does, and writes it back to its file so that the AWS CLI and
+// other processes use it too (a cache that cannot be written leaves the new
+// token to this process). Returns why it cannot be refreshed (the cache
+// holds no refresh token: a legacy login; its client's registration
+// expired), or nothing once refreshed; throws FetchError ("refreshing it at
 // URL: ...", to follow `what`'s message) when OIDC cannot be asked or refuses.
-bool refresh_sso_token(const RoleCredentialsEndpoint& endpoint, SsoToken& token, const CaCertificates* ca,
-                       const std::string& what) {
+std::optional<std::string> refresh_sso_token(const RoleCredentialsEndpoint& endpoint, SsoToken& token,
+                                             const CaCertificates* ca, const std::string& what) {
   const auto text = [&](const char* name) -> std::optional<std::string> {
     if (!token.json.contains(name) || !token.json[name].is_string()) return std::nullopt;
     return token.json[name].get<std::string>();
@@ -396,11 +441,16 @@ bool refresh_sso_token(const RoleCredentialsEndpoint& endpoint, SsoToken& token,
   const auto client_id = text("clientId");
   const auto client_secret = text("clientSecret");
   const auto registration_expires = text("registrationExpiresAt");
-  if (!refresh_token || !client_id || !client_secret || !registration_expires) return false;
+  if (!refresh_token || !client_id || !client_secret || !registration_expires) {
+    return "not refreshed: the cache holds no refresh token (a login without an sso-session)";
+  }
   try {
-    if (parse_expiration(*registration_expires, what) <= std::chrono::system_clock::now()) return false;
+    const auto registered_until = parse_expiration(*registration_expires, what);
+    if (registered_until <= std::chrono::system_clock::now()) {
+      return "not refreshed: its client registration expired at " + utc_text(registered_until);
+    }
   } catch (const FetchError&) {
-    return false;
+    return "not refreshed: its client registration's expiry is not a time";
   }
   const std::string url = endpoint.sso_oidc_url + "/token";
   Request r{url,
@@ -420,14 +470,12 @@ bool refresh_sso_token(const RoleCredentialsEndpoint& endpoint, SsoToken& token,
   const nlohmann::json json = nlohmann::json::parse(reply.body, nullptr, false);
   if (reply.status != 200) {
     // OIDC's error code (invalid_grant, expired_token, ...); never its description.
-    std::string code;
-    if (json.is_object() && json.contains("error") && json["error"].is_string()) code = json["error"];
-    const bool word = !code.empty() && code.size() <= 64 && std::all_of(code.begin(), code.end(), [](char c) {
-      return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-    });
+    const std::string code = json.is_object() && json.contains("error") && json["error"].is_string()
+                                 ? error_code(json["error"].get<std::string>())
+                                 : std::string();
     throw FetchError(
         {Kind::kOther, 0,
-         r.what + ": CreateToken (HTTP " + std::to_string(reply.status) + (word ? ", " + code : "") + ")"});
+         r.what + ": CreateToken (HTTP " + std::to_string(reply.status) + (code.empty() ? "" : ", " + code) + ")"});
   }
   if (!json.is_object() || !json.contains("accessToken") || !json["accessToken"].is_string() ||
       !json.contains("expiresIn") || !json["expiresIn"].is_number_integer() || json["expiresIn"].get<int64_t>() <= 0) {
@@ -438,25 +486,8 @@ bool refresh_sso_token(const RoleCredentialsEndpoint& endpoint, SsoToken& token,
   token.json["expiresAt"] = utc_text(token.expires);
   if (json.contains("refreshToken") && json["refreshToken"].is_string())
     token.json["refreshToken"] = json["refreshToken"];
-  // Written back as the CLI writes its cache (readable by its owner only);
-  // a cache that cannot be written leaves the refreshed token to this process.
-  const std::filesystem::path temporary = token.path.string() + ".conveyor-" + std::to_string(::getpid()) + "-" +
-                                          std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())) +
-                                          ".tmp";
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd >= 0) {
-    const std::string written = token.json.dump();
-    bool whole = true;
-    for (size_t at = 0; whole && at < written.size();) {
-      const ssize_t n = ::write(fd, written.data() + at, written.size() - at);
-      if (n < 0 && errno == EINTR) continue;
-      whole = n > 0;
-      if (whole) at += static_cast<size_t>(n);
-    }
-    whole = ::close(fd) == 0 && whole;
-    if (!whole || ::rename(temporary.c_str(), token.path.c_str()) != 0) ::unlink(temporary.c_str());
-  }
-  return true;
+  replace_file(token.path, token.json.dump());
+  return std::nullopt;
 }
 
 // The token to send for `endpoint`'s start URL: the newest cached, refreshed
@@ -468,7 +499,7 @@ std::string sso_token(const RoleCredentialsEndpoint& endpoint, const CaCertifica
   if (token.expires - now < kSsoRefreshWindow) {
     std::string failure;
     try {
-      refresh_sso_token(endpoint, token, ca, what);
+      if (auto why = refresh_sso_token(endpoint, token, ca, what)) failure = "; " + *why;
     } catch (const FetchError& e) {
       failure = "; " + e.failure().message;  // A token still valid is used meanwhile.
     }
@@ -744,7 +775,7 @@ std::string RoleCredentialsEndpoint::describe() const {
       return "IAM Identity Center (" + sso_start_url + ", through the portal at " + url + ")";
     case Kind::kAssumeRole:
       return "role " + role_arn + ", assumed with " +
-             (source_endpoint != nullptr ? "the credentials of " + source_endpoint->describe()
+             (source_endpoint != nullptr ? "the credentials of (" + source_endpoint->describe() + ")"
                                          : "the keys of " + source.from) +
              " through STS at " + url;
     case Kind::kProcess:
@@ -772,14 +803,13 @@ RoleCredentialsEndpoint sso_endpoint(const SsoProfile& profile, const GetEnv& ge
   endpoint.kind = RoleCredentialsEndpoint::Kind::kSso;
   endpoint.timeout = 5.0;  // AWS's portal over the network, as STS.
   endpoint.sso_start_url = profile.start_url;
-  std::string base = nonempty(getenv("AWS_ENDPOINT_URL_SSO")).value_or(aws_service_url("portal.sso", profile.region));
-  while (base.size() > 8 && base.back() == '/') base.pop_back();
+  const std::string base = without_trailing_slashes(
+      nonempty(getenv("AWS_ENDPOINT_URL_SSO")).value_or(aws_service_url("portal.sso", profile.region)));
   endpoint.url = base + "/federation/credentials?account_id=" + percent_encoded(profile.account_id, false) +
                  "&role_name=" + percent_encoded(profile.role_name, false);
   endpoint.authorization_file = getenv("HOME").value_or("") + "/.aws/sso/cache";
-  std::string oidc = nonempty(getenv("AWS_ENDPOINT_URL_SSO_OIDC")).value_or(aws_service_url("oidc", profile.region));
-  while (oidc.size() > 8 && oidc.back() == '/') oidc.pop_back();
-  endpoint.sso_oidc_url = oidc;
+  endpoint.sso_oidc_url = without_trailing_slashes(
+      nonempty(getenv("AWS_ENDPOINT_URL_SSO_OIDC")).value_or(aws_service_url("oidc", profile.region)));
   return endpoint;
 }
 
@@ -796,9 +826,8 @@ std::string default_session_name() {
 std::string sts_url(const GetEnv& getenv, const std::string& region) {
   std::optional<std::string> url = nonempty(getenv("AWS_ENDPOINT_URL_STS"));
   if (!url) url = nonempty(getenv("AWS_ENDPOINT_URL"));
-  std::string base = url.value_or(region.empty() ? "https://sts.amazonaws.com" : aws_service_url("sts", region));
-  while (base.size() > 8 && base.back() == '/') base.pop_back();
-  return base;
+  return without_trailing_slashes(
+      url.value_or(region.empty() ? "https://sts.amazonaws.com" : aws_service_url("sts", region)));
 }
 
 }  // namespace

@@ -67,14 +67,14 @@ struct RoleCredentialsEndpoint {
   /// for, the role's external id (empty: none) and the session's duration
   /// in seconds (0: STS's default, an hour).
   SourceKeys source;
+  std::string region;
+  std::string external_id;
+  int64_t duration_seconds = 0;
   /// Assume role, when `source` holds no keys: where the credentials that
   /// sign the request are read, each time the role is assumed (another
   /// profile's role, a chain; its IAM Identity Center role or
   /// credential_process; the instance's or the container's role).
   std::shared_ptr<const RoleCredentialsEndpoint> source_endpoint;
-  std::string region;
-  std::string external_id;
-  int64_t duration_seconds = 0;
   /// SSO: the start URL whose cached token is sent.
   std::string sso_start_url;
   /// SSO: where a cached token about to expire is refreshed with its
@@ -197,8 +197,9 @@ std::optional<RoleCredentialsEndpoint> role_credentials_endpoint(const GetEnv& g
 /// Both answer JSON with AccessKeyId, SecretAccessKey, Token, Expiration.
 /// - Assume role: POST AssumeRole (a form with the role, the session's
 ///   name, the external id and duration when set) to STS, signed with the
-///   source's keys, through the proxy if any, TLS as for web identity; XML
-///   answer.
+///   source's keys, or with the credentials read from `source_endpoint`
+///   first (a failure there names the role, then the source's own message),
+///   through the proxy if any, TLS as for web identity; XML answer.
 /// - Web identity: POST AssumeRoleWithWebIdentity (a form with the role, the
 ///   session's name and the token file's token) to STS, through the proxy
 ///   if any, TLS verified against `ca` when set; XML answer.
@@ -206,10 +207,14 @@ std::optional<RoleCredentialsEndpoint> role_credentials_endpoint(const GetEnv& g
 ///   input /dev/null, killed past its timeout; a non-zero exit is a failure
 ///   naming its status and the first line of its standard error.
 /// - SSO: the newest token cached for the start URL (a JSON file of the
-///   cache folder with its startUrl, accessToken and expiresAt; an expired
-///   one says to run `aws sso login`), sent to the portal as the AWS CLI
-///   does (x-amz-sso_bearer_token), through the proxy if any, TLS as STS's;
-///   JSON answer (roleCredentials).
+///   cache folder with its startUrl, accessToken and expiresAt), refreshed
+///   first when it expires within kSsoRefreshWindow and the file holds its
+///   refresh token and a client registration still valid: POST CreateToken
+///   to `sso_oidc_url`, the new token written back over the file (a side
+///   effect on the user's ~/.aws/sso/cache, as the AWS CLI's); an expired
+///   one not refreshed says why and to run `aws sso login`. The token is
+///   sent to the portal as the AWS CLI does (x-amz-sso_bearer_token),
+///   through the proxy if any, TLS as STS's; JSON answer (roleCredentials).
 /// Throws FetchError whose message names the endpoint and the step ("the
 /// instance metadata service at <url>: <step>: <cause>"), never a
 /// credential. Thread-safe.

@@ -303,7 +303,9 @@ TEST_F(ContainerCredentialsTest, AnSsoProfilesNewestCachedTokenIsExchangedAtTheP
   // Every token for the start URL expired, or none was cached.
   cached("a.json", start, "OLD", "2020-01-01T00:00:00Z");
   cached("b.json", start, "NEWEST", "2021-03-04T05:06:07Z");
-  EXPECT_EQ(failure(), "its token in " + cache.string() + " expired at 2021-03-04T05:06:07Z (run `aws sso login`)");
+  EXPECT_EQ(failure(), "its token in " + cache.string() +
+                           " expired at 2021-03-04T05:06:07Z; not refreshed: the cache holds no refresh token (a login "
+                           "without an sso-session) (run `aws sso login`)");
   std::filesystem::remove(cache / "a.json");
   std::filesystem::remove(cache / "b.json");
   EXPECT_EQ(failure(), "no token for it in " + cache.string() + " (run `aws sso login`)");
@@ -397,6 +399,15 @@ TEST_F(ContainerCredentialsTest, AnSsoTokenAboutToExpireIsRefreshedWithItsRefres
   EXPECT_EQ(read_role_credentials(here).access_key_id, "ASIASSO");
   EXPECT_TRUE(oidc_saw.empty());
 
+  // Expired a day ago, its registration valid: refreshed, then sent.
+  portal_accepts = "FRESH";
+  cache_token(in(-std::chrono::hours(24)), year_on);
+  EXPECT_EQ(read_role_credentials(here).access_key_id, "ASIASSO");
+  EXPECT_EQ(oidc_saw.size(), 1u);
+  EXPECT_EQ(cached()["accessToken"], "FRESH");
+  oidc_saw.clear();
+  portal_accepts = "STALE";
+
   // Five minutes left and OIDC refuses: the token still valid is sent.
   oidc_error = "invalid_grant";
   cache_token(in(std::chrono::minutes(5)), year_on);
@@ -427,7 +438,9 @@ TEST_F(ContainerCredentialsTest, AnSsoTokenAboutToExpireIsRefreshedWithItsRefres
   // Expired with its client's registration: not refreshed (the CLI logs in anew).
   oidc_saw.clear();
   cache_token("2021-03-04T05:06:07Z", "2021-03-04T05:06:07Z");
-  EXPECT_EQ(failure(), what + " expired at 2021-03-04T05:06:07Z (run `aws sso login`)");
+  EXPECT_EQ(failure(), what +
+                           " expired at 2021-03-04T05:06:07Z; not refreshed: its client registration expired at "
+                           "2021-03-04T05:06:07Z (run `aws sso login`)");
   EXPECT_TRUE(oidc_saw.empty());
 }
 

@@ -110,20 +110,21 @@ class ProfileCredentials {
 
   /// Profile `chain.back()`'s credentials; none when it names none.
   /// `chain`: the profiles whose roles led here, each the source_profile of
-  /// the one before. Read for itself (a chain of one) a profile's role comes
-  /// before its keys; read as a source, its keys come first (as botocore
-  /// reads them).
+  /// the one before. In botocore's order: its role (with a web identity
+  /// token, or assumed with a source's credentials), its IAM Identity
+  /// Center role, its keys in the credentials file, its credential_process,
+  /// its keys in the config file. Read as a source, a profile with keys of
+  /// its own lends them rather than assume its role (as botocore does).
   Found read(std::vector<std::string>& chain) const {
     const std::string& name = chain.back();
     const auto role_arn = value(name, "role_arn");
-    check_config(role_arn || !value(name, "web_identity_token_file"),
-                 "profile '" + name + "' has a web_identity_token_file but no role_arn");
-    if (chain.size() > 1) {
-      if (auto keys = keys_of(name)) return {std::move(keys), {}};
-    }
-    if (role_arn) return {{}, role_of(chain, *role_arn)};
-    if (auto keys = keys_of(name)) return {std::move(keys), {}};
+    const bool web_identity = value(name, "web_identity_token_file").has_value();
+    check_config(role_arn || !web_identity, "profile '" + name + "' has a web_identity_token_file but no role_arn");
+    const bool lends_keys =
+        chain.size() > 1 && (value(name, "aws_access_key_id") || value(name, "aws_secret_access_key"));
+    if (role_arn && (web_identity || !lends_keys)) return {{}, role_of(chain, *role_arn)};
     if (auto sso = sso_of(name)) return {{}, std::move(sso)};
+    if (auto keys = keys_in(credentials_file_, credentials_section(name), name)) return {std::move(keys), {}};
     if (const auto process = value(name, "credential_process")) {
       try {
         return {{}, process_endpoint(name, *process)};
@@ -131,6 +132,7 @@ class ProfileCredentials {
         throw Error(ErrorKind::kConfig, "profile '" + name + "': " + e.what());
       }
     }
+    if (auto keys = keys_in(config_file_, config_section(name), name)) return {std::move(keys), {}};
     return {};
   }
 
@@ -149,18 +151,25 @@ class ProfileCredentials {
                     [&] { return value_in(config_section(name), key); });
   }
 
-  // The keys of profile `name` in the files, from `shown [name]`.
+  // The keys of profile `name` in `file` (its section `values`), from
+  // `shown [name]`. An access key without its secret is refused, as botocore
+  // refuses it (PartialCredentialsError).
+  static std::optional<RoleCredentialsEndpoint::SourceKeys> keys_in(const AwsFile& file,
+                                                                    const std::map<std::string, std::string>* values,
+                                                                    const std::string& name) {
+    const auto id = value_in(values, "aws_access_key_id");
+    if (!id) return std::nullopt;
+    const auto secret = value_in(values, "aws_secret_access_key");
+    check_config(secret.has_value(),
+                 "profile '" + name + "' has an aws_access_key_id but no aws_secret_access_key in " + file.shown);
+    return RoleCredentialsEndpoint::SourceKeys{*id, *secret, value_in(values, "aws_session_token").value_or(""),
+                                               file.shown + " [" + name + "]"};
+  }
+
+  // The keys of profile `name`, in the credentials file, else the config file.
   std::optional<RoleCredentialsEndpoint::SourceKeys> keys_of(const std::string& name) const {
-    for (const auto& [file, values] :
-         {std::pair{&credentials_file_, credentials_section(name)}, std::pair{&config_file_, config_section(name)}}) {
-      auto id = value_in(values, "aws_access_key_id");
-      auto secret = value_in(values, "aws_secret_access_key");
-      if (id && secret) {
-        return RoleCredentialsEndpoint::SourceKeys{*id, *secret, value_in(values, "aws_session_token").value_or(""),
-                                                   file->shown + " [" + name + "]"};
-      }
-    }
-    return std::nullopt;
+    if (auto keys = keys_in(credentials_file_, credentials_section(name), name)) return keys;
+    return keys_in(config_file_, config_section(name), name);
   }
 
   // IAM Identity Center: its settings in the profile (legacy) or in the
@@ -188,12 +197,6 @@ class ProfileCredentials {
   // credentials its source gives, or with its web identity token.
   RoleCredentialsEndpoint role_of(std::vector<std::string>& chain, const std::string& role_arn) const {
     const std::string name = chain.back();
-    const std::string export_keys =
-        ": export the role's keys (aws configure export-credentials --profile " + chain.front() + " --format env)";
-    check_config(!value(name, "mfa_serial"), "profile '" + name +
-                                                 "' assumes its role with an MFA code (mfa_serial), which a job "
-                                                 "cannot type" +
-                                                 export_keys);
     if (const auto token_file = value(name, "web_identity_token_file")) {
       // The role with a web identity token (AssumeRoleWithWebIdentity), as
       // the environment's AWS_WEB_IDENTITY_TOKEN_FILE, from the profile.
@@ -206,6 +209,11 @@ class ProfileCredentials {
       };
       return *web_identity_endpoint(from_profile);
     }
+    check_config(!value(name, "mfa_serial"), "profile '" + name +
+                                                 "' assumes its role with an MFA code (mfa_serial), which a job "
+                                                 "cannot type: export the role's keys (aws configure "
+                                                 "export-credentials --profile " +
+                                                 chain.front() + " --format env)");
     AssumeRoleProfile role{name,
                            role_arn,
                            value(name, "role_session_name").value_or(""),
@@ -263,39 +271,39 @@ class ProfileCredentials {
   std::shared_ptr<const RoleCredentialsEndpoint> credential_source_of(const std::string& name,
                                                                       const std::string& source,
                                                                       AssumeRoleProfile& role) const {
-    const std::string said = "profile '" + name + "' assumes its role with ";
-    const std::string kind = ascii_lower(source);  // The AWS CLI reads the names in any case.
-    if (kind == "environment") {
+    const std::string message_start = "profile '" + name + "' assumes its role with ";
+    const std::string source_name = ascii_lower(source);  // The AWS CLI reads the names in any case.
+    if (source_name == "environment") {
       const auto id = nonempty(getenv_("AWS_ACCESS_KEY_ID"));
       const auto secret = nonempty(getenv_("AWS_SECRET_ACCESS_KEY"));
-      check_config(id && secret, said +
+      check_config(id && secret, message_start +
                                      "the environment's keys (credential_source = Environment), but "
                                      "AWS_ACCESS_KEY_ID or AWS_SECRET_ACCESS_KEY is not set");
       role.source = {*id, *secret, nonempty(getenv_("AWS_SESSION_TOKEN")).value_or(""),
                      "the environment (AWS_ACCESS_KEY_ID)"};
       return nullptr;
     }
-    if (kind == "ec2instancemetadata") {
+    if (source_name == "ec2instancemetadata") {
       // The instance's role, even where a container's endpoint is set.
       const GetEnv instance = [&](const std::string& variable) -> std::optional<std::string> {
         if (variable.rfind("AWS_CONTAINER_CREDENTIALS_", 0) == 0) return std::nullopt;
         return getenv_(variable);
       };
       std::optional<RoleCredentialsEndpoint> endpoint = role_credentials_endpoint(instance);
-      check_config(endpoint.has_value(), said +
+      check_config(endpoint.has_value(), message_start +
                                              "the instance's role (credential_source = Ec2InstanceMetadata), but "
                                              "AWS_EC2_METADATA_DISABLED is true");
       return std::make_shared<const RoleCredentialsEndpoint>(std::move(*endpoint));
     }
-    if (kind == "ecscontainer") {
+    if (source_name == "ecscontainer") {
       std::optional<RoleCredentialsEndpoint> endpoint = role_credentials_endpoint(getenv_);
       check_config(endpoint && endpoint->kind == RoleCredentialsEndpoint::Kind::kContainer,
-                   said +
+                   message_start +
                        "the container's role (credential_source = EcsContainer), but neither "
                        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI nor AWS_CONTAINER_CREDENTIALS_FULL_URI is set");
       return std::make_shared<const RoleCredentialsEndpoint>(std::move(*endpoint));
     }
-    throw Error(ErrorKind::kConfig, said + "credential_source = " + source +
+    throw Error(ErrorKind::kConfig, message_start + "credential_source = " + source +
                                         ", which the AWS CLI does not know (Environment, Ec2InstanceMetadata or "
                                         "EcsContainer)");
   }
@@ -379,6 +387,11 @@ S3Config resolve_s3_config(const std::map<std::string, std::string>& options, co
   const std::string profile_files = (credentials_file.shown.empty() ? "~/.aws/credentials" : credentials_file.shown) +
                                     " and " + (config_file.shown.empty() ? "~/.aws/config" : config_file.shown);
   const std::string looked_in_files = "storage_options, AWS_ACCESS_KEY_ID, " + profile_files + " [" + profile + "]";
+  // S3's region, and STS's for a role (signed for one region): none given is
+  // us-east-1 for S3 and STS's global endpoint.
+  const std::optional<std::string> region = first_of(
+      [&] { return option("region"); }, [&] { return nonempty(getenv("AWS_REGION")); },
+      [&] { return nonempty(getenv("AWS_DEFAULT_REGION")); }, [&] { return value_in(config_section, "region"); });
   S3Config config;
   config.anonymous = option("anon") ? parse_bool("anon", *option("anon")) : false;
   if (config.anonymous) {
@@ -406,12 +419,8 @@ S3Config resolve_s3_config(const std::map<std::string, std::string>& options, co
   } else {
     // The profile's own credentials (a role it assumes, its keys, its IAM
     // Identity Center role, its credential_process), as the AWS CLI reads
-    // them. STS's region is S3's (below), so that both are signed for one.
-    const ProfileCredentials profiles{
-        credentials_file, config_file, profile_files, getenv,
-        first_of([&] { return nonempty(getenv("AWS_REGION")); }, [&] { return nonempty(getenv("AWS_DEFAULT_REGION")); },
-                 [&] { return value_in(config_section, "region"); })
-            .value_or("")};
+    // them.
+    const ProfileCredentials profiles{credentials_file, config_file, profile_files, getenv, region.value_or("")};
     std::vector<std::string> chain{profile};
     ProfileCredentials::Found found = profiles.read(chain);
     if (found.keys) {
@@ -435,10 +444,7 @@ S3Config resolve_s3_config(const std::map<std::string, std::string>& options, co
     }
   }
 
-  config.region = first_of([&] { return option("region"); }, [&] { return nonempty(getenv("AWS_REGION")); },
-                           [&] { return nonempty(getenv("AWS_DEFAULT_REGION")); },
-                           [&] { return value_in(config_section, "region"); })
-                      .value_or("us-east-1");
+  config.region = region.value_or("us-east-1");
   const std::optional<std::string> endpoint = first_of(
       [&] { return option("endpoint_url"); }, [&] { return nonempty(getenv("AWS_ENDPOINT_URL_S3")); },
       [&] { return nonempty(getenv("AWS_ENDPOINT_URL")); }, [&] { return value_in(config_section, "endpoint_url"); });

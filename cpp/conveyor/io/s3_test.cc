@@ -219,9 +219,9 @@ TEST_F(S3ConfigTest, ARolesSourceMayBeAnotherRoleSsoAProcessOrTheInstancesOrCont
   EXPECT_EQ(hop.source_endpoint->kind, RoleCredentialsEndpoint::Kind::kInstanceMetadata);
   EXPECT_EQ(hop.source_endpoint->url, "http://127.0.0.1:9");
   EXPECT_EQ(ml.describe(),
-            "role arn:aws:iam::2:role/ml, assumed with the credentials of role arn:aws:iam::1:role/hop, assumed with "
-            "the credentials of the instance metadata service at http://127.0.0.1:9 through STS at "
-            "https://sts.eu-west-1.amazonaws.com through STS at https://sts.eu-west-1.amazonaws.com");
+            "role arn:aws:iam::2:role/ml, assumed with the credentials of (role arn:aws:iam::1:role/hop, assumed "
+            "with the credentials of (the instance metadata service at http://127.0.0.1:9) through STS at "
+            "https://sts.eu-west-1.amazonaws.com) through STS at https://sts.eu-west-1.amazonaws.com");
   // A source profile with keys and a role of its own lends its keys (its
   // role is assumed only when it is read for itself).
   const RoleCredentialsEndpoint from_keyed = role_of("from-keyed");
@@ -321,6 +321,45 @@ TEST_F(S3ConfigTest, AValueInBothFilesIsTheCredentialsFilesAsTheAwsCliMergesThem
   ASSERT_TRUE(cross.role_endpoint.has_value());
   EXPECT_EQ(cross.role_endpoint->role_arn, "arn:from-credentials");
   EXPECT_EQ(cross.role_endpoint->source.access_key_id, "AKIABASE");
+}
+
+TEST_F(S3ConfigTest, AProfilesCredentialsAreTakenInBotocoresOrder) {
+  // Its role, its IAM Identity Center role, its keys in the credentials
+  // file, its credential_process, its keys in the config file.
+  write("credentials",
+        "[both]\naws_access_key_id = AKIACREDS\naws_secret_access_key = S\n"
+        "[half]\naws_access_key_id = AKIAHALF\n"
+        "[base]\naws_access_key_id = AKIABASE\naws_secret_access_key = S\n");
+  write("config",
+        "[profile both]\nsso_start_url = https://corp.awsapps.com/start\nsso_region = us-east-1\n"
+        "sso_account_id = 1\nsso_role_name = r\n"
+        "[profile late]\ncredential_process = /usr/bin/vault-creds\naws_access_key_id = AKIACONFIG\n"
+        "aws_secret_access_key = S\n"
+        "[profile pod]\nrole_arn = arn:pod\nweb_identity_token_file = /var/run/token\nmfa_serial = arn:mfa\n"
+        "aws_access_key_id = AKIAPOD\naws_secret_access_key = S\n"
+        "[profile from-pod]\nrole_arn = arn:r\nsource_profile = pod\n");
+  EXPECT_EQ(resolve_s3_config({{"profile", "both"}}, env()).role_endpoint->kind, RoleCredentialsEndpoint::Kind::kSso);
+  EXPECT_EQ(resolve_s3_config({{"profile", "late"}}, env()).role_endpoint->kind,
+            RoleCredentialsEndpoint::Kind::kProcess);
+  // A web identity profile ignores mfa_serial, and lends its web identity
+  // (not its keys) as a source, as botocore's profile providers do.
+  EXPECT_EQ(resolve_s3_config({{"profile", "pod"}}, env()).role_endpoint->kind,
+            RoleCredentialsEndpoint::Kind::kWebIdentity);
+  const S3Config from_pod = resolve_s3_config({{"profile", "from-pod"}}, env());
+  ASSERT_NE(from_pod.role_endpoint->source_endpoint, nullptr);
+  EXPECT_EQ(from_pod.role_endpoint->source_endpoint->kind, RoleCredentialsEndpoint::Kind::kWebIdentity);
+  try {
+    resolve_s3_config({{"profile", "half"}}, env());
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_EQ(std::string(e.what()),
+              "profile 'half' has an aws_access_key_id but no aws_secret_access_key in ~/.aws/credentials");
+  }
+  // STS is asked in S3's region, storage_options' first (China's own domain here).
+  write("config", "[profile cross]\nrole_arn = arn:r\nsource_profile = base\n");
+  EXPECT_EQ(resolve_s3_config({{"profile", "cross"}, {"region", "cn-north-1"}}, env()).role_endpoint->url,
+            "https://sts.cn-north-1.amazonaws.com.cn");
 }
 
 TEST_F(S3ConfigTest, AProfilesCredentialProcessIsItsCredentialsAfterItsKeys) {
@@ -423,6 +462,7 @@ TEST_F(S3ConfigTest, TheChinaRegionsAreReadInTheirOwnDomain) {
   EXPECT_EQ(config.role_endpoint->url, "https://sts.cn-northwest-1.amazonaws.com.cn");
   const S3Config sso = resolve_s3_config({{"profile", "cn-sso"}}, env());
   ASSERT_TRUE(sso.role_endpoint.has_value());
+  EXPECT_EQ(sso.role_endpoint->sso_oidc_url, "https://oidc.cn-north-1.amazonaws.com.cn");
   EXPECT_EQ(sso.role_endpoint->url.rfind("https://portal.sso.cn-north-1.amazonaws.com.cn/federation/credentials?", 0),
             0u)
       << sso.role_endpoint->url;

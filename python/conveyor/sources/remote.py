@@ -377,14 +377,20 @@ def remote_arguments(
     if protocols <= schemes and set(options) <= _NATIVE_OPTIONS:
         store = _native_store(options, "s3" in protocols, "gs" in protocols, owner)
     else:
-        # An option the engine's client does not take sends s3:// to s3fs,
-        # which fails at the first request on the engine's own ones.
+        # s3:// through s3fs (an option the engine's client does not take, or
+        # URLs of a protocol it does not read beside them) fails at the first
+        # request on the engine's own options that s3fs does not take.
         s3fs_lacks = sorted({"region", "addressing_style"} & set(options)) if "s3" in protocols else []
-        if protocols <= schemes and s3fs_lacks:
+        if s3fs_lacks:
             unknown = sorted(set(options) - _NATIVE_OPTIONS)
+            why = (
+                f"storage_options {unknown} are not options of conveyor's S3 client (it takes "
+                f"{sorted(_NATIVE_OPTIONS)})"
+                if unknown
+                else f"conveyor's client does not read {sorted(protocols - schemes)} URLs beside them"
+            )
             raise ConfigError(
-                f"{owner}: storage_options {unknown} are not options of conveyor's S3 client (it takes "
-                f"{sorted(_NATIVE_OPTIONS)}), so s3fs would read s3:// URLs, and s3fs takes no {s3fs_lacks}"
+                f"{owner}: {why}, so s3fs would read s3:// URLs, and s3fs takes no {s3fs_lacks}"
             )
         store = _conveyor.PythonRemoteStore(_FsspecStore(urls, options, owner))
     if cache_budget is not None and cache_dir is None:
@@ -446,13 +452,19 @@ def list_objects(
 _Built = TypeVar("_Built")
 
 
+# How long an interrupted build may take to end once cancelled: the engine's
+# requests and backoffs end at once; fsspec's own calls (a listing through
+# gcsfs) do not see the cancellation and are left to finish in the background.
+_CANCELLED_BUILD_SECONDS = 2.0
+
+
 def build_interruptibly(build: Callable[[], _Built]) -> _Built:
     """``build()``, which waits on the network (a listing, the shards'
     indexes), run on a thread of its own while this one waits in slices of
     _POLL_SECONDS: Ctrl-C (KeyboardInterrupt), or any exception raised here,
-    cancels its engine requests and backoffs at once and is raised, instead
-    of waiting for a slow or failing server. ``build``'s own exception is
-    raised as it is.
+    cancels its engine requests and backoffs and is raised within
+    _CANCELLED_BUILD_SECONDS, instead of waiting for a slow or failing
+    server. ``build``'s own exception is raised as it is.
     """
     cancellation = _conveyor.Cancellation()
     outcome: dict[str, Any] = {}
@@ -470,7 +482,7 @@ def build_interruptibly(build: Callable[[], _Built]) -> _Built:
             thread.join(_POLL_SECONDS)
     except BaseException:
         cancellation.cancel()
-        thread.join()  # Its requests end at once; a second Ctrl-C leaves it.
+        thread.join(_CANCELLED_BUILD_SECONDS)
         raise
     if "error" in outcome:
         raise outcome.pop("error")
