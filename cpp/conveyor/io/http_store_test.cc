@@ -906,6 +906,7 @@ TEST(HttpStoreTest, AChainOfRolesIsAssumedInTurnFromTheInstancesRole) {
                                      {"AWS_PROFILE", "ml"},
                                      {"AWS_EC2_METADATA_SERVICE_ENDPOINT", metadata.server.url("")},
                                      {"AWS_ENDPOINT_URL_STS", sts.url("")}}));
+  std::lock_guard lock(assumed_mu);
   EXPECT_EQ(assumed, (std::vector<std::string>{"hop by AWS4-HMAC-SHA256 Credential=ASIAINSTANCE INSTANCETOKEN",
                                                "ml by AWS4-HMAC-SHA256 Credential=ASIAHOP HOPTOKEN"}));
   EXPECT_EQ(metadata.requests.load(), 3);
