@@ -18,6 +18,8 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -42,17 +44,27 @@ using Kind = FetchFailure::Kind;
 
 // Replies of the metadata service are small; more is not one.
 constexpr size_t kMaxReply = 64 << 10;
+// The longest life an SSO token refreshed at OIDC may claim (a year; AWS
+// gives hours): past it, `now + expiresIn` could overflow the clock.
+constexpr int64_t kMaxSsoTokenSeconds = 366 * 24 * 3600;
+
+// The largest file of the SSO cache read (the CLI's are a few hundred bytes).
+constexpr uintmax_t kMaxSsoCacheFile = 1 << 20;
+
 // What to do when the SSO token is missing, expired or refused.
 const char* const kSsoLogin = " (run `aws sso login`)";
 
 // A service's error code (STS's AccessDenied, OIDC's invalid_grant) as it
-// may be shown: one word of at most 64 letters, digits or '_'; else empty
-// (a reply's other text may echo what was sent).
-std::string error_code(std::string_view code) {
+// may be shown: one word of at most 64 letters, digits or '_', and none of
+// the `secrets` the request sent; else empty (a reply may echo what was sent).
+std::string error_code(std::string_view code, const std::vector<std::string>& secrets = {}) {
   const bool word = !code.empty() && code.size() <= 64 && std::all_of(code.begin(), code.end(), [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
   });
-  return word ? std::string(code) : std::string();
+  const bool echoed = std::any_of(secrets.begin(), secrets.end(), [&](const std::string& secret) {
+    return !secret.empty() && (secret.find(code) != std::string::npos || code.find(secret) != std::string_view::npos);
+  });
+  return word && !echoed ? std::string(code) : std::string();
 }
 
 // `url` without its trailing slashes (a base that paths are appended to).
@@ -139,6 +151,9 @@ Reply request(const Request& r) {
   curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(easy, CURLOPT_WRITEDATA, &reply.body);
   const CURLcode code = curl_easy_perform(easy);
+  if (code == CURLE_WRITE_ERROR) {  // on_body refused more than kMaxReply.
+    throw FetchError({Kind::kOther, 0, r.what + ": a reply of more than " + std::to_string(kMaxReply) + " bytes"});
+  }
   if (code != CURLE_OK) {
     const Kind kind = code == CURLE_OPERATION_TIMEDOUT ? Kind::kTimeout : Kind::kConnection;
     throw FetchError({kind, 0, r.what + ": " + (error[0] != '\0' ? std::string(error) : curl_easy_strerror(code))});
@@ -162,7 +177,8 @@ std::chrono::system_clock::time_point parse_expiration(std::string text, const s
   if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%c", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
                   &tm.tm_min, &tm.tm_sec, &zone) != 7 ||
       zone != 'Z') {
-    throw FetchError({Kind::kOther, 0, what + ": an Expiration that is not a UTC time ('" + text.substr(0, 40) + "')"});
+    // Not quoted: a reply's text may echo what was sent (a session token).
+    throw FetchError({Kind::kOther, 0, what + ": an Expiration that is not a UTC time"});
   }
   tm.tm_year -= 1900;
   tm.tm_mon -= 1;
@@ -275,7 +291,8 @@ std::string xml_text(const std::string& xml, const std::string& tag) {
   return close == std::string::npos ? "" : xml.substr(start, close - start);
 }
 
-RoleCredentials sts_credentials(const Reply& reply, const char* action, const std::string& what);
+RoleCredentials sts_credentials(const Reply& reply, const char* action, const std::string& what,
+                                const std::vector<std::string>& secrets = {});
 
 RoleCredentials read_web_identity(const RoleCredentialsEndpoint& endpoint, const CaCertificates* ca) {
   const std::string what = endpoint.describe();
@@ -317,14 +334,16 @@ RoleCredentials read_assume_role(const RoleCredentialsEndpoint& endpoint, const 
   r.sigv4 = "aws:amz:" + endpoint.region + ":sts";
   r.access_key_id = source.access_key_id;
   r.secret_access_key = source.secret_access_key;
-  return sts_credentials(request(r), "AssumeRole", what);
+  return sts_credentials(request(r), "AssumeRole", what, {source.session_token, source.secret_access_key});
 }
 
-// The credentials in STS's reply to `action`.
-RoleCredentials sts_credentials(const Reply& reply, const char* action, const std::string& what) {
+// The credentials in STS's reply to `action`; `secrets`: what the request
+// sent that a reply must not echo into a message.
+RoleCredentials sts_credentials(const Reply& reply, const char* action, const std::string& what,
+                                const std::vector<std::string>& secrets) {
   if (reply.status != 200) {
     // STS's error code (InvalidIdentityToken, AccessDenied...), not its message.
-    const std::string code = error_code(xml_text(reply.body, "Code"));
+    const std::string code = error_code(xml_text(reply.body, "Code"), secrets);
     throw FetchError(
         {Kind::kOther, 0,
          what + ": " + action + " (HTTP " + std::to_string(reply.status) + (code.empty() ? "" : ", " + code) + ")"});
@@ -350,6 +369,15 @@ struct SsoToken {
   std::chrono::system_clock::time_point expires;
 };
 
+// Tokens refreshed that their cache file could not take (a read-only
+// folder), by file: this process goes on with them (and their refresh
+// tokens, which OIDC may have rotated) while they are newer than the file's.
+std::mutex unwritten_sso_tokens_mu;
+std::map<std::string, SsoToken>& unwritten_sso_tokens() {
+  static std::map<std::string, SsoToken> tokens;
+  return tokens;
+}
+
 std::string utc_text(std::chrono::system_clock::time_point at) {
   const std::time_t seconds = std::chrono::system_clock::to_time_t(at);
   char text[32] = {};
@@ -367,7 +395,7 @@ SsoToken newest_sso_token(const std::string& folder, const std::string& start_ur
     const std::filesystem::directory_entry& entry = *it;
     std::error_code size_error;
     if (entry.path().extension() != ".json" || !entry.is_regular_file(size_error) ||
-        entry.file_size(size_error) > kMaxReply || size_error) {
+        entry.file_size(size_error) > kMaxSsoCacheFile || size_error) {
       continue;
     }
     std::ifstream file(entry.path());
@@ -389,6 +417,14 @@ SsoToken newest_sso_token(const std::string& folder, const std::string& start_ur
       continue;  // A time we do not read: another file may hold a good token.
     }
     if (!newest || expires > newest->expires) newest = SsoToken{entry.path(), json, expires};
+  }
+  {
+    std::lock_guard lock(unwritten_sso_tokens_mu);
+    for (const auto& [path, token] : unwritten_sso_tokens()) {
+      const bool for_it = token.json.contains("startUrl") && token.json["startUrl"] == start_url &&
+                          std::filesystem::path(path).parent_path() == std::filesystem::path(folder);
+      if (for_it && (!newest || token.expires > newest->expires)) newest = token;
+    }
   }
   if (!newest) throw FetchError({Kind::kOther, 0, what + ": no token for it in " + folder + kSsoLogin});
   return std::move(*newest);
@@ -471,22 +507,36 @@ std::optional<std::string> refresh_sso_token(const RoleCredentialsEndpoint& endp
   if (reply.status != 200) {
     // OIDC's error code (invalid_grant, expired_token, ...); never its description.
     const std::string code = json.is_object() && json.contains("error") && json["error"].is_string()
-                                 ? error_code(json["error"].get<std::string>())
+                                 ? error_code(json["error"].get<std::string>(), {*refresh_token, *client_secret})
                                  : std::string();
     throw FetchError(
         {Kind::kOther, 0,
          r.what + ": CreateToken (HTTP " + std::to_string(reply.status) + (code.empty() ? "" : ", " + code) + ")"});
   }
   if (!json.is_object() || !json.contains("accessToken") || !json["accessToken"].is_string() ||
-      !json.contains("expiresIn") || !json["expiresIn"].is_number_integer() || json["expiresIn"].get<int64_t>() <= 0) {
+      !json.contains("expiresIn") || !json["expiresIn"].is_number_integer()) {
     throw FetchError({Kind::kOther, 0, r.what + ": a reply without accessToken or expiresIn"});
   }
-  token.json["accessToken"] = json["accessToken"];
-  token.expires = now + std::chrono::seconds(json["expiresIn"].get<int64_t>());
+  // Checked before the cache is written: the AWS CLI reads it too.
+  const int64_t seconds = json["expiresIn"].get<int64_t>();
+  if (seconds <= 0 || seconds > kMaxSsoTokenSeconds) {
+    throw FetchError(
+        {Kind::kOther, 0, r.what + ": an expiresIn outside [1, " + std::to_string(kMaxSsoTokenSeconds) + "] seconds"});
+  }
+  const std::string access_token = json["accessToken"].get<std::string>();
+  if (access_token.empty() || access_token.find_first_of(std::string("\r\n\0", 3)) != std::string::npos) {
+    throw FetchError({Kind::kOther, 0, r.what + ": an accessToken that is not one line of text"});
+  }
+  token.json["accessToken"] = access_token;
+  token.expires = now + std::chrono::seconds(seconds);
   token.json["expiresAt"] = utc_text(token.expires);
   if (json.contains("refreshToken") && json["refreshToken"].is_string())
     token.json["refreshToken"] = json["refreshToken"];
-  replace_file(token.path, token.json.dump());
+  if (!replace_file(token.path, token.json.dump())) {
+    // Kept here instead: its refresh token may be the only valid one now.
+    std::lock_guard lock(unwritten_sso_tokens_mu);
+    unwritten_sso_tokens()[token.path.string()] = token;
+  }
   return std::nullopt;
 }
 
@@ -686,7 +736,14 @@ RoleCredentials read_process(const RoleCredentialsEndpoint& endpoint) {
   const std::string what = endpoint.describe();
   const ProcessResult run = run_process(endpoint.command, endpoint.timeout, what);
   if (!WIFEXITED(run.status) || WEXITSTATUS(run.status) != 0) {
-    const std::string said = first_line(run.err);
+    // What it said, without its arguments (they may hold a secret, and a
+    // usage message may repeat them).
+    std::string said = first_line(run.err);
+    for (size_t i = 1; i < endpoint.command.size(); ++i) {
+      const std::string& word = endpoint.command[i];
+      for (size_t at; !word.empty() && (at = said.find(word)) != std::string::npos;)
+        said.replace(at, word.size(), "...");
+    }
     throw FetchError({Kind::kOther, 0,
                       what + ": " +
                           (WIFEXITED(run.status) ? "exited with status " + std::to_string(WEXITSTATUS(run.status))
@@ -948,16 +1005,26 @@ std::shared_ptr<const RoleCredentials> RefreshingRoleCredentials::current() {
       (endpoint_.kind == RoleCredentialsEndpoint::Kind::kInstanceMetadata || now - failed_at_ < retry_after_)) {
     return nullptr;  // No role here (yet): unsigned.
   }
+  if (credentials_ != nullptr && credentials_->expiration <= now && now - failed_at_ < retry_after_) {
+    throw FetchError({Kind::kConnection, 0, "the role's credentials expired and " + failure_});  // Asked again later.
+  }
   try {
-    credentials_ = std::make_shared<const RoleCredentials>(read_role_credentials(endpoint_, &ca_));
+    RoleCredentials read = read_role_credentials(endpoint_, &ca_);
+    if (read.expiration <= now) {
+      // Used, they would be read again at every request.
+      throw FetchError({Kind::kOther, 0,
+                        endpoint_.describe() + ": credentials that expired at " + utc_text(read.expiration) +
+                            ", before they were read (is this machine's clock right?)"});
+    }
+    credentials_ = std::make_shared<const RoleCredentials>(std::move(read));
     read_at_ = now;
   } catch (const FetchError& e) {
     // A stopping loader's: not a failure of the endpoint.
     if (e.failure().kind == Kind::kCancelled) throw;
+    failure_ = e.failure().message;
+    failed_at_ = now;
     if (credentials_ == nullptr) {
       tried_ = true;
-      failure_ = e.failure().message;
-      failed_at_ = now;
       return nullptr;
     }
     if (credentials_->expiration > now) return credentials_;  // Still valid.

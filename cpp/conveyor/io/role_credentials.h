@@ -244,9 +244,11 @@ class RefreshingRoleCredentials {
   /// again `retry_after` after a failure, not for each request; credentials
   /// read again while still valid are re-read at most every `retry_after`
   /// (an endpoint may answer with ones that expire within 10 minutes).
-  /// Throws FetchError (kConnection) when expired credentials cannot be read
-  /// again, and kCancelled when the calling thread's Cancellation ends the
-  /// read (core/cancellation.h; not counted as the endpoint's failure).
+  /// Credentials that expired before they were read (a clock ahead) count
+  /// as a failed read. Throws FetchError (kConnection) when expired
+  /// credentials cannot be read again (asked again `retry_after` later),
+  /// and kCancelled when the calling thread's Cancellation ends the read
+  /// (core/cancellation.h; not counted as the endpoint's failure).
   std::shared_ptr<const RoleCredentials> current();
   /// Where the credentials come from: RoleCredentials::from once read,
   /// endpoint.describe() before, or after a failed first read why it failed
@@ -260,7 +262,7 @@ class RefreshingRoleCredentials {
   mutable std::mutex mu_;
   std::shared_ptr<const RoleCredentials> credentials_;
   bool tried_ = false;
-  std::string failure_;                              // Why the last read before any success failed.
+  std::string failure_;                              // Why the last read failed.
   std::chrono::system_clock::time_point failed_at_;  // When.
   std::chrono::system_clock::time_point read_at_;    // When credentials_ were read.
 };

@@ -74,8 +74,28 @@ TEST(RoleCredentialsTest, ABadReplyIsNamedWithoutQuotingIt) {
   EXPECT_EQ(failure_with(R"({"Code":"AssumeRoleUnauthorizedAccess","Message":"no"})"),
             prefix + "Code AssumeRoleUnauthorizedAccess");
   EXPECT_EQ(failure_with(R"({"AccessKeyId":"A","SecretAccessKey":"SECRET","Token":"T","Expiration":"soon"})"),
-            prefix + "an Expiration that is not a UTC time ('soon')");
+            prefix + "an Expiration that is not a UTC time");
   EXPECT_EQ(failure_with("SECRET not json {"), prefix + "a reply without AccessKeyId");
+  EXPECT_EQ(failure_with(std::string(70000, ' ')), prefix + "a reply of more than 65536 bytes");
+}
+
+TEST(RoleCredentialsTest, CredentialsThatExpiredBeforeTheyWereReadAreAFailedReadAskedAgainLater) {
+  // Found by hostile probing: with this machine's clock ahead, such
+  // credentials were read again at every request.
+  std::atomic<int> reads{0};
+  HttpTestServer container([&](const HttpTestRequest&, HttpTestConnection& connection) {
+    ++reads;
+    return connection.send(HttpTestServer::reply(
+        200, "OK", R"({"AccessKeyId":"ASIA","SecretAccessKey":"S","Token":"T","Expiration":"2000-01-01T00:00:00Z"})"));
+  });
+  RefreshingRoleCredentials credentials(local(Kind::kContainer, container.url("/creds")), {},
+                                        std::chrono::seconds(3600));
+  EXPECT_EQ(credentials.current(), nullptr);
+  EXPECT_EQ(credentials.current(), nullptr);
+  EXPECT_EQ(reads.load(), 1);
+  EXPECT_EQ(credentials.source(), "the container credentials endpoint at " + container.url("/creds") +
+                                      ": credentials that expired at 2000-01-01T00:00:00Z, before they were read (is "
+                                      "this machine's clock right?)");
 }
 
 TEST(RoleCredentialsTest, AnUnreachableServiceFailsAtItsFirstStepOnce) {
@@ -323,7 +343,7 @@ TEST_F(ContainerCredentialsTest, AnSsoTokenAboutToExpireIsRefreshedWithItsRefres
   // `aws sso login` with an sso-session caches a refresh token and its
   // client's registration: the token is refreshed at SSO OIDC before it
   // expires, so that a job outlives it.
-  std::string portal_accepts = "FRESH", oidc_error;
+  std::string portal_accepts = "FRESH", oidc_error, oidc_reply;
   std::vector<std::string> portal_saw;
   HttpTestServer portal([&](const HttpTestRequest& request, HttpTestConnection& connection) {
     portal_saw.push_back(request.headers.at("x-amz-sso_bearer_token"));
@@ -341,6 +361,7 @@ TEST_F(ContainerCredentialsTest, AnSsoTokenAboutToExpireIsRefreshedWithItsRefres
       return connection.send(HttpTestServer::reply(
           400, "Bad Request", R"({"error":")" + oidc_error + R"(","error_description":"REFRESH is CSECRET's"})"));
     }
+    if (!oidc_reply.empty()) return connection.send(HttpTestServer::reply(200, "OK", oidc_reply));
     return connection.send(HttpTestServer::reply(
         200, "OK", R"({"accessToken":"FRESH","expiresIn":28800,"refreshToken":"ROTATED","tokenType":"Bearer"})"));
   });
@@ -415,6 +436,16 @@ TEST_F(ContainerCredentialsTest, AnSsoTokenAboutToExpireIsRefreshedWithItsRefres
   EXPECT_EQ(oidc_saw.size(), 1u);
   EXPECT_EQ(cached()["accessToken"], "STALE");
 
+  // A reply the cache must not take: refused before the file is written.
+  cache_token(in(std::chrono::minutes(5)), year_on);
+  for (const std::string& reply : {std::string(R"({"accessToken":"FRESH","expiresIn":9223372036854775807})"),
+                                   std::string(R"({"accessToken":"FR\nESH","expiresIn":60})")}) {
+    oidc_reply = reply;
+    EXPECT_EQ(read_role_credentials(here).access_key_id, "ASIASSO");  // The token still valid, meanwhile.
+    EXPECT_EQ(cached()["accessToken"], "STALE");
+  }
+  oidc_reply.clear();
+
   // Expired, and OIDC refuses: named, with its error code, without a secret.
   const std::string what =
       "IAM Identity Center (" + start + ", through the portal at " + here.url + "): its token in " + cache.string();
@@ -432,6 +463,9 @@ TEST_F(ContainerCredentialsTest, AnSsoTokenAboutToExpireIsRefreshedWithItsRefres
   cache_token("2021-03-04T05:06:07Z", year_on);
   EXPECT_EQ(failure(), what + " expired at 2021-03-04T05:06:07Z; refreshing it at " + oidc.url("") +
                            "/token: CreateToken (HTTP 400, invalid_grant) (run `aws sso login`)");
+  oidc_error = "REFRESH";  // What was sent: not repeated.
+  EXPECT_EQ(failure(), what + " expired at 2021-03-04T05:06:07Z; refreshing it at " + oidc.url("") +
+                           "/token: CreateToken (HTTP 400) (run `aws sso login`)");
   oidc_error = "bad code!";  // Not a word: not repeated.
   EXPECT_EQ(failure(), what + " expired at 2021-03-04T05:06:07Z; refreshing it at " + oidc.url("") +
                            "/token: CreateToken (HTTP 400) (run `aws sso login`)");
@@ -532,9 +566,13 @@ TEST_F(ProcessCredentialsTest, AFailingOrMalformedProcessIsNamedWithoutItsSecret
   const std::string name = "credential_process of profile 'tool' (" + (dir_ / "creds-0.sh").string() + ")";
   EXPECT_EQ(failure(script("echo 'token expired: run vault login' >&2; echo SECRETKEY; exit 2")),
             name + ": exited with status 2 (token expired: run vault login)");
+  // Its arguments are not repeated, even when it repeats them.
+  EXPECT_EQ(failure(script(R"(echo "usage: helper $1" >&2; exit 2)", "--key=SECRETKEY")),
+            "credential_process of profile 'tool' (" + (dir_ / "creds-1.sh").string() +
+                "): exited with status 2 (usage: helper ...)");
   EXPECT_EQ(
       failure(script(R"(echo '{"Version":2,"AccessKeyId":"A","SecretAccessKey":"SECRETKEY"}')")),
-      "credential_process of profile 'tool' (" + (dir_ / "creds-1.sh").string() + "): its output's Version is not 1");
+      "credential_process of profile 'tool' (" + (dir_ / "creds-2.sh").string() + "): its output's Version is not 1");
   EXPECT_NE(
       failure(script(R"(echo '{"Version":1,"AccessKeyId":"A"}')")).find(": its output has no SecretAccessKey string"),
       std::string::npos);

@@ -89,6 +89,10 @@ bool parse_bool(const std::string& key, const std::string& value) {
   throw Error(ErrorKind::kConfig, "storage_options: " + key + " must be true or false, got '" + value + "'");
 }
 
+// Profiles a chain of roles may pass through: a real one has 2 or 3; a
+// hostile config of thousands would exhaust the stack.
+constexpr size_t kMaxSourceProfiles = 64;
+
 // The credentials the profiles of ~/.aws/credentials and ~/.aws/config give,
 // as the AWS CLI reads them. Messages name the profile, never a secret.
 class ProfileCredentials {
@@ -242,6 +246,9 @@ class ProfileCredentials {
           throw Error(ErrorKind::kConfig,
                       "profile '" + chain.front() + "': its source_profiles loop: " + loop + *source_profile);
         }
+        check_config(chain.size() < kMaxSourceProfiles, "profile '" + chain.front() + "': its source_profiles go " +
+                                                            std::to_string(kMaxSourceProfiles) +
+                                                            " deep, more than a chain of roles needs");
         chain.push_back(*source_profile);
         Found found = read(chain);
         chain.pop_back();
@@ -272,8 +279,8 @@ class ProfileCredentials {
                                                                       const std::string& source,
                                                                       AssumeRoleProfile& role) const {
     const std::string message_start = "profile '" + name + "' assumes its role with ";
-    const std::string source_name = ascii_lower(source);  // The AWS CLI reads the names in any case.
-    if (source_name == "environment") {
+    // The names as written, as botocore compares them.
+    if (source == "Environment") {
       const auto id = nonempty(getenv_("AWS_ACCESS_KEY_ID"));
       const auto secret = nonempty(getenv_("AWS_SECRET_ACCESS_KEY"));
       check_config(id && secret, message_start +
@@ -283,7 +290,7 @@ class ProfileCredentials {
                      "the environment (AWS_ACCESS_KEY_ID)"};
       return nullptr;
     }
-    if (source_name == "ec2instancemetadata") {
+    if (source == "Ec2InstanceMetadata") {
       // The instance's role, even where a container's endpoint is set.
       const GetEnv instance = [&](const std::string& variable) -> std::optional<std::string> {
         if (variable.rfind("AWS_CONTAINER_CREDENTIALS_", 0) == 0) return std::nullopt;
@@ -295,7 +302,7 @@ class ProfileCredentials {
                                              "AWS_EC2_METADATA_DISABLED is true");
       return std::make_shared<const RoleCredentialsEndpoint>(std::move(*endpoint));
     }
-    if (source_name == "ecscontainer") {
+    if (source == "EcsContainer") {
       std::optional<RoleCredentialsEndpoint> endpoint = role_credentials_endpoint(getenv_);
       check_config(endpoint && endpoint->kind == RoleCredentialsEndpoint::Kind::kContainer,
                    message_start +

@@ -189,7 +189,7 @@ TEST_F(S3ConfigTest, ARolesSourceMayBeAnotherRoleSsoAProcessOrTheInstancesOrCont
         "source_profile = keyed\n");
   write("config",
         "[profile ml]\nrole_arn = arn:aws:iam::2:role/ml\nsource_profile = hop\nregion = eu-west-1\n"
-        "[profile hop]\nrole_arn = arn:aws:iam::1:role/hop\ncredential_source = ec2instancemetadata\n"
+        "[profile hop]\nrole_arn = arn:aws:iam::1:role/hop\ncredential_source = Ec2InstanceMetadata\n"
         "role_session_name = hopping\n"
         "[profile from-keyed]\nrole_arn = arn:r\nsource_profile = keyed\n"
         "[profile from-sso]\nrole_arn = arn:r\nsource_profile = dev\n"
@@ -258,6 +258,7 @@ TEST_F(S3ConfigTest, ARoleWeCannotAssumeIsNamedWithWhatToDoInstead) {
         "[profile ec2]\nrole_arn = arn:r\ncredential_source = Ec2InstanceMetadata\n"
         "[profile ecs]\nrole_arn = arn:r\ncredential_source = EcsContainer\n"
         "[profile magic]\nrole_arn = arn:r\ncredential_source = Magic\n"
+        "[profile lower]\nrole_arn = arn:r\ncredential_source = ec2instancemetadata\n"
         "[profile self]\nrole_arn = arn:r\nsource_profile = self\n"
         "[profile loop-a]\nrole_arn = arn:a\nsource_profile = loop-b\n"
         "[profile loop-b]\nrole_arn = arn:b\nsource_profile = loop-a\n"
@@ -294,6 +295,9 @@ TEST_F(S3ConfigTest, ARoleWeCannotAssumeIsNamedWithWhatToDoInstead) {
   EXPECT_EQ(message("magic", env()),
             "profile 'magic' assumes its role with credential_source = Magic, which the AWS CLI does not know "
             "(Environment, Ec2InstanceMetadata or EcsContainer)");
+  EXPECT_EQ(message("lower", env()),
+            "profile 'lower' assumes its role with credential_source = ec2instancemetadata, which the AWS CLI does "
+            "not know (Environment, Ec2InstanceMetadata or EcsContainer)");
   EXPECT_EQ(message("self", env()),
             "profile 'self' is its own source_profile but has no keys in ~/.aws/credentials and ~/.aws/config");
   EXPECT_EQ(message("loop-a", env()), "profile 'loop-a': its source_profiles loop: loop-a -> loop-b -> loop-a");
@@ -310,6 +314,14 @@ TEST_F(S3ConfigTest, ARoleWeCannotAssumeIsNamedWithWhatToDoInstead) {
   EXPECT_EQ(message("both", env()),
             "profile 'both' has both source_profile and credential_source: the AWS CLI takes one");
   EXPECT_EQ(message("token", env()), "profile 'token' has a web_identity_token_file but no role_arn");
+  // A chain deeper than any real one (thousands exhausted the stack).
+  std::string deep;
+  for (int i = 0; i < 100; ++i) {
+    deep += "[profile d" + std::to_string(i) + "]\nrole_arn = arn:r\nsource_profile = d" + std::to_string(i + 1) + "\n";
+  }
+  write("credentials", "[d100]\naws_access_key_id = A\naws_secret_access_key = S\n");
+  write("config", deep);
+  EXPECT_EQ(message("d0", env()), "profile 'd0': its source_profiles go 64 deep, more than a chain of roles needs");
 }
 
 TEST_F(S3ConfigTest, AValueInBothFilesIsTheCredentialsFilesAsTheAwsCliMergesThem) {

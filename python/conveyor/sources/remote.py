@@ -468,21 +468,27 @@ def build_interruptibly(build: Callable[[], _Built]) -> _Built:
     """
     cancellation = _conveyor.Cancellation()
     outcome: dict[str, Any] = {}
+    ended = threading.Event()
 
     def run() -> None:
         try:
             outcome["built"] = _conveyor.call_with_cancellation(cancellation, build)
         except BaseException as e:  # Raised in the caller's thread below.
             outcome["error"] = e
+        finally:
+            ended.set()
 
-    thread = threading.Thread(target=run, name="conveyor-build", daemon=True)
-    thread.start()
+    # Not a daemon: at exit the interpreter waits for it rather than stop it
+    # inside the engine (a thread stopped there aborts the process). Its end
+    # is waited on with an Event, not Thread.join: an interrupted join may
+    # mark the thread ended while it runs (CPython 3.11, bpo-45274).
+    threading.Thread(target=run, name="conveyor-build").start()
     try:
-        while thread.is_alive():
-            thread.join(_POLL_SECONDS)
+        while not ended.wait(_POLL_SECONDS):
+            pass
     except BaseException:
         cancellation.cancel()
-        thread.join(_CANCELLED_BUILD_SECONDS)
+        ended.wait(_CANCELLED_BUILD_SECONDS)
         raise
     if "error" in outcome:
         raise outcome.pop("error")
