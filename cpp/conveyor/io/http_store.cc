@@ -181,6 +181,12 @@ struct Transfer {
   char error[CURL_ERROR_SIZE] = {};
   bool cancelled = false;  // Ended by the store's destructor.
 
+  // An asynchronous read's (HttpStore::start_read): run by the loop thread
+  // when the transfer ends, instead of waking a waiter; and what ends it
+  // when the reader's Cancellation is cancelled. Set before submission.
+  std::function<void(Transfer&)> on_done;
+  std::optional<Cancellation::Subscription> cancelled_by;
+
   std::atomic<bool> abandoned{false};  // The waiter gave up (its loader stopped).
   bool stop_waiting = false;           // Set (under mu) by the waiter's Cancellation.
   std::mutex mu;
@@ -568,36 +574,70 @@ class HttpStore::Loop {
     return it == bucket_regions_.end() ? std::nullopt : std::optional<std::string>(it->second);
   }
 
+  // Whether S3 answered `t` that its bucket is in another region than the
+  // one it was signed for (a redirect or a refused signature naming the
+  // region in x-amz-bucket-region); the region is then learnt.
+  bool learnt_bucket_region(const Transfer& t) {
+    const bool elsewhere = t.api == Api::kS3 && !t.bucket.empty() && !t.bucket_region.empty() &&
+                           t.bucket_region != t.signed_region &&
+                           (t.status == 301 || t.status == 307 || t.status == 400);
+    if (elsewhere) {
+      std::lock_guard lock(regions_mu_);
+      bucket_regions_[t.bucket] = t.bucket_region;
+    }
+    return elsewhere;
+  }
+
   // Performs the transfer `make` gives; when S3 answers that its bucket is
-  // in another region than the one it was signed for (a redirect or a
-  // refused signature naming the region in x-amz-bucket-region), learns the
-  // region and performs `make`'s new transfer once more.
+  // in another region (learnt_bucket_region), performs `make`'s new
+  // transfer once more.
   std::shared_ptr<Transfer> perform_in_bucket_region(const std::function<std::shared_ptr<Transfer>()>& make) {
     std::shared_ptr<Transfer> t = make();
     perform(t);
-    const bool elsewhere = t->api == Api::kS3 && !t->bucket.empty() && !t->bucket_region.empty() &&
-                           t->bucket_region != t->signed_region &&
-                           (t->status == 301 || t->status == 307 || t->status == 400);
-    if (elsewhere) {
-      {
-        std::lock_guard lock(regions_mu_);
-        bucket_regions_[t->bucket] = t->bucket_region;
-      }
+    if (learnt_bucket_region(*t)) {
       t = make();
       perform(t);
     }
     return t;
   }
 
+  // Submits `t`, whose on_done the loop thread runs when it ends, and
+  // returns at once; false (and on_done never runs) once the store is
+  // closing. Ends as cancelled soon after `cancellation` is cancelled.
+  bool start(const std::shared_ptr<Transfer>& t, const Cancellation* cancellation) {
+    if (cancellation != nullptr) {
+      // Before submission, so that the loop never sees it half made; at
+      // once when already cancelled. The subscription lives in `t` and goes
+      // before it (complete()), so the raw pointer stays valid.
+      t->cancelled_by.emplace(*cancellation, [this, raw = t.get()] {
+        raw->abandoned.store(true);
+        abandoned_any_.store(true);
+        driver_->wake();
+      });
+    }
+    try {
+      if (submit(t)) driver_->wake();
+    } catch (const FetchError&) {
+      return false;
+    }
+    return true;
+  }
+
+  // Hands `t` to the loop thread; returns whether the loop must be woken:
+  // not when a transfer submitted before is still to be taken (its wake
+  // is pending), so that a burst of reads costs one wake-up. Throws
+  // FetchError kCancelled once the store is closing.
+  bool submit(const std::shared_ptr<Transfer>& t) {
+    std::lock_guard lock(mu_);
+    if (stopping_) throw FetchError({Kind::kCancelled, 0, "the store was closed"});
+    submitted_.push_back(t);
+    return submitted_.size() == 1;
+  }
+
   // Runs `t` on the loop thread and waits for it. Throws FetchError
   // kCancelled when the calling thread's Cancellation is cancelled.
   void perform(const std::shared_ptr<Transfer>& t) {
-    {
-      std::lock_guard lock(mu_);
-      if (stopping_) throw FetchError({Kind::kCancelled, 0, "the store was closed"});
-      submitted_.push_back(t);
-    }
-    driver_->wake();
+    if (submit(t)) driver_->wake();
     // The loader's stop ends the wait at once: no polling while it waits.
     std::optional<Cancellation::Subscription> subscription;
     if (const Cancellation* cancellation = current_cancellation()) {
@@ -624,6 +664,10 @@ class HttpStore::Loop {
   }
 
   const HttpStoreOptions& options() const { return options_; }
+
+  // The transfer of one attempt at read(url, offset, size). Throws
+  // FetchError kInvalid for a URL it cannot read.
+  std::shared_ptr<Transfer> read_transfer(const std::string& url, uint64_t offset, int64_t size);
 
   HttpStoreCounters counters() const {
     HttpStoreCounters counters;
@@ -727,7 +771,11 @@ class HttpStore::Loop {
       }
     }
     for (auto& [name, host] : hosts_) {
-      std::erase_if(host.waiting, [](const std::shared_ptr<Transfer>& t) { return t->abandoned.load(); });
+      std::erase_if(host.waiting, [](const std::shared_ptr<Transfer>& t) {
+        if (!t->abandoned.load()) return false;
+        complete(*t);  // An asynchronous read's on_done must run.
+        return true;
+      });
     }
   }
 
@@ -949,7 +997,15 @@ class HttpStore::Loop {
     complete(*t);
   }
 
+  // The one place a transfer ends: runs its on_done, else wakes its waiter.
   static void complete(Transfer& t) {
+    if (t.on_done) {
+      t.cancelled_by.reset();  // Waits for a cancellation callback under way.
+      const std::function<void(Transfer&)> done = std::move(t.on_done);
+      t.on_done = nullptr;
+      done(t);
+      return;
+    }
     {
       std::lock_guard lock(t.mu);
       t.done = true;
@@ -1098,30 +1154,82 @@ void check_reply(const Transfer& t, const HttpStoreOptions& options) {
 
 }  // namespace
 
+namespace {
+
+// The bytes [offset, offset + size) (all when `size` < 0) of `t`'s reply;
+// throws its FetchError.
+std::vector<uint8_t> read_reply(Transfer& t, const HttpStoreOptions& options, uint64_t offset, int64_t size) {
+  check_reply(t, options);
+  if (size > 0 && t.status == 200) {
+    // The server ignored the range and sent the whole object.
+    const size_t begin = std::min<size_t>(offset, t.body.size());
+    const size_t end = std::min<size_t>(begin + static_cast<size_t>(size), t.body.size());
+    return {t.body.begin() + static_cast<std::ptrdiff_t>(begin), t.body.begin() + static_cast<std::ptrdiff_t>(end)};
+  }
+  return std::move(t.body);
+}
+
+// A read of `size` bytes refused before any request: none to make (0), or
+// more than a read may return.
+std::optional<FetchFailure> refused_read_size(int64_t size, const HttpStoreOptions& options) {
+  if (size <= options.max_read_bytes) return std::nullopt;
+  return FetchFailure{Kind::kTooLarge, 0,
+                      std::to_string(size) + " bytes asked for, more than the " +
+                          std::to_string(options.max_read_bytes) + " bytes a read may return"};
+}
+
+}  // namespace
+
+std::shared_ptr<Transfer> HttpStore::Loop::read_transfer(const std::string& url, uint64_t offset, int64_t size) {
+  std::shared_ptr<Transfer> t = transfer_for(
+      url, options_, [this](const std::string& bucket) { return bucket_region(bucket); }, role_.get());
+  // A whole object is one plain GET: a range would change what servers
+  // answer (416 for an empty object).
+  if (size > 0) t->range = std::to_string(offset) + "-" + std::to_string(offset + static_cast<uint64_t>(size) - 1);
+  return t;
+}
+
 std::vector<uint8_t> HttpStore::read(const std::string& url, uint64_t offset, int64_t size) const {
   const HttpStoreOptions& options = loop_->options();
-  const auto region_of = [this](const std::string& bucket) { return loop_->bucket_region(bucket); };
   if (size == 0) return {};
-  if (size > options.max_read_bytes) {
-    throw FetchError({Kind::kTooLarge, 0,
-                      std::to_string(size) + " bytes asked for, more than the " +
-                          std::to_string(options.max_read_bytes) + " bytes a read may return"});
+  if (std::optional<FetchFailure> refused = refused_read_size(size, options)) throw FetchError(*refused);
+  std::shared_ptr<Transfer> t =
+      loop_->perform_in_bucket_region([&] { return loop_->read_transfer(url, offset, size); });
+  return read_reply(*t, options, offset, size);
+}
+
+bool HttpStore::start_read(const std::string& url, uint64_t offset, int64_t size, const Cancellation* cancellation,
+                           std::function<void(RemoteAttempt)> done) const {
+  const HttpStoreOptions& options = loop_->options();
+  // A role's credentials may be read over the network first (about hourly):
+  // only read() may wait for that.
+  if (size == 0 || refused_read_size(size, options) || loop_->role_credentials() != nullptr) return false;
+  std::shared_ptr<Transfer> t;
+  try {
+    t = loop_->read_transfer(url, offset, size);
+  } catch (const FetchError&) {
+    return false;  // read() says what is wrong with the URL.
   }
-  std::shared_ptr<Transfer> t = loop_->perform_in_bucket_region([&] {
-    std::shared_ptr<Transfer> made = transfer_for(url, options, region_of, loop_->role_credentials());
-    // A whole object is one plain GET: a range would change what servers
-    // answer (416 for an empty object).
-    if (size > 0) made->range = std::to_string(offset) + "-" + std::to_string(offset + static_cast<uint64_t>(size) - 1);
-    return made;
-  });
-  check_reply(*t, options);
-  if (size > 0 && t->status == 200) {
-    // The server ignored the range and sent the whole object.
-    const size_t begin = std::min<size_t>(offset, t->body.size());
-    const size_t end = std::min<size_t>(begin + static_cast<size_t>(size), t->body.size());
-    return {t->body.begin() + static_cast<std::ptrdiff_t>(begin), t->body.begin() + static_cast<std::ptrdiff_t>(end)};
-  }
-  return std::move(t->body);
+  t->on_done = [loop = loop_.get(), offset, size, done = std::move(done)](Transfer& t) {
+    RemoteAttempt attempt;
+    attempt.queue_wait = std::chrono::duration_cast<std::chrono::nanoseconds>(t.queue_wait);
+    try {
+      if (t.abandoned.load()) {
+        attempt.failure = FetchFailure{Kind::kCancelled, 0, "the loader stopped"};
+      } else if (!loop->learnt_bucket_region(t)) {
+        // (Else neither: the read is worth making anew, in the bucket's region.)
+        attempt.data = read_reply(t, loop->options(), offset, size);
+      }
+    } catch (const FetchError& e) {
+      attempt.failure = e.failure();
+    } catch (...) {
+      // Out of memory: neither, and the read is made anew.
+      attempt.data.reset();
+      attempt.failure.reset();
+    }
+    done(std::move(attempt));
+  };
+  return loop_->start(t, cancellation);
 }
 
 RemoteObjectInfo HttpStore::fetch(const std::string& url, std::vector<uint8_t>* data, int64_t max_bytes) const {

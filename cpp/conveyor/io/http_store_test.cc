@@ -14,10 +14,12 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <initializer_list>
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -204,6 +206,116 @@ TEST(HttpStoreTest, ACancelledReadEndsAndItsConnectionIsClosed) {
   // The store still works.
   HttpTestServer healthy(file_handler());
   EXPECT_EQ(text(store.read(healthy.url("/b"), 0, 3)), object().substr(0, 3));
+}
+
+// What one attempt of store.start_read gave its `done`, and on which thread;
+// nothing when the store would not start it (or `done` never came in 20 s,
+// a failure).
+struct Started {
+  RemoteAttempt attempt;
+  std::thread::id thread;
+};
+std::optional<Started> started_read(const HttpStore& store, const std::string& url, uint64_t offset = 0,
+                                    int64_t size = -1, const Cancellation* cancellation = nullptr) {
+  auto promise = std::make_shared<std::promise<Started>>();
+  std::future<Started> future = promise->get_future();
+  if (!store.start_read(url, offset, size, cancellation, [promise](RemoteAttempt attempt) {
+        promise->set_value({std::move(attempt), std::this_thread::get_id()});
+      })) {
+    return std::nullopt;
+  }
+  if (future.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    ADD_FAILURE() << "no answer to the started read of " << url;
+    return std::nullopt;
+  }
+  return future.get();
+}
+
+TEST(HttpStoreTest, AStartedReadGivesItsBytesOrFailureOnTheStoresThreadWithNoThreadWaiting) {
+  HttpTestServer server(file_handler());
+  HttpStore store;
+  std::optional<Started> whole = started_read(store, server.url("/a.jpg"));
+  ASSERT_TRUE(whole.has_value());
+  ASSERT_TRUE(whole->attempt.data.has_value());
+  EXPECT_EQ(text(*whole->attempt.data), object());
+  EXPECT_FALSE(whole->attempt.failure.has_value());
+  EXPECT_NE(whole->thread, std::this_thread::get_id());
+  std::optional<Started> ranged = started_read(store, server.url("/a.jpg"), 100, 50);
+  ASSERT_TRUE(ranged.has_value() && ranged->attempt.data.has_value());
+  EXPECT_EQ(text(*ranged->attempt.data), object().substr(100, 50));
+  EXPECT_EQ(ranged->thread, whole->thread);  // The event loop's.
+  EXPECT_EQ(server.requests().at(1).headers.at("range"), "bytes=100-149");
+
+  HttpTestServer missing([](const HttpTestRequest&, HttpTestConnection& connection) {
+    return connection.send(HttpTestServer::reply(404, "Not Found", ""));
+  });
+  std::optional<Started> failed = started_read(store, missing.url("/gone"));
+  ASSERT_TRUE(failed.has_value() && failed->attempt.failure.has_value());
+  EXPECT_FALSE(failed->attempt.data.has_value());
+  EXPECT_EQ(failed->attempt.failure->describe(), "HTTP 404 Not Found");
+
+  // What read() answers without a request, it answers: none started.
+  EXPECT_FALSE(started_read(store, server.url("/a.jpg"), 0, 0).has_value());
+  EXPECT_FALSE(started_read(store, "ftp://host/a").has_value());
+  HttpStoreOptions small;
+  small.max_read_bytes = 10;
+  EXPECT_FALSE(started_read(HttpStore(small), server.url("/a.jpg"), 0, 11).has_value());
+  EXPECT_EQ(server.requests().size(), 2u);
+}
+
+TEST(HttpStoreTest, CancellingStartedReadsEndsThemAsCancelledAndClosesTheirConnections) {
+  // Headers, then a body that never comes: only the cancellation ends the reads.
+  HttpTestServer server([](const HttpTestRequest&, HttpTestConnection& connection) {
+    connection.send("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nabc");
+    connection.wait_for_hang_up();
+    return false;
+  });
+  HttpStoreOptions options;
+  options.read_timeout = 24 * 3600;
+  HttpStore store(options);
+  Cancellation cancellation;
+  std::vector<std::future<std::optional<Started>>> reads;
+  for (int i = 0; i < 4; ++i) {
+    reads.push_back(
+        std::async(std::launch::async, [&] { return started_read(store, server.url("/a"), 0, -1, &cancellation); }));
+  }
+  server.wait_for_requests(4);
+  cancellation.cancel();
+  for (auto& read : reads) {
+    const std::optional<Started> started = read.get();
+    ASSERT_TRUE(started.has_value() && started->attempt.failure.has_value());
+    EXPECT_EQ(started->attempt.failure->kind, Kind::kCancelled);
+  }
+  server.wait_for_hang_ups(4);
+  // Started under a cancelled Cancellation: cancelled without a request.
+  const std::optional<Started> late = started_read(store, server.url("/b"), 0, -1, &cancellation);
+  ASSERT_TRUE(late.has_value() && late->attempt.failure.has_value());
+  EXPECT_EQ(late->attempt.failure->kind, Kind::kCancelled);
+  EXPECT_EQ(server.requests().size(), 4u);
+}
+
+TEST(HttpStoreTest, AStoreClosedWithStartedReadsInFlightEndsEachAsCancelled) {
+  HttpTestServer server([](const HttpTestRequest&, HttpTestConnection& connection) {
+    connection.wait_for_hang_up();
+    return false;
+  });
+  std::vector<std::future<RemoteAttempt>> attempts;
+  {
+    HttpStore store;
+    for (int i = 0; i < 3; ++i) {
+      auto promise = std::make_shared<std::promise<RemoteAttempt>>();
+      attempts.push_back(promise->get_future());
+      ASSERT_TRUE(store.start_read(server.url("/a"), 0, -1, nullptr,
+                                   [promise](RemoteAttempt attempt) { promise->set_value(std::move(attempt)); }));
+    }
+    server.wait_for_requests(3);
+  }
+  for (auto& attempt : attempts) {
+    ASSERT_EQ(attempt.wait_for(std::chrono::seconds(0)), std::future_status::ready);
+    const RemoteAttempt ended = attempt.get();
+    ASSERT_TRUE(ended.failure.has_value());
+    EXPECT_EQ(ended.failure->describe(), "cancelled: the store was closed");
+  }
 }
 
 TEST(HttpStoreTest, TrickledHeadersEndAsATimeout) {
@@ -696,6 +808,18 @@ TEST(HttpStoreTest, ABucketInAnotherRegionIsLearntFromS3sReplyAndSignedForIt) {
   EXPECT_EQ(failure_of(store, "s3://moved/a").describe(),
             "HTTP 301 Moved Permanently (PermanentRedirect); the bucket is in another region than us-east-1");
   EXPECT_EQ(server.requests().size(), 6u);
+
+  // A started read of a bucket not yet learnt ends with neither bytes nor
+  // a failure (to be made anew), and the region is learnt.
+  HttpStore fresh(options);
+  std::optional<Started> first = started_read(fresh, "s3://elsewhere/a");
+  ASSERT_TRUE(first.has_value());
+  EXPECT_FALSE(first->attempt.data.has_value());
+  EXPECT_FALSE(first->attempt.failure.has_value());
+  std::optional<Started> second = started_read(fresh, "s3://elsewhere/a");
+  ASSERT_TRUE(second.has_value() && second->attempt.data.has_value());
+  EXPECT_EQ(text(*second->attempt.data), "abc");
+  EXPECT_EQ(server.requests().size(), 8u);
 }
 
 TEST(HttpStoreTest, AnUnsignedS3RequestThatIsForbiddenSaysNoCredentialsWereFound) {

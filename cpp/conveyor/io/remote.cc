@@ -38,34 +38,46 @@ Error cancelled(const std::string& key) {
   return Error(ErrorKind::kCancelled, "the remote read was cancelled (the loader stopped)", key);
 }
 
-// Runs `attempt` until it succeeds, fails permanently, or `policy` gives up.
-// The backoff waits end early when the thread's Cancellation is cancelled.
+// Runs `attempt` until it succeeds, fails permanently, or `policy` gives up;
+// after `first`'s failure (an attempt made before, by start_read) when it
+// has one. The backoff waits end early when the thread's Cancellation is
+// cancelled.
 template <class Attempt>
-auto with_retries(const RetryPolicy& policy, const std::string& key, Attempt&& attempt) {
+auto with_retries(const RetryPolicy& policy, const std::string& key, Attempt&& attempt,
+                  const RemoteAttempt* first = nullptr) {
   using Clock = std::chrono::steady_clock;
-  const Clock::time_point start = Clock::now();
+  const Clock::time_point start = first != nullptr ? first->started : Clock::now();
   double backoff = policy.initial_backoff;
-  for (int made = 1;; ++made) {
+  int made = 0;
+  // After the `made`th attempt failed: the error to throw, or the backoff.
+  const auto after = [&](const FetchFailure& failure) {
+    if (failure.kind == FetchFailure::Kind::kCancelled) throw cancelled(key);
+    if (!is_transient(failure)) throw Error(ErrorKind::kRead, failure.describe(), key);
+    const double wait = std::max(std::min(backoff, policy.max_backoff) * jitter(),
+                                 std::min(failure.retry_after, FetchFailure::kMaxRetryAfterSeconds));
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    if (made >= policy.attempts || (policy.timeout > 0 && elapsed + wait > policy.timeout)) {
+      throw Error(ErrorKind::kRead,
+                  failure.describe() + " (a transient error; gave up after " + std::to_string(made) +
+                      (made == 1 ? " attempt" : " attempts") + " in " + seconds_text(elapsed) + ")",
+                  key);
+    }
+    if (cancellation_requested() || sleep_unless_cancelled(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::duration<double>(wait)))) {
+      throw cancelled(key);
+    }
+    backoff = std::min(backoff * 2, policy.max_backoff);
+  };
+  if (first != nullptr && first->failure) {
+    made = 1;
+    after(*first->failure);
+  }
+  while (true) {
+    ++made;
     try {
       return attempt();
     } catch (const FetchError& e) {
-      const FetchFailure& failure = e.failure();
-      if (failure.kind == FetchFailure::Kind::kCancelled) throw cancelled(key);
-      if (!is_transient(failure)) throw Error(ErrorKind::kRead, failure.describe(), key);
-      const double wait = std::max(std::min(backoff, policy.max_backoff) * jitter(),
-                                   std::min(failure.retry_after, FetchFailure::kMaxRetryAfterSeconds));
-      const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-      if (made >= policy.attempts || (policy.timeout > 0 && elapsed + wait > policy.timeout)) {
-        throw Error(ErrorKind::kRead,
-                    failure.describe() + " (a transient error; gave up after " + std::to_string(made) +
-                        (made == 1 ? " attempt" : " attempts") + " in " + seconds_text(elapsed) + ")",
-                    key);
-      }
-      if (cancellation_requested() || sleep_unless_cancelled(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                          std::chrono::duration<double>(wait)))) {
-        throw cancelled(key);
-      }
-      backoff = std::min(backoff * 2, policy.max_backoff);
+      after(e.failure());
     }
   }
 }
@@ -133,8 +145,12 @@ bool is_transient(const FetchFailure& failure) {
 
 FetchError::FetchError(FetchFailure failure) : std::runtime_error(failure.describe()), failure_(std::move(failure)) {}
 
-Bytes RemoteAccess::read(const std::string& url, uint64_t offset, int64_t size, const std::string& key) const {
-  std::vector<uint8_t> data = with_retries(retry, key, [&] { return store->read(url, offset, size); });
+namespace {
+
+// `data`, read as [offset, offset + size) (the whole object when `size` < 0)
+// of `key`, checked: Error{kRead} when it is longer than a read may return,
+// or not `size` bytes.
+Bytes checked_read(std::vector<uint8_t> data, uint64_t offset, int64_t size, const std::string& key) {
   if (data.size() > static_cast<uint64_t>(kMaxRemoteReadBytes)) {
     throw Error(ErrorKind::kRead,
                 FetchFailure{FetchFailure::Kind::kTooLarge, 0,
@@ -151,6 +167,36 @@ Bytes RemoteAccess::read(const std::string& url, uint64_t offset, int64_t size, 
                 key);
   }
   return Bytes::from_vector(std::move(data));
+}
+
+}  // namespace
+
+Bytes RemoteAccess::read(const std::string& url, uint64_t offset, int64_t size, const std::string& key) const {
+  return checked_read(with_retries(retry, key, [&] { return store->read(url, offset, size); }), offset, size, key);
+}
+
+bool RemoteAccess::start_read(const std::string& url, const Cancellation* cancellation,
+                              std::function<void(RemoteAttempt)> done) const {
+  const auto started = std::chrono::steady_clock::now();
+  return store->start_read(url, 0, -1, cancellation, [started, done = std::move(done)](RemoteAttempt attempt) {
+    attempt.started = started;
+    if (attempt.data && attempt.data->size() > static_cast<uint64_t>(kMaxRemoteReadBytes)) {
+      // What read() would refuse, as it words it.
+      attempt.failure = FetchFailure{FetchFailure::Kind::kTooLarge, 0,
+                                     std::to_string(attempt.data->size()) + " bytes, more than the " +
+                                         std::to_string(kMaxRemoteReadBytes) + " bytes a read may return"};
+      attempt.data.reset();
+    }
+    done(std::move(attempt));
+  });
+}
+
+Bytes RemoteAccess::read_after(RemoteAttempt first, const std::string& url, uint64_t offset, int64_t size,
+                               const std::string& key) const {
+  if (first.data) return checked_read(std::move(*first.data), offset, size, key);
+  return checked_read(with_retries(
+                          retry, key, [&] { return store->read(url, offset, size); }, &first),
+                      offset, size, key);
 }
 
 std::optional<Bytes> RemoteAccess::read_if_present(const std::string& url, int64_t max_bytes,
@@ -194,6 +240,11 @@ RemoteObjectInfo RemoteAccess::stat(const std::string& url, const std::string& k
 }
 
 bool RemoteStore::serves_locally(const std::string& /*url*/) const { return false; }
+
+bool RemoteStore::start_read(const std::string& /*url*/, uint64_t /*offset*/, int64_t /*size*/,
+                             const Cancellation* /*cancellation*/, std::function<void(RemoteAttempt)> /*done*/) const {
+  return false;
+}
 
 std::vector<RemoteObject> RemoteStore::list(const std::string&) const {
   throw FetchError({FetchFailure::Kind::kInvalid, 0, "this store cannot list objects"});

@@ -1,6 +1,8 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -11,6 +13,8 @@
 #include "conveyor/io/source.h"
 
 namespace conveyor {
+
+class Cancellation;  // core/cancellation.h
 
 /// Whether `path` is a URL ("scheme://...", the scheme a letter followed by
 /// letters, digits, "+", "-" or "."), read through a RemoteStore rather than
@@ -86,6 +90,21 @@ class FetchError : public std::runtime_error {
   FetchFailure failure_;
 };
 
+/// How one attempt started by RemoteStore::start_read ended: `data` when it
+/// succeeded, `failure` when it failed, neither when the store learnt
+/// something that makes the read worth making anew at once (S3 named the
+/// bucket's region), which no retry policy counts as an attempt.
+struct RemoteAttempt {
+  std::optional<std::vector<uint8_t>> data;
+  std::optional<FetchFailure> failure;
+  /// Its wait for a slot under the store's limit on requests in flight (as
+  /// thread_queue_wait_ns() counts it for read()): not the read's latency.
+  std::chrono::nanoseconds queue_wait{0};
+  /// When it was started (RemoteAccess::start_read sets it): a retry
+  /// policy's time limit counts from then (RemoteAccess::read_after).
+  std::chrono::steady_clock::time_point started{};
+};
+
 /// What a store says about one object: its size and a tag that changes when
 /// the object does (HTTP's ETag, else its Last-Modified; empty when the store
 /// gives none).
@@ -112,6 +131,17 @@ class RemoteStore {
   /// `size` < 0. May return fewer bytes at the end of the object. Throws
   /// FetchError.
   virtual std::vector<uint8_t> read(const std::string& url, uint64_t offset, int64_t size) const = 0;
+  /// Starts one attempt at read(url, offset, size) and returns without
+  /// waiting for it, where the store can; false where it cannot (the
+  /// default, or a read that would wait before its request is sent, e.g. to
+  /// read credentials), and `done` is then never called: the caller calls
+  /// read() on a thread that may wait. Otherwise `done` is called exactly
+  /// once, on the store's own thread: it must be quick, must not wait for
+  /// the store (e.g. in read()) and must not throw. The attempt ends as
+  /// kCancelled soon after `cancellation` (null: none; it must outlive the
+  /// attempt) is cancelled, as read() ends under the thread's Cancellation.
+  virtual bool start_read(const std::string& url, uint64_t offset, int64_t size, const Cancellation* cancellation,
+                          std::function<void(RemoteAttempt)> done) const;
   /// The size of the object at `url` in bytes. Throws FetchError.
   virtual uint64_t size(const std::string& url) const = 0;
   /// The size and version of the object at `url`. Throws FetchError. The
@@ -155,6 +185,20 @@ struct RemoteAccess {
   /// `size` >= 0 a shorter answer is an Error{kRead} too ("expected N bytes at
   /// offset O, got M"): the object shrank, or the server ignored the range.
   Bytes read(const std::string& url, uint64_t offset, int64_t size, const std::string& key) const;
+  /// store->start_read(url, 0, -1, ...): one attempt at the whole object,
+  /// not retried. `done` is called on the store's thread with `started`
+  /// set, and with data only within what read() accepts (larger is a
+  /// kTooLarge failure). False where the store cannot start it so: read()
+  /// it then.
+  bool start_read(const std::string& url, const Cancellation* cancellation,
+                  std::function<void(RemoteAttempt)> done) const;
+  /// read(url, offset, size, key) after `first`, an attempt of start_read:
+  /// its failure is the policy's first attempt (a permanent one is the
+  /// error at once, a transient one is retried after the first backoff, the
+  /// time limit counted from `first.started`), as if read() had made it;
+  /// without a failure (nor data) the read starts anew.
+  Bytes read_after(RemoteAttempt first, const std::string& url, uint64_t offset, int64_t size,
+                   const std::string& key) const;
   /// The whole object at `url` through store->fetch() retried under `retry`,
   /// or none when the store says it is not there: HTTP 404, 410, or 403
   /// (S3's answer for a missing key to a caller that may not list the

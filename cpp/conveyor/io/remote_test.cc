@@ -52,6 +52,26 @@ class FakeStore final : public RemoteStore {
   }
   uint64_t size(const std::string& url) const override { return attempt(url, 0, -2).size(); }
   bool keeps_whole_objects() const override { return whole; }
+  // With `asynchronous`, an attempt of read() on a thread of its own.
+  bool start_read(const std::string& url, uint64_t offset, int64_t size, const Cancellation*,
+                  std::function<void(RemoteAttempt)> done) const override {
+    if (!asynchronous) return false;
+    std::lock_guard lock(mu_);
+    threads_.emplace_back([this, url, offset, size, done = std::move(done)] {
+      RemoteAttempt attempt;
+      try {
+        attempt.data = read(url, offset, size);
+      } catch (const FetchError& e) {
+        attempt.failure = e.failure();
+      }
+      done(std::move(attempt));
+    });
+    return true;
+  }
+  bool asynchronous = false;
+  ~FakeStore() override {
+    for (std::thread& thread : threads_) thread.join();
+  }
 
   std::vector<std::tuple<std::string, uint64_t, int64_t>> requests() const {
     std::lock_guard lock(mu_);
@@ -87,6 +107,7 @@ class FakeStore final : public RemoteStore {
   mutable std::condition_variable requested_;
   mutable std::vector<std::tuple<std::string, uint64_t, int64_t>> requests_;
   mutable int gate_timeouts_ = 0;
+  mutable std::vector<std::thread> threads_;
 };
 
 RemoteAccess access(std::shared_ptr<FakeStore> store, int attempts = 5) {
@@ -158,6 +179,91 @@ TEST(RemoteTest, PermanentFailuresFailAtOnce) {
     EXPECT_EQ(std::string(e.what()), "http://h/missing: HTTP 404 Not Found");
   }
   EXPECT_EQ(store->requests().size(), 1u);
+}
+
+// `attempt` as start_read's `done` got it, at `url` of `access`'s store.
+RemoteAttempt started(const RemoteAccess& access, const std::string& url) {
+  std::promise<RemoteAttempt> promise;
+  std::future<RemoteAttempt> future = promise.get_future();
+  EXPECT_TRUE(
+      access.start_read(url, nullptr, [&promise](RemoteAttempt attempt) { promise.set_value(std::move(attempt)); }));
+  return future.get();
+}
+
+TEST(RemoteTest, AReadAfterAStartedAttemptCountsItsFailureAsTheFirstOfItsAttempts) {
+  auto store = std::make_shared<FakeStore>();
+  store->asynchronous = true;
+  store->objects["http://h/a"] = "abc";
+  store->failures["http://h/a"] = 1;
+  const RemoteAccess twice = access(store, 2);
+  RemoteAttempt first = started(twice, "http://h/a");
+  ASSERT_TRUE(first.failure.has_value());
+  EXPECT_GT(first.started.time_since_epoch().count(), 0);
+  EXPECT_EQ(as_string(twice.read_after(first, "http://h/a", 0, -1, "a")), "abc");
+  EXPECT_EQ(store->requests().size(), 2u);
+
+  // Its policy's attempts include it: one more here, then the error.
+  store->failures["http://h/a"] = -1;
+  try {
+    twice.read_after(started(twice, "http://h/a"), "http://h/a", 0, -1, "a");
+    FAIL() << "expected a ReadError";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.cause().rfind("HTTP 503 Service Unavailable (a transient error; gave up after 2 attempts in ", 0), 0u)
+        << e.cause();
+  }
+  EXPECT_EQ(store->requests().size(), 4u);
+
+  // A permanent failure is the error at once; no failure (nor bytes) is a
+  // read made anew.
+  try {
+    twice.read_after(started(twice, "http://h/missing"), "http://h/missing", 0, -1, "http://h/missing");
+    FAIL() << "expected a ReadError";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "http://h/missing: HTTP 404 Not Found");
+  }
+  EXPECT_EQ(store->requests().size(), 5u);
+  store->failures["http://h/a"] = 0;
+  EXPECT_EQ(as_string(twice.read_after(RemoteAttempt{}, "http://h/a", 1, 2, "a")), "bc");
+  EXPECT_EQ(store->requests().size(), 6u);
+  RemoteAttempt cancelled;
+  cancelled.failure = FetchFailure{Kind::kCancelled, 0, "the loader stopped"};
+  try {
+    twice.read_after(cancelled, "http://h/a", 0, -1, "a");
+    FAIL() << "expected a cancellation";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kCancelled);
+  }
+  EXPECT_EQ(store->requests().size(), 6u);
+}
+
+TEST(RemoteTest, AFileSourceStartsAUrlsReadAndGivesItsRecordOrTheAttemptToContinue) {
+  auto store = std::make_shared<FakeStore>();
+  store->asynchronous = true;
+  store->objects["http://h/a.jpg"] = "remote bytes";
+  store->failures["http://h/b.jpg"] = 1;
+  store->objects["http://h/b.jpg"] = "more bytes";
+  FileSource source({"http://h/a.jpg", "http://h/b.jpg", "/local/c.jpg"}, {3, 4, 5}, {},
+                    std::make_shared<RemoteAccess>(access(store)));
+  auto start = [&](int64_t index) {
+    std::promise<AsyncRead> promise;
+    std::future<AsyncRead> future = promise.get_future();
+    EXPECT_TRUE(source.start_read(index, nullptr, [&promise](AsyncRead end) { promise.set_value(std::move(end)); }));
+    return future.get();
+  };
+  const AsyncRead a = start(0);
+  ASSERT_TRUE(a.record.has_value());
+  EXPECT_EQ(as_string(a.record->data), "remote bytes");
+  EXPECT_EQ(a.record->label, 3);
+  EXPECT_EQ(a.record->key, "http://h/a.jpg");
+  const AsyncRead b = start(1);
+  ASSERT_FALSE(b.record.has_value());
+  ASSERT_NE(b.attempt, nullptr);
+  const Record continued = source.read_after(1, *b.attempt);
+  EXPECT_EQ(as_string(continued.data), "more bytes");
+  EXPECT_EQ(continued.label, 4);
+  // A file is not started: the loader reads it on an io thread.
+  EXPECT_FALSE(source.start_read(2, nullptr, [](AsyncRead) { ADD_FAILURE() << "a file's read was started"; }));
+  EXPECT_EQ(store->requests().size(), 3u);
 }
 
 TEST(RemoteTest, SourcesWithUrlsDoNotReadLocally) {

@@ -1,6 +1,7 @@
 #include "conveyor/io/source.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include "conveyor/core/error.h"
@@ -49,6 +50,37 @@ Record FileSource::read(int64_t index) const {
   const std::string& path = paths_.at(i);
   Bytes data = remote_ != nullptr && is_url(path) ? remote_->read(path, 0, -1, path) : read_file(path);
   return Record{std::move(data), labels_.empty() ? -1 : labels_[i], path,
+                boxes_.empty() ? std::vector<BoundingBox>{} : boxes_[i]};
+}
+
+bool FileSource::start_read(int64_t index, const Cancellation* cancellation,
+                            std::function<void(AsyncRead)> done) const {
+  const auto i = static_cast<size_t>(index);
+  const std::string& path = paths_.at(i);
+  if (remote_ == nullptr || !is_url(path)) return false;
+  return remote_->start_read(path, cancellation, [this, i, done = std::move(done)](RemoteAttempt attempt) {
+    AsyncRead end;
+    end.queue_wait_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(attempt.queue_wait).count();
+    try {
+      if (attempt.data) {
+        end.record = Record{Bytes::from_vector(std::move(*attempt.data)), labels_.empty() ? -1 : labels_[i], paths_[i],
+                            boxes_.empty() ? std::vector<BoundingBox>{} : boxes_[i]};
+      } else {
+        end.attempt = std::make_shared<RemoteAttempt>(std::move(attempt));
+      }
+    } catch (...) {
+      // Out of memory: neither, and the loader reads the sample anew.
+      end.record.reset();
+    }
+    done(std::move(end));
+  });
+}
+
+Record FileSource::read_after(int64_t index, const RemoteAttempt& attempt) const {
+  const auto i = static_cast<size_t>(index);
+  const std::string& path = paths_.at(i);
+  if (remote_ == nullptr || !is_url(path)) return read(index);
+  return Record{remote_->read_after(attempt, path, 0, -1, path), labels_.empty() ? -1 : labels_[i], path,
                 boxes_.empty() ? std::vector<BoundingBox>{} : boxes_[i]};
 }
 

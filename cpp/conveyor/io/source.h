@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -11,7 +12,9 @@
 
 namespace conveyor {
 
-struct RemoteAccess;  // remote.h
+class Cancellation;    // core/cancellation.h
+struct RemoteAccess;   // remote.h
+struct RemoteAttempt;  // remote.h
 
 /// Immutable bytes with shared ownership: an owned vector, or a view into
 /// memory kept alive by `owner` (e.g. a decompressed file). Cheap to copy.
@@ -46,6 +49,16 @@ struct Record {
   std::vector<BoundingBox> boxes;  ///< Objects in the image (detection sources), in source pixels.
 };
 
+/// How Source::start_read ended: the record, or else the attempt that
+/// Source::read_after continues from.
+struct AsyncRead {
+  std::optional<Record> record;
+  std::shared_ptr<RemoteAttempt> attempt;  ///< When there is no record.
+  /// The read's wait for a slot under its store's limit on requests in
+  /// flight (thread_queue_wait_ns() for read()): not its latency.
+  int64_t queue_wait_ns = 0;
+};
+
 /// What a source prepares for reading one epoch's order (Source::plan_reads):
 /// opaque to the loader, which hands it back to read_planned().
 ///
@@ -72,6 +85,26 @@ class Source {
 
   /// The sample's key without reading it (used to name it in errors).
   virtual std::string key(int64_t index) const = 0;
+
+  /// Starts reading sample `index` and returns without waiting for it,
+  /// where the source can (a URL through a store that reads so,
+  /// RemoteStore::start_read); false where it cannot, and `done` is never
+  /// called: the loader then calls read() on an io thread. Otherwise `done`
+  /// is called once, on the store's thread, with the record or the attempt
+  /// for read_after(); it must be quick and must not throw. The read ends
+  /// early when `cancellation` (null: none; it must outlive the read) is
+  /// cancelled. The default: false.
+  virtual bool start_read(int64_t index, const Cancellation* cancellation, std::function<void(AsyncRead)> done) const {
+    (void)index, (void)cancellation, (void)done;
+    return false;
+  }
+  /// read(index) after start_read's `attempt` gave no record: the same
+  /// record and errors as read(), that attempt counted among its retries.
+  /// The default: read(index).
+  virtual Record read_after(int64_t index, const RemoteAttempt& attempt) const {
+    (void)attempt;
+    return read(index);
+  }
   /// A plan for reading `order`: the sample indices one loader reads this
   /// epoch, in the order it issues them. A source whose samples are ranges
   /// of larger remote objects (TarShardSource) may read samples issued near
@@ -158,6 +191,9 @@ class FileSource final : public Source {
   int64_t size() const override { return static_cast<int64_t>(paths_.size()); }
   Record read(int64_t index) const override;
   std::string key(int64_t index) const override;
+  /// A URL's path through RemoteAccess::start_read; false for a file.
+  bool start_read(int64_t index, const Cancellation* cancellation, std::function<void(AsyncRead)> done) const override;
+  Record read_after(int64_t index, const RemoteAttempt& attempt) const override;
   /// True unless a path is a URL read through `remote`.
   bool local_reads() const override { return local_; }
   bool network_reads() const override { return !local_; }

@@ -403,7 +403,7 @@ void Loader::issue_unguarded_locked(EpochRun& run) {
             queue_order(*task, run.batch_size),
             [this, run = run.shared_from_this(), task = *task, cached] { sample_task(run, task, cached); });
       } else {
-        io_pool_->submit([this, run = run.shared_from_this(), task = *task] { read_task(run, task); });
+        start_read_locked(run, *task);
       }
     } catch (...) {
       run.end_task(*task);  // It never started: stop() must not wait for it.
@@ -470,19 +470,94 @@ void Loader::sample_task(const std::shared_ptr<EpochRun>& run, SlotTicket task, 
     io_pool_->submit([this, run, task] { read_task(run, task); });
     return;
   }
-  if (std::optional<Record> record = read_sample(run, task)) process_task(run, task, std::move(*record));
+  if (std::optional<Record> record = read_sample(run, task, nullptr)) process_task(run, task, std::move(*record));
 }
 
-void Loader::read_task(const std::shared_ptr<EpochRun>& run, SlotTicket task) {
+void Loader::start_read_locked(EpochRun& run, SlotTicket task) {
+  const std::optional<int64_t> sample = run.sample_for(task);
+  if (!sample || run.read_plan != nullptr) {
+    // An ended task ends on the io pool; a planned read is the plan's.
+    io_pool_->submit([this, run = run.shared_from_this(), task] { read_task(run, task); });
+    return;
+  }
+  if (async_reads_ >= settings_.io_threads) {
+    async_waiting_.emplace_back(run.shared_from_this(), task);
+    return;
+  }
+  ++async_reads_;
+  bool started = false;
+  try {
+    started =
+        source_->start_read(*sample, &run.stopping,
+                            [this, run = run.shared_from_this(), task, sample = *sample, started_ns = steady_ns()](
+                                AsyncRead end) noexcept { read_done(run, task, sample, started_ns, std::move(end)); });
+  } catch (...) {
+    --async_reads_;
+    throw;
+  }
+  if (!started) {
+    --async_reads_;
+    io_pool_->submit([this, run = run.shared_from_this(), task] { read_task(run, task); });
+  }
+}
+
+void Loader::start_waiting_reads_locked() {
+  while (!async_waiting_.empty() && async_reads_ < settings_.io_threads) {
+    auto [run, task] = std::move(async_waiting_.front());
+    async_waiting_.pop_front();
+    try {
+      start_read_locked(*run, task);
+    } catch (...) {
+      run->end_task(task);  // It never started: stop() must not wait for it.
+      throw;
+    }
+  }
+}
+
+void Loader::read_done(const std::shared_ptr<EpochRun>& run, SlotTicket task, int64_t sample, int64_t started_ns,
+                       AsyncRead end) noexcept {
+  if (end.record) {
+    // As read_sample counts a read (a failed attempt is counted by the read
+    // that continues it). The CPU it took was the store's thread's.
+    read_queue_wait_ns_ += end.queue_wait_ns;
+    const int64_t read_ns = std::max<int64_t>(0, steady_ns() - started_ns - end.queue_wait_ns);
+    read_ns_ += read_ns;
+    read_latency_.record(read_ns);
+    ++samples_read_;
+    if (end.record->key.empty()) end.record->key = key_of(*source_, sample);
+  }
+  // Handed off under the lock, as issue_locked() submits: close() then
+  // cannot reset the pools while a submit() is still under way.
+  std::lock_guard lock(mu_);
+  --async_reads_;
+  try {
+    start_waiting_reads_locked();
+    if (end.record) {
+      cpu_pool_->submit_in_order(
+          queue_order(task, run->batch_size),
+          [this, run, task, record = std::move(*end.record)]() mutable { process_task(run, task, std::move(record)); });
+    } else {
+      io_pool_->submit([this, run, task, attempt = std::move(end.attempt)] { read_task(run, task, attempt); });
+    }
+  } catch (const std::exception& e) {
+    run->end_task(task);
+    run->fail(cannot_start(e));
+    cv_.notify_all();
+  }
+}
+
+void Loader::read_task(const std::shared_ptr<EpochRun>& run, SlotTicket task,
+                       const std::shared_ptr<RemoteAttempt>& attempt) {
   const TaskScope scope(this);
-  if (std::optional<Record> record = read_sample(run, task)) {
+  if (std::optional<Record> record = read_sample(run, task, attempt)) {
     cpu_pool_->submit_in_order(
         queue_order(task, run->batch_size),
         [this, run, task, record = std::move(*record)]() mutable { process_task(run, task, std::move(record)); });
   }
 }
 
-std::optional<Record> Loader::read_sample(const std::shared_ptr<EpochRun>& run, SlotTicket task) {
+std::optional<Record> Loader::read_sample(const std::shared_ptr<EpochRun>& run, SlotTicket task,
+                                          const std::shared_ptr<RemoteAttempt>& attempt) {
   int64_t sample;
   {
     std::lock_guard lock(mu_);
@@ -501,7 +576,9 @@ std::optional<Record> Loader::read_sample(const std::shared_ptr<EpochRun>& run, 
   std::optional<SampleError> error;
   try {
     const ScopedCancellation scope(run->stopping);
-    record = run->read_plan ? source_->read_planned(sample, *run->read_plan) : source_->read(sample);
+    record = attempt          ? source_->read_after(sample, *attempt)
+             : run->read_plan ? source_->read_planned(sample, *run->read_plan)
+                              : source_->read(sample);
     if (record.key.empty()) record.key = key_of(*source_, sample);
   } catch (const Error& e) {
     error = SampleError::from(e, key_of(*source_, sample));
@@ -772,6 +849,12 @@ void Loader::stop_locked(std::unique_lock<std::mutex>& lock) {
   if (run_ == nullptr) return;
   std::shared_ptr<EpochRun> run = run_;
   run->cancel();
+  // Reads waiting to start never will: their tasks end here.
+  std::erase_if(async_waiting_, [&](const auto& waiting) {
+    if (waiting.first != run) return false;
+    run->end_task(waiting.second);
+    return true;
+  });
   cv_.notify_all();
   // Queued tasks see `cancelled` and finish at once; running ones finish their sample.
   cv_.wait(lock, [&] { return run->outstanding == 0; });
@@ -885,6 +968,12 @@ void Loader::apply_settings_locked(const AutotuneSettings& settings) {
   if (run_ != nullptr && !run_->cancelled && !run_->finished) {
     run_->prefetch = settings.prefetch;
     issue_locked(*run_);  // Room for more batches, if prefetch grew.
+    try {
+      start_waiting_reads_locked();  // And for more reads, if io_threads grew.
+    } catch (const std::exception& e) {
+      run_->fail(cannot_start(e));
+      cv_.notify_all();
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -325,10 +326,27 @@ class Loader {
   // Whether a remote source's `sample` is a URL whose object a cache holds
   // (Source::read_is_cached): its read is then inline too.
   bool cached_read(std::optional<int64_t> sample) const noexcept;
-  void read_task(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task);
+  // `attempt`: an asynchronous read's that gave no record (read_done), which
+  // the read continues from (Source::read_after).
+  void read_task(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task,
+                 const std::shared_ptr<RemoteAttempt>& attempt = nullptr);
   // Reads the sample of `task`; nothing when the task has ended (its slot was
   // reassigned, the run cancelled, or the read failed: then recorded).
-  std::optional<Record> read_sample(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task);
+  std::optional<Record> read_sample(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task,
+                                    const std::shared_ptr<RemoteAttempt>& attempt);
+  // A read off the cpu threads: started without a thread waiting for it
+  // where the source can (Source::start_read: a URL's bytes land on the
+  // store's thread, which hands them to the cpu pool, read_done), at most
+  // settings_.io_threads at once, the rest waiting in async_waiting_ in
+  // order; else on the io pool (read_task).
+  void start_read_locked(detail::EpochRun& run, detail::SlotTicket task);
+  // Starts waiting asynchronous reads while there is room for them.
+  void start_waiting_reads_locked();
+  // An asynchronous read ended (on the store's thread): counts it, starts
+  // the next one, and hands the record to the cpu pool, or what failed to
+  // the io pool, where the read continues (retries, its error).
+  void read_done(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task, int64_t sample,
+                 int64_t started_ns, AsyncRead end) noexcept;
   void process_task(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task, Record record);
   void finish_task(detail::EpochRun& run, detail::SlotTicket task, int64_t label, std::vector<BoundingBox> boxes,
                    const detail::SampleError* error);
@@ -396,8 +414,12 @@ class Loader {
   const int64_t memory_budget_;
   std::unique_ptr<LoaderAutotune> autotune_;  // Guarded by mu_.
   AutotuneSettings settings_;                 // Guarded by mu_: what the pools are set to.
-  SizedBufferPool sample_pool_;               // Per-sample buffers of variable-shape batches.
-  bool closed_ = false;                       // Guarded by mu_.
+  // Asynchronous reads (start_read_locked), guarded by mu_: how many are in
+  // flight, and those waiting for room, in order.
+  int async_reads_ = 0;
+  std::deque<std::pair<std::shared_ptr<detail::EpochRun>, detail::SlotTicket>> async_waiting_;
+  SizedBufferPool sample_pool_;  // Per-sample buffers of variable-shape batches.
+  bool closed_ = false;          // Guarded by mu_.
   // Reset by close() once no task runs; read without the lock by tasks, which
   // only run before that.
   std::unique_ptr<ThreadPool> cpu_pool_;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <functional>
 #include <future>
@@ -19,7 +20,9 @@
 #include <thread>
 #include <utility>
 
+#include "conveyor/core/cancellation.h"
 #include "conveyor/core/error.h"
+#include "conveyor/io/remote.h"
 
 namespace conveyor {
 namespace {
@@ -269,6 +272,172 @@ TEST(LoaderTest, ReadsThatMayWaitOnANetworkStayOnTheIoPool) {
                 options(8, 2, 16, 2));
   ASSERT_EQ(run_epoch(loader, 0).samples().size(), 96u);
   for (const auto& [sample, reader] : log.read_by) EXPECT_NE(reader, log.processed_by.at(sample)) << sample;
+}
+
+// A MemorySource whose reads are started (Source::start_read) and answered
+// by a thread of its own, as a store's event loop answers them: in a random
+// order. The first attempt at a sample of `failing_once` fails (503), which
+// read_after() then continues. With `answers` false, a read is answered
+// only once its Cancellation is cancelled.
+class StartedReadsSource final : public MemorySource {
+ public:
+  StartedReadsSource(int64_t n, std::set<int64_t> unreadable = {}, std::set<int64_t> failing_once = {},
+                     bool answers = true)
+      : MemorySource(n, 0, std::move(unreadable)), failing_once_(std::move(failing_once)), answers_(answers) {}
+  ~StartedReadsSource() override {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  bool start_read(int64_t index, const Cancellation* cancellation, std::function<void(AsyncRead)> done) const override {
+    std::lock_guard lock(mu_);
+    pending_.push_back({index, cancellation, std::move(done)});
+    ++started;
+    most_in_flight = std::max(most_in_flight, static_cast<int>(pending_.size()));
+    cv_.notify_all();
+    return true;
+  }
+  Record read_after(int64_t index, const RemoteAttempt& attempt) const override {
+    ++continued;
+    EXPECT_TRUE(attempt.failure.has_value());
+    if (attempt.failure && attempt.failure->kind == FetchFailure::Kind::kCancelled) {
+      throw Error(ErrorKind::kCancelled, "the remote read was cancelled (the loader stopped)", key(index));
+    }
+    return read(index);
+  }
+  int in_flight() const {
+    std::lock_guard lock(mu_);
+    return static_cast<int>(pending_.size());
+  }
+  mutable int started = 0;         // Guarded by mu_ (read once the loader is done).
+  mutable int most_in_flight = 0;  // Guarded by mu_.
+  mutable std::atomic<int> continued{0};
+  mutable std::atomic<int> answered{0};
+
+ private:
+  struct Pending {
+    int64_t index;
+    const Cancellation* cancellation;
+    std::function<void(AsyncRead)> done;
+  };
+  void serve() {
+    std::mt19937 random(7);
+    std::unique_lock lock(mu_);
+    while (true) {
+      cv_.wait_for(lock, 1ms, [&] { return stopping_ || !pending_.empty(); });
+      if (stopping_) return;
+      if (pending_.empty()) continue;
+      size_t pick = random() % pending_.size();
+      if (!answers_) {
+        const auto cancelled = std::find_if(pending_.begin(), pending_.end(), [](const Pending& p) {
+          return p.cancellation != nullptr && p.cancellation->cancelled();
+        });
+        if (cancelled == pending_.end()) {
+          // Nothing to answer yet: look again in a while, without the lock.
+          lock.unlock();
+          std::this_thread::sleep_for(1ms);
+          lock.lock();
+          continue;
+        }
+        pick = static_cast<size_t>(cancelled - pending_.begin());
+      }
+      Pending next = std::move(pending_[pick]);
+      pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(pick));
+      const bool fails = !answers_ || failing_once_.erase(next.index) > 0 || unreadable(next.index);
+      lock.unlock();
+      AsyncRead end;
+      if (fails) {
+        end.attempt = std::make_shared<RemoteAttempt>();
+        end.attempt->failure = answers_ ? FetchFailure{FetchFailure::Kind::kStatus, 503, "Service Unavailable"}
+                                        : FetchFailure{FetchFailure::Kind::kCancelled, 0, "the loader stopped"};
+      } else {
+        end.record = read(next.index);
+      }
+      ++answered;
+      next.done(std::move(end));  // May start the next read: without the lock.
+      lock.lock();
+    }
+  }
+  bool unreadable(int64_t index) const {
+    try {
+      read(index);
+      return false;
+    } catch (const Error&) {
+      return true;
+    }
+  }
+
+  mutable std::set<int64_t> failing_once_;  // Guarded by mu_.
+  const bool answers_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  mutable std::vector<Pending> pending_;
+  bool stopping_ = false;
+  std::thread thread_{[this] { serve(); }};  // Last: started once the rest exists.
+};
+
+TEST(LoaderTest, StartedReadsAnsweredInAnyOrderGiveTheSameBatchesAtMostIoThreadsInFlight) {
+  auto source = std::make_shared<StartedReadsSource>(103);
+  {
+    Loader loader(source, std::make_shared<IndexTransform>(), options(8, 2, 3, 3));
+    const Epoch epoch = run_epoch(loader, 0);
+    EXPECT_EQ(epoch.samples(), random_permutation(103, 1234, 0));
+    for (size_t b = 0; b < epoch.batches.size(); ++b) {
+      for (size_t i = 0; i < epoch.labels[b].size(); ++i) {
+        EXPECT_EQ(epoch.labels[b][i], epoch.samples()[b * 8 + i] % 10);
+      }
+    }
+    EXPECT_EQ(loader.stats().samples_read, 103);
+  }
+  EXPECT_EQ(source->started, 103);
+  EXPECT_EQ(source->answered.load(), 103);
+  EXPECT_EQ(source->continued.load(), 0);
+  EXPECT_EQ(source->most_in_flight, 3);  // io_threads, and no more.
+}
+
+TEST(LoaderTest, AStartedReadThatFailedIsContinuedOnAnIoThreadAndItsErrorNamesTheSample) {
+  LoaderOptions o = options(4, 2, 4, 2);
+  o.shuffle = false;
+  auto source = std::make_shared<StartedReadsSource>(40, std::set<int64_t>{}, std::set<int64_t>{5, 17});
+  Loader loader(source, std::make_shared<IndexTransform>(), o);
+  std::vector<int64_t> in_order(40);
+  std::iota(in_order.begin(), in_order.end(), 0);
+  EXPECT_EQ(run_epoch(loader, 0).samples(), in_order);
+  EXPECT_EQ(source->continued.load(), 2);
+
+  Loader failing(std::make_shared<StartedReadsSource>(8, std::set<int64_t>{2}), std::make_shared<IndexTransform>(), o);
+  failing.start_epoch(0);
+  try {
+    failing.next();
+    FAIL() << "expected a read error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kRead);
+    EXPECT_STREQ(e.what(), "sample-2.jpg: No such file or directory");
+  }
+}
+
+TEST(LoaderTest, StopEndsStartedReadsThatNeverAnswerAndThoseWaitingToStart) {
+  auto source = std::make_shared<StartedReadsSource>(1000, std::set<int64_t>{}, std::set<int64_t>{}, false);
+  {
+    Loader loader(source, std::make_shared<IndexTransform>(), options(8, 2, 4, 4));
+    loader.start_epoch(0);
+    auto consumer = std::async(std::launch::async, [&] { return loader.next(); });
+    // 4 started (io_threads), the rest of 4 batches waiting for room.
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (source->in_flight() < 4 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+    ASSERT_EQ(source->in_flight(), 4);
+    loader.stop();
+    ASSERT_EQ(consumer.wait_for(5s), std::future_status::ready);
+    EXPECT_EQ(consumer.get().status, NextResult::Status::kEnd);
+    EXPECT_EQ(loader.stats().buffers_leased, 0);
+    EXPECT_EQ(source->answered.load(), 4);
+    loader.close();
+  }
+  EXPECT_EQ(source->started, 4);
+  EXPECT_EQ(source->in_flight(), 0);
 }
 
 TEST(LoaderTest, ARemoteSampleACacheHoldsIsReadOnTheThreadThatDecodesIt) {
