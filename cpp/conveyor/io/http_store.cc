@@ -666,8 +666,9 @@ class HttpStore::Loop {
   const HttpStoreOptions& options() const { return options_; }
 
   // The transfer of one attempt at read(url, offset, size). Throws
-  // FetchError kInvalid for a URL it cannot read.
-  std::shared_ptr<Transfer> read_transfer(const std::string& url, uint64_t offset, int64_t size);
+  // FetchError kInvalid for a URL it cannot read; when not `may_wait`,
+  // CredentialsNotAtHand rather than reading a role's credentials.
+  std::shared_ptr<Transfer> read_transfer(const std::string& url, uint64_t offset, int64_t size, bool may_wait = true);
 
   HttpStoreCounters counters() const {
     HttpStoreCounters counters;
@@ -1066,14 +1067,19 @@ HttpStoreCounters HttpStore::counters() const { return loop_->counters(); }
 
 namespace {
 
+// Thrown by sign() that may not wait, for a role's credentials that are not
+// at hand (RefreshingRoleCredentials::at_hand).
+struct CredentialsNotAtHand {};
+
 // Fills `t`'s signing fields for a request of `api` to `bucket` under
 // `config` (the store's S3 or GCS settings), and returns the settings its
 // URL is made with: `config` in the region S3 named for the bucket (S3
 // only), when that is another. With a role's credentials (`role`, S3
 // only), reads them: on the caller's thread, since a read of the metadata
-// service may take a second.
+// service may take a second; unless not `may_wait`, when only credentials
+// at hand sign (else CredentialsNotAtHand).
 S3Config sign(Transfer& t, Api api, const S3Config& config, const std::string& bucket,
-              const std::optional<std::string>& region, RefreshingRoleCredentials* role) {
+              const std::optional<std::string>& region, RefreshingRoleCredentials* role, bool may_wait = true) {
   t.api = api;
   t.unsigned_request = config.anonymous;
   t.credentials_source = config.credentials_source;
@@ -1086,7 +1092,8 @@ S3Config sign(Transfer& t, Api api, const S3Config& config, const std::string& b
   }
   t.signed_region = used.region;
   if (role != nullptr) {
-    t.role = role->current();
+    t.role = may_wait ? role->current() : role->at_hand();
+    if (!may_wait && !t.role) throw CredentialsNotAtHand{};
     if (t.role) {
       t.credentials_source = t.role->from;
       t.role_headers.add(std::string("x-amz-content-sha256: ") + kEmptyPayloadSha256);
@@ -1104,7 +1111,7 @@ S3Config sign(Transfer& t, Api api, const S3Config& config, const std::string& b
 // store's S3Config (signed by sign()); any other scheme but http(s) is invalid.
 std::shared_ptr<Transfer> transfer_for(const std::string& url, const HttpStoreOptions& options,
                                        const std::function<std::optional<std::string>(const std::string&)>& region_of,
-                                       RefreshingRoleCredentials* role) {
+                                       RefreshingRoleCredentials* role, bool may_wait = true) {
   auto t = std::make_shared<Transfer>();
   const std::string scheme = ascii_lower(url.substr(0, url.find("://")));
   if (scheme == "s3" || scheme == "gs") {
@@ -1119,7 +1126,7 @@ std::shared_ptr<Transfer> transfer_for(const std::string& url, const HttpStoreOp
       const std::string s3_url = "s3://" + url.substr(5);
       const std::string bucket = split_s3_url(s3_url).first;
       t->url = s3_http_url(gcs ? sign(*t, Api::kGcs, *config, bucket, std::nullopt, nullptr)
-                               : sign(*t, Api::kS3, *config, bucket, region_of(bucket), role),
+                               : sign(*t, Api::kS3, *config, bucket, region_of(bucket), role, may_wait),
                            s3_url);
     } catch (const Error& e) {
       throw FetchError({Kind::kInvalid, 0, e.cause()});
@@ -1180,9 +1187,10 @@ std::optional<FetchFailure> refused_read_size(int64_t size, const HttpStoreOptio
 
 }  // namespace
 
-std::shared_ptr<Transfer> HttpStore::Loop::read_transfer(const std::string& url, uint64_t offset, int64_t size) {
+std::shared_ptr<Transfer> HttpStore::Loop::read_transfer(const std::string& url, uint64_t offset, int64_t size,
+                                                         bool may_wait) {
   std::shared_ptr<Transfer> t = transfer_for(
-      url, options_, [this](const std::string& bucket) { return bucket_region(bucket); }, role_.get());
+      url, options_, [this](const std::string& bucket) { return bucket_region(bucket); }, role_.get(), may_wait);
   // A whole object is one plain GET: a range would change what servers
   // answer (416 for an empty object).
   if (size > 0) t->range = std::to_string(offset) + "-" + std::to_string(offset + static_cast<uint64_t>(size) - 1);
@@ -1201,14 +1209,14 @@ std::vector<uint8_t> HttpStore::read(const std::string& url, uint64_t offset, in
 bool HttpStore::start_read(const std::string& url, uint64_t offset, int64_t size, const Cancellation* cancellation,
                            std::function<void(RemoteAttempt)> done) const {
   const HttpStoreOptions& options = loop_->options();
-  // A role's credentials may be read over the network first (about hourly):
-  // only read() may wait for that.
-  if (size == 0 || refused_read_size(size, options) || loop_->role_credentials() != nullptr) return false;
+  if (size == 0 || refused_read_size(size, options)) return false;
   std::shared_ptr<Transfer> t;
   try {
-    t = loop_->read_transfer(url, offset, size);
+    t = loop_->read_transfer(url, offset, size, /*may_wait=*/false);
   } catch (const FetchError&) {
     return false;  // read() says what is wrong with the URL.
+  } catch (const CredentialsNotAtHand&) {
+    return false;  // read() waits for them (a network read, about hourly).
   }
   t->on_done = [loop = loop_.get(), offset, size, done = std::move(done)](Transfer& t) {
     RemoteAttempt attempt;

@@ -92,8 +92,9 @@ class HttpStore final : public RemoteStore {
 
   std::vector<uint8_t> read(const std::string& url, uint64_t offset, int64_t size) const override;
   /// One attempt at read(), its `done` run on the event-loop thread; false
-  /// for S3 signed with a role's credentials (reading them may wait), an
-  /// empty or too large read, and a URL that read() refuses.
+  /// where a role's credentials are not at hand (reading them may wait:
+  /// RefreshingRoleCredentials::at_hand), for an empty or too large read,
+  /// and for a URL that read() refuses.
   bool start_read(const std::string& url, uint64_t offset, int64_t size, const Cancellation* cancellation,
                   std::function<void(RemoteAttempt)> done) const override;
   uint64_t size(const std::string& url) const override;

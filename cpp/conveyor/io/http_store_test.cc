@@ -884,14 +884,20 @@ HttpTestServer role_checking_s3() {
 }
 
 // Reads s3://bucket/a whole and in part from an S3 server that accepts only
-// the role's signature, with the store's S3 settings found in `variables`.
+// the role's signature, with the store's S3 settings found in `variables`;
+// a started read too, once the credentials are at hand (before, it is not
+// started: reading them may wait).
 void expect_the_roles_signature(const GetEnv& variables) {
   HttpTestServer s3 = role_checking_s3();
   HttpStoreOptions options;
   options.s3 = resolve_s3_config({{"endpoint_url", s3.url("")}}, variables);
   HttpStore store(options);
+  EXPECT_FALSE(started_read(store, "s3://bucket/a").has_value());
   EXPECT_EQ(text(store.read("s3://bucket/a", 0, -1)), "abc");
   EXPECT_EQ(text(store.read("s3://bucket/a", 1, 1)), "b");
+  const std::optional<Started> started = started_read(store, "s3://bucket/a", 1, 2);
+  ASSERT_TRUE(started.has_value() && started->attempt.data.has_value());
+  EXPECT_EQ(text(*started->attempt.data), "bc");
 }
 
 TEST(HttpStoreTest, WithoutKeysTheInstanceRolesCredentialsSignTheRequests) {

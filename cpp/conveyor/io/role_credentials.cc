@@ -994,13 +994,22 @@ RefreshingRoleCredentials::RefreshingRoleCredentials(RoleCredentialsEndpoint end
                                                      std::chrono::seconds retry_after)
     : endpoint_(std::move(endpoint)), ca_(std::move(ca)), retry_after_(retry_after) {}
 
+bool RefreshingRoleCredentials::fresh_locked(std::chrono::system_clock::time_point now) const {
+  return credentials_ != nullptr && (credentials_->expiration - now > kRefreshBefore ||
+                                     (credentials_->expiration > now && now - read_at_ < retry_after_));
+}
+
+std::shared_ptr<const RoleCredentials> RefreshingRoleCredentials::at_hand() const {
+  // current() holds the lock while it reads: never wait for that.
+  std::unique_lock lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock() || !fresh_locked(std::chrono::system_clock::now())) return nullptr;
+  return credentials_;
+}
+
 std::shared_ptr<const RoleCredentials> RefreshingRoleCredentials::current() {
   std::lock_guard lock(mu_);
   const auto now = std::chrono::system_clock::now();
-  if (credentials_ != nullptr && (credentials_->expiration - now > kRefreshBefore ||
-                                  (credentials_->expiration > now && now - read_at_ < retry_after_))) {
-    return credentials_;
-  }
+  if (fresh_locked(now)) return credentials_;
   if (tried_ && credentials_ == nullptr &&
       (endpoint_.kind == RoleCredentialsEndpoint::Kind::kInstanceMetadata || now - failed_at_ < retry_after_)) {
     return nullptr;  // No role here (yet): unsigned.

@@ -250,12 +250,19 @@ class RefreshingRoleCredentials {
   /// and kCancelled when the calling thread's Cancellation ends the read
   /// (core/cancellation.h; not counted as the endpoint's failure).
   std::shared_ptr<const RoleCredentials> current();
+  /// What current() would return without reading credentials or waiting for
+  /// a read under way: the credentials read before, while they need no
+  /// refresh; else null (none read yet, none to be had, or due a read).
+  std::shared_ptr<const RoleCredentials> at_hand() const;
   /// Where the credentials come from: RoleCredentials::from once read,
   /// endpoint.describe() before, or after a failed first read why it failed
   /// ("the instance metadata service at URL: STEP: CAUSE").
   std::string source() const;
 
  private:
+  // Whether credentials_ need no read at `now` (under mu_).
+  bool fresh_locked(std::chrono::system_clock::time_point now) const;
+
   const RoleCredentialsEndpoint endpoint_;
   const CaCertificates ca_;
   const std::chrono::seconds retry_after_;
