@@ -181,17 +181,18 @@ struct Transfer {
   char error[CURL_ERROR_SIZE] = {};
   bool cancelled = false;  // Ended by the store's destructor.
 
-  // An asynchronous read's (HttpStore::start_read): run by the loop thread
-  // when the transfer ends, instead of waking a waiter; and what ends it
-  // when the reader's Cancellation is cancelled. Set before submission.
-  std::function<void(Transfer&)> on_done;
-  std::optional<Cancellation::Subscription> cancelled_by;
-
   std::atomic<bool> abandoned{false};  // The waiter gave up (its loader stopped).
   bool stop_waiting = false;           // Set (under mu) by the waiter's Cancellation.
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
+
+  // An asynchronous read's (HttpStore::start_read): run by the loop thread
+  // when the transfer ends, instead of waking a waiter; and what ends it
+  // when the reader's Cancellation is cancelled. Set before submission.
+  // Last: the subscription's callback writes `abandoned`, so it goes first.
+  std::function<void(Transfer&)> on_done;
+  std::optional<Cancellation::Subscription> cancelled_by;
 };
 
 size_t on_header(char* data, size_t, size_t count, void* user) {
@@ -619,6 +620,12 @@ class HttpStore::Loop {
       if (submit(t)) driver_->wake();
     } catch (const FetchError&) {
       return false;
+    }
+    // Cancelled before it was submitted: the loop may have looked for
+    // abandoned transfers in between, not finding it yet.
+    if (t->abandoned.load()) {
+      abandoned_any_.store(true);
+      driver_->wake();
     }
     return true;
   }

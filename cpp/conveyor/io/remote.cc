@@ -46,7 +46,8 @@ template <class Attempt>
 auto with_retries(const RetryPolicy& policy, const std::string& key, Attempt&& attempt,
                   const RemoteAttempt* first = nullptr) {
   using Clock = std::chrono::steady_clock;
-  const Clock::time_point start = first != nullptr ? first->started : Clock::now();
+  const Clock::time_point start =
+      first != nullptr && first->started != Clock::time_point{} ? first->started : Clock::now();
   double backoff = policy.initial_backoff;
   int made = 0;
   // After the `made`th attempt failed: the error to throw, or the backoff.
@@ -181,11 +182,16 @@ bool RemoteAccess::start_read(const std::string& url, const Cancellation* cancel
   return store->start_read(url, 0, -1, cancellation, [started, done = std::move(done)](RemoteAttempt attempt) {
     attempt.started = started;
     if (attempt.data && attempt.data->size() > static_cast<uint64_t>(kMaxRemoteReadBytes)) {
-      // What read() would refuse, as it words it.
-      attempt.failure = FetchFailure{FetchFailure::Kind::kTooLarge, 0,
-                                     std::to_string(attempt.data->size()) + " bytes, more than the " +
-                                         std::to_string(kMaxRemoteReadBytes) + " bytes a read may return"};
+      const size_t size = attempt.data->size();
       attempt.data.reset();
+      try {
+        // What read() would refuse, as it words it.
+        attempt.failure = FetchFailure{FetchFailure::Kind::kTooLarge, 0,
+                                       std::to_string(size) + " bytes, more than the " +
+                                           std::to_string(kMaxRemoteReadBytes) + " bytes a read may return"};
+      } catch (...) {
+        // Out of memory: neither, and the read is made anew (to fail so).
+      }
     }
     done(std::move(attempt));
   });

@@ -136,8 +136,10 @@ class RemoteStore {
   /// default, or a read that would wait before its request is sent, e.g. to
   /// read credentials), and `done` is then never called: the caller calls
   /// read() on a thread that may wait. Otherwise `done` is called exactly
-  /// once, on the store's own thread: it must be quick, must not wait for
-  /// the store (e.g. in read()) and must not throw. The attempt ends as
+  /// once, on the store's own thread (never on the caller's, though perhaps
+  /// before start_read returns): it must be quick, must not wait for the
+  /// store (e.g. in read()) and must not throw; it may start another read.
+  /// The attempt ends as
   /// kCancelled soon after `cancellation` (null: none; it must outlive the
   /// attempt) is cancelled, as read() ends under the thread's Cancellation.
   virtual bool start_read(const std::string& url, uint64_t offset, int64_t size, const Cancellation* cancellation,

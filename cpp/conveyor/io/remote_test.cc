@@ -183,10 +183,12 @@ TEST(RemoteTest, PermanentFailuresFailAtOnce) {
 
 // `attempt` as start_read's `done` got it, at `url` of `access`'s store.
 RemoteAttempt started(const RemoteAccess& access, const std::string& url) {
-  std::promise<RemoteAttempt> promise;
-  std::future<RemoteAttempt> future = promise.get_future();
-  EXPECT_TRUE(
-      access.start_read(url, nullptr, [&promise](RemoteAttempt attempt) { promise.set_value(std::move(attempt)); }));
+  auto promise = std::make_shared<std::promise<RemoteAttempt>>();
+  std::future<RemoteAttempt> future = promise->get_future();
+  if (!access.start_read(url, nullptr, [promise](RemoteAttempt attempt) { promise->set_value(std::move(attempt)); })) {
+    ADD_FAILURE() << "not started: " << url;
+    return {};
+  }
   return future.get();
 }
 
@@ -245,9 +247,12 @@ TEST(RemoteTest, AFileSourceStartsAUrlsReadAndGivesItsRecordOrTheAttemptToContin
   FileSource source({"http://h/a.jpg", "http://h/b.jpg", "/local/c.jpg"}, {3, 4, 5}, {},
                     std::make_shared<RemoteAccess>(access(store)));
   auto start = [&](int64_t index) {
-    std::promise<AsyncRead> promise;
-    std::future<AsyncRead> future = promise.get_future();
-    EXPECT_TRUE(source.start_read(index, nullptr, [&promise](AsyncRead end) { promise.set_value(std::move(end)); }));
+    auto promise = std::make_shared<std::promise<AsyncRead>>();
+    std::future<AsyncRead> future = promise->get_future();
+    if (!source.start_read(index, nullptr, [promise](AsyncRead end) { promise->set_value(std::move(end)); })) {
+      ADD_FAILURE() << "not started: " << index;
+      return AsyncRead{};
+    }
     return future.get();
   };
   const AsyncRead a = start(0);

@@ -90,8 +90,10 @@ class Source {
   /// where the source can (a URL through a store that reads so,
   /// RemoteStore::start_read); false where it cannot, and `done` is never
   /// called: the loader then calls read() on an io thread. Otherwise `done`
-  /// is called once, on the store's thread, with the record or the attempt
-  /// for read_after(); it must be quick and must not throw. The read ends
+  /// is called once, on the store's thread (never on the caller's, though
+  /// perhaps before start_read returns), with the record or the attempt for
+  /// read_after(); it must be quick and must not throw, and it may start
+  /// another read. The read ends
   /// early when `cancellation` (null: none; it must outlive the read) is
   /// cancelled. The default: false.
   virtual bool start_read(int64_t index, const Cancellation* cancellation, std::function<void(AsyncRead)> done) const {

@@ -31,6 +31,14 @@ using detail::queue_order;
 using detail::SampleError;
 using detail::SlotTicket;
 
+// A read waiting for room among those in flight (start_read_locked), with
+// the sample its task had when it was issued.
+struct Loader::WaitingRead {
+  std::shared_ptr<EpochRun> run;
+  SlotTicket task;
+  int64_t sample = 0;
+};
+
 namespace {
 
 // A failure to submit work (a thread that cannot start, a full queue's
@@ -151,6 +159,7 @@ Loader::Loader(std::shared_ptr<const Source> source, std::shared_ptr<const Sampl
       sample_pool_(options_.allocator),
       cpu_pool_(start_pool(settings_.cpu_threads, "conveyor-cpu", "threads")),
       io_pool_(start_pool(settings_.io_threads, "conveyor-io", "io_threads")) {
+  async_limit_ = settings_.io_threads;
   check_config(sample_bytes_ > 0 || !transform_->fixed_shape(), "the transform produces empty samples");
   if (options_.batch_mix) check_batch_mix(*options_.batch_mix, spec_);
   check_config(samples_per_epoch_ > 0,
@@ -169,6 +178,8 @@ Loader::~Loader() {
     (void)io_pool_.release();
     (void)mu_storage_.release();
     (void)cv_storage_.release();
+    (void)async_mu_storage_.release();
+    (void)async_cv_storage_.release();
     return;
   }
   if (on_own_thread()) {
@@ -228,6 +239,12 @@ void Loader::close() {
     stop_locked(lock);
     if (closed_) return;
     closed_ = true;
+  }
+  {
+    // No read is in flight (stop_locked waited for every task), but the
+    // store's thread may still be handing the last one off (read_done).
+    std::unique_lock lock(async_mu_);
+    async_cv_.wait(lock, [&] { return async_handoffs_ == 0; });
   }
   // No task runs (stop_locked waited) and none can start: joining is safe.
   // Both pools are joined before either is destroyed: a cpu thread hands
@@ -470,7 +487,7 @@ void Loader::sample_task(const std::shared_ptr<EpochRun>& run, SlotTicket task, 
     io_pool_->submit([this, run, task] { read_task(run, task); });
     return;
   }
-  if (std::optional<Record> record = read_sample(run, task, nullptr)) process_task(run, task, std::move(*record));
+  if (std::optional<Record> record = read_sample(run, task)) process_task(run, task, std::move(*record));
 }
 
 void Loader::start_read_locked(EpochRun& run, SlotTicket task) {
@@ -480,76 +497,108 @@ void Loader::start_read_locked(EpochRun& run, SlotTicket task) {
     io_pool_->submit([this, run = run.shared_from_this(), task] { read_task(run, task); });
     return;
   }
-  if (async_reads_ >= settings_.io_threads) {
-    async_waiting_.emplace_back(run.shared_from_this(), task);
-    return;
+  {
+    std::lock_guard lock(async_mu_);
+    if (async_reads_ >= async_limit_ || !async_waiting_.empty()) {
+      async_waiting_.push_back({run.shared_from_this(), task, *sample});
+      return;
+    }
+    ++async_reads_;
   }
-  ++async_reads_;
-  bool started = false;
   try {
-    started =
-        source_->start_read(*sample, &run.stopping,
-                            [this, run = run.shared_from_this(), task, sample = *sample, started_ns = steady_ns()](
-                                AsyncRead end) noexcept { read_done(run, task, sample, started_ns, std::move(end)); });
+    start_read(run.shared_from_this(), task, *sample);
   } catch (...) {
+    std::lock_guard lock(async_mu_);
     --async_reads_;
     throw;
   }
-  if (!started) {
-    --async_reads_;
-    io_pool_->submit([this, run = run.shared_from_this(), task] { read_task(run, task); });
+}
+
+void Loader::start_read(const std::shared_ptr<EpochRun>& run, SlotTicket task, int64_t sample) {
+  if (source_->start_read(sample, &run->stopping,
+                          [this, run, task, sample, started_ns = steady_ns()](AsyncRead end) noexcept {
+                            read_done(run, task, sample, started_ns, std::move(end));
+                          })) {
+    return;
+  }
+  io_pool_->submit([this, run, task] { read_task(run, task, StartedRead{}); });
+}
+
+void Loader::end_started_read() noexcept {
+  std::unique_lock lock(async_mu_);
+  --async_reads_;
+  while (!async_waiting_.empty() && async_reads_ < async_limit_) {
+    WaitingRead next = std::move(async_waiting_.front());
+    async_waiting_.pop_front();
+    ++async_reads_;
+    lock.unlock();
+    try {
+      start_read(next.run, next.task, next.sample);
+    } catch (const std::exception& e) {
+      lock.lock();
+      --async_reads_;
+      lock.unlock();
+      fail_started_read(*next.run, next.task, e);
+    }
+    lock.lock();
   }
 }
 
-void Loader::start_waiting_reads_locked() {
-  while (!async_waiting_.empty() && async_reads_ < settings_.io_threads) {
-    auto [run, task] = std::move(async_waiting_.front());
-    async_waiting_.pop_front();
-    try {
-      start_read_locked(*run, task);
-    } catch (...) {
-      run->end_task(task);  // It never started: stop() must not wait for it.
-      throw;
-    }
+void Loader::fail_started_read(EpochRun& run, SlotTicket task, const std::exception& e) noexcept {
+  std::lock_guard lock(mu_);
+  run.end_task(task);  // It will not run: stop() must not wait for it.
+  try {
+    run.fail(cannot_start(e));
+  } catch (...) {
+    run.fail(SampleError{ErrorKind::kInternal, {}, {}});  // Out of memory even for the message.
   }
+  cv_.notify_all();
 }
 
 void Loader::read_done(const std::shared_ptr<EpochRun>& run, SlotTicket task, int64_t sample, int64_t started_ns,
                        AsyncRead end) noexcept {
+  {
+    std::lock_guard lock(async_mu_);
+    ++async_handoffs_;
+  }
   if (end.record) {
-    // As read_sample counts a read (a failed attempt is counted by the read
-    // that continues it). The CPU it took was the store's thread's.
+    // As read_sample counts a read. The CPU it took was the store's thread's.
     read_queue_wait_ns_ += end.queue_wait_ns;
     const int64_t read_ns = std::max<int64_t>(0, steady_ns() - started_ns - end.queue_wait_ns);
     read_ns_ += read_ns;
     read_latency_.record(read_ns);
     ++samples_read_;
-    if (end.record->key.empty()) end.record->key = key_of(*source_, sample);
-  }
-  // Handed off under the lock, as issue_locked() submits: close() then
-  // cannot reset the pools while a submit() is still under way.
-  std::lock_guard lock(mu_);
-  --async_reads_;
-  try {
-    start_waiting_reads_locked();
-    if (end.record) {
+    try {
+      if (end.record->key.empty()) end.record->key = key_of(*source_, sample);
       cpu_pool_->submit_in_order(
           queue_order(task, run->batch_size),
           [this, run, task, record = std::move(*end.record)]() mutable { process_task(run, task, std::move(record)); });
-    } else {
-      io_pool_->submit([this, run, task, attempt = std::move(end.attempt)] { read_task(run, task, attempt); });
+    } catch (const std::exception& e) {
+      fail_started_read(*run, task, e);
     }
-  } catch (const std::exception& e) {
-    run->end_task(task);
-    run->fail(cannot_start(e));
-    cv_.notify_all();
+    end_started_read();
+  } else {
+    // The read goes on where it may wait, its slot held until it ends.
+    try {
+      io_pool_->submit(
+          [this, run, task, started = StartedRead{std::move(end.attempt), started_ns, end.queue_wait_ns}]() mutable {
+            read_task(run, task, std::move(started));
+          });
+    } catch (const std::exception& e) {
+      fail_started_read(*run, task, e);
+      end_started_read();
+    }
   }
+  std::lock_guard lock(async_mu_);
+  // Under the lock: close() may destroy async_cv_ once it sees 0.
+  if (--async_handoffs_ == 0) async_cv_.notify_all();
 }
 
-void Loader::read_task(const std::shared_ptr<EpochRun>& run, SlotTicket task,
-                       const std::shared_ptr<RemoteAttempt>& attempt) {
+void Loader::read_task(const std::shared_ptr<EpochRun>& run, SlotTicket task, std::optional<StartedRead> started) {
   const TaskScope scope(this);
-  if (std::optional<Record> record = read_sample(run, task, attempt)) {
+  std::optional<Record> record = read_sample(run, task, started ? &*started : nullptr);
+  if (started) end_started_read();  // Its io thread is joined before the pools go: no hand-off count.
+  if (record) {
     cpu_pool_->submit_in_order(
         queue_order(task, run->batch_size),
         [this, run, task, record = std::move(*record)]() mutable { process_task(run, task, std::move(record)); });
@@ -557,7 +606,7 @@ void Loader::read_task(const std::shared_ptr<EpochRun>& run, SlotTicket task,
 }
 
 std::optional<Record> Loader::read_sample(const std::shared_ptr<EpochRun>& run, SlotTicket task,
-                                          const std::shared_ptr<RemoteAttempt>& attempt) {
+                                          const StartedRead* started_read) {
   int64_t sample;
   {
     std::lock_guard lock(mu_);
@@ -568,17 +617,19 @@ std::optional<Record> Loader::read_sample(const std::shared_ptr<EpochRun>& run, 
     }
     sample = *assigned;
   }
-  const int64_t started = steady_ns();
+  // A read whose asynchronous attempt failed counts from that attempt.
+  const RemoteAttempt* attempt = started_read != nullptr ? started_read->attempt.get() : nullptr;
+  const int64_t started = attempt != nullptr ? started_read->started_ns : steady_ns();
   const int64_t cpu_started = thread_cpu_ns();
   const int64_t lock_wait_started = thread_lock_wait_ns();
-  const int64_t queue_wait_started = thread_queue_wait_ns();
+  const int64_t queue_wait_started = thread_queue_wait_ns() - (attempt != nullptr ? started_read->queue_wait_ns : 0);
   Record record;
   std::optional<SampleError> error;
   try {
     const ScopedCancellation scope(run->stopping);
-    record = attempt          ? source_->read_after(sample, *attempt)
-             : run->read_plan ? source_->read_planned(sample, *run->read_plan)
-                              : source_->read(sample);
+    record = attempt != nullptr ? source_->read_after(sample, *attempt)
+             : run->read_plan   ? source_->read_planned(sample, *run->read_plan)
+                                : source_->read(sample);
     if (record.key.empty()) record.key = key_of(*source_, sample);
   } catch (const Error& e) {
     error = SampleError::from(e, key_of(*source_, sample));
@@ -849,12 +900,15 @@ void Loader::stop_locked(std::unique_lock<std::mutex>& lock) {
   if (run_ == nullptr) return;
   std::shared_ptr<EpochRun> run = run_;
   run->cancel();
-  // Reads waiting to start never will: their tasks end here.
-  std::erase_if(async_waiting_, [&](const auto& waiting) {
-    if (waiting.first != run) return false;
-    run->end_task(waiting.second);
-    return true;
-  });
+  {
+    // Reads waiting to start never will: their tasks end here.
+    std::lock_guard async_lock(async_mu_);
+    std::erase_if(async_waiting_, [&](const WaitingRead& waiting) {
+      if (waiting.run != run) return false;
+      run->end_task(waiting.task);
+      return true;
+    });
+  }
   cv_.notify_all();
   // Queued tasks see `cancelled` and finish at once; running ones finish their sample.
   cv_.wait(lock, [&] { return run->outstanding == 0; });
@@ -964,16 +1018,15 @@ void Loader::apply_settings_locked(const AutotuneSettings& settings) {
   resize(*cpu_pool_, settings.cpu_threads);
   resize(*io_pool_, settings.io_threads);
   settings_ = {cpu_pool_->size(), io_pool_->size(), settings.prefetch};
+  {
+    // Reads waiting for room start as the reads in flight end.
+    std::lock_guard lock(async_mu_);
+    async_limit_ = settings_.io_threads;
+  }
   if (!refused.empty()) autotune_->note_set(settings_, refused);
   if (run_ != nullptr && !run_->cancelled && !run_->finished) {
     run_->prefetch = settings.prefetch;
     issue_locked(*run_);  // Room for more batches, if prefetch grew.
-    try {
-      start_waiting_reads_locked();  // And for more reads, if io_threads grew.
-    } catch (const std::exception& e) {
-      run_->fail(cannot_start(e));
-      cv_.notify_all();
-    }
   }
 }
 

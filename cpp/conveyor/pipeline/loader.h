@@ -4,8 +4,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <limits>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -326,25 +326,42 @@ class Loader {
   // Whether a remote source's `sample` is a URL whose object a cache holds
   // (Source::read_is_cached): its read is then inline too.
   bool cached_read(std::optional<int64_t> sample) const noexcept;
-  // `attempt`: an asynchronous read's that gave no record (read_done), which
-  // the read continues from (Source::read_after).
+  // A read that start_read_locked began: it holds one of async_reads_ until
+  // it ends. `attempt`: its asynchronous attempt, which gave no record and
+  // which the read continues (Source::read_after), started at `started_ns`
+  // after `queue_wait_ns` in a store's queue; null for a read the source
+  // could not start so.
+  struct StartedRead {
+    std::shared_ptr<RemoteAttempt> attempt;
+    int64_t started_ns = 0;
+    int64_t queue_wait_ns = 0;
+  };
+  // `started`: a read start_read_locked began, whose slot it frees.
   void read_task(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task,
-                 const std::shared_ptr<RemoteAttempt>& attempt = nullptr);
+                 std::optional<StartedRead> started = std::nullopt);
   // Reads the sample of `task`; nothing when the task has ended (its slot was
   // reassigned, the run cancelled, or the read failed: then recorded).
   std::optional<Record> read_sample(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task,
-                                    const std::shared_ptr<RemoteAttempt>& attempt);
-  // A read off the cpu threads: started without a thread waiting for it
-  // where the source can (Source::start_read: a URL's bytes land on the
-  // store's thread, which hands them to the cpu pool, read_done), at most
-  // settings_.io_threads at once, the rest waiting in async_waiting_ in
-  // order; else on the io pool (read_task).
+                                    const StartedRead* started_read = nullptr);
+  // A read off the cpu threads, at most async_limit_ (io_threads) in flight,
+  // the rest waiting in async_waiting_, in order: started without a thread
+  // waiting for it where the source can (Source::start_read: a URL's bytes
+  // land on the store's thread, which hands them to the cpu pool,
+  // read_done), else on the io pool (read_task).
   void start_read_locked(detail::EpochRun& run, detail::SlotTicket task);
-  // Starts waiting asynchronous reads while there is room for them.
-  void start_waiting_reads_locked();
-  // An asynchronous read ended (on the store's thread): counts it, starts
-  // the next one, and hands the record to the cpu pool, or what failed to
-  // the io pool, where the read continues (retries, its error).
+  // Starts the read of `sample` for `task`, which holds a slot. Throws when
+  // it cannot be started.
+  void start_read(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task, int64_t sample);
+  // A started read ended: frees its slot and starts the reads waiting for
+  // one. Without mu_: on the store's thread or an io thread.
+  void end_started_read() noexcept;
+  // A started read's task that cannot go on (a failure to submit): ends it
+  // and the epoch with the error. Takes mu_.
+  void fail_started_read(detail::EpochRun& run, detail::SlotTicket task, const std::exception& e) noexcept;
+  // An asynchronous read ended, on the store's thread, which must not wait
+  // for mu_ (other transfers would wait with it): counts it and hands the
+  // record to the cpu pool, or what failed to the io pool, where the read
+  // goes on (retries, its error) holding its slot.
   void read_done(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task, int64_t sample,
                  int64_t started_ns, AsyncRead end) noexcept;
   void process_task(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task, Record record);
@@ -414,10 +431,22 @@ class Loader {
   const int64_t memory_budget_;
   std::unique_ptr<LoaderAutotune> autotune_;  // Guarded by mu_.
   AutotuneSettings settings_;                 // Guarded by mu_: what the pools are set to.
-  // Asynchronous reads (start_read_locked), guarded by mu_: how many are in
-  // flight, and those waiting for room, in order.
+  // Reads begun by start_read_locked, guarded by async_mu_, which is held
+  // for these alone (never while reading, allocating or waiting), so that
+  // the store's thread never waits on mu_: how many are in flight (each
+  // until its record is handed off or its read_task ends), the most
+  // (settings_.io_threads), those waiting for room in order (with their
+  // samples, taken under mu_ when issued), and the read_done calls under
+  // way, which close() waits for (the pools they hand to must outlive them).
+  struct WaitingRead;  // loader.cc
+  std::unique_ptr<std::mutex> async_mu_storage_ = std::make_unique<std::mutex>();
+  std::unique_ptr<std::condition_variable> async_cv_storage_ = std::make_unique<std::condition_variable>();
+  std::mutex& async_mu_ = *async_mu_storage_;
+  std::condition_variable& async_cv_ = *async_cv_storage_;
   int async_reads_ = 0;
-  std::deque<std::pair<std::shared_ptr<detail::EpochRun>, detail::SlotTicket>> async_waiting_;
+  int async_limit_ = 0;
+  std::list<WaitingRead> async_waiting_;  // A list: WaitingRead is incomplete here.
+  int async_handoffs_ = 0;
   SizedBufferPool sample_pool_;  // Per-sample buffers of variable-shape batches.
   bool closed_ = false;          // Guarded by mu_.
   // Reset by close() once no task runs; read without the lock by tasks, which

@@ -296,12 +296,23 @@ class StartedReadsSource final : public MemorySource {
     std::lock_guard lock(mu_);
     pending_.push_back({index, cancellation, std::move(done)});
     ++started;
-    most_in_flight = std::max(most_in_flight, static_cast<int>(pending_.size()));
+    most_in_flight = std::max(most_in_flight, static_cast<int>(pending_.size()) + continuing_);
     cv_.notify_all();
     return true;
   }
   Record read_after(int64_t index, const RemoteAttempt& attempt) const override {
     ++continued;
+    {
+      // A read continued (its retries) still counts among those in flight.
+      std::lock_guard lock(mu_);
+      ++continuing_;
+      most_in_flight = std::max(most_in_flight, static_cast<int>(pending_.size()) + continuing_);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(continue_delay_us));
+    {
+      std::lock_guard lock(mu_);
+      --continuing_;
+    }
     EXPECT_TRUE(attempt.failure.has_value());
     if (attempt.failure && attempt.failure->kind == FetchFailure::Kind::kCancelled) {
       throw Error(ErrorKind::kCancelled, "the remote read was cancelled (the loader stopped)", key(index));
@@ -313,7 +324,8 @@ class StartedReadsSource final : public MemorySource {
     return static_cast<int>(pending_.size());
   }
   mutable int started = 0;         // Guarded by mu_ (read once the loader is done).
-  mutable int most_in_flight = 0;  // Guarded by mu_.
+  mutable int most_in_flight = 0;  // Guarded by mu_: started and continued at once.
+  int continue_delay_us = 0;       // How long read_after() takes.
   mutable std::atomic<int> continued{0};
   mutable std::atomic<int> answered{0};
 
@@ -375,6 +387,7 @@ class StartedReadsSource final : public MemorySource {
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   mutable std::vector<Pending> pending_;
+  mutable int continuing_ = 0;
   bool stopping_ = false;
   std::thread thread_{[this] { serve(); }};  // Last: started once the rest exists.
 };
@@ -408,6 +421,19 @@ TEST(LoaderTest, AStartedReadThatFailedIsContinuedOnAnIoThreadAndItsErrorNamesTh
   EXPECT_EQ(run_epoch(loader, 0).samples(), in_order);
   EXPECT_EQ(source->continued.load(), 2);
 
+  // Reads that go on after a failed attempt hold their place among the
+  // io_threads in flight (their retries back off without more requests).
+  std::set<int64_t> all;
+  for (int64_t i = 0; i < 40; ++i) all.insert(i);
+  auto every_one_fails = std::make_shared<StartedReadsSource>(40, std::set<int64_t>{}, all);
+  every_one_fails->continue_delay_us = 2000;
+  {
+    Loader retrying(every_one_fails, std::make_shared<IndexTransform>(), o);
+    EXPECT_EQ(run_epoch(retrying, 0).samples(), in_order);
+  }
+  EXPECT_EQ(every_one_fails->continued.load(), 40);
+  EXPECT_LE(every_one_fails->most_in_flight, 4);
+
   Loader failing(std::make_shared<StartedReadsSource>(8, std::set<int64_t>{2}), std::make_shared<IndexTransform>(), o);
   failing.start_epoch(0);
   try {
@@ -417,6 +443,22 @@ TEST(LoaderTest, AStartedReadThatFailedIsContinuedOnAnIoThreadAndItsErrorNamesTh
     EXPECT_EQ(e.kind(), ErrorKind::kRead);
     EXPECT_STREQ(e.what(), "sample-2.jpg: No such file or directory");
   }
+}
+
+TEST(LoaderTest, ReadsWaitingToStartFollowIoThreadsAsTheyChange) {
+  auto source = std::make_shared<StartedReadsSource>(400);
+  {
+    LoaderOptions o = options(8, 2, 2, 8);
+    Loader loader(source, std::make_shared<IndexTransform>(), o);
+    loader.start_epoch(0);
+    for (int i = 0; i < 10; ++i) ASSERT_EQ(loader.next().status, NextResult::Status::kBatch);
+    loader.set_parallelism(0, 6, 0);
+    int batches = 10;
+    while (loader.next().status == NextResult::Status::kBatch) ++batches;
+    EXPECT_EQ(batches, 50);
+  }
+  EXPECT_EQ(source->started, 400);
+  EXPECT_EQ(source->most_in_flight, 6);
 }
 
 TEST(LoaderTest, StopEndsStartedReadsThatNeverAnswerAndThoseWaitingToStart) {
