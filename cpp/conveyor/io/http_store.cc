@@ -621,12 +621,6 @@ class HttpStore::Loop {
     } catch (const FetchError&) {
       return false;
     }
-    // Cancelled before it was submitted: the loop may have looked for
-    // abandoned transfers in between, not finding it yet.
-    if (t->abandoned.load()) {
-      abandoned_any_.store(true);
-      driver_->wake();
-    }
     return true;
   }
 
@@ -714,6 +708,12 @@ class HttpStore::Loop {
         incoming.swap(submitted_);
       }
       for (std::shared_ptr<Transfer>& t : incoming) {
+        // Cancelled while submitted: drop_abandoned may have taken its flag
+        // before it was here to be found.
+        if (t->abandoned.load()) {
+          complete(*t);
+          continue;
+        }
         Host& host = hosts_.try_emplace(t->host, options_).first->second;
         host.waiting.push_back(std::move(t));
       }

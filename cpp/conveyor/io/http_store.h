@@ -97,6 +97,7 @@ class HttpStore final : public RemoteStore {
   /// and for a URL that read() refuses.
   bool start_read(const std::string& url, uint64_t offset, int64_t size, const Cancellation* cancellation,
                   std::function<void(RemoteAttempt)> done) const override;
+  bool starts_reads() const override { return true; }
   uint64_t size(const std::string& url) const override;
   /// A HEAD: Content-Length, and ETag (else Last-Modified) as the version.
   RemoteObjectInfo stat(const std::string& url) const override;

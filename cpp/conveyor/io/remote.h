@@ -144,6 +144,9 @@ class RemoteStore {
   /// attempt) is cancelled, as read() ends under the thread's Cancellation.
   virtual bool start_read(const std::string& url, uint64_t offset, int64_t size, const Cancellation* cancellation,
                           std::function<void(RemoteAttempt)> done) const;
+  /// Whether start_read() may start reads at all (false: it never does, the
+  /// default), so that a caller that cannot use it keeps its plain path.
+  virtual bool starts_reads() const { return false; }
   /// The size of the object at `url` in bytes. Throws FetchError.
   virtual uint64_t size(const std::string& url) const = 0;
   /// The size and version of the object at `url`. Throws FetchError. The

@@ -84,6 +84,8 @@ Record FileSource::read_after(int64_t index, const RemoteAttempt& attempt) const
                 boxes_.empty() ? std::vector<BoundingBox>{} : boxes_[i]};
 }
 
+bool FileSource::starts_reads() const { return remote_ != nullptr && !local_ && remote_->store->starts_reads(); }
+
 std::string FileSource::key(int64_t index) const { return paths_.at(static_cast<size_t>(index)); }
 
 bool FileSource::read_is_cached(int64_t index) const {

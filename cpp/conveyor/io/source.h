@@ -107,6 +107,9 @@ class Source {
     (void)attempt;
     return read(index);
   }
+  /// Whether start_read() may start reads at all (false: it never does, the
+  /// default): the loader then reads on its io threads as before.
+  virtual bool starts_reads() const { return false; }
   /// A plan for reading `order`: the sample indices one loader reads this
   /// epoch, in the order it issues them. A source whose samples are ranges
   /// of larger remote objects (TarShardSource) may read samples issued near
@@ -196,6 +199,8 @@ class FileSource final : public Source {
   /// A URL's path through RemoteAccess::start_read; false for a file.
   bool start_read(int64_t index, const Cancellation* cancellation, std::function<void(AsyncRead)> done) const override;
   Record read_after(int64_t index, const RemoteAttempt& attempt) const override;
+  /// True when some path is a URL and its store starts reads.
+  bool starts_reads() const override;
   /// True unless a path is a URL read through `remote`.
   bool local_reads() const override { return local_; }
   bool network_reads() const override { return !local_; }

@@ -143,6 +143,7 @@ Loader::Loader(std::shared_ptr<const Source> source, std::shared_ptr<const Sampl
       sample_bytes_(transform_->fixed_shape() ? static_cast<int64_t>(spec_.num_bytes()) : 0),
       samples_per_epoch_(samples_per_rank_of_an_order_that_fits(*source_, options_)),
       local_reads_(source_->local_reads()),
+      starts_reads_(source_->starts_reads()),
       // The one product every slot offset derives from: checked here, so
       // `slot * sample_bytes_` below cannot overflow.
       pool_(static_cast<size_t>(
@@ -409,6 +410,8 @@ void Loader::issue_locked(EpochRun& run) {
     run.fail(cannot_start(e));
     cv_.notify_all();
   }
+  // A failure here ended the run: its waiting reads never start.
+  if (run.cancelled) end_stale_waiting_reads_locked(run);
 }
 
 void Loader::issue_unguarded_locked(EpochRun& run) {
@@ -492,7 +495,7 @@ void Loader::sample_task(const std::shared_ptr<EpochRun>& run, SlotTicket task, 
 
 void Loader::start_read_locked(EpochRun& run, SlotTicket task) {
   const std::optional<int64_t> sample = run.sample_for(task);
-  if (!sample || run.read_plan != nullptr) {
+  if (!sample || run.read_plan != nullptr || !starts_reads_) {
     // An ended task ends on the io pool; a planned read is the plan's.
     io_pool_->submit([this, run = run.shared_from_this(), task] { read_task(run, task); });
     return;
@@ -516,8 +519,8 @@ void Loader::start_read_locked(EpochRun& run, SlotTicket task) {
 
 void Loader::start_read(const std::shared_ptr<EpochRun>& run, SlotTicket task, int64_t sample) {
   if (source_->start_read(sample, &run->stopping,
-                          [this, run, task, sample, started_ns = steady_ns()](AsyncRead end) noexcept {
-                            read_done(run, task, sample, started_ns, std::move(end));
+                          [this, run, task, sample, started_ns = steady_ns()](AsyncRead end) mutable noexcept {
+                            read_done(std::move(run), task, sample, started_ns, std::move(end));
                           })) {
     return;
   }
@@ -546,16 +549,49 @@ void Loader::end_started_read() noexcept {
 
 void Loader::fail_started_read(EpochRun& run, SlotTicket task, const std::exception& e) noexcept {
   std::lock_guard lock(mu_);
-  run.end_task(task);  // It will not run: stop() must not wait for it.
-  try {
-    run.fail(cannot_start(e));
-  } catch (...) {
-    run.fail(SampleError{ErrorKind::kInternal, {}, {}});  // Out of memory even for the message.
+  run.end_task(task);    // It will not run: stop() must not wait for it.
+  if (!run.cancelled) {  // A stopped run ends without an error.
+    try {
+      run.fail(cannot_start(e));
+    } catch (...) {
+      run.fail(SampleError{ErrorKind::kInternal, {}, {}});  // Out of memory even for the message.
+    }
   }
+  end_stale_waiting_reads_locked(run);
   cv_.notify_all();
 }
 
-void Loader::read_done(const std::shared_ptr<EpochRun>& run, SlotTicket task, int64_t sample, int64_t started_ns,
+void Loader::end_stale_waiting_reads_locked(EpochRun& run) {
+  std::lock_guard lock(async_mu_);
+  std::erase_if(async_waiting_, [&](const WaitingRead& waiting) {
+    if (waiting.run.get() != &run || run.sample_for(waiting.task)) return false;
+    run.end_task(waiting.task);
+    return true;
+  });
+}
+
+void Loader::start_waiting_reads_locked() {
+  std::unique_lock lock(async_mu_);
+  while (!async_waiting_.empty() && async_reads_ < async_limit_) {
+    WaitingRead next = std::move(async_waiting_.front());
+    async_waiting_.pop_front();
+    ++async_reads_;
+    lock.unlock();
+    try {
+      start_read(next.run, next.task, next.sample);
+    } catch (const std::exception& e) {
+      lock.lock();
+      --async_reads_;
+      lock.unlock();
+      next.run->end_task(next.task);
+      next.run->fail(cannot_start(e));
+      cv_.notify_all();
+    }
+    lock.lock();
+  }
+}
+
+void Loader::read_done(std::shared_ptr<EpochRun> run, SlotTicket task, int64_t sample, int64_t started_ns,
                        AsyncRead end) noexcept {
   {
     std::lock_guard lock(async_mu_);
@@ -589,6 +625,8 @@ void Loader::read_done(const std::shared_ptr<EpochRun>& run, SlotTicket task, in
       end_started_read();
     }
   }
+  // Not the last reference on this thread once close() may have returned.
+  run.reset();
   std::lock_guard lock(async_mu_);
   // Under the lock: close() may destroy async_cv_ once it sees 0.
   if (--async_handoffs_ == 0) async_cv_.notify_all();
@@ -713,6 +751,9 @@ void Loader::process_task(const std::shared_ptr<EpochRun>& run, SlotTicket task,
 void Loader::finish_task(EpochRun& run, SlotTicket task, int64_t label, std::vector<BoundingBox> boxes,
                          const SampleError* error) {
   const bool current = run.record_finished(task, label, std::move(boxes), error, options_.on_error);
+  // A skip unassigned later slots, a failure ended the run: the reads
+  // waiting for them go before their slots are issued again.
+  if (error != nullptr) end_stale_waiting_reads_locked(run);
   if (run.mixes) start_batch_mixes_locked(run);
   issue_locked(run);
   // Wake the consumer only when it may have something to do: a sample of the
@@ -900,15 +941,7 @@ void Loader::stop_locked(std::unique_lock<std::mutex>& lock) {
   if (run_ == nullptr) return;
   std::shared_ptr<EpochRun> run = run_;
   run->cancel();
-  {
-    // Reads waiting to start never will: their tasks end here.
-    std::lock_guard async_lock(async_mu_);
-    std::erase_if(async_waiting_, [&](const WaitingRead& waiting) {
-      if (waiting.run != run) return false;
-      run->end_task(waiting.task);
-      return true;
-    });
-  }
+  end_stale_waiting_reads_locked(*run);  // Cancelled: none of them will start.
   cv_.notify_all();
   // Queued tasks see `cancelled` and finish at once; running ones finish their sample.
   cv_.wait(lock, [&] { return run->outstanding == 0; });
@@ -1019,10 +1052,10 @@ void Loader::apply_settings_locked(const AutotuneSettings& settings) {
   resize(*io_pool_, settings.io_threads);
   settings_ = {cpu_pool_->size(), io_pool_->size(), settings.prefetch};
   {
-    // Reads waiting for room start as the reads in flight end.
     std::lock_guard lock(async_mu_);
     async_limit_ = settings_.io_threads;
   }
+  start_waiting_reads_locked();  // Room for more, if io_threads grew.
   if (!refused.empty()) autotune_->note_set(settings_, refused);
   if (run_ != nullptr && !run_->cancelled && !run_->finished) {
     run_->prefetch = settings.prefetch;

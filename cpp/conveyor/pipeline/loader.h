@@ -362,8 +362,14 @@ class Loader {
   // for mu_ (other transfers would wait with it): counts it and hands the
   // record to the cpu pool, or what failed to the io pool, where the read
   // goes on (retries, its error) holding its slot.
-  void read_done(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task, int64_t sample,
-                 int64_t started_ns, AsyncRead end) noexcept;
+  void read_done(std::shared_ptr<detail::EpochRun> run, detail::SlotTicket task, int64_t sample, int64_t started_ns,
+                 AsyncRead end) noexcept;
+  // Ends the tasks of `run`'s waiting reads that no longer have a sample
+  // (the run failed or stopped, or a skip shifted their slots): they never
+  // start. Under mu_, before issuing (their slots are free again).
+  void end_stale_waiting_reads_locked(detail::EpochRun& run);
+  // Starts waiting reads while io_threads has room for them. Under mu_.
+  void start_waiting_reads_locked();
   void process_task(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task, Record record);
   void finish_task(detail::EpochRun& run, detail::SlotTicket task, int64_t label, std::vector<BoundingBox> boxes,
                    const detail::SampleError* error);
@@ -396,7 +402,8 @@ class Loader {
   const SampleSpec spec_;
   const int64_t sample_bytes_;  // spec_.num_bytes(); 0 for variable-shape samples.
   const int64_t samples_per_epoch_;
-  const bool local_reads_;  // source_->local_reads(), asked once.
+  const bool local_reads_;   // source_->local_reads(), asked once.
+  const bool starts_reads_;  // source_->starts_reads(), asked once.
 
   // The lock and the condition variable live on the heap so that a Loader
   // destroyed in a child of fork() can leak them (see ~Loader).
@@ -432,7 +439,7 @@ class Loader {
   std::unique_ptr<LoaderAutotune> autotune_;  // Guarded by mu_.
   AutotuneSettings settings_;                 // Guarded by mu_: what the pools are set to.
   // Reads begun by start_read_locked, guarded by async_mu_, which is held
-  // for these alone (never while reading, allocating or waiting), so that
+  // for these alone (never while reading or waiting), so that
   // the store's thread never waits on mu_: how many are in flight (each
   // until its record is handed off or its read_task ends), the most
   // (settings_.io_threads), those waiting for room in order (with their
