@@ -179,16 +179,26 @@ TEST(HttpStoreTest, AnEndlessChunkedBodyIsReadNoFurtherThanTheCap) {
   EXPECT_LT(sent.load(), int64_t{64} << 20);  // The rest sits in socket buffers at most.
 }
 
-TEST(HttpStoreTest, ACancelledReadEndsAndItsConnectionIsClosed) {
-  // Headers, then a body that never comes: only the cancellation ends the read.
-  HttpTestServer server([](const HttpTestRequest&, HttpTestConnection& connection) {
+// Headers, then a body that never comes, until the client hangs up.
+HttpTestServer::Handler body_that_never_comes() {
+  return [](const HttpTestRequest&, HttpTestConnection& connection) {
     connection.send("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nabc");
     connection.wait_for_hang_up();
     return false;
-  });
+  };
+}
+
+// A store that waits a day for a stalled body: only a cancellation ends it.
+HttpStoreOptions without_read_timeout() {
   HttpStoreOptions options;
   options.read_timeout = 24 * 3600;
-  HttpStore store(options);
+  return options;
+}
+
+TEST(HttpStoreTest, ACancelledReadEndsAndItsConnectionIsClosed) {
+  // Headers, then a body that never comes: only the cancellation ends the read.
+  HttpTestServer server(body_that_never_comes());
+  HttpStore store(without_read_timeout());
   Cancellation cancellation;
   std::vector<std::thread> readers;
   std::atomic<int> cancelled{0};
@@ -264,15 +274,8 @@ TEST(HttpStoreTest, AStartedReadGivesItsBytesOrFailureOnTheStoresThreadWithNoThr
 }
 
 TEST(HttpStoreTest, CancellingStartedReadsEndsThemAsCancelledAndClosesTheirConnections) {
-  // Headers, then a body that never comes: only the cancellation ends the reads.
-  HttpTestServer server([](const HttpTestRequest&, HttpTestConnection& connection) {
-    connection.send("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nabc");
-    connection.wait_for_hang_up();
-    return false;
-  });
-  HttpStoreOptions options;
-  options.read_timeout = 24 * 3600;
-  HttpStore store(options);
+  HttpTestServer server(body_that_never_comes());
+  HttpStore store(without_read_timeout());
   Cancellation cancellation;
   std::vector<std::future<std::optional<Started>>> reads;
   for (int i = 0; i < 4; ++i) {

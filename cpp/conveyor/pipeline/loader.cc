@@ -528,8 +528,15 @@ void Loader::start_read(const std::shared_ptr<EpochRun>& run, SlotTicket task, i
 }
 
 void Loader::end_started_read() noexcept {
+  {
+    std::lock_guard lock(async_mu_);
+    --async_reads_;
+  }
+  start_waiting_reads(/*holding_mu=*/false);
+}
+
+void Loader::start_waiting_reads(bool holding_mu) noexcept {
   std::unique_lock lock(async_mu_);
-  --async_reads_;
   while (!async_waiting_.empty() && async_reads_ < async_limit_) {
     WaitingRead next = std::move(async_waiting_.front());
     async_waiting_.pop_front();
@@ -541,7 +548,11 @@ void Loader::end_started_read() noexcept {
       lock.lock();
       --async_reads_;
       lock.unlock();
-      fail_started_read(*next.run, next.task, e);
+      if (holding_mu) {
+        fail_started_read_locked(*next.run, next.task, e);
+      } else {
+        fail_started_read(*next.run, next.task, e);
+      }
     }
     lock.lock();
   }
@@ -549,6 +560,10 @@ void Loader::end_started_read() noexcept {
 
 void Loader::fail_started_read(EpochRun& run, SlotTicket task, const std::exception& e) noexcept {
   std::lock_guard lock(mu_);
+  fail_started_read_locked(run, task, e);
+}
+
+void Loader::fail_started_read_locked(EpochRun& run, SlotTicket task, const std::exception& e) noexcept {
   run.end_task(task);    // It will not run: stop() must not wait for it.
   if (!run.cancelled) {  // A stopped run ends without an error.
     try {
@@ -568,27 +583,6 @@ void Loader::end_stale_waiting_reads_locked(EpochRun& run) {
     run.end_task(waiting.task);
     return true;
   });
-}
-
-void Loader::start_waiting_reads_locked() {
-  std::unique_lock lock(async_mu_);
-  while (!async_waiting_.empty() && async_reads_ < async_limit_) {
-    WaitingRead next = std::move(async_waiting_.front());
-    async_waiting_.pop_front();
-    ++async_reads_;
-    lock.unlock();
-    try {
-      start_read(next.run, next.task, next.sample);
-    } catch (const std::exception& e) {
-      lock.lock();
-      --async_reads_;
-      lock.unlock();
-      next.run->end_task(next.task);
-      next.run->fail(cannot_start(e));
-      cv_.notify_all();
-    }
-    lock.lock();
-  }
 }
 
 void Loader::read_done(std::shared_ptr<EpochRun> run, SlotTicket task, int64_t sample, int64_t started_ns,
@@ -1055,7 +1049,7 @@ void Loader::apply_settings_locked(const AutotuneSettings& settings) {
     std::lock_guard lock(async_mu_);
     async_limit_ = settings_.io_threads;
   }
-  start_waiting_reads_locked();  // Room for more, if io_threads grew.
+  start_waiting_reads(/*holding_mu=*/true);  // Room for more, if io_threads grew.
   if (!refused.empty()) autotune_->note_set(settings_, refused);
   if (run_ != nullptr && !run_->cancelled && !run_->finished) {
     run_->prefetch = settings.prefetch;

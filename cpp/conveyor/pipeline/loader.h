@@ -356,8 +356,9 @@ class Loader {
   // one. Without mu_: on the store's thread or an io thread.
   void end_started_read() noexcept;
   // A started read's task that cannot go on (a failure to submit): ends it
-  // and the epoch with the error. Takes mu_.
+  // and the epoch with the error. Takes mu_; the _locked one runs under it.
   void fail_started_read(detail::EpochRun& run, detail::SlotTicket task, const std::exception& e) noexcept;
+  void fail_started_read_locked(detail::EpochRun& run, detail::SlotTicket task, const std::exception& e) noexcept;
   // An asynchronous read ended, on the store's thread, which must not wait
   // for mu_ (other transfers would wait with it): counts it and hands the
   // record to the cpu pool, or what failed to the io pool, where the read
@@ -368,8 +369,9 @@ class Loader {
   // (the run failed or stopped, or a skip shifted their slots): they never
   // start. Under mu_, before issuing (their slots are free again).
   void end_stale_waiting_reads_locked(detail::EpochRun& run);
-  // Starts waiting reads while io_threads has room for them. Under mu_.
-  void start_waiting_reads_locked();
+  // Starts waiting reads while io_threads has room for them; `holding_mu`:
+  // the caller holds mu_.
+  void start_waiting_reads(bool holding_mu) noexcept;
   void process_task(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task, Record record);
   void finish_task(detail::EpochRun& run, detail::SlotTicket task, int64_t label, std::vector<BoundingBox> boxes,
                    const detail::SampleError* error);
