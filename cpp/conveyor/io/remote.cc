@@ -197,9 +197,8 @@ bool RemoteAccess::start_read(const std::string& url, const Cancellation* cancel
   });
 }
 
-Bytes RemoteAccess::read_after(RemoteAttempt first, const std::string& url, uint64_t offset, int64_t size,
+Bytes RemoteAccess::read_after(const RemoteAttempt& first, const std::string& url, uint64_t offset, int64_t size,
                                const std::string& key) const {
-  if (first.data) return checked_read(std::move(*first.data), offset, size, key);
   return checked_read(with_retries(
                           retry, key, [&] { return store->read(url, offset, size); }, &first),
                       offset, size, key);

@@ -197,12 +197,13 @@ struct RemoteAccess {
   /// it then.
   bool start_read(const std::string& url, const Cancellation* cancellation,
                   std::function<void(RemoteAttempt)> done) const;
-  /// read(url, offset, size, key) after `first`, an attempt of start_read:
+  /// read(url, offset, size, key) after `first`, an attempt of start_read
+  /// that gave no bytes (its bytes, if any, are not looked at):
   /// its failure is the policy's first attempt (a permanent one is the
   /// error at once, a transient one is retried after the first backoff, the
   /// time limit counted from `first.started`), as if read() had made it;
-  /// without a failure (nor data) the read starts anew.
-  Bytes read_after(RemoteAttempt first, const std::string& url, uint64_t offset, int64_t size,
+  /// without a failure the read starts anew.
+  Bytes read_after(const RemoteAttempt& first, const std::string& url, uint64_t offset, int64_t size,
                    const std::string& key) const;
   /// The whole object at `url` through store->fetch() retried under `retry`,
   /// or none when the store says it is not there: HTTP 404, 410, or 403
