@@ -8,6 +8,7 @@ import os
 import struct
 import subprocess
 import sys
+import tarfile
 import textwrap
 from pathlib import Path
 from typing import Any, Callable
@@ -221,3 +222,24 @@ def assert_resumes_exactly(make_loader: Callable[..., Any], epoch: int = 0, take
     assert 0 < len(got) == len(expected) - taken
     for a, b in zip(expected[taken:], got):
         assert torch.equal(a, b)
+
+
+def shards_of_five(color_folder: Path, folder: Path) -> list[str]:
+    """color_folder's 30 samples, in ImageFolder order, as 6 tar shards of 5
+    (``shard-000000.tar``...: sample i in shard i // 5), in ``folder``."""
+    files = sorted(p for p in color_folder.glob("*/*.jpg"))
+    classes = sorted({p.parent.name for p in files})
+    shards = []
+    for s in range(len(files) // 5):
+        path = folder / f"shard-{s:06d}.tar"
+        with tarfile.open(path, "w") as archive:
+            for i in range(5 * s, 5 * s + 5):
+                for name, data in (
+                    (f"{i:06d}.jpg", files[i].read_bytes()),
+                    (f"{i:06d}.cls", str(classes.index(files[i].parent.name)).encode()),
+                ):
+                    member = tarfile.TarInfo(name)
+                    member.size = len(data)
+                    archive.addfile(member, io.BytesIO(data))
+        shards.append(str(path))
+    return shards

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 import conveyor
-from conftest import index_of, run_python
+from conftest import index_of, run_python, shards_of_five
 from conveyor import transforms as T
-from conveyor.sources import ImageFolder
+from conveyor.sources import ImageFolder, TarShards
 
 N = 30  # Samples in color_folder.
 REPO = Path(__file__).resolve().parents[1]
@@ -113,10 +113,57 @@ def test_len_counts_the_resumed_share(color_folder):
     assert len(list(loader)) == 4
 
 
+def test_a_shuffle_buffer_deals_shards_to_ranks_and_an_elastic_resume_keeps_that_order(
+    color_folder, tmp_path
+):
+    shards = shards_of_five(color_folder, tmp_path)  # Sample i in shard i // 5.
+
+    def ranks(world: int, steps, state=None):
+        samples, states = [], []
+        for rank in range(world):
+            loader = conveyor.Loader(
+                TarShards(shards, shuffle_buffer=3),
+                [T.Resize((16, 16))],
+                batch_size=2,
+                shuffle=True,
+                seed=11,
+                dtype="uint8",
+                layout="HWC",
+                rank=rank,
+                world_size=world,
+            )
+            if state is not None:
+                loader.load_state_dict(state)
+            samples.append(samples_of([(x.clone(), y) for x, y in itertools.islice(loader, steps)]))
+            states.append(loader.state_dict())
+        return samples, states
+
+    whole, states = ranks(3, None)
+    # Each rank streams two whole shards of its own, as webdataset's shards split by node.
+    assert [len({i // 5 for i in samples}) for samples in whole] == [2, 2, 2]
+    assert sorted(sum(whole, [])) == list(range(N))
+    assert states[0]["order_world_size"] == 3
+    # One process: the state is as before (its order is made for 1).
+    assert "order_world_size" not in ranks(1, 1)[1][0]
+    # Resumed by 2 ranks after 2 batches of 2 on each of 3: the rest of the
+    # 3 ranks' global order (rank r's position p is its position 3p + r).
+    _, states = ranks(3, 2)
+    assert states[0]["position"] == 12 and states[0]["order_world_size"] == 3
+    resumed, states = ranks(2, None, state=states[0])
+    rest = [whole[p % 3][p // 3] for p in range(N)][12:]
+    assert resumed == [rest[0::2], rest[1::2]]
+    # The next epoch's order is made for this world.
+    assert (states[0]["epoch"], states[0]["order_world_size"]) == (1, 2)
+    # Saved again before that epoch ends, the state keeps the order's world.
+    _, states = ranks(3, 2)
+    assert ranks(2, 1, state=states[0])[1][0]["order_world_size"] == 3
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
         ({"world_size": 0}, "state['world_size'] must be >= 1, got 0"),
+        ({"order_world_size": 0}, "state['order_world_size'] must be >= 1, got 0"),
         ({"segment_start": 31}, "state['segment_start'] must be <= 30, got 31"),
         ({"position": 3}, "state['position'] must be >= 4, got 3"),
         (
@@ -262,7 +309,7 @@ def test_ranks_of_one_node_share_its_cores(color_folder, local_world_size, share
         os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
         import conveyor
         from conveyor import transforms as T
-        from conveyor.sources import ImageFolder
+        from conveyor.sources import ImageFolder, TarShards
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             loader = conveyor.Loader(ImageFolder(sys.argv[1]), [T.Resize((8, 8))], batch_size=4)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import conveyor  # noqa: E402
-from conftest import run_python  # noqa: E402
+from conftest import run_python, shards_of_five  # noqa: E402
 from conveyor import transforms as T  # noqa: E402
 from conveyor.bench.http_server import FileServer  # noqa: E402
 from conveyor.cli import main as cli_main  # noqa: E402
@@ -193,6 +193,28 @@ def test_tar_shards_over_urls_read_each_shards_images_with_one_range_request(col
         assert request.method == "GET" and request.status == 206
         first, last = images[0].offset_data, images[-1].offset_data + images[-1].size - 1
         assert request.range == f"bytes={first}-{last}" and request.sent == last - first + 1
+
+
+def test_ranks_streaming_tar_shards_over_urls_each_read_only_their_own_shards_in_a_request_each(
+    color_folder, tmp_path
+):
+    # With a shuffle buffer, the ranks of a job deal the shards among them:
+    # reading every 3rd sample of each shard, each rank would fetch them all.
+    names = [os.path.basename(p) for p in shards_of_five(color_folder, tmp_path)]
+    read = []
+    with FileServer(str(tmp_path)) as server:
+        remote = TarShards([server.url(n) for n in names], shuffle_buffer=3, retry=FAST_RETRY)
+        for rank in range(3):
+            server.clear_log()
+            with conveyor.Loader(
+                remote, CHAIN, batch_size=2, seed=5, shuffle=True, rank=rank, world_size=3
+            ) as loader:
+                assert sum(len(labels) for _, labels in loader) == 10
+            requests = server.requests()
+            assert all(r.method == "GET" and r.status == 206 for r in requests)
+            read.append(sorted(r.path for r in requests))
+    assert [len(paths) for paths in read] == [2, 2, 2]
+    assert sorted(sum(read, [])) == names
 
 
 def test_an_index_over_the_cap_read_through_fsspec_is_refused_by_its_size_before_it_is_read(

@@ -260,25 +260,33 @@ void bind_pipeline(nb::module_& m) {
       .def("segment_samples", &Loader::segment_samples, nb::arg("segment_start"))
       .def(
           "saved_position",
-          [](const PythonOwnedLoader& l, int64_t epoch, int64_t position, int64_t batch, int64_t segment_start) {
-            const SavedPosition saved = l.saved_position({epoch, position, batch, segment_start});
-            return nb::make_tuple(saved.epoch, saved.position, saved.batch, *saved.world_size, saved.segment_start);
+          [](const PythonOwnedLoader& l, int64_t epoch, int64_t position, int64_t batch, int64_t segment_start,
+             int64_t order_world_size) {
+            const SavedPosition saved = l.saved_position({epoch, position, batch, segment_start, order_world_size});
+            return nb::make_tuple(saved.epoch, saved.position, saved.batch, *saved.world_size, saved.segment_start,
+                                  saved.order_world_size);
           },
           nb::arg("epoch"), nb::arg("position"), nb::arg("batch"), nb::arg("segment_start"),
-          "(epoch, global position, batch, world_size, segment_start) of this rank at `position` of its order.")
+          nb::arg("order_world_size"),
+          "(epoch, global position, batch, world_size, segment_start, order_world_size or None) of this rank "
+          "at `position` of its order.")
       .def(
           "resume_point",
           [](const PythonOwnedLoader& l, int64_t epoch, int64_t position, int64_t batch,
-             std::optional<int64_t> world_size, int64_t segment_start) {
-            const EpochStart start = l.resume_point({epoch, position, batch, world_size, segment_start});
-            return nb::make_tuple(start.epoch, start.position, start.batch, start.segment_start);
+             std::optional<int64_t> world_size, int64_t segment_start, std::optional<int64_t> order_world_size) {
+            const EpochStart start =
+                l.resume_point({epoch, position, batch, world_size, segment_start, order_world_size});
+            return nb::make_tuple(start.epoch, start.position, start.batch, start.segment_start,
+                                  start.order_world_size);
           },
           nb::arg("epoch"), nb::arg("position"), nb::arg("batch"), nb::arg("world_size").none(),
-          nb::arg("segment_start"),
-          "Where this rank resumes a saved epoch: (epoch, position in its order, batch, segment_start); "
+          nb::arg("segment_start"), nb::arg("order_world_size").none(),
+          "Where this rank resumes a saved epoch: (epoch, position in its order, batch, segment_start, "
+          "order_world_size); "
           "ConfigError naming the key when the state cannot come from this loader.")
       .def("start_epoch", &Loader::start_epoch, nb::arg("epoch"), nb::arg("start_position") = 0,
-           nb::arg("start_batch") = 0, nb::arg("segment_start") = 0, nb::call_guard<nb::gil_scoped_release>())
+           nb::arg("start_batch") = 0, nb::arg("segment_start") = 0, nb::arg("order_world_size") = 0,
+           nb::call_guard<nb::gil_scoped_release>())
       .def(
           "next",
           [](PythonOwnedLoader& loader, double timeout_seconds) -> nb::object {

@@ -420,9 +420,11 @@ class Loader:
         self._start_position = 0  # Where it starts on this rank (set by load_state_dict).
         self._start_batch = 0
         self._start_segment = 0  # Global positions an earlier world size consumed (elastic resume).
+        self._start_order_world = 0  # The world size its order was made for (0: this loader's).
         self._running_epoch: Optional[int] = None  # The last pass's epoch until it ends (state_dict).
         self._running_start = 0  # The position it started at.
         self._running_segment = 0
+        self._running_order_world = 0
         self._position = 0  # End position of the last batch handed to the user.
         self._batches_done = 0
         self._iteration = 0  # Identifies the live iterator; older ones stop.
@@ -464,9 +466,12 @@ class Loader:
         epoch = self._epoch
         if self._sampler is not None:
             self._given_order.set_order(epoch, self._sampler.draw(epoch))
-        self._engine.start_epoch(epoch, self._start_position, self._start_batch, self._start_segment)
+        self._engine.start_epoch(
+            epoch, self._start_position, self._start_batch, self._start_segment, self._start_order_world
+        )
         self._position, self._batches_done = self._start_position, self._start_batch
         self._running_start, self._running_segment = self._start_position, self._start_segment
+        self._running_order_world = self._start_order_world
         self._running_epoch = epoch
         self._delivered = 0
         batches = self._batches(self._iteration, epoch, self._running_start, self._running_segment)
@@ -555,7 +560,7 @@ class Loader:
         # (unless set_epoch() or load_state_dict() chose another meanwhile).
         if iteration == self._iteration and self._epoch == epoch and self._running_epoch == epoch:
             self._epoch = epoch + 1
-            self._start_position = self._start_batch = self._start_segment = 0
+            self._start_position = self._start_batch = self._start_segment = self._start_order_world = 0
 
     def _batches(self, iteration: int, epoch: int, start: int, segment: int) -> Iterator[_Marked]:
         bar = self._progress_bar(epoch, start, segment) if self.progress else None
@@ -722,7 +727,7 @@ class Loader:
         if self._sampler is not None:
             self._sampler.set_epoch(epoch)
         if epoch != self._epoch:
-            self._start_position = self._start_batch = self._start_segment = 0
+            self._start_position = self._start_batch = self._start_segment = self._start_order_world = 0
         self._epoch = epoch
         self._running_epoch = None
 
@@ -766,17 +771,20 @@ class Loader:
         bit-identical batches at the same world size, and at any other world
         size deals what is left of the epoch among the new ranks, so that over
         the epoch every sample is seen once (plus DistributedSampler's padding).
+        With a shuffle buffer over a source in shards, which deals the shards
+        among the ranks, ``order_world_size`` is the world size that began the
+        epoch (absent when 1).
         """
         if self._running_epoch is not None:
             epoch, local, batch = self._running_epoch, self._position, self._batches_done
-            segment = self._running_segment
+            segment, order_world = self._running_segment, self._running_order_world
         else:
             epoch, local, batch = self._epoch, self._start_position, self._start_batch
-            segment = self._start_segment
-        epoch, position, batch, world_size, segment = self._engine.saved_position(
-            epoch, local, batch, segment
+            segment, order_world = self._start_segment, self._start_order_world
+        epoch, position, batch, world_size, segment, order_world = self._engine.saved_position(
+            epoch, local, batch, segment, order_world
         )
-        return {
+        state = {
             "seed": self._seed,
             "epoch": epoch,
             "position": position,
@@ -784,6 +792,9 @@ class Loader:
             "world_size": world_size,
             "segment_start": segment,
         }
+        if order_world is not None:
+            state["order_world_size"] = order_world
+        return state
 
     def load_state_dict(self, state: Mapping[str, int]) -> None:
         """Makes the next ``iter()`` continue where ``state`` was taken, at this
@@ -817,9 +828,14 @@ class Loader:
         if "world_size" in state:  # Else saved before positions were global: this rank's position.
             world = check_int(state["world_size"], "state['world_size']")
         segment = check_int(state.get("segment_start", 0), "state['segment_start']")
-        epoch, local, batch, segment = self._engine.resume_point(epoch, position, batch, world, segment)
+        order_world = None  # The order was made for 1 world (or does not depend on it).
+        if "order_world_size" in state:
+            order_world = check_int(state["order_world_size"], "state['order_world_size']")
+        epoch, local, batch, segment, order_world = self._engine.resume_point(
+            epoch, position, batch, world, segment, order_world
+        )
         self._epoch, self._start_position, self._start_batch = epoch, local, batch
-        self._start_segment = segment
+        self._start_segment, self._start_order_world = segment, order_world
         self._running_epoch = None
 
     # --- observation ------------------------------------------------------------------

@@ -76,7 +76,18 @@ std::vector<int64_t> random_permutation(int64_t n, uint64_t seed, uint64_t epoch
 /// buffer of `buffer_size` slots from which a random one is emitted as each
 /// new sample enters. Reads stay within a few shards at a time; the result is
 /// a permutation of [0, n). Empty `shard_starts` means one shard.
+///
+/// With `streams` > 1 (as webdataset's shards split among ranks, each with
+/// its own shuffle buffer), the shards, in the same random order, are dealt
+/// one at a time to the stream with the fewest samples so far (the first
+/// such on a tie); each stream passes its shards' samples through a buffer
+/// of its own (`buffer_size` slots, a random stream of its own; stream 0's
+/// is the single stream's), and the streams are interleaved: stream s gives
+/// positions s, s + streams, ... while every stream has samples left, then
+/// the streams still holding samples take turns. So every `streams`-th
+/// position comes from one stream's shards, but for the longer streams' last
+/// samples.
 std::vector<int64_t> buffered_shuffle(int64_t n, const std::vector<int64_t>& shard_starts, int64_t buffer_size,
-                                      uint64_t seed, uint64_t epoch);
+                                      uint64_t seed, uint64_t epoch, int64_t streams = 1);
 
 }  // namespace conveyor

@@ -82,6 +82,50 @@ TEST(BufferedShuffleTest, IsAPermutationThatStaysNearItsShards) {
             std::vector<int64_t>(sorted.begin(), sorted.begin() + 50));
 }
 
+TEST(BufferedShuffleTest, StreamsTakeTheShardsInTurnByFewestSamplesAndInterleave) {
+  // 7 shards of unequal sizes (120 samples), dealt to 3 streams.
+  const std::vector<int64_t> sizes{30, 10, 20, 10, 25, 15, 10};
+  std::vector<int64_t> starts{0};
+  for (size_t i = 0; i + 1 < sizes.size(); ++i) starts.push_back(starts.back() + sizes[i]);
+  const auto shard_of = [&](int64_t sample) {
+    return static_cast<int64_t>(std::upper_bound(starts.begin(), starts.end(), sample) - starts.begin()) - 1;
+  };
+  // The deal the rule gives: the shards in random_permutation's order, each
+  // to the stream with the fewest samples so far.
+  std::vector<std::set<int64_t>> dealt(3);
+  std::vector<int64_t> dealt_samples(3);
+  for (int64_t shard : random_permutation(7, 5, 2)) {
+    const auto s =
+        static_cast<size_t>(std::min_element(dealt_samples.begin(), dealt_samples.end()) - dealt_samples.begin());
+    dealt[s].insert(shard);
+    dealt_samples[s] += sizes[static_cast<size_t>(shard)];
+  }
+  const std::vector<int64_t> order = buffered_shuffle(120, starts, 8, 5, 2, 3);
+  auto sorted = order;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t i = 0; i < 120; ++i) ASSERT_EQ(sorted[static_cast<size_t>(i)], i);
+  EXPECT_EQ(order, buffered_shuffle(120, starts, 8, 5, 2, 3));
+  // Position p is stream p % 3's while every stream has samples left ...
+  const int64_t aligned = 3 * *std::min_element(dealt_samples.begin(), dealt_samples.end());
+  for (int64_t p = 0; p < aligned; ++p) {
+    ASSERT_TRUE(dealt[static_cast<size_t>(p % 3)].count(shard_of(order[static_cast<size_t>(p)]))) << "position " << p;
+  }
+  // ... then the streams still holding samples take turns.
+  std::vector<int64_t> left = dealt_samples;
+  for (auto& l : left) l -= aligned / 3;
+  size_t p = static_cast<size_t>(aligned);
+  while (p < order.size()) {
+    for (size_t s = 0; s < 3; ++s) {
+      if (left[s] == 0) continue;
+      --left[s];
+      ASSERT_TRUE(dealt[s].count(shard_of(order[p]))) << "position " << p;
+      ++p;
+    }
+  }
+  // One stream is the plain buffered shuffle.
+  EXPECT_EQ(buffered_shuffle(120, starts, 8, 5, 2, 1), buffered_shuffle(120, starts, 8, 5, 2));
+}
+
 TEST(BufferedShuffleTest, BufferAsLargeAsTheDataIsAFullShuffle) {
   auto order = buffered_shuffle(50, {}, 1000, 1, 0);
   auto sorted = order;

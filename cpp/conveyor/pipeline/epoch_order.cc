@@ -59,14 +59,17 @@ int64_t samples_per_rank_of_an_order_that_fits(const Source& source, const Loade
 }
 
 std::vector<int64_t> rank_order(const Source& source, const LoaderOptions& options, int64_t epoch,
-                                int64_t segment_start, int64_t samples) {
+                                int64_t segment_start, int64_t samples, int64_t order_world_size) {
   const int64_t n = source.epoch_size();
   std::vector<int64_t> base = source.epoch_order(options.seed, static_cast<uint64_t>(epoch), options.shuffle);
   if (!base.empty()) {
     // A source with its own order (a mixture).
   } else if (options.shuffle && options.shuffle_buffer > 0) {
-    base =
-        buffered_shuffle(n, source.shard_starts(), options.shuffle_buffer, options.seed, static_cast<uint64_t>(epoch));
+    // Streaming shards, each rank its own (as webdataset's split by node):
+    // a rank that read every W-th sample of each shard would fetch every
+    // shard, or request each sample alone.
+    base = buffered_shuffle(n, source.shard_starts(), options.shuffle_buffer, options.seed,
+                            static_cast<uint64_t>(epoch), order_world_size);
   } else if (options.shuffle) {
     base = random_permutation(n, options.seed, static_cast<uint64_t>(epoch));
   } else {
@@ -87,6 +90,11 @@ std::vector<int64_t> rank_order(const Source& source, const LoaderOptions& optio
   order.reserve(static_cast<size_t>(samples));
   for (int64_t i = options.rank; i < total; i += world) order.push_back(base[static_cast<size_t>(i)]);
   return order;
+}
+
+bool order_deals_shards(const Source& source, const LoaderOptions& options) {
+  // A mixture orders itself, and has no shuffle buffer (the loader refuses one).
+  return options.shuffle && options.shuffle_buffer > 0 && source.parts() == 1 && source.shard_starts().size() >= 2;
 }
 
 }  // namespace conveyor

@@ -11,7 +11,8 @@ namespace conveyor {
 /// Which samples an epoch gives each rank, and in what order: the source's
 /// own order (a mixture), a buffered shuffle, a permutation or the index
 /// order, then DistributedSampler's deal among world_size ranks. Pure
-/// functions of the options, the source and (seed, epoch).
+/// functions of the options, the source, (seed, epoch) and, for a buffered
+/// shuffle of shards, the world size its shards are dealt to.
 
 /// a / b rounded up, for a >= 0, b >= 1 (a + b - 1 could overflow).
 constexpr int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
@@ -37,9 +38,16 @@ Error order_too_large(const Source& source, const LoaderOptions& options);
 /// 0 for a whole epoch), for options.seed and `epoch`: the base order, cut
 /// at segment_start, padded by repeating from its start (or truncated with
 /// drop_last) to `samples` x world_size, dealt round-robin (rank r takes
-/// positions r, r + W, ...). Throws std::bad_alloc when the order does not
-/// fit.
+/// positions r, r + W, ...). A buffered shuffle of a source in shards deals
+/// the shards among `order_world_size` streams (buffered_shuffle), the world
+/// size the epoch's order was made for (this world's unless the epoch was
+/// begun by another): each rank of that world then reads its own shards.
+/// Throws std::bad_alloc when the order does not fit.
 std::vector<int64_t> rank_order(const Source& source, const LoaderOptions& options, int64_t epoch,
-                                int64_t segment_start, int64_t samples);
+                                int64_t segment_start, int64_t samples, int64_t order_world_size);
+
+/// Whether rank_order depends on `order_world_size`: a buffered shuffle of
+/// a source in two shards or more.
+bool order_deals_shards(const Source& source, const LoaderOptions& options);
 
 }  // namespace conveyor

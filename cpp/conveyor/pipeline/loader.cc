@@ -278,8 +278,11 @@ int64_t Loader::batches_after(int64_t position, int64_t segment_start) const {
 }
 
 SavedPosition Loader::saved_position(const EpochStart& start) const {
-  return {start.epoch, start.segment_start + start.position * options_.world_size, start.batch, options_.world_size,
-          start.segment_start};
+  SavedPosition saved{start.epoch, start.segment_start + start.position * options_.world_size, start.batch,
+                      options_.world_size, start.segment_start};
+  const int64_t order_world = start.order_world_size > 0 ? start.order_world_size : options_.world_size;
+  if (order_world != 1 && order_deals_shards(*source_, options_)) saved.order_world_size = order_world;
+  return saved;
 }
 
 EpochStart Loader::resume_point(const SavedPosition& saved) const {
@@ -295,6 +298,8 @@ EpochStart Loader::resume_point(const SavedPosition& saved) const {
   int64_t saved_world = world;
   int64_t position = 0;
   int64_t segment = 0;
+  const int64_t order_world = saved.order_world_size.value_or(1);
+  check_key(order_world, "order_world_size", 1, kMost);
   if (saved.world_size) {
     saved_world = *saved.world_size;
     check_key(saved_world, "world_size", 1, kMost);
@@ -310,7 +315,7 @@ EpochStart Loader::resume_point(const SavedPosition& saved) const {
   }
   if (saved_world != world) {
     check_key(saved.batch, "batch", 0, kMost);
-    return {saved.epoch, 0, saved.batch, std::min(position, n)};
+    return {saved.epoch, 0, saved.batch, std::min(position, n), order_world};
   }
   check_config((position - segment) % world == 0,
                "state['position'] = " + std::to_string(position) + " is not a whole number of steps of " +
@@ -323,7 +328,7 @@ EpochStart Loader::resume_point(const SavedPosition& saved) const {
                "state['batch'] = " + std::to_string(saved.batch) + " batches of " +
                    std::to_string(options_.batch_size) + " need more than position " + std::to_string(local) +
                    " of the epoch");
-  return {saved.epoch, local, saved.batch, segment};
+  return {saved.epoch, local, saved.batch, segment, order_world};
 }
 
 int64_t Loader::segment_samples(int64_t segment_start) const {
@@ -334,7 +339,8 @@ int64_t Loader::segment_samples(int64_t segment_start) const {
   return segment_start == 0 ? samples_per_epoch_ : samples_per_rank(n - segment_start, options_);
 }
 
-void Loader::start_epoch(int64_t epoch, int64_t start_position, int64_t start_batch, int64_t segment_start) {
+void Loader::start_epoch(int64_t epoch, int64_t start_position, int64_t start_batch, int64_t segment_start,
+                         int64_t order_world_size) {
   check_not_forked();
   check_not_reentered("start_epoch()");
   const int64_t samples = segment_samples(segment_start);
@@ -342,9 +348,13 @@ void Loader::start_epoch(int64_t epoch, int64_t start_position, int64_t start_ba
   check_config(start_batch >= 0, "start batch must be >= 0");
   check_config(epoch >= 0 && epoch <= kMaxEpoch,
                "epoch " + std::to_string(epoch) + " is outside [0, " + std::to_string(kMaxEpoch) + "]");
+  check_config(order_world_size >= 0,
+               "order world size must be >= 0 (0: this loader's world size), got " + std::to_string(order_world_size));
   std::vector<int64_t> order;
   try {
-    order = rank_order(*source_, options_, epoch, segment_start, samples);  // Outside the lock: O(n) for a shuffle.
+    // Outside the lock: O(n) for a shuffle.
+    order = rank_order(*source_, options_, epoch, segment_start, samples,
+                       order_world_size > 0 ? order_world_size : options_.world_size);
   } catch (const std::bad_alloc&) {
     throw order_too_large(*source_, options_);
   } catch (const std::length_error&) {

@@ -43,7 +43,8 @@ struct LoaderOptions {
   bool shuffle = false;
   /// With shuffle: 0 shuffles the whole epoch uniformly (sources are random
   /// access); N > 0 shuffles the shard order and then through a buffer of N
-  /// samples (buffered_shuffle), keeping reads local to a few shards.
+  /// samples (buffered_shuffle), keeping reads local to a few shards; with
+  /// world_size > 1 each rank streams shards of its own (rank_order).
   int64_t shuffle_buffer = 0;
   uint64_t seed = 0;
   bool drop_last = false;  ///< Drop the last partial batch (and, distributed, truncate instead of padding).
@@ -91,6 +92,11 @@ struct SavedPosition {
   int64_t batch = 0;                  ///< Batches handed out.
   std::optional<int64_t> world_size;  ///< None: an older state (position is the rank's).
   int64_t segment_start = 0;          ///< Global positions an earlier world size consumed.
+  /// The world size the epoch's order was made for, where the order depends
+  /// on it (order_deals_shards) and it is not 1: another than world_size
+  /// after an elastic resume. None: 1 (as in a state saved before orders
+  /// depended on it).
+  std::optional<int64_t> order_world_size;
 };
 
 /// Where this rank starts an epoch: Loader::start_epoch's arguments.
@@ -99,6 +105,7 @@ struct EpochStart {
   int64_t position = 0;  ///< In this rank's order.
   int64_t batch = 0;     ///< The number of the first batch.
   int64_t segment_start = 0;
+  int64_t order_world_size = 0;  ///< The world size the epoch's order is made for (0: this loader's).
 };
 
 /// Per-stage counters since the current epoch started (or were reset).
@@ -262,8 +269,11 @@ class Loader {
   /// or truncated as DistributedSampler). With `segment_start` > 0 only the
   /// global order's positions from `segment_start` on are dealt that way:
   /// what is left of an epoch that ranks of another world size had begun
-  /// (elastic resume), so that over the epoch each sample is seen once.
-  void start_epoch(int64_t epoch, int64_t start_position = 0, int64_t start_batch = 0, int64_t segment_start = 0);
+  /// (elastic resume), so that over the epoch each sample is seen once: that
+  /// epoch's order is the one made for their world, `order_world_size` (0:
+  /// this loader's; see rank_order).
+  void start_epoch(int64_t epoch, int64_t start_position = 0, int64_t start_batch = 0, int64_t segment_start = 0,
+                   int64_t order_world_size = 0);
 
   /// Waits for the next batch. Returns kEnd after the last batch (or when no
   /// epoch runs), kTimeout when `timeout` passed first. A negative, NaN,

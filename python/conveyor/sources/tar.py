@@ -67,8 +67,10 @@ class TarShards(Source):
     For data sets far larger than memory, where random reads would thrash the
     page cache, ``shuffle_buffer=N`` gives webdataset's streaming order
     instead: the shard order is shuffled and samples pass through a buffer of
-    N, so reads stay within a few shards at a time. Either order depends only
-    on (seed, epoch). Sample keys are ``"shard.tar:member"``.
+    N, so reads stay within a few shards at a time; under W ranks each rank
+    streams shards of its own (docs/distributed.md). Either order depends
+    only on (seed, epoch), and the streaming one on W. Sample keys are
+    ``"shard.tar:member"``.
 
     Shards may be URLs (``https://host/shard-{000..009}.tar``, ``s3://``, any
     fsspec protocol whose backend is installed): each is indexed once at
