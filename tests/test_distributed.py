@@ -157,6 +157,15 @@ def test_a_shuffle_buffer_deals_shards_to_ranks_and_an_elastic_resume_keeps_that
     # Saved again before that epoch ends, the state keeps the order's world.
     _, states = ranks(3, 2)
     assert ranks(2, 1, state=states[0])[1][0]["order_world_size"] == 3
+    # A state saved before orders depended on the world (no key) means the
+    # order made for one: the single process's, dealt round-robin.
+    single = ranks(1, None)[0][0]
+    old = {key: value for key, value in states[0].items() if key != "order_world_size"}
+    assert ranks(3, None, state=old)[0] == [single[12 + r :: 3] for r in range(3)]
+    # Nothing handed out yet: the epoch is made for the world that loads it.
+    _, states = ranks(3, 0)
+    assert states[0]["position"] == 0 and states[0]["order_world_size"] == 3
+    assert [len({i // 5 for i in samples}) for samples in ranks(2, None, state=states[0])[0]] == [3, 3]
 
 
 @pytest.mark.parametrize(
@@ -309,7 +318,7 @@ def test_ranks_of_one_node_share_its_cores(color_folder, local_world_size, share
         os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
         import conveyor
         from conveyor import transforms as T
-        from conveyor.sources import ImageFolder, TarShards
+        from conveyor.sources import ImageFolder
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             loader = conveyor.Loader(ImageFolder(sys.argv[1]), [T.Resize((8, 8))], batch_size=4)

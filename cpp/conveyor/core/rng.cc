@@ -69,6 +69,8 @@ std::vector<int64_t> buffered_shuffle(int64_t n, const std::vector<int64_t>& sha
     stream_through_buffer(shard_order, starts, buffer_size, rng, order);
     return order;
   }
+  // Streams past the shards' number would stay empty.
+  streams = std::min(streams, shards);
   // Each shard to the stream with the fewest samples so far.
   std::vector<std::vector<int64_t>> dealt(static_cast<size_t>(streams));
   std::vector<int64_t> dealt_samples(static_cast<size_t>(streams));
@@ -79,12 +81,15 @@ std::vector<int64_t> buffered_shuffle(int64_t n, const std::vector<int64_t>& sha
     dealt_samples[s] += starts[static_cast<size_t>(shard) + 1] - starts[static_cast<size_t>(shard)];
   }
   std::vector<std::vector<int64_t>> stream_orders(static_cast<size_t>(streams));
+  size_t longest = 0;
   for (size_t s = 0; s < dealt.size(); ++s) {
+    stream_orders[s].reserve(static_cast<size_t>(dealt_samples[s]));
     // Streams past the shuffling one, counting down: no sample index reaches them.
     SampleRng rng(seed, epoch, kShuffleStream - s);
     stream_through_buffer(dealt[s], starts, buffer_size, rng, stream_orders[s]);
+    longest = std::max(longest, stream_orders[s].size());
   }
-  for (size_t i = 0; static_cast<int64_t>(order.size()) < n; ++i) {
+  for (size_t i = 0; i < longest; ++i) {
     for (const std::vector<int64_t>& stream : stream_orders) {
       if (i < stream.size()) order.push_back(stream[i]);
     }

@@ -71,7 +71,7 @@ class SampleRng {
 std::vector<int64_t> random_permutation(int64_t n, uint64_t seed, uint64_t epoch);
 
 /// The order a streaming shuffle gives (as webdataset's shards + shuffle(N)),
-/// from (seed, epoch) only: the shards [shard_starts[i], shard_starts[i+1])
+/// from (seed, epoch, streams) only: the shards [shard_starts[i], shard_starts[i+1])
 /// of [0, n) are taken in a random order, and their samples pass through a
 /// buffer of `buffer_size` slots from which a random one is emitted as each
 /// new sample enters. Reads stay within a few shards at a time; the result is
@@ -86,7 +86,7 @@ std::vector<int64_t> random_permutation(int64_t n, uint64_t seed, uint64_t epoch
 /// positions s, s + streams, ... while every stream has samples left, then
 /// the streams still holding samples take turns. So every `streams`-th
 /// position comes from one stream's shards, but for the longer streams' last
-/// samples.
+/// samples. There are at most as many streams as shards.
 std::vector<int64_t> buffered_shuffle(int64_t n, const std::vector<int64_t>& shard_starts, int64_t buffer_size,
                                       uint64_t seed, uint64_t epoch, int64_t streams = 1);
 

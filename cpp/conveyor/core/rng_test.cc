@@ -122,8 +122,9 @@ TEST(BufferedShuffleTest, StreamsTakeTheShardsInTurnByFewestSamplesAndInterleave
       ++p;
     }
   }
-  // One stream is the plain buffered shuffle.
+  // One stream is the plain buffered shuffle; more streams than shards are as many as shards.
   EXPECT_EQ(buffered_shuffle(120, starts, 8, 5, 2, 1), buffered_shuffle(120, starts, 8, 5, 2));
+  EXPECT_EQ(buffered_shuffle(120, starts, 8, 5, 2, 1000), buffered_shuffle(120, starts, 8, 5, 2, 7));
 }
 
 TEST(BufferedShuffleTest, BufferAsLargeAsTheDataIsAFullShuffle) {

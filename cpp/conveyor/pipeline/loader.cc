@@ -144,6 +144,7 @@ Loader::Loader(std::shared_ptr<const Source> source, std::shared_ptr<const Sampl
       samples_per_epoch_(samples_per_rank_of_an_order_that_fits(*source_, options_)),
       local_reads_(source_->local_reads()),
       starts_reads_(source_->starts_reads()),
+      order_deals_shards_(order_deals_shards(*source_, options_)),
       // The one product every slot offset derives from: checked here, so
       // `slot * sample_bytes_` below cannot overflow.
       pool_(static_cast<size_t>(
@@ -281,7 +282,7 @@ SavedPosition Loader::saved_position(const EpochStart& start) const {
   SavedPosition saved{start.epoch, start.segment_start + start.position * options_.world_size, start.batch,
                       options_.world_size, start.segment_start};
   const int64_t order_world = start.order_world_size > 0 ? start.order_world_size : options_.world_size;
-  if (order_world != 1 && order_deals_shards(*source_, options_)) saved.order_world_size = order_world;
+  if (order_world != 1 && order_deals_shards_) saved.order_world_size = order_world;
   return saved;
 }
 
@@ -298,7 +299,7 @@ EpochStart Loader::resume_point(const SavedPosition& saved) const {
   int64_t saved_world = world;
   int64_t position = 0;
   int64_t segment = 0;
-  const int64_t order_world = saved.order_world_size.value_or(1);
+  int64_t order_world = saved.order_world_size.value_or(1);
   check_key(order_world, "order_world_size", 1, kMost);
   if (saved.world_size) {
     saved_world = *saved.world_size;
@@ -313,6 +314,8 @@ EpochStart Loader::resume_point(const SavedPosition& saved) const {
     check_key(saved.position, "position", 0, samples_per_epoch_);
     position = saved.position * world;
   }
+  // Nothing of the epoch handed out: its order is made for this world.
+  if (position == 0) order_world = 0;
   if (saved_world != world) {
     check_key(saved.batch, "batch", 0, kMost);
     return {saved.epoch, 0, saved.batch, std::min(position, n), order_world};

@@ -416,6 +416,8 @@ class Loader {
   const int64_t samples_per_epoch_;
   const bool local_reads_;   // source_->local_reads(), asked once.
   const bool starts_reads_;  // source_->starts_reads(), asked once.
+  // order_deals_shards(): asked once, as it lists the source's shards.
+  const bool order_deals_shards_;
 
   // The lock and the condition variable live on the heap so that a Loader
   // destroyed in a child of fork() can leak them (see ~Loader).
