@@ -1099,8 +1099,13 @@ S3Config sign(Transfer& t, Api api, const S3Config& config, const std::string& b
   }
   t.signed_region = used.region;
   if (role != nullptr) {
-    t.role = may_wait ? role->current() : role->at_hand();
-    if (!may_wait && !t.role) throw CredentialsNotAtHand{};
+    if (may_wait) {
+      t.role = role->current();
+    } else {
+      std::optional<std::shared_ptr<const RoleCredentials>> at_hand = role->at_hand();
+      if (!at_hand) throw CredentialsNotAtHand{};
+      t.role = std::move(*at_hand);  // Null: none to be had, unsigned.
+    }
     if (t.role) {
       t.credentials_source = t.role->from;
       t.role_headers.add(std::string("x-amz-content-sha256: ") + kEmptyPayloadSha256);

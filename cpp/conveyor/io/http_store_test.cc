@@ -1116,6 +1116,8 @@ TEST(HttpStoreTest, OffEc2TheMetadataServiceIsAskedOnceAndARefusalSaysWhy) {
   options.s3 = resolve_s3_config({{"endpoint_url", s3.url("")}},
                                  env_of({{"AWS_EC2_METADATA_SERVICE_ENDPOINT", metadata.url("")}}));
   HttpStore store(options);
+  // Not started before the service is asked: asking it may take a second.
+  EXPECT_FALSE(started_read(store, "s3://bucket/a").has_value());
   const std::string expected =
       "HTTP 403 Forbidden (AccessDenied); the request was unsigned (credentials: none found "
       "(looked in storage_options, AWS_ACCESS_KEY_ID, ~/.aws/credentials and ~/.aws/config "
@@ -1123,8 +1125,13 @@ TEST(HttpStoreTest, OffEc2TheMetadataServiceIsAskedOnceAndARefusalSaysWhy) {
       metadata.url("") + ": the instance's role (HTTP 404: the instance has no role)))";
   EXPECT_EQ(failure_of(store, "s3://bucket/a").describe(), expected);
   EXPECT_EQ(failure_of(store, "s3://bucket/a").describe(), expected);
+  // Once it said there is no role, reads are started, unsigned.
+  const std::optional<Started> started = started_read(store, "s3://bucket/a");
+  ASSERT_TRUE(started.has_value() && started->attempt.failure.has_value());
+  EXPECT_EQ(started->attempt.failure->describe(), expected);
   EXPECT_EQ(metadata.requests().size(), 2u);  // Token and role, once.
-  EXPECT_EQ(s3.requests().at(0).headers.count("authorization"), 0u);
+  ASSERT_EQ(s3.requests().size(), 3u);
+  for (const HttpTestRequest& request : s3.requests()) EXPECT_EQ(request.headers.count("authorization"), 0u);
 }
 
 }  // namespace

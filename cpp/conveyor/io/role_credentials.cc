@@ -994,28 +994,51 @@ RefreshingRoleCredentials::RefreshingRoleCredentials(RoleCredentialsEndpoint end
                                                      std::chrono::seconds retry_after)
     : endpoint_(std::move(endpoint)), ca_(std::move(ca)), retry_after_(retry_after) {}
 
-bool RefreshingRoleCredentials::fresh_locked(std::chrono::system_clock::time_point now) const {
-  return credentials_ != nullptr && (credentials_->expiration - now > kRefreshBefore ||
-                                     (credentials_->expiration > now && now - read_at_ < retry_after_));
+bool RefreshingRoleCredentials::fresh(const State& state, std::chrono::system_clock::time_point now) const {
+  return state.credentials != nullptr && (state.credentials->expiration - now > kRefreshBefore ||
+                                          (state.credentials->expiration > now && now - state.read_at < retry_after_));
 }
 
-std::shared_ptr<const RoleCredentials> RefreshingRoleCredentials::at_hand() const {
-  // current() holds the lock while it reads: never wait for that.
-  std::unique_lock lock(mu_, std::try_to_lock);
-  if (!lock.owns_lock() || !fresh_locked(std::chrono::system_clock::now())) return nullptr;
-  return credentials_;
+bool RefreshingRoleCredentials::none_to_be_had(const State& state, std::chrono::system_clock::time_point now) const {
+  // The instance metadata service's first answer is kept; the others are
+  // asked again retry_after_ after a failure.
+  return state.tried && state.credentials == nullptr &&
+         (endpoint_.kind == RoleCredentialsEndpoint::Kind::kInstanceMetadata || now - state.failed_at < retry_after_);
+}
+
+std::optional<std::shared_ptr<const RoleCredentials>> RefreshingRoleCredentials::at_hand() const {
+  const std::lock_guard lock(published_mu_);
+  const auto now = std::chrono::system_clock::now();
+  if (fresh(published_, now)) return published_.credentials;
+  if (none_to_be_had(published_, now)) return std::shared_ptr<const RoleCredentials>();
+  return std::nullopt;
 }
 
 std::shared_ptr<const RoleCredentials> RefreshingRoleCredentials::current() {
-  std::lock_guard lock(mu_);
+  const std::lock_guard lock(mu_);
   const auto now = std::chrono::system_clock::now();
-  if (fresh_locked(now)) return credentials_;
-  if (tried_ && credentials_ == nullptr &&
-      (endpoint_.kind == RoleCredentialsEndpoint::Kind::kInstanceMetadata || now - failed_at_ < retry_after_)) {
-    return nullptr;  // No role here (yet): unsigned.
+  if (fresh(state_, now)) return state_.credentials;
+  if (none_to_be_had(state_, now)) return nullptr;  // No role here (yet): unsigned.
+  // Published whichever way the read ends (a failure changes the state too).
+  const auto publish = [&] {
+    const std::lock_guard published(published_mu_);
+    published_ = state_;
+  };
+  try {
+    std::shared_ptr<const RoleCredentials> credentials = read_locked(now);
+    publish();
+    return credentials;
+  } catch (...) {
+    publish();
+    throw;
   }
-  if (credentials_ != nullptr && credentials_->expiration <= now && now - failed_at_ < retry_after_) {
-    throw FetchError({Kind::kConnection, 0, "the role's credentials expired and " + failure_});  // Asked again later.
+}
+
+std::shared_ptr<const RoleCredentials> RefreshingRoleCredentials::read_locked(
+    std::chrono::system_clock::time_point now) {
+  if (state_.credentials != nullptr && state_.credentials->expiration <= now && now - state_.failed_at < retry_after_) {
+    throw FetchError(
+        {Kind::kConnection, 0, "the role's credentials expired and " + state_.failure});  // Asked again later.
   }
   try {
     RoleCredentials read = read_role_credentials(endpoint_, &ca_);
@@ -1025,29 +1048,29 @@ std::shared_ptr<const RoleCredentials> RefreshingRoleCredentials::current() {
                         endpoint_.describe() + ": credentials that expired at " + utc_text(read.expiration) +
                             ", before they were read (is this machine's clock right?)"});
     }
-    credentials_ = std::make_shared<const RoleCredentials>(std::move(read));
-    read_at_ = now;
+    state_.credentials = std::make_shared<const RoleCredentials>(std::move(read));
+    state_.read_at = now;
   } catch (const FetchError& e) {
     // A stopping loader's: not a failure of the endpoint.
     if (e.failure().kind == Kind::kCancelled) throw;
-    failure_ = e.failure().message;
-    failed_at_ = now;
-    if (credentials_ == nullptr) {
-      tried_ = true;
+    state_.failure = e.failure().message;
+    state_.failed_at = now;
+    if (state_.credentials == nullptr) {
+      state_.tried = true;
       return nullptr;
     }
-    if (credentials_->expiration > now) return credentials_;  // Still valid.
+    if (state_.credentials->expiration > now) return state_.credentials;  // Still valid.
     throw FetchError({Kind::kConnection, 0, "the role's credentials expired and " + e.failure().message});
   }
-  tried_ = true;
-  return credentials_;
+  state_.tried = true;
+  return state_.credentials;
 }
 
 std::string RefreshingRoleCredentials::source() const {
-  std::lock_guard lock(mu_);
-  if (credentials_ != nullptr) return credentials_->from;
-  if (!tried_) return endpoint_.describe();
-  return failure_;
+  const std::lock_guard lock(published_mu_);
+  if (published_.credentials != nullptr) return published_.credentials->from;
+  if (!published_.tried) return endpoint_.describe();
+  return published_.failure;
 }
 
 }  // namespace conveyor

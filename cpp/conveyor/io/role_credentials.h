@@ -250,28 +250,43 @@ class RefreshingRoleCredentials {
   /// and kCancelled when the calling thread's Cancellation ends the read
   /// (core/cancellation.h; not counted as the endpoint's failure).
   std::shared_ptr<const RoleCredentials> current();
-  /// What current() would return without reading credentials or waiting for
-  /// a read under way: the credentials read before, while they need no
-  /// refresh; else null (none read yet, none to be had, or due a read).
-  std::shared_ptr<const RoleCredentials> at_hand() const;
+  /// What current() would return, found without reading credentials or
+  /// waiting for a read under way (so a store's event loop may ask): the
+  /// credentials read before while they need no refresh, or null where
+  /// current() has settled that there are none to be had (requests go
+  /// unsigned); nullopt when current() would read (none read or tried yet,
+  /// or due a read).
+  std::optional<std::shared_ptr<const RoleCredentials>> at_hand() const;
   /// Where the credentials come from: RoleCredentials::from once read,
   /// endpoint.describe() before, or after a failed first read why it failed
-  /// ("the instance metadata service at URL: STEP: CAUSE").
+  /// ("the instance metadata service at URL: STEP: CAUSE"). Never waits for
+  /// a read under way.
   std::string source() const;
 
  private:
-  // Whether credentials_ need no read at `now` (under mu_).
-  bool fresh_locked(std::chrono::system_clock::time_point now) const;
+  // What the last read left.
+  struct State {
+    std::shared_ptr<const RoleCredentials> credentials;
+    bool tried = false;
+    std::string failure;                              // Why the last read failed.
+    std::chrono::system_clock::time_point failed_at;  // When.
+    std::chrono::system_clock::time_point read_at;    // When `credentials` were read.
+  };
+  // Whether `state` needs no read at `now`: fresh credentials, or none to be had.
+  bool fresh(const State& state, std::chrono::system_clock::time_point now) const;
+  bool none_to_be_had(const State& state, std::chrono::system_clock::time_point now) const;
+  // current() once state_ needs a read (under mu_).
+  std::shared_ptr<const RoleCredentials> read_locked(std::chrono::system_clock::time_point now);
 
   const RoleCredentialsEndpoint endpoint_;
   const CaCertificates ca_;
   const std::chrono::seconds retry_after_;
-  mutable std::mutex mu_;
-  std::shared_ptr<const RoleCredentials> credentials_;
-  bool tried_ = false;
-  std::string failure_;                              // Why the last read failed.
-  std::chrono::system_clock::time_point failed_at_;  // When.
-  std::chrono::system_clock::time_point read_at_;    // When credentials_ were read.
+  std::mutex mu_;  // Held by current() while it reads: one read at a time.
+  State state_;    // Under mu_.
+  // A copy of state_ as each current() left it, under published_mu_, which
+  // is never held while reading: for at_hand() and source().
+  mutable std::mutex published_mu_;
+  State published_;
 };
 
 }  // namespace conveyor

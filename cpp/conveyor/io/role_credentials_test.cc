@@ -634,16 +634,16 @@ TEST_F(ProcessCredentialsTest, CredentialsAboutToExpireAreReadAgainAtMostEveryRe
     return std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
   };
   RefreshingRoleCredentials every_time(soon, {}, std::chrono::seconds(0));
-  EXPECT_EQ(every_time.at_hand(), nullptr);  // None read yet.
+  EXPECT_FALSE(every_time.at_hand().has_value());  // None read yet.
   ASSERT_NE(every_time.current(), nullptr);
-  EXPECT_EQ(every_time.at_hand(), nullptr);  // Due a read.
+  EXPECT_FALSE(every_time.at_hand().has_value());  // Due a read.
   ASSERT_NE(every_time.current(), nullptr);
   EXPECT_EQ(count_runs(), 2);
   RefreshingRoleCredentials hourly(soon, {}, std::chrono::seconds(3600));
   ASSERT_NE(hourly.current(), nullptr);
   EXPECT_EQ(hourly.current()->access_key_id, "ASIA");  // Still valid: kept.
-  ASSERT_NE(hourly.at_hand(), nullptr);
-  EXPECT_EQ(hourly.at_hand()->access_key_id, "ASIA");
+  ASSERT_TRUE(hourly.at_hand().has_value() && *hourly.at_hand() != nullptr);
+  EXPECT_EQ((*hourly.at_hand())->access_key_id, "ASIA");
   EXPECT_EQ(count_runs(), 3);
 }
 
