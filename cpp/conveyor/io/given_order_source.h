@@ -41,6 +41,9 @@ class GivenOrderSource final : public Source {
     return inner_->plan_reads(order);
   }
   Record read_planned(int64_t index, ReadPlan& plan) const override { return inner_->read_planned(index, plan); }
+  bool planned_read_is_ready(int64_t index, ReadPlan& plan) const override {
+    return inner_->planned_read_is_ready(index, plan);
+  }
   std::string key(int64_t index) const override { return inner_->key(index); }
   int64_t epoch_size() const override { return epoch_size_; }
   /// The order set for `epoch`. Throws Error{kConfig} when none was set for it.

@@ -482,10 +482,13 @@ TEST(RemoteTest, ASampleReadAgainUnderAPlanIsServedWhileItsRunIsHeld) {
   std::shared_ptr<ReadPlan> plan = source.plan_reads(order);
   ASSERT_NE(plan, nullptr);
   const size_t before = store->requests().size();
+  EXPECT_FALSE(source.planned_read_is_ready(2, *plan));  // Its run is not read yet.
   for (int64_t i : {0, 1, 1, 0, 2})
     EXPECT_EQ(as_string(source.read_planned(i, *plan).data), image_of(static_cast<int>(i), 100));
   EXPECT_EQ(store->requests().size(), before + 1);
+  EXPECT_TRUE(source.planned_read_is_ready(3, *plan));  // Served from the run's bytes, no request.
   EXPECT_EQ(as_string(source.read_planned(3, *plan).data), image_of(3, 100));  // The last: the run is released.
+  EXPECT_FALSE(source.planned_read_is_ready(2, *plan));
   EXPECT_EQ(as_string(source.read_planned(2, *plan).data), image_of(2, 100));  // Read alone.
   EXPECT_EQ(store->requests().size(), before + 2);
 }

@@ -127,6 +127,14 @@ class Source {
     (void)plan;
     return read(index);
   }
+  /// True when read_planned(index, plan) would now serve sample `index`
+  /// from memory, with no request (its run's bytes are read): the loader
+  /// then reads it on the cpu thread that decodes it, as a cached read
+  /// (read_is_cached). A hint: it must not wait. The default: false.
+  virtual bool planned_read_is_ready(int64_t index, ReadPlan& plan) const {
+    (void)index, (void)plan;
+    return false;
+  }
 
   /// First sample index of each shard, ascending, for sources stored in
   /// shards (empty: one shard). A shuffle buffer (LoaderOptions) shuffles the

@@ -879,6 +879,16 @@ Record TarShardSource::read_planned(int64_t index, ReadPlan& plan) const {
                 sample.label, key(index)};
 }
 
+bool TarShardSource::planned_read_is_ready(int64_t index, ReadPlan& plan) const {
+  auto* runs = dynamic_cast<RunPlan*>(&plan);
+  if (runs == nullptr || index < 0 || static_cast<size_t>(index) >= runs->run_of.size()) return false;
+  const int32_t r = runs->run_of[static_cast<size_t>(index)];
+  if (r < 0) return false;
+  const ShardRun& run = runs->runs[static_cast<size_t>(r)];
+  const std::lock_guard lock(runs->mutex);
+  return run.state == ShardRun::State::kRead && !run.bytes.empty();
+}
+
 bool TarShardSource::local_reads() const {
   return std::none_of(index_->shards.begin(), index_->shards.end(), [](const Index::Shard& s) { return s.remote; });
 }

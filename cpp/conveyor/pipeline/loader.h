@@ -326,16 +326,18 @@ class Loader {
   void issue_unguarded_locked(detail::EpochRun& run);
   // Where a sample's read runs: on the cpu thread that then decodes it
   // (sample_task) when the source's reads are local (Source::local_reads) and
-  // quick (detail::reads_are_quick), or its object is in a cache
-  // (cached_read), else on the io pool (read_task), which hands the record
+  // quick (detail::reads_are_quick), or its bytes are at hand
+  // (read_at_hand), else on the io pool (read_task), which hands the record
   // to the cpu pool.
   bool reads_inline() const noexcept;
-  // `cached`: issued as a cached read (cached_read), read here whatever the
-  // measured read times.
-  void sample_task(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task, bool cached);
-  // Whether a remote source's `sample` is a URL whose object a cache holds
-  // (Source::read_is_cached): its read is then inline too.
-  bool cached_read(std::optional<int64_t> sample) const noexcept;
+  // `at_hand`: issued as a read at hand (read_at_hand), read here whatever
+  // the measured read times.
+  void sample_task(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task, bool at_hand);
+  // Whether a remote source's `sample` needs no request now: a URL whose
+  // object a cache holds (Source::read_is_cached), or a sample the epoch's
+  // read plan holds in memory (Source::planned_read_is_ready). Its read is
+  // then inline too.
+  bool read_at_hand(const detail::EpochRun& run, std::optional<int64_t> sample) const noexcept;
   // A read that start_read_locked began: it holds one of async_reads_ until
   // it ends. `attempt`: its asynchronous attempt, which gave no record and
   // which the read continues (Source::read_after), started at `started_ns`

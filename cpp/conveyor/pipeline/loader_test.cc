@@ -534,6 +534,34 @@ class PlanningSource final : public MemorySource {
   mutable std::mutex mu_;
 };
 
+// A remote LoggedSource with a read plan whose even samples are in memory.
+class ReadyPlanSource final : public LoggedSource {
+ public:
+  using LoggedSource::LoggedSource;
+  struct Plan final : ReadPlan {};
+  std::shared_ptr<ReadPlan> plan_reads(std::span<const int64_t> /*order*/) const override {
+    return std::make_shared<Plan>();
+  }
+  Record read_planned(int64_t index, ReadPlan& /*plan*/) const override { return read(index); }
+  bool planned_read_is_ready(int64_t index, ReadPlan& plan) const override {
+    EXPECT_NE(dynamic_cast<Plan*>(&plan), nullptr);
+    return index % 2 == 0;
+  }
+};
+
+TEST(LoaderTest, ARemoteSampleItsReadPlanHoldsInMemoryIsReadOnTheThreadThatDecodesIt) {
+  // A sample of a run read already (Source::planned_read_is_ready) is a
+  // slice of memory: read on the decoding thread, as a cached one; the
+  // others still wait on the io pool.
+  ThreadLog log;
+  auto source = std::make_shared<ReadyPlanSource>(96, &log, 0us, false);
+  Loader loader(source, std::make_shared<LoggedTransform>(&log, 1000us), options(8, 2, 16, 2));
+  ASSERT_EQ(run_epoch(loader, 0).samples().size(), 96u);
+  for (const auto& [sample, reader] : log.read_by) {
+    EXPECT_EQ(reader == log.processed_by.at(sample), sample % 2 == 0) << sample;
+  }
+}
+
 TEST(LoaderTest, EachEpochsReadsFollowTheSourcesPlanOfWhatTheEpochReads) {
   // The plan sees the positions the epoch reads, in order: a resumed epoch's
   // from its start position on; and every read goes through it.
