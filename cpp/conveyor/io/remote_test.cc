@@ -487,6 +487,8 @@ TEST(RemoteTest, ASampleReadAgainUnderAPlanIsServedWhileItsRunIsHeld) {
     EXPECT_EQ(as_string(source.read_planned(i, *plan).data), image_of(static_cast<int>(i), 100));
   EXPECT_EQ(store->requests().size(), before + 1);
   EXPECT_TRUE(source.planned_read_is_ready(3, *plan));  // Served from the run's bytes, no request.
+  // Served already: the run is not held for it (3's read may release it first).
+  EXPECT_FALSE(source.planned_read_is_ready(2, *plan));
   EXPECT_EQ(as_string(source.read_planned(3, *plan).data), image_of(3, 100));  // The last: the run is released.
   EXPECT_FALSE(source.planned_read_is_ready(2, *plan));
   EXPECT_EQ(as_string(source.read_planned(2, *plan).data), image_of(2, 100));  // Read alone.

@@ -995,8 +995,12 @@ RefreshingRoleCredentials::RefreshingRoleCredentials(RoleCredentialsEndpoint end
     : endpoint_(std::move(endpoint)), ca_(std::move(ca)), retry_after_(retry_after) {}
 
 bool RefreshingRoleCredentials::fresh(const State& state, std::chrono::system_clock::time_point now) const {
-  return state.credentials != nullptr && (state.credentials->expiration - now > kRefreshBefore ||
-                                          (state.credentials->expiration > now && now - state.read_at < retry_after_));
+  // Within kRefreshBefore of expiry, valid credentials are read again at
+  // most every retry_after_, whether the last read succeeded or failed.
+  return state.credentials != nullptr &&
+         (state.credentials->expiration - now > kRefreshBefore ||
+          (state.credentials->expiration > now &&
+           (now - state.read_at < retry_after_ || now - state.failed_at < retry_after_)));
 }
 
 bool RefreshingRoleCredentials::none_to_be_had(const State& state, std::chrono::system_clock::time_point now) const {

@@ -647,6 +647,32 @@ TEST_F(ProcessCredentialsTest, CredentialsAboutToExpireAreReadAgainAtMostEveryRe
   EXPECT_EQ(count_runs(), 3);
 }
 
+TEST_F(ProcessCredentialsTest, AFailedReadOfCredentialsStillValidKeepsThemAndIsNotRetriedBeforeTheInterval) {
+  // Keys that expire in 5 minutes (inside the 10 minutes before expiry in
+  // which they are read again) from a helper that fails after its first run.
+  const std::filesystem::path runs = dir_ / "runs";
+  const std::filesystem::path ran = dir_ / "ran";
+  const RoleCredentialsEndpoint failing_later =
+      script("echo run >> '" + runs.string() + "'\n[ -e '" + ran.string() + "' ] && { echo down >&2; exit 1; }\n" +
+             "touch '" + ran.string() + "'\n" +
+             R"(echo "{\"Version\": 1, \"AccessKeyId\": \"ASIA\", \"SecretAccessKey\": \"SECRETKEY\", )" +
+             R"(\"Expiration\": \"$(date -u -d '+5 min' +%Y-%m-%dT%H:%M:%SZ)\"}")");
+  const auto count_runs = [&] {
+    std::ifstream in(runs);
+    return std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
+  };
+  RefreshingRoleCredentials credentials(failing_later, {}, std::chrono::seconds(3));
+  ASSERT_NE(credentials.current(), nullptr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(3100));  // Due a read again.
+  ASSERT_NE(credentials.current(), nullptr);                     // It failed: the valid keys are kept ...
+  EXPECT_EQ(count_runs(), 2);
+  // ... and neither read again nor due a read before the interval is over.
+  ASSERT_NE(credentials.current(), nullptr);
+  EXPECT_EQ(credentials.current()->access_key_id, "ASIA");
+  EXPECT_TRUE(credentials.at_hand().has_value() && *credentials.at_hand() != nullptr);
+  EXPECT_EQ(count_runs(), 2);
+}
+
 TEST(RoleCredentialsTest, AssumeRoleSendsTheSourcesSessionAndDurationAndNamesStsRefusal) {
   std::atomic<bool> refuse{false};
   HttpTestServer sts([&](const HttpTestRequest& request, HttpTestConnection& connection) {

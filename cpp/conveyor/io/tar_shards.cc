@@ -886,7 +886,10 @@ bool TarShardSource::planned_read_is_ready(int64_t index, ReadPlan& plan) const 
   if (r < 0) return false;
   const ShardRun& run = runs->runs[static_cast<size_t>(r)];
   const std::lock_guard lock(runs->mutex);
-  return run.state == ShardRun::State::kRead && !run.bytes.empty();
+  // A sample served already (read again after a skip) does not hold the
+  // run's bytes: the other samples' reads may release them before its own.
+  return run.state == ShardRun::State::kRead && !run.bytes.empty() &&
+         !run.served[static_cast<size_t>(index - run.first_sample)];
 }
 
 bool TarShardSource::local_reads() const {

@@ -124,7 +124,8 @@ class TarShardSource final : public Source {
   /// run whose request failed is read sample by sample, so that each error
   /// names its member as read() does.
   Record read_planned(int64_t index, ReadPlan& plan) const override;
-  /// True when `index`'s run under `plan` is read and still held.
+  /// True when `index`'s run under `plan` is read and held for it (not
+  /// served to it already).
   bool planned_read_is_ready(int64_t index, ReadPlan& plan) const override;
   /// True unless a shard is a URL read through `remote`.
   bool local_reads() const override;
