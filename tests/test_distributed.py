@@ -22,10 +22,11 @@ N = 30  # Samples in color_folder.
 REPO = Path(__file__).resolve().parents[1]
 
 
-def make_loader(root, **kwargs) -> conveyor.Loader:
+def make_loader(root, source=None, **kwargs) -> conveyor.Loader:
+    """A loader of ``source`` (else the ImageFolder at ``root``)."""
     options = dict(batch_size=2, shuffle=True, seed=11, dtype="uint8", layout="HWC")
     options.update(kwargs)
-    return conveyor.Loader(ImageFolder(root), [T.Resize((16, 16))], **options)
+    return conveyor.Loader(ImageFolder(root) if source is None else source, [T.Resize((16, 16))], **options)
 
 
 def samples_of(batches) -> list[int]:
@@ -119,24 +120,7 @@ def test_a_shuffle_buffer_deals_shards_to_ranks_and_an_elastic_resume_keeps_that
     shards = shards_of_five(color_folder, tmp_path)  # Sample i in shard i // 5.
 
     def ranks(world: int, steps, state=None):
-        samples, states = [], []
-        for rank in range(world):
-            loader = conveyor.Loader(
-                TarShards(shards, shuffle_buffer=3),
-                [T.Resize((16, 16))],
-                batch_size=2,
-                shuffle=True,
-                seed=11,
-                dtype="uint8",
-                layout="HWC",
-                rank=rank,
-                world_size=world,
-            )
-            if state is not None:
-                loader.load_state_dict(state)
-            samples.append(samples_of([(x.clone(), y) for x, y in itertools.islice(loader, steps)]))
-            states.append(loader.state_dict())
-        return samples, states
+        return run_ranks(color_folder, world, steps, state, source=TarShards(shards, shuffle_buffer=3))
 
     whole, states = ranks(3, None)
     # Each rank streams two whole shards of its own, as webdataset's shards split by node.
@@ -153,7 +137,7 @@ def test_a_shuffle_buffer_deals_shards_to_ranks_and_an_elastic_resume_keeps_that
     rest = [whole[p % 3][p // 3] for p in range(N)][12:]
     assert resumed == [rest[0::2], rest[1::2]]
     # The next epoch's order is made for this world.
-    assert (states[0]["epoch"], states[0]["order_world_size"]) == (1, 2)
+    assert (states[0]["epoch"], states[0]["order_world_size"]) == (3, 2)
     # Saved again before that epoch ends, the state keeps the order's world.
     _, states = ranks(3, 2)
     assert ranks(2, 1, state=states[0])[1][0]["order_world_size"] == 3
