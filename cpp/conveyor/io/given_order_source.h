@@ -41,9 +41,6 @@ class GivenOrderSource final : public Source {
     return inner_->plan_reads(order);
   }
   Record read_planned(int64_t index, ReadPlan& plan) const override { return inner_->read_planned(index, plan); }
-  bool planned_read_is_ready(int64_t index, ReadPlan& plan) const override {
-    return inner_->planned_read_is_ready(index, plan);
-  }
   std::string key(int64_t index) const override { return inner_->key(index); }
   int64_t epoch_size() const override { return epoch_size_; }
   /// The order set for `epoch`. Throws Error{kConfig} when none was set for it.
@@ -51,7 +48,7 @@ class GivenOrderSource final : public Source {
   int parts() const override { return inner_->parts(); }
   bool local_reads() const override { return inner_->local_reads(); }
   bool network_reads() const override { return inner_->network_reads(); }
-  bool read_is_cached(int64_t index) const override { return inner_->read_is_cached(index); }
+  bool read_is_at_hand(int64_t index, ReadPlan* plan) const override { return inner_->read_is_at_hand(index, plan); }
   int part_of(int64_t index) const override { return inner_->part_of(index); }
   std::optional<int64_t> max_label() const override { return inner_->max_label(); }
 

@@ -134,9 +134,10 @@ std::pair<int, int64_t> MixSource::locate(int64_t index) const {
   return {k, (index - offsets_[part]) % sizes_[part]};
 }
 
-bool MixSource::read_is_cached(int64_t index) const {
+bool MixSource::read_is_at_hand(int64_t index, ReadPlan* /*plan*/) const {
+  // A mixture makes no plan: none of its parts' is given here.
   const auto [k, local] = locate(index);
-  return parts_[static_cast<size_t>(k)]->read_is_cached(local);
+  return parts_[static_cast<size_t>(k)]->read_is_at_hand(local, nullptr);
 }
 
 Record MixSource::read(int64_t index) const {

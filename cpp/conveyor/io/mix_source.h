@@ -63,7 +63,7 @@ class MixSource final : public Source {
   int parts() const override { return static_cast<int>(parts_.size()); }
   bool local_reads() const override;    ///< Every part's reads are local.
   bool network_reads() const override;  ///< Some part's reads wait on a network.
-  bool read_is_cached(int64_t index) const override;
+  bool read_is_at_hand(int64_t index, ReadPlan* plan) const override;
   int part_of(int64_t index) const override;
   /// The largest of the parts' largest labels, offsets added; nullopt when a
   /// part's labels are only known once read.

@@ -282,8 +282,8 @@ TEST(RemoteTest, SourcesWithUrlsDoNotReadLocally) {
   EXPECT_FALSE(FileSource({"/data/a.jpg", "/data/b.jpg"}, {}, {}, remote).network_reads());
   // Per sample: only a URL whose object a cache holds (here none) is a cached read.
   const FileSource mixed({"/data/a.jpg", "http://h/a.jpg"}, {}, {}, remote);
-  EXPECT_FALSE(mixed.read_is_cached(0));
-  EXPECT_FALSE(mixed.read_is_cached(1));
+  EXPECT_FALSE(mixed.read_is_at_hand(0, nullptr));
+  EXPECT_FALSE(mixed.read_is_at_hand(1, nullptr));
 }
 
 TEST(RemoteTest, ShortRangeIsAReadError) {
@@ -482,15 +482,15 @@ TEST(RemoteTest, ASampleReadAgainUnderAPlanIsServedWhileItsRunIsHeld) {
   std::shared_ptr<ReadPlan> plan = source.plan_reads(order);
   ASSERT_NE(plan, nullptr);
   const size_t before = store->requests().size();
-  EXPECT_FALSE(source.planned_read_is_ready(2, *plan));  // Its run is not read yet.
+  EXPECT_FALSE(source.read_is_at_hand(2, plan.get()));  // Its run is not read yet.
   for (int64_t i : {0, 1, 1, 0, 2})
     EXPECT_EQ(as_string(source.read_planned(i, *plan).data), image_of(static_cast<int>(i), 100));
   EXPECT_EQ(store->requests().size(), before + 1);
-  EXPECT_TRUE(source.planned_read_is_ready(3, *plan));  // Served from the run's bytes, no request.
+  EXPECT_TRUE(source.read_is_at_hand(3, plan.get()));  // Served from the run's bytes, no request.
   // Served already: the run is not held for it (3's read may release it first).
-  EXPECT_FALSE(source.planned_read_is_ready(2, *plan));
+  EXPECT_FALSE(source.read_is_at_hand(2, plan.get()));
   EXPECT_EQ(as_string(source.read_planned(3, *plan).data), image_of(3, 100));  // The last: the run is released.
-  EXPECT_FALSE(source.planned_read_is_ready(2, *plan));
+  EXPECT_FALSE(source.read_is_at_hand(2, plan.get()));
   EXPECT_EQ(as_string(source.read_planned(2, *plan).data), image_of(2, 100));  // Read alone.
   EXPECT_EQ(store->requests().size(), before + 2);
 }

@@ -1011,70 +1011,72 @@ bool RefreshingRoleCredentials::none_to_be_had(const State& state, std::chrono::
 }
 
 std::optional<std::shared_ptr<const RoleCredentials>> RefreshingRoleCredentials::at_hand() const {
-  const std::lock_guard lock(published_mu_);
+  const std::lock_guard lock(state_mu_);
   const auto now = std::chrono::system_clock::now();
-  if (fresh(published_, now)) return published_.credentials;
-  if (none_to_be_had(published_, now)) return std::shared_ptr<const RoleCredentials>();
+  if (fresh(state_, now)) return state_.credentials;
+  if (none_to_be_had(state_, now)) return std::shared_ptr<const RoleCredentials>();
   return std::nullopt;
 }
 
 std::shared_ptr<const RoleCredentials> RefreshingRoleCredentials::current() {
   const std::lock_guard lock(mu_);
+  // Only current() writes state_, under mu_: it reads it without state_mu_.
   const auto now = std::chrono::system_clock::now();
   if (fresh(state_, now)) return state_.credentials;
   if (none_to_be_had(state_, now)) return nullptr;  // No role here (yet): unsigned.
-  // Published whichever way the read ends (a failure changes the state too).
-  const auto publish = [&] {
-    const std::lock_guard published(published_mu_);
-    published_ = state_;
+  State next = state_;
+  // Kept whichever way the read ends (a failure changes the state too).
+  const auto keep = [&] {
+    const std::lock_guard state(state_mu_);
+    state_ = std::move(next);
   };
   try {
-    std::shared_ptr<const RoleCredentials> credentials = read_locked(now);
-    publish();
+    std::shared_ptr<const RoleCredentials> credentials = read(next, now);
+    keep();
     return credentials;
   } catch (...) {
-    publish();
+    keep();
     throw;
   }
 }
 
-std::shared_ptr<const RoleCredentials> RefreshingRoleCredentials::read_locked(
-    std::chrono::system_clock::time_point now) {
-  if (state_.credentials != nullptr && state_.credentials->expiration <= now && now - state_.failed_at < retry_after_) {
+std::shared_ptr<const RoleCredentials> RefreshingRoleCredentials::read(
+    State& state, std::chrono::system_clock::time_point now) const {
+  if (state.credentials != nullptr && state.credentials->expiration <= now && now - state.failed_at < retry_after_) {
     throw FetchError(
-        {Kind::kConnection, 0, "the role's credentials expired and " + state_.failure});  // Asked again later.
+        {Kind::kConnection, 0, "the role's credentials expired and " + state.failure});  // Asked again later.
   }
   try {
-    RoleCredentials read = read_role_credentials(endpoint_, &ca_);
-    if (read.expiration <= now) {
+    RoleCredentials fetched = read_role_credentials(endpoint_, &ca_);
+    if (fetched.expiration <= now) {
       // Used, they would be read again at every request.
       throw FetchError({Kind::kOther, 0,
-                        endpoint_.describe() + ": credentials that expired at " + utc_text(read.expiration) +
+                        endpoint_.describe() + ": credentials that expired at " + utc_text(fetched.expiration) +
                             ", before they were read (is this machine's clock right?)"});
     }
-    state_.credentials = std::make_shared<const RoleCredentials>(std::move(read));
-    state_.read_at = now;
+    state.credentials = std::make_shared<const RoleCredentials>(std::move(fetched));
+    state.read_at = now;
   } catch (const FetchError& e) {
     // A stopping loader's: not a failure of the endpoint.
     if (e.failure().kind == Kind::kCancelled) throw;
-    state_.failure = e.failure().message;
-    state_.failed_at = now;
-    if (state_.credentials == nullptr) {
-      state_.tried = true;
+    state.failure = e.failure().message;
+    state.failed_at = now;
+    if (state.credentials == nullptr) {
+      state.tried = true;
       return nullptr;
     }
-    if (state_.credentials->expiration > now) return state_.credentials;  // Still valid.
+    if (state.credentials->expiration > now) return state.credentials;  // Still valid.
     throw FetchError({Kind::kConnection, 0, "the role's credentials expired and " + e.failure().message});
   }
-  state_.tried = true;
-  return state_.credentials;
+  state.tried = true;
+  return state.credentials;
 }
 
 std::string RefreshingRoleCredentials::source() const {
-  const std::lock_guard lock(published_mu_);
-  if (published_.credentials != nullptr) return published_.credentials->from;
-  if (!published_.tried) return endpoint_.describe();
-  return published_.failure;
+  const std::lock_guard lock(state_mu_);
+  if (state_.credentials != nullptr) return state_.credentials->from;
+  if (!state_.tried) return endpoint_.describe();
+  return state_.failure;
 }
 
 }  // namespace conveyor

@@ -275,18 +275,18 @@ class RefreshingRoleCredentials {
   // Whether `state` needs no read at `now`: fresh credentials, or none to be had.
   bool fresh(const State& state, std::chrono::system_clock::time_point now) const;
   bool none_to_be_had(const State& state, std::chrono::system_clock::time_point now) const;
-  // current() once state_ needs a read (under mu_).
-  std::shared_ptr<const RoleCredentials> read_locked(std::chrono::system_clock::time_point now);
+  // current()'s read when `state` is due one, what it leaves in `state`.
+  std::shared_ptr<const RoleCredentials> read(State& state, std::chrono::system_clock::time_point now) const;
 
   const RoleCredentialsEndpoint endpoint_;
   const CaCertificates ca_;
   const std::chrono::seconds retry_after_;
   std::mutex mu_;  // Held by current() while it reads: one read at a time.
-  State state_;    // Under mu_.
-  // A copy of state_ as each current() left it, under published_mu_, which
-  // is never held while reading: for at_hand() and source().
-  mutable std::mutex published_mu_;
-  State published_;
+  // Written by current() under mu_ and state_mu_, after its read; read under
+  // either. state_mu_ is never held while reading: at_hand() and source()
+  // never wait for a read.
+  mutable std::mutex state_mu_;
+  State state_;
 };
 
 }  // namespace conveyor

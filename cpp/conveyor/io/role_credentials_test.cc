@@ -522,6 +522,11 @@ TEST(RoleCredentialsTest, ACommandLineSplitsAsAShellSplitsItWithoutExpandingAnyt
 class ProcessCredentialsTest : public detail::TempDirTest {
  protected:
   // An endpoint running the shell script `script` (its arguments after it).
+  // Lines in the file at `path` (a helper's runs, one line each).
+  static std::ptrdiff_t lines_in(const std::filesystem::path& path) {
+    std::ifstream in(path);
+    return std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
+  }
   RoleCredentialsEndpoint script(const std::string& body, const std::string& arguments = "") {
     const std::filesystem::path path = dir_ / ("creds-" + std::to_string(scripts_++) + ".sh");
     std::ofstream(path) << "#!/bin/sh\n" << body << "\n";
@@ -629,22 +634,18 @@ TEST_F(ProcessCredentialsTest, CredentialsAboutToExpireAreReadAgainAtMostEveryRe
       script("echo run >> '" + runs.string() + "'\n" +
              R"(echo "{\"Version\": 1, \"AccessKeyId\": \"ASIA\", \"SecretAccessKey\": \"SECRETKEY\", )" +
              R"(\"Expiration\": \"$(date -u -d '+5 min' +%Y-%m-%dT%H:%M:%SZ)\"}")");
-  const auto count_runs = [&] {
-    std::ifstream in(runs);
-    return std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
-  };
   RefreshingRoleCredentials every_time(soon, {}, std::chrono::seconds(0));
   EXPECT_FALSE(every_time.at_hand().has_value());  // None read yet.
   ASSERT_NE(every_time.current(), nullptr);
   EXPECT_FALSE(every_time.at_hand().has_value());  // Due a read.
   ASSERT_NE(every_time.current(), nullptr);
-  EXPECT_EQ(count_runs(), 2);
+  EXPECT_EQ(lines_in(runs), 2);
   RefreshingRoleCredentials hourly(soon, {}, std::chrono::seconds(3600));
   ASSERT_NE(hourly.current(), nullptr);
   EXPECT_EQ(hourly.current()->access_key_id, "ASIA");  // Still valid: kept.
   ASSERT_TRUE(hourly.at_hand().has_value() && *hourly.at_hand() != nullptr);
   EXPECT_EQ((*hourly.at_hand())->access_key_id, "ASIA");
-  EXPECT_EQ(count_runs(), 3);
+  EXPECT_EQ(lines_in(runs), 3);
 }
 
 TEST_F(ProcessCredentialsTest, AFailedReadOfCredentialsStillValidKeepsThemAndIsNotRetriedBeforeTheInterval) {
@@ -657,20 +658,16 @@ TEST_F(ProcessCredentialsTest, AFailedReadOfCredentialsStillValidKeepsThemAndIsN
              "touch '" + ran.string() + "'\n" +
              R"(echo "{\"Version\": 1, \"AccessKeyId\": \"ASIA\", \"SecretAccessKey\": \"SECRETKEY\", )" +
              R"(\"Expiration\": \"$(date -u -d '+5 min' +%Y-%m-%dT%H:%M:%SZ)\"}")");
-  const auto count_runs = [&] {
-    std::ifstream in(runs);
-    return std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
-  };
   RefreshingRoleCredentials credentials(failing_later, {}, std::chrono::seconds(3));
   ASSERT_NE(credentials.current(), nullptr);
   std::this_thread::sleep_for(std::chrono::milliseconds(3100));  // Due a read again.
   ASSERT_NE(credentials.current(), nullptr);                     // It failed: the valid keys are kept ...
-  EXPECT_EQ(count_runs(), 2);
+  EXPECT_EQ(lines_in(runs), 2);
   // ... and neither read again nor due a read before the interval is over.
   ASSERT_NE(credentials.current(), nullptr);
   EXPECT_EQ(credentials.current()->access_key_id, "ASIA");
   EXPECT_TRUE(credentials.at_hand().has_value() && *credentials.at_hand() != nullptr);
-  EXPECT_EQ(count_runs(), 2);
+  EXPECT_EQ(lines_in(runs), 2);
 }
 
 TEST(RoleCredentialsTest, AssumeRoleSendsTheSourcesSessionAndDurationAndNamesStsRefusal) {

@@ -88,7 +88,7 @@ bool FileSource::starts_reads() const { return remote_ != nullptr && !local_ && 
 
 std::string FileSource::key(int64_t index) const { return paths_.at(static_cast<size_t>(index)); }
 
-bool FileSource::read_is_cached(int64_t index) const {
+bool FileSource::read_is_at_hand(int64_t index, ReadPlan* /*plan*/) const {
   const std::string& path = paths_.at(static_cast<size_t>(index));
   return remote_ != nullptr && is_url(path) && remote_->store->serves_locally(path);
 }

@@ -127,14 +127,6 @@ class Source {
     (void)plan;
     return read(index);
   }
-  /// True when read_planned(index, plan) would now serve sample `index`
-  /// from memory, with no request (its run's bytes are read): the loader
-  /// then reads it on the cpu thread that decodes it, as a cached read
-  /// (read_is_cached). A hint: it must not wait. The default: false.
-  virtual bool planned_read_is_ready(int64_t index, ReadPlan& plan) const {
-    (void)index, (void)plan;
-    return false;
-  }
 
   /// First sample index of each shard, ascending, for sources stored in
   /// shards (empty: one shard). A shuffle buffer (LoaderOptions) shuffles the
@@ -167,11 +159,14 @@ class Source {
   /// batch waits one round trip, not several. Not a Python dataset's reads,
   /// which are neither local nor this.
   virtual bool network_reads() const { return false; }
-  /// True when sample `index` is a URL whose object a cache folder holds
-  /// (RemoteStore::serves_locally): its read is then a local file's, and the
-  /// loader runs it on a cpu thread too. A hint: it must not wait, and a
-  /// wrong answer costs only the thread one read runs on.
-  virtual bool read_is_cached(int64_t /*index*/) const { return false; }
+  /// True when reading sample `index` needs no request now: a URL whose
+  /// object a cache folder holds (RemoteStore::serves_locally), read as a
+  /// local file, or a sample `plan` (this source's plan_reads for the
+  /// epoch, or null) holds in memory, which read_planned serves. The loader
+  /// then runs the read on the cpu thread that decodes it too. A hint: it
+  /// must not wait, and a wrong answer costs only the thread one read runs
+  /// on.
+  virtual bool read_is_at_hand(int64_t /*index*/, ReadPlan* /*plan*/) const { return false; }
   /// The part sample `index` belongs to, in [0, parts()).
   virtual int part_of(int64_t index) const {
     (void)index;
@@ -212,7 +207,7 @@ class FileSource final : public Source {
   /// True unless a path is a URL read through `remote`.
   bool local_reads() const override { return local_; }
   bool network_reads() const override { return !local_; }
-  bool read_is_cached(int64_t index) const override;
+  bool read_is_at_hand(int64_t index, ReadPlan* plan) const override;
   std::optional<int64_t> max_label() const override { return max_label_; }
 
  private:

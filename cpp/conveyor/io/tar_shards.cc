@@ -879,9 +879,16 @@ Record TarShardSource::read_planned(int64_t index, ReadPlan& plan) const {
                 sample.label, key(index)};
 }
 
-bool TarShardSource::planned_read_is_ready(int64_t index, ReadPlan& plan) const {
-  auto* runs = dynamic_cast<RunPlan*>(&plan);
-  if (runs == nullptr || index < 0 || static_cast<size_t>(index) >= runs->run_of.size()) return false;
+bool TarShardSource::local_reads() const {
+  return std::none_of(index_->shards.begin(), index_->shards.end(), [](const Index::Shard& s) { return s.remote; });
+}
+
+bool TarShardSource::read_is_at_hand(int64_t index, ReadPlan* plan) const {
+  const Index::Shard& shard = index_->shards[index_->sample(index).shard];
+  if (!shard.remote) return false;
+  if (index_->remote->store->serves_locally(shard.path)) return true;
+  auto* runs = dynamic_cast<RunPlan*>(plan);
+  if (runs == nullptr || static_cast<size_t>(index) >= runs->run_of.size()) return false;
   const int32_t r = runs->run_of[static_cast<size_t>(index)];
   if (r < 0) return false;
   const ShardRun& run = runs->runs[static_cast<size_t>(r)];
@@ -890,15 +897,6 @@ bool TarShardSource::planned_read_is_ready(int64_t index, ReadPlan& plan) const 
   // run's bytes: the other samples' reads may release them before its own.
   return run.state == ShardRun::State::kRead && !run.bytes.empty() &&
          !run.served[static_cast<size_t>(index - run.first_sample)];
-}
-
-bool TarShardSource::local_reads() const {
-  return std::none_of(index_->shards.begin(), index_->shards.end(), [](const Index::Shard& s) { return s.remote; });
-}
-
-bool TarShardSource::read_is_cached(int64_t index) const {
-  const Index::Shard& shard = index_->shards[index_->sample(index).shard];
-  return shard.remote && index_->remote->store->serves_locally(shard.path);
 }
 
 TarShardSource::TarShardSource(std::vector<std::string> shards, std::shared_ptr<const RemoteAccess> remote,

@@ -124,13 +124,12 @@ class TarShardSource final : public Source {
   /// run whose request failed is read sample by sample, so that each error
   /// names its member as read() does.
   Record read_planned(int64_t index, ReadPlan& plan) const override;
-  /// True when `index`'s run under `plan` is read and held for it (not
-  /// served to it already).
-  bool planned_read_is_ready(int64_t index, ReadPlan& plan) const override;
   /// True unless a shard is a URL read through `remote`.
   bool local_reads() const override;
   bool network_reads() const override { return !local_reads(); }
-  bool read_is_cached(int64_t index) const override;
+  /// A shard a cache folder holds, or a run under `plan` read and held for
+  /// `index` (not served to it already).
+  bool read_is_at_hand(int64_t index, ReadPlan* plan) const override;
   std::optional<int64_t> max_label() const override;
 
   /// Field names of sample `index` in member order, e.g. {"cls", "jpg", "json"}.

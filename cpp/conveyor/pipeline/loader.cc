@@ -489,8 +489,7 @@ bool Loader::read_at_hand(const EpochRun& run, std::optional<int64_t> sample) co
   // cached epoch ran at ~0.92 x the local files' rate through the io pool).
   if (local_reads_ || !sample) return false;
   try {
-    return source_->read_is_cached(*sample) ||
-           (run.read_plan != nullptr && source_->planned_read_is_ready(*sample, *run.read_plan));
+    return source_->read_is_at_hand(*sample, run.read_plan.get());
   } catch (...) {
     return false;  // The read names what is wrong.
   }

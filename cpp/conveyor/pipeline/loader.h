@@ -334,8 +334,8 @@ class Loader {
   // the measured read times.
   void sample_task(const std::shared_ptr<detail::EpochRun>& run, detail::SlotTicket task, bool at_hand);
   // Whether a remote source's `sample` needs no request now: a URL whose
-  // object a cache holds (Source::read_is_cached), or a sample the epoch's
-  // read plan holds in memory (Source::planned_read_is_ready). Its read is
+  // object a cache holds, or a sample the epoch's read plan holds in memory
+  // (Source::read_is_at_hand). Its read is
   // then inline too.
   bool read_at_hand(const detail::EpochRun& run, std::optional<int64_t> sample) const noexcept;
   // A read that start_read_locked began: it holds one of async_reads_ until

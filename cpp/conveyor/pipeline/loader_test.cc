@@ -200,7 +200,7 @@ class LoggedSource : public MemorySource {
                std::function<bool(int64_t)> cached = nullptr)
       : MemorySource(n), log_(log), delay_(delay), local_(local), cached_(std::move(cached)) {}
   bool local_reads() const override { return local_; }
-  bool read_is_cached(int64_t index) const override { return cached_ && cached_(index); }
+  bool read_is_at_hand(int64_t index, ReadPlan* /*plan*/) const override { return cached_ && cached_(index); }
   Record read(int64_t index) const override {
     if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
     std::lock_guard lock(log_->mu);
@@ -500,7 +500,7 @@ TEST(LoaderTest, StopEndsStartedReadsThatNeverAnswerAndThoseWaitingToStart) {
 
 TEST(LoaderTest, ARemoteSampleACacheHoldsIsReadOnTheThreadThatDecodesIt) {
   // A URL whose object a cache folder holds reads a local file
-  // (Source::read_is_cached): on the decoding thread, as a quick local read;
+  // (Source::read_is_at_hand): on the decoding thread, as a quick local read;
   // the others still wait on the io pool.
   ThreadLog log;
   auto source = std::make_shared<LoggedSource>(96, &log, 0us, false, [](int64_t i) { return i % 2 == 0; });
@@ -543,14 +543,14 @@ class ReadyPlanSource final : public LoggedSource {
     return std::make_shared<Plan>();
   }
   Record read_planned(int64_t index, ReadPlan& /*plan*/) const override { return read(index); }
-  bool planned_read_is_ready(int64_t index, ReadPlan& plan) const override {
-    EXPECT_NE(dynamic_cast<Plan*>(&plan), nullptr);
+  bool read_is_at_hand(int64_t index, ReadPlan* plan) const override {
+    EXPECT_NE(dynamic_cast<Plan*>(plan), nullptr);
     return index % 2 == 0;
   }
 };
 
 TEST(LoaderTest, ARemoteSampleItsReadPlanHoldsInMemoryIsReadOnTheThreadThatDecodesIt) {
-  // A sample of a run read already (Source::planned_read_is_ready) is a
+  // A sample of a run read already (Source::read_is_at_hand) is a
   // slice of memory: read on the decoding thread, as a cached one; the
   // others still wait on the io pool.
   ThreadLog log;
