@@ -110,6 +110,10 @@ def test_auto_is_the_default_and_gives_the_batches_of_fixed_threads(color_folder
             False,
         )
         assert (pinned["threads"], pinned["io_threads"], pinned["prefetch"]) == (2, 3, 2)
+    # None, as a config file may hold it, is "auto" for each of the three.
+    with train_loader(color_folder, threads=None, io_threads=None, prefetch=None) as none:
+        stats = none.stats()
+        assert (stats["threads_auto"], stats["io_threads_auto"], stats["prefetch_auto"]) == (True, True, True)
 
 
 def test_resume_with_auto_on_both_sides(color_folder):

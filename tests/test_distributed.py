@@ -163,6 +163,9 @@ def test_a_shuffle_buffer_deals_shards_to_ranks_and_an_elastic_resume_keeps_that
             {"position": 5},
             "state['position'] = 5 is not a whole number of steps of 2 ranks from state['segment_start'] = 4",
         ),
+        # Saved by 3 ranks: 26 samples were left after the segment, 9 each.
+        ({"world_size": 3, "position": 2**62}, f"state['position'] must be <= 31, got {2**62}"),
+        ({"world_size": 3, "batch": 2**63 - 1}, f"state['batch'] must be <= 8, got {2**63 - 1}"),
     ],
 )
 def test_bad_elastic_states_name_the_key(color_folder, change, message):
@@ -270,9 +273,11 @@ def test_torchrun_checkpoint_resumes_on_another_world_size(one_per_class, tmp_pa
     assert sorted(before[0] + before[1] + after) == list(range(12))
 
 
-def test_torchrun_seed_none_is_rank_zeros_on_every_rank(one_per_class):
+def test_torchrun_ranks_take_the_seed_rank_and_world_size_they_are_not_given_from_the_group(one_per_class):
     # Without torch.manual_seed each process has its own torch.initial_seed();
-    # the loaders agree on rank 0's, so their shares stay disjoint.
+    # the loaders agree on rank 0's, so their shares stay disjoint. A rank or
+    # a world size not given comes from the group, as DistributedSampler
+    # takes it; a loader made before the group warns that it reads it all.
     import json
 
     command = [
@@ -281,14 +286,23 @@ def test_torchrun_seed_none_is_rank_zeros_on_every_rank(one_per_class):
         "torch.distributed.run",
         "--standalone",
         "--nproc-per-node=2",
-        str(REPO / "tests" / "distributed_scripts" / "seed_none.py"),
+        str(REPO / "tests" / "distributed_scripts" / "process_group.py"),
         str(one_per_class),
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     ranks = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
-    assert len(ranks) == 2 and ranks[0]["seed"] == ranks[1]["seed"], result.stdout + result.stderr
-    assert sorted(ranks[0]["labels"] + ranks[1]["labels"]) == list(range(12)), result.stdout
+    assert sorted(r["rank"] for r in ranks) == [0, 1], result.stdout + result.stderr
+    for case in ("given neither", "given world_size", "given rank"):
+        (seed0, labels0), (seed1, labels1) = (r[case] for r in ranks)
+        assert seed0 == seed1, case
+        assert sorted(labels0 + labels1) == list(range(12)), case
+    for r in ranks:
+        assert r["warnings"] == [
+            "WORLD_SIZE=2 is set (torchrun?) but no torch.distributed process group is initialised: this "
+            "loader reads the whole epoch in every process. Call torch.distributed.init_process_group() "
+            "before making the Loader, or pass rank= and world_size="
+        ]
 
 
 @pytest.mark.parametrize(("local_world_size", "share"), [(None, 2), ("2", 1), ("4", 1), ("x", 2)])

@@ -217,7 +217,9 @@ def test_stats(color_folder):
         ({"threads": 0}, "threads must be >= 1, got 0"),
         ({"threads": "max"}, "threads must be 'auto' or an int >= 1, got 'max'"),
         ({"io_threads": "AUTO"}, "io_threads must be 'auto' or an int >= 1, got 'AUTO'"),
-        ({"prefetch": None}, "prefetch must be an int, got NoneType None"),
+        ({"prefetch": 1.5}, "prefetch must be an int, got float 1.5"),
+        ({"world_size": 2}, "world_size=2 without rank: pass rank= too (no torch.distributed process group"),
+        ({"rank": 1}, "rank=1 without world_size: pass world_size= too (no torch.distributed process group"),
         ({"memory_budget": 0}, "memory_budget must be >= 1, got 0"),
         ({"memory_budget": 100}, "memory_budget 100 bytes cannot hold 2 batches of"),
         ({"on_error": "ignore"}, "on_error must be 'raise' or 'skip', got 'ignore'"),
@@ -373,7 +375,11 @@ GOOD_STATE = {"seed": 7, "epoch": 3, "position": 12, "batch": 3, "world_size": 1
         ({"batch": 10**6}, "state['batch'] must be <= 8, got 1000000"),
         ({"batch": -2}, "state['batch'] must be >= 0, got -2"),
         ({"batch": True}, "state['batch'] must be an int, got bool True"),
-        ({"batch": 4}, "state['batch'] = 4 batches of 4 need more than position 12 of the epoch"),
+        (
+            {"batch": 4},
+            "state['batch'] = 4 batches of 4 need more than position 12 of the epoch: was it saved with a "
+            "smaller batch_size? Load it into a loader with that batch_size",
+        ),
         ({"seed": 8}, "state was saved with seed 8, this loader has seed 7"),
         ({"seed": None}, "state['seed'] must be an int, got NoneType None"),
     ],
@@ -463,6 +469,27 @@ def test_set_epoch_with_another_epoch_clears_the_loaded_position(color_folder):
     assert all(torch.equal(a, b) for (a, _), (b, _) in zip(expected, got))
     loader.set_epoch(3)  # The loaded position is gone: epoch 3 runs whole.
     assert len(list(loader)) == 8
+
+
+def test_set_epoch_during_a_pass_leaves_the_pass_and_its_state_alone(color_folder):
+    loader = make_loader(color_folder)  # 8 batches of 4.
+    for step, _ in enumerate(loader):
+        if step == 2:
+            loader.set_epoch(0)  # The epoch under way, set again (a habit of some loops).
+        if step == 4:
+            break
+    # A checkpoint now resumes after the 5 batches handed out.
+    assert loader.state_dict() == {
+        "seed": 7,
+        "epoch": 0,
+        "position": 20,
+        "batch": 5,
+        "world_size": 1,
+        "segment_start": 0,
+    }
+    assert loader.epoch == 0  # As set: the next iter() runs epoch 0 from its start.
+    loader.set_epoch(1)  # No pass under way: the state is epoch 1's start.
+    assert loader.state_dict()["epoch"] == 1 and loader.state_dict()["position"] == 0
 
 
 @pytest.mark.parametrize(("drop_last", "resumed", "full"), [(False, 5, 8), (True, 4, 7)])

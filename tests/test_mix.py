@@ -180,6 +180,20 @@ def test_getitem_gives_each_part_s_own_sample(parts, tmp_path):
     assert part == 0 and image.shape == (8, 8, 3) and label == inner[local][1] + 1000
 
 
+def test_a_mixture_mixes_with_sources_of_its_samples_kind_and_only_those(parts):
+    a, b = parts
+    inner = Mix([(a, 1), (b, 1)])  # 12 of each.
+    outer = Mix([(inner, 1), (b, 1)])  # A Mix beside a plain source of encoded images.
+    (epoch,), _ = run(outer)
+    assert len(epoch) == len(outer) == 24 and {value for value, _ in epoch} == {10, 200}
+    tensors = conveyor.sources.ArraySource(np.zeros((3, 4, 4, 3), np.uint8))
+    with pytest.raises(conveyor.ConfigError) as info:
+        Mix([(inner, 1), (tensors, 1)])
+    assert str(info.value) == (
+        "Mix: sources[1] (ArraySource) gives samples of another kind than sources[0] (Mix)"
+    )
+
+
 def test_label_offsets_that_would_wrap_are_refused_naming_them(parts):
     a, b = parts  # a's largest label is 39, b's 11.
     # Regression: the offset was added in int64 and wrapped to negative labels.

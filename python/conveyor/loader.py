@@ -92,19 +92,19 @@ class Loader:
             must then make its Loader, as DDP scripts do).
         drop_last: drop the last partial batch (and, distributed, truncate
             rather than pad the epoch).
-        threads: decode/transform threads; "auto" (default) lets autotune
+        threads: decode/transform threads; "auto" (default; None too) lets autotune
             choose and adjust them while training: just enough that your
             loop does not wait, never more than the CPUs this process may
             use (its affinity mask, lowered to its cgroup quota). An int pins it.
         num_workers: DataLoader's name for ``threads`` (give one of them);
             ``num_workers=0`` (DataLoader: load in the training process) is one thread.
-        io_threads: concurrent reads; "auto" (default): autotune, from the
-            measured read latency and demand (for URLs too: at 100 ms per
-            request it grows to 256 reads in flight). Reads wait on storage,
+        io_threads: concurrent reads; "auto" (default; None too): autotune,
+            from the measured read latency and demand (for URLs too: at 100
+            ms per request it grows to a few hundred reads in flight). Reads wait on storage,
             so many in flight hide slow disks and network latency without
             more decode threads.
-        prefetch: batches prepared ahead of the consumer; "auto" (default):
-            autotune, within ``memory_budget``.
+        prefetch: batches prepared ahead of the consumer; "auto" (default;
+            None too): autotune, within ``memory_budget``.
         memory_budget: bytes the batch buffers may hold (prefetched batches
             plus the two a ``for`` loop holds while the next is handed out:
             its batch and the previous one); None = a quarter of the memory
@@ -153,8 +153,9 @@ class Loader:
             False gives the stored pixels, as torchvision's ImageFolder does
             (PIL's open + ``convert("RGB")`` leaves the tag out). A TIFF's own
             Orientation tag is applied either way, as PIL applies it.
-        rank, world_size: this process's share of each epoch; default from
-            torch.distributed when initialized, else 0 and 1.
+        rank, world_size: this process's share of each epoch; each one not
+            given comes from torch.distributed when initialized (as
+            DistributedSampler takes it), else 0 and 1.
         targets: for sources with boxes (CocoDetection): "list" gives per
             image a dict {"boxes": K×4 float32, "labels": K int64,
             "image_id"}; "padded" gives one dict {"boxes": N×Kmax×4,
@@ -239,7 +240,7 @@ class Loader:
         threads: Union[int, str, None] = AUTO,
         num_workers: Optional[int] = None,
         io_threads: Union[int, str, None] = AUTO,
-        prefetch: Union[int, str] = AUTO,
+        prefetch: Union[int, str, None] = AUTO,
         memory_budget: Optional[int] = None,
         device: Union[str, Any, None] = None,
         decode_device: Union[str, Any, None] = None,
@@ -277,7 +278,7 @@ class Loader:
         threads, prefetch = _dataloader_arguments(
             threads,
             num_workers,
-            prefetch,
+            AUTO if prefetch is None else prefetch,
             persistent_workers=persistent_workers,
             prefetch_factor=prefetch_factor,
             worker_init_fn=worker_init_fn,
@@ -716,7 +717,8 @@ class Loader:
     # --- epochs, resume -------------------------------------------------------------
 
     def set_epoch(self, epoch: int) -> None:
-        """Sets the epoch the next ``iter()`` runs (as DistributedSampler.set_epoch).
+        """Sets the epoch the next ``iter()`` runs (as DistributedSampler.set_epoch);
+        a pass under way goes on with its own.
 
         After load_state_dict(), setting the loaded epoch keeps the loaded
         position (so calling ``set_epoch(epoch)`` at the top of every epoch
@@ -729,7 +731,11 @@ class Loader:
         if epoch != self._epoch:
             self._start_position = self._start_batch = self._start_segment = self._start_order_world = 0
         self._epoch = epoch
-        self._running_epoch = None
+        if self._live is None:
+            # No pass under way: state_dict() and len() speak of this epoch.
+            # One under way goes on (as DistributedSampler's iterator does),
+            # and state_dict() says where it stands.
+            self._running_epoch = None
 
     @property
     def epoch(self) -> int:
@@ -1134,16 +1140,54 @@ def _local_processes() -> int:
 
 
 def _distributed(rank: Optional[int], world_size: Optional[int]) -> tuple[int, int]:
-    if rank is None and world_size is None and torch is not None:
+    """(rank, world_size): each one not given from the initialised
+    torch.distributed process group, as DistributedSampler takes them; without
+    a group, rank 0 of 1, and one given without the other is refused where
+    the other cannot be 0 of 1."""
+    group = None
+    if torch is not None:
         dist = torch.distributed
         if dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size()
-    rank = 0 if rank is None else rank
-    world_size = check_int(1 if world_size is None else world_size, "world_size", minimum=1)
-    rank = check_int(rank, "rank", minimum=0)
+            group = dist.get_rank(), dist.get_world_size()
+    if world_size is not None:
+        world_size = check_int(world_size, "world_size", minimum=1)
+    if rank is not None:
+        rank = check_int(rank, "rank", minimum=0)
+    if group is None:
+        if rank is None and world_size is None:
+            _warn_if_launched_without_a_group()
+        if rank is None and world_size is not None and world_size > 1:
+            raise ConfigError(
+                f"world_size={world_size} without rank: pass rank= too (no torch.distributed process "
+                "group is initialised to take it from)"
+            )
+        if world_size is None and rank is not None and rank > 0:
+            raise ConfigError(
+                f"rank={rank} without world_size: pass world_size= too (no torch.distributed process "
+                "group is initialised to take it from)"
+            )
+        group = (0, 1)
+    rank = group[0] if rank is None else rank
+    world_size = group[1] if world_size is None else world_size
     if rank >= world_size:
         raise ConfigError(f"rank must be < world_size, got rank {rank} of {world_size}")
     return rank, world_size
+
+
+def _warn_if_launched_without_a_group() -> None:
+    """Warns where a launcher (torchrun) says this process is one of several
+    but no process group is initialised yet: the loader would read the whole
+    epoch in every process."""
+    launched = os.environ.get("WORLD_SIZE", "")
+    if launched.isdigit() and int(launched) > 1:
+        warn_once(
+            "world_size_from_environment",
+            f"WORLD_SIZE={launched} is set (torchrun?) but no torch.distributed process group is "
+            "initialised: this loader reads the whole epoch in every process. Call "
+            "torch.distributed.init_process_group() before making the Loader, or pass rank= and "
+            "world_size=",
+            stacklevel=5,  # The Loader(...) call.
+        )
 
 
 def _parse_device(device: Union[str, Any, None]) -> Any:

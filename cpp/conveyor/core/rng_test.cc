@@ -133,6 +133,11 @@ TEST(BufferedShuffleTest, BufferAsLargeAsTheDataIsAFullShuffle) {
   std::sort(sorted.begin(), sorted.end());
   for (int64_t i = 0; i < 50; ++i) ASSERT_EQ(sorted[static_cast<size_t>(i)], i);
   EXPECT_NE(order, sorted);
+  // Any larger buffer is the same shuffle, and takes no room of its size
+  // (10^17 slots of 8 bytes would throw std::length_error or bad_alloc).
+  EXPECT_EQ(buffered_shuffle(50, {}, int64_t{1} << 60, 1, 0), order);
+  EXPECT_EQ(buffered_shuffle(50, {0, 20, 30}, int64_t{1} << 60, 1, 0, 2),
+            buffered_shuffle(50, {0, 20, 30}, 50, 1, 0, 2));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "conveyor/core/checked_size.h"
 #include "conveyor/core/error.h"
+#include "conveyor/core/number_format.h"
 #include "conveyor/core/rng.h"
 
 namespace conveyor {
@@ -73,6 +74,7 @@ MixSource::MixSource(std::vector<std::shared_ptr<const Source>> parts, std::vect
   // The epoch's length: where the stop rule ends it if each part is drawn
   // exactly its share.
   double length = 0;
+  size_t deciding = 0;  // The part whose exhaustion ends the epoch.
   switch (stop) {
     case MixStop::kNever:
       check_config(epoch_size > 0, "Mix: stop='never' needs epoch_size > 0");
@@ -86,9 +88,17 @@ MixSource::MixSource(std::vector<std::shared_ptr<const Source>> parts, std::vect
       for (size_t k = 0; k < parts_.size(); ++k) {
         // floor / ceil: part k's draws round(length x share) stay <= / >= its size.
         const double until_exhausted = static_cast<double>(parts_[k]->size()) / shares[k];
-        length = first ? std::min(length, std::floor(until_exhausted + 1e-9))
-                       : std::max(length, std::ceil(until_exhausted - 1e-9));
+        const double rounded = first ? std::floor(until_exhausted + 1e-9) : std::ceil(until_exhausted - 1e-9);
+        if (k == 0 || (first ? rounded < length : rounded > length)) {
+          length = rounded;
+          deciding = k;
+        }
       }
+      check_config(length < 0x1p62,
+                   "Mix: stop='all_exhausted' would draw more than 2^62 samples before sources[" +
+                       std::to_string(deciding) + "] (" + std::to_string(parts_[deciding]->size()) +
+                       " samples, a share of " + format_general(shares[deciding], 3) +
+                       " of the draws) runs out: raise its weight, or use stop='never' with an epoch_size");
       break;
     }
   }

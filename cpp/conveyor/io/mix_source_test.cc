@@ -127,6 +127,12 @@ TEST(MixSourceTest, BadArgumentsAreConfigErrorsNamingThem) {
         MixSource({counting("a", 1)}, {1}, MixStop::kFirstExhausted, 0, {1, 2});
       },
       "Mix: label_offsets must have one value per source, got 2");
+  expect_config(
+      [] {
+        MixSource({counting("a", 3), counting("b", 2)}, {1, 1e-300}, MixStop::kAllExhausted);
+      },
+      "Mix: stop='all_exhausted' would draw more than 2^62 samples before sources[1] (2 samples, a share of 1e-300 "
+      "of the draws) runs out: raise its weight, or use stop='never' with an epoch_size");
 }
 
 // Labels chosen by the test; max_label() unknown unless `known`.

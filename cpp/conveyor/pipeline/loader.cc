@@ -306,9 +306,13 @@ EpochStart Loader::resume_point(const SavedPosition& saved) const {
     check_key(saved_world, "world_size", 1, kMost);
     segment = saved.segment_start;
     check_key(segment, "segment_start", 0, n);
-    // The last positions may be past the source's size: the padding.
-    const int64_t most = saved_world == world ? segment + segment_samples(segment) * world : kMost;
-    check_key(saved.position, "position", segment, most);
+    // The saved world's positions end with its share of what was left at
+    // the segment, padded (or truncated) for it: past the source's size.
+    const int64_t left = n - segment;
+    const int64_t per_rank = options_.drop_last ? left / saved_world : ceil_div(left, saved_world);
+    // per_rank * saved_world <= left + saved_world - 1.
+    const int64_t end = saved_world <= kMost - n ? segment + per_rank * saved_world : kMost;
+    check_key(saved.position, "position", segment, end);
     position = saved.position;
   } else {
     check_key(saved.position, "position", 0, samples_per_epoch_);
@@ -317,7 +321,8 @@ EpochStart Loader::resume_point(const SavedPosition& saved) const {
   // Nothing of the epoch handed out: its order is made for this world.
   if (position == 0) order_world = 0;
   if (saved_world != world) {
-    check_key(saved.batch, "batch", 0, kMost);
+    // Each batch a rank handed out took at least one position.
+    check_key(saved.batch, "batch", 0, position);
     return {saved.epoch, 0, saved.batch, std::min(position, n), order_world};
   }
   check_config((position - segment) % world == 0,
@@ -330,7 +335,7 @@ EpochStart Loader::resume_point(const SavedPosition& saved) const {
   check_config(std::min(saved.batch * options_.batch_size, segment_samples(segment)) <= local,
                "state['batch'] = " + std::to_string(saved.batch) + " batches of " +
                    std::to_string(options_.batch_size) + " need more than position " + std::to_string(local) +
-                   " of the epoch");
+                   " of the epoch: was it saved with a smaller batch_size? Load it into a loader with that batch_size");
   return {saved.epoch, local, saved.batch, segment, order_world};
 }
 

@@ -734,9 +734,18 @@ TEST(LoaderTest, ASavedPositionResumesWhereItWasTakenAtAnyWorldSize) {
   EXPECT_EQ(error({0, 5, 0, 2, 4}),
             "state['position'] = 5 is not a whole number of steps of 2 ranks from state['segment_start'] = 4");
   EXPECT_EQ(error({0, 0, 0, 2, 31}), "state['segment_start'] must be <= 30, got 31");
-  EXPECT_EQ(error({0, 8, 3, 2, 0}), "state['batch'] = 3 batches of 4 need more than position 4 of the epoch");
+  EXPECT_EQ(error({0, 8, 3, 2, 0}),
+            "state['batch'] = 3 batches of 4 need more than position 4 of the epoch: was it saved with a smaller "
+            "batch_size? Load it into a loader with that batch_size");
   EXPECT_EQ(error({0, 8, 5, 2, 0}), "state['batch'] must be <= 4, got 5");
   EXPECT_EQ(error({0, 0, 0, 0, 0}), "state['world_size'] must be >= 1, got 0");
+  // Saved by another world: its positions end with its padded share of the
+  // 29 samples after the segment (3 ranks of 10), and each batch took one.
+  EXPECT_EQ(error({0, 32, 0, 3, 1}), "state['position'] must be <= 31, got 32");
+  EXPECT_EQ(loader.resume_point({0, 31, 5, 3, 1}).segment_start, 30);
+  EXPECT_EQ(error({0, 19, 20, 3, 1}), "state['batch'] must be <= 19, got 20");
+  EXPECT_EQ(error({0, 19, std::numeric_limits<int64_t>::max(), 3, 1}),
+            "state['batch'] must be <= 19, got " + std::to_string(std::numeric_limits<int64_t>::max()));
 }
 
 TEST(LoaderTest, DistributedRanksShareTheEpochDisjointly) {

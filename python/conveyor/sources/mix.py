@@ -90,9 +90,7 @@ class Mix(Source):
                     "random access (leave shuffle_buffer unset)"
                 )
             first = parts[0] if parts else source
-            if type(source)._sample_transform is not type(first)._sample_transform or getattr(
-                source, "sample_shape", None
-            ) != getattr(first, "sample_shape", None):
+            if _sample_kind(source) != _sample_kind(first):
                 raise ConfigError(
                     f"Mix: sources[{i}] ({type(source).__name__}) gives samples of another kind than "
                     f"sources[0] ({type(first).__name__})"
@@ -147,3 +145,11 @@ class Mix(Source):
 
     def _sample_transform(self, transforms: Sequence[Any], **output: Any) -> _conveyor.SampleTransform:
         return self.sources[0]._sample_transform(transforms, **output)
+
+
+def _sample_kind(source: Source) -> tuple[Any, Any]:
+    """What decides how a source's samples become tensors (its
+    ``_sample_transform`` and sample shape): a Mix's are its first source's."""
+    while isinstance(source, Mix):
+        source = source.sources[0]
+    return type(source)._sample_transform, getattr(source, "sample_shape", None)
