@@ -285,6 +285,7 @@ def test_loader_batches_through_the_cuda_path_match_the_cpu_path(color_folder, f
         "batch": 0,
         "world_size": 1,
         "segment_start": 0,
+        "samples": 30,
     }
 
 
@@ -329,6 +330,7 @@ def test_the_cuda_path_delivers_the_batches_before_a_bad_sample(tmp_path, color_
         "batch": 3,
         "world_size": 1,
         "segment_start": 0,
+        "samples": 30,
     }
 
 

@@ -112,7 +112,15 @@ def test_resume_mid_epoch_is_bit_identical(color_folder, threads_after):
     for _ in range(3):
         next(it)
     state = loader.state_dict()
-    assert state == {"seed": 7, "epoch": 3, "position": 12, "batch": 3, "world_size": 1, "segment_start": 0}
+    assert state == {
+        "seed": 7,
+        "epoch": 3,
+        "position": 12,
+        "batch": 3,
+        "world_size": 1,
+        "segment_start": 0,
+        "samples": 30,
+    }
     del it, loader
 
     resumed = make_loader(color_folder, threads=threads_after, prefetch=3)
@@ -270,6 +278,7 @@ def test_resume_state_on_a_device_path(color_folder):
         "batch": 2,
         "world_size": 1,
         "segment_start": 0,
+        "samples": 30,
     }
 
 
@@ -360,7 +369,15 @@ def test_non_transform_for_a_raw_pixel_source_names_its_position(tmp_path):
 
 # --- load_state_dict checks its input ----------------------------------------------------------
 
-GOOD_STATE = {"seed": 7, "epoch": 3, "position": 12, "batch": 3, "world_size": 1, "segment_start": 0}
+GOOD_STATE = {
+    "seed": 7,
+    "epoch": 3,
+    "position": 12,
+    "batch": 3,
+    "world_size": 1,
+    "segment_start": 0,
+    "samples": 30,
+}
 
 
 @pytest.mark.parametrize(
@@ -380,6 +397,13 @@ GOOD_STATE = {"seed": 7, "epoch": 3, "position": 12, "batch": 3, "world_size": 1
             "state['batch'] = 4 batches of 4 need more than position 12 of the epoch: was it saved with a "
             "smaller batch_size? Load it into a loader with that batch_size",
         ),
+        (
+            {"samples": 37},
+            "state was saved over 37 samples per epoch, this loader's source has 30: its positions would "
+            "skip or repeat samples. Resume over the same data, or start the next epoch without "
+            "load_state_dict (set_epoch(state['epoch'] + 1))",
+        ),
+        ({"samples": 30.0}, "state['samples'] must be an int, got float 30.0"),
         ({"seed": 8}, "state was saved with seed 8, this loader has seed 7"),
         ({"seed": None}, "state['seed'] must be an int, got NoneType None"),
     ],
@@ -396,6 +420,7 @@ def test_load_state_dict_rejects_bad_values_naming_the_key(color_folder, change,
         "batch": 0,
         "world_size": 1,
         "segment_start": 0,
+        "samples": 30,
     }  # Unchanged.
 
 
@@ -420,7 +445,8 @@ def test_load_state_dict_accepts_numpy_ints_and_the_end_of_an_epoch(color_folder
 
 
 def test_a_state_from_before_global_positions_still_loads(color_folder):
-    # Dicts saved by earlier versions have no world_size: their position was this rank's.
+    # Dicts saved by earlier versions have no world_size (their position was this
+    # rank's) and no samples (not checked).
     loader = make_loader(color_folder)
     loader.load_state_dict({"seed": 7, "epoch": 3, "position": 12, "batch": 3})
     assert loader.state_dict() == GOOD_STATE
@@ -462,6 +488,7 @@ def test_set_epoch_with_another_epoch_clears_the_loaded_position(color_folder):
         "batch": 0,
         "world_size": 1,
         "segment_start": 0,
+        "samples": 30,
     }
     assert len(loader) == 8
     got = list(loader)
@@ -486,6 +513,7 @@ def test_set_epoch_during_a_pass_leaves_the_pass_and_its_state_alone(color_folde
         "batch": 5,
         "world_size": 1,
         "segment_start": 0,
+        "samples": 30,
     }
     assert loader.epoch == 0  # As set: the next iter() runs epoch 0 from its start.
     loader.set_epoch(1)  # No pass under way: the state is epoch 1's start.

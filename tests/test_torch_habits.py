@@ -435,7 +435,15 @@ def test_a_checkpoint_after_one_step_resumes_after_it(color_folder):
         assert torch.equal(images, epoch0[0][0])  # One training step ...
         break
     state = loader.state_dict()
-    assert state == {"seed": 7, "epoch": 0, "position": 4, "batch": 1, "world_size": 1, "segment_start": 0}
+    assert state == {
+        "seed": 7,
+        "epoch": 0,
+        "position": 4,
+        "batch": 1,
+        "world_size": 1,
+        "segment_start": 0,
+        "samples": 30,
+    }
     resumed = load(color_folder, chain)
     resumed.load_state_dict(state)
     assert_same(cloned(resumed), epoch0[1:])  # ... then the rest of epoch 0, without repeating it.
@@ -459,6 +467,7 @@ def test_a_pass_left_after_two_batches_counts_as_its_epoch(color_folder):
         "batch": 2,
         "world_size": 1,
         "segment_start": 0,
+        "samples": 30,
     }  # Resumable.
     assert_same(cloned(loader), epoch1)
 

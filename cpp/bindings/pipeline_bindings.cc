@@ -264,23 +264,24 @@ void bind_pipeline(nb::module_& m) {
              int64_t order_world_size) {
             const SavedPosition saved = l.saved_position({epoch, position, batch, segment_start, order_world_size});
             return nb::make_tuple(saved.epoch, saved.position, saved.batch, *saved.world_size, saved.segment_start,
-                                  saved.order_world_size);
+                                  saved.order_world_size, *saved.samples);
           },
           nb::arg("epoch"), nb::arg("position"), nb::arg("batch"), nb::arg("segment_start"),
           nb::arg("order_world_size"),
-          "(epoch, global position, batch, world_size, segment_start, order_world_size or None) of this rank "
-          "at `position` of its order.")
+          "(epoch, global position, batch, world_size, segment_start, order_world_size or None, samples) of "
+          "this rank at `position` of its order.")
       .def(
           "resume_point",
           [](const PythonOwnedLoader& l, int64_t epoch, int64_t position, int64_t batch,
-             std::optional<int64_t> world_size, int64_t segment_start, std::optional<int64_t> order_world_size) {
+             std::optional<int64_t> world_size, int64_t segment_start, std::optional<int64_t> order_world_size,
+             std::optional<int64_t> samples) {
             const EpochStart start =
-                l.resume_point({epoch, position, batch, world_size, segment_start, order_world_size});
+                l.resume_point({epoch, position, batch, world_size, segment_start, order_world_size, samples});
             return nb::make_tuple(start.epoch, start.position, start.batch, start.segment_start,
                                   start.order_world_size);
           },
           nb::arg("epoch"), nb::arg("position"), nb::arg("batch"), nb::arg("world_size").none(),
-          nb::arg("segment_start"), nb::arg("order_world_size").none(),
+          nb::arg("segment_start"), nb::arg("order_world_size").none(), nb::arg("samples").none(),
           "Where this rank resumes a saved epoch: (epoch, position in its order, batch, segment_start, "
           "order_world_size); "
           "ConfigError naming the key when the state cannot come from this loader.")

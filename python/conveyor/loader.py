@@ -779,7 +779,8 @@ class Loader:
         the epoch every sample is seen once (plus DistributedSampler's padding).
         With a shuffle buffer over a source in shards, which deals the shards
         among the ranks, ``order_world_size`` is the world size that began the
-        epoch (absent when 1).
+        epoch (absent when 1). ``samples`` is the epoch's samples over all
+        ranks (before padding): a state of another data set is refused.
         """
         if self._running_epoch is not None:
             epoch, local, batch = self._running_epoch, self._position, self._batches_done
@@ -787,7 +788,7 @@ class Loader:
         else:
             epoch, local, batch = self._epoch, self._start_position, self._start_batch
             segment, order_world = self._start_segment, self._start_order_world
-        epoch, position, batch, world_size, segment, order_world = self._engine.saved_position(
+        epoch, position, batch, world_size, segment, order_world, samples = self._engine.saved_position(
             epoch, local, batch, segment, order_world
         )
         state = {
@@ -797,6 +798,7 @@ class Loader:
             "batch": batch,
             "world_size": world_size,
             "segment_start": segment,
+            "samples": samples,
         }
         if order_world is not None:
             state["order_world_size"] = order_world
@@ -809,7 +811,8 @@ class Loader:
         Raises:
             ConfigError: ``state`` is not what state_dict() gives for this
                 loader (a missing key, a value that is not an int, a position
-                outside the epoch, another seed), naming the key.
+                outside the epoch, another seed, another data set's
+                ``samples``), naming the key.
         """
         if not isinstance(state, Mapping):
             raise ConfigError(f"state must be a dict from Loader.state_dict(), got {type(state).__name__}")
@@ -837,8 +840,11 @@ class Loader:
         order_world = None  # The order was made for 1 world (or does not depend on it).
         if "order_world_size" in state:
             order_world = check_int(state["order_world_size"], "state['order_world_size']")
+        samples = None  # Saved before states said it: not checked.
+        if "samples" in state:
+            samples = check_int(state["samples"], "state['samples']")
         epoch, local, batch, segment, order_world = self._engine.resume_point(
-            epoch, position, batch, world, segment, order_world
+            epoch, position, batch, world, segment, order_world, samples
         )
         self._epoch, self._start_position, self._start_batch = epoch, local, batch
         self._start_segment, self._start_order_world = segment, order_world

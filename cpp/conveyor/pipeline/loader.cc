@@ -281,6 +281,7 @@ int64_t Loader::batches_after(int64_t position, int64_t segment_start) const {
 SavedPosition Loader::saved_position(const EpochStart& start) const {
   SavedPosition saved{start.epoch, start.segment_start + start.position * options_.world_size, start.batch,
                       options_.world_size, start.segment_start};
+  saved.samples = source_->epoch_size();
   const int64_t order_world = start.order_world_size > 0 ? start.order_world_size : options_.world_size;
   if (order_world != 1 && order_deals_shards_) saved.order_world_size = order_world;
   return saved;
@@ -296,6 +297,11 @@ EpochStart Loader::resume_point(const SavedPosition& saved) const {
   const int64_t world = options_.world_size;
   const int64_t n = source_->epoch_size();
   check_key(saved.epoch, "epoch", 0, kMaxEpoch);
+  check_config(!saved.samples || *saved.samples == n,
+               "state was saved over " + std::to_string(saved.samples.value_or(0)) +
+                   " samples per epoch, this loader's source has " + std::to_string(n) +
+                   ": its positions would skip or repeat samples. Resume over the same data, or start the next "
+                   "epoch without load_state_dict (set_epoch(state['epoch'] + 1))");
   int64_t saved_world = world;
   int64_t position = 0;
   int64_t segment = 0;

@@ -97,6 +97,11 @@ struct SavedPosition {
   /// after an elastic resume. None: 1 (as in a state saved before orders
   /// depended on it).
   std::optional<int64_t> order_world_size;
+  /// The source's epoch_size() (every rank's samples, before padding): a
+  /// state of another data set (files added or removed) is refused, as its
+  /// positions would skip or repeat samples. None: a state saved before
+  /// states said it (not checked).
+  std::optional<int64_t> samples;
 };
 
 /// Where this rank starts an epoch: Loader::start_epoch's arguments.

@@ -706,6 +706,7 @@ TEST(LoaderTest, ASavedPositionResumesWhereItWasTakenAtAnyWorldSize) {
   EXPECT_EQ(saved.batch, 2);
   EXPECT_EQ(saved.world_size, 2);
   EXPECT_EQ(saved.segment_start, 4);
+  EXPECT_EQ(saved.samples, 30);
   const EpochStart same = loader.resume_point(saved);
   EXPECT_EQ(same.epoch, 5);
   EXPECT_EQ(same.position, 8);
@@ -739,6 +740,10 @@ TEST(LoaderTest, ASavedPositionResumesWhereItWasTakenAtAnyWorldSize) {
             "batch_size? Load it into a loader with that batch_size");
   EXPECT_EQ(error({0, 8, 5, 2, 0}), "state['batch'] must be <= 4, got 5");
   EXPECT_EQ(error({0, 0, 0, 0, 0}), "state['world_size'] must be >= 1, got 0");
+  EXPECT_EQ(error({0, 0, 0, 2, 0, std::nullopt, 31}),
+            "state was saved over 31 samples per epoch, this loader's source has 30: its positions would skip or "
+            "repeat samples. Resume over the same data, or start the next epoch without load_state_dict "
+            "(set_epoch(state['epoch'] + 1))");
   // Saved by another world: its positions end with its padded share of the
   // 29 samples after the segment (3 ranks of 10), and each batch took one.
   EXPECT_EQ(error({0, 32, 0, 3, 1}), "state['position'] must be <= 31, got 32");
