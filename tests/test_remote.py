@@ -661,6 +661,41 @@ def test_a_body_without_end_is_read_no_further_than_the_cap(monkeypatch):
         assert server.sent < 64 << 20, server.sent
 
 
+def test_a_body_that_cannot_be_allocated_is_a_named_read_error_not_an_abort():
+    # Under an address-space limit (ulimit -v on a shared cluster) a declared
+    # length under the cap could not be reserved: std::bad_alloc crossed
+    # libcurl's callback and aborted the process.
+    result = run_python(
+        """
+        import re, resource, socket, threading
+        from conveyor.errors import ReadError
+        from conveyor.sources import FileList, RetryPolicy
+
+        listener = socket.create_server(("127.0.0.1", 0))
+        def serve():
+            connection, _ = listener.accept()
+            connection.recv(65536)
+            connection.sendall(b"HTTP/1.1 200 OK\\r\\nContent-Length: 2000000000\\r\\n\\r\\nJFIF")
+            connection.recv(1)  # Until the client hangs up.
+        threading.Thread(target=serve, daemon=True).start()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/a.jpg"
+        source = FileList([url], retry=RetryPolicy(attempts=1))._engine_source()
+        status = open("/proc/self/status").read()
+        mapped = int(re.search(r"VmSize:\\s+(\\d+) kB", status).group(1)) << 10
+        limit = mapped + (1 << 30)  # 1 GiB more than now: not the 2 GB declared.
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        try:
+            source.read(0)
+        except ReadError as e:
+            print(e)
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.endswith(": out of memory for its body (Content-Length: 2000000000)\n"), (
+        result.stdout
+    )
+
+
 def test_a_cached_second_epoch_sends_no_request_and_a_new_run_only_checks(color_folder, tmp_path):
     paths, labels, relative = _relative(color_folder)
     with conveyor.Loader(

@@ -23,6 +23,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string_view>
 #include <system_error>
 #include <thread>
@@ -173,7 +174,11 @@ struct Transfer {
   std::vector<uint8_t> body;
   std::string error_body;
   int64_t declared_length = -1;
-  std::string too_large;  // What was too large ("Content-Length: N"), or empty.
+  int64_t range_first = -1;     // The first byte of a 206's Content-Range, or -1.
+  int64_t range_last = -1;      // Its last byte.
+  std::string too_large;        // What was too large ("Content-Length: N"), or empty.
+  std::string out_of_memory;    // What could not be allocated in a callback, or empty.
+  bool error_body_cut = false;  // An error reply's body went on past kMaxErrorBody: not read further.
   std::string etag;
   std::string last_modified;
   double retry_after = 0;
@@ -195,8 +200,22 @@ struct Transfer {
   std::optional<Cancellation::Subscription> cancelled_by;
 };
 
-size_t on_header(char* data, size_t, size_t count, void* user) {
-  Transfer& t = *static_cast<Transfer*>(user);
+// "bytes FIRST-LAST/TOTAL" (RFC 9110's Content-Range of a 206): FIRST and
+// LAST, or nullopt.
+std::optional<std::pair<int64_t, int64_t>> content_range(std::string_view value) {
+  if (!starts_with_nocase(value, "bytes ")) return std::nullopt;
+  value = trim(value.substr(6));
+  int64_t first = -1;
+  int64_t last = -1;
+  const char* end = value.data() + value.size();
+  const auto [dash, first_error] = std::from_chars(value.data(), end, first);
+  if (first_error != std::errc() || dash == end || *dash != '-') return std::nullopt;
+  const auto [slash, last_error] = std::from_chars(dash + 1, end, last);
+  if (last_error != std::errc() || slash == end || *slash != '/' || last < first) return std::nullopt;
+  return std::pair{first, last};
+}
+
+size_t read_header(Transfer& t, char* data, size_t count) {
   const std::string_view line(data, count);
   if (line.substr(0, 5) == "HTTP/") {
     // Each reply (a redirect's, an interim 100's, the final one) starts anew.
@@ -208,6 +227,7 @@ size_t on_header(char* data, size_t, size_t count, void* user) {
     const size_t reason = rest.find(' ');
     t.reason = reason == std::string_view::npos ? std::string() : std::string(trim(rest.substr(reason + 1)));
     t.declared_length = -1;
+    t.range_first = t.range_last = -1;
     t.retry_after = 0;
     t.error_body.clear();
     t.etag.clear();
@@ -227,6 +247,11 @@ size_t on_header(char* data, size_t, size_t count, void* user) {
     } else if (ec == std::errc() && end == value.data() + value.size()) {
       t.declared_length = length;
     }
+  } else if (starts_with_nocase(line, "content-range:")) {
+    if (const auto range = content_range(trim(line.substr(14)))) {
+      t.range_first = range->first;
+      t.range_last = range->second;
+    }
   } else if (starts_with_nocase(line, "etag:")) {
     t.etag = std::string(trim(line.substr(5)));
   } else if (starts_with_nocase(line, "last-modified:")) {
@@ -238,6 +263,18 @@ size_t on_header(char* data, size_t, size_t count, void* user) {
     if (ec == std::errc() && std::isfinite(seconds) && seconds > 0) t.retry_after = seconds;  // A date: ignored.
   }
   return count;
+}
+
+// libcurl's callbacks are C: an exception must not cross them. Returning 0
+// ends the transfer (CURLE_WRITE_ERROR), and failure_of() says why.
+size_t on_header(char* data, size_t, size_t count, void* user) {
+  Transfer& t = *static_cast<Transfer*>(user);
+  try {
+    return read_header(t, data, count);
+  } catch (const std::bad_alloc&) {
+    t.out_of_memory = "a header of the reply";
+    return 0;
+  }
 }
 
 int on_new_socket(void* user, curl_socket_t, curlsocktype purpose) {
@@ -262,16 +299,31 @@ size_t on_body(char* data, size_t, size_t count, void* user) {
   Transfer& t = *static_cast<Transfer*>(user);
   if (t.abandoned.load(std::memory_order_relaxed)) return 0;
   if (t.status < 200 || t.status >= 300) {
+    // Its status says what failed; a body past the cap (one that never
+    // ends, faster than the low-speed limit) is not read on.
     const size_t room = kMaxErrorBody - std::min(kMaxErrorBody, t.error_body.size());
-    t.error_body.append(data, std::min(room, count));
+    if (count > room) {
+      t.error_body.append(data, room);
+      t.error_body_cut = true;
+      return 0;
+    }
+    t.error_body.append(data, count);
     return count;
   }
   if (static_cast<int64_t>(t.body.size() + count) > t.max_bytes) {
     t.too_large = "a body of no declared length";
     return 0;
   }
-  if (t.body.empty() && t.declared_length > 0) t.body.reserve(static_cast<size_t>(t.declared_length));
-  t.body.insert(t.body.end(), data, data + count);
+  try {
+    if (t.body.empty() && t.declared_length > 0) t.body.reserve(static_cast<size_t>(t.declared_length));
+    t.body.insert(t.body.end(), data, data + count);
+  } catch (const std::bad_alloc&) {
+    t.out_of_memory = "its body (" +
+                      (t.declared_length > 0 ? "Content-Length: " + std::to_string(t.declared_length)
+                                             : std::to_string(t.body.size() + count) + " bytes so far") +
+                      ")";
+    return 0;
+  }
   return count;
 }
 
@@ -299,10 +351,14 @@ FetchFailure failure_of(const Transfer& t, const S3Config* s3) {
             t.too_large + ", more than the " + std::to_string(t.max_bytes) + " bytes a read may return"};
   }
   if (t.cancelled) return {Kind::kCancelled, 0, "the store was closed"};
+  if (!t.out_of_memory.empty()) return {Kind::kOther, 0, "out of memory for " + t.out_of_memory};
   const std::string detail = t.error[0] != '\0' ? std::string(t.error) : std::string(curl_easy_strerror(t.code));
   switch (t.code) {
     case CURLE_OK:
       break;
+    case CURLE_WRITE_ERROR:
+      if (t.error_body_cut) break;  // Its status says what failed.
+      return {Kind::kOther, 0, detail};
     case CURLE_OPERATION_TIMEDOUT:
       return {Kind::kTimeout, 0, detail};
     case CURLE_COULDNT_CONNECT:
@@ -1179,6 +1235,16 @@ namespace {
 // throws its FetchError.
 std::vector<uint8_t> read_reply(Transfer& t, const HttpStoreOptions& options, uint64_t offset, int64_t size) {
   check_reply(t, options);
+  // Another range than the one asked for (a faulty server or proxy) would
+  // be read as its bytes; one that stops short is the caller's to name.
+  const auto last = static_cast<int64_t>(offset) + size - 1;
+  if (size > 0 && t.status == 206 && t.range_first >= 0 &&
+      (t.range_first != static_cast<int64_t>(offset) || t.range_last > last)) {
+    throw FetchError({Kind::kOther, 0,
+                      "asked for bytes " + std::to_string(offset) + "-" + std::to_string(last) +
+                          ", the server answered with bytes " + std::to_string(t.range_first) + "-" +
+                          std::to_string(t.range_last) + " (Content-Range)"});
+  }
   if (size > 0 && t.status == 200) {
     // The server ignored the range and sent the whole object.
     const size_t begin = std::min<size_t>(offset, t.body.size());
@@ -1307,6 +1373,7 @@ std::vector<RemoteObject> HttpStore::list(const std::string& prefix) const {
   const std::string& key_prefix = bucket_and_key.second;
   std::vector<RemoteObject> objects;
   std::string token;
+  std::set<std::string> tokens_seen;
   do {
     std::shared_ptr<Transfer> t = loop_->perform_in_bucket_region([&] {
       auto made = std::make_shared<Transfer>();
@@ -1328,8 +1395,10 @@ std::vector<RemoteObject> HttpStore::list(const std::string& prefix) const {
       throw FetchError({Kind::kOther, 0, e.cause()});
     }
     for (auto& [key, size] : page.objects) objects.push_back({scheme + "://" + bucket + "/" + key, size});
-    if (!page.next_continuation_token.empty() && page.next_continuation_token == token) {
-      throw FetchError({Kind::kOther, 0, "the listing repeats its continuation token (a faulty server)"});
+    if (!page.next_continuation_token.empty() && !tokens_seen.insert(page.next_continuation_token).second) {
+      throw FetchError({Kind::kOther, 0,
+                        "the listing repeats a continuation token at page " + std::to_string(tokens_seen.size() + 1) +
+                            " (a faulty server)"});
     }
     token = std::move(page.next_continuation_token);
   } while (!token.empty());

@@ -179,6 +179,40 @@ TEST(HttpStoreTest, AnEndlessChunkedBodyIsReadNoFurtherThanTheCap) {
   EXPECT_LT(sent.load(), int64_t{64} << 20);  // The rest sits in socket buffers at most.
 }
 
+TEST(HttpStoreTest, AnErrorReplysEndlessBodyEndsAtItsCapWithItsStatus) {
+  // Kept at 64 KiB, it was read on for ever: no failure, a core busy.
+  std::atomic<int64_t> sent{0};
+  HttpTestServer server([&sent](const HttpTestRequest&, HttpTestConnection& connection) {
+    connection.send("HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n");
+    const std::string chunk = "10000\r\n" + std::string(0x10000, 'x') + "\r\n";
+    while (connection.send(chunk)) sent += 0x10000;
+    return false;
+  });
+  HttpStore store;
+  const FetchFailure failure = failure_of(store, server.url("/a"));
+  EXPECT_EQ(failure.describe(), "HTTP 404 Not Found");
+  EXPECT_FALSE(is_transient(failure));
+  server.wait_for_hang_ups(1);
+  EXPECT_LT(sent.load(), int64_t{64} << 20);  // The rest sits in socket buffers at most.
+}
+
+TEST(HttpStoreTest, APartialReplyOfAnotherRangeThanAskedIsRefused) {
+  // A faulty server or proxy: the range one byte on, of the length asked for.
+  HttpTestServer server([](const HttpTestRequest& request, HttpTestConnection& connection) {
+    const std::string range = request.headers.at("range");  // "bytes=a-b"
+    const size_t first = std::stoul(range.substr(6)) + (request.target == "/shifted" ? 1 : 0);
+    const size_t last = std::stoul(range.substr(range.find('-') + 1)) + (request.target == "/shifted" ? 1 : 0);
+    return connection.send(HttpTestServer::reply(
+        206, "Partial Content", object().substr(first, last - first + 1),
+        "Content-Range: bytes " + std::to_string(first) + "-" + std::to_string(last) + "/1000\r\n"));
+  });
+  HttpStore store;
+  EXPECT_EQ(text(store.read(server.url("/right"), 100, 50)), object().substr(100, 50));
+  const FetchFailure failure = failure_of(store, server.url("/shifted"), 100, 50);
+  EXPECT_EQ(failure.describe(), "asked for bytes 100-149, the server answered with bytes 101-150 (Content-Range)");
+  EXPECT_FALSE(is_transient(failure));
+}
+
 // Headers, then a body that never comes, until the client hangs up.
 HttpTestServer::Handler body_that_never_comes() {
   return [](const HttpTestRequest&, HttpTestConnection& connection) {
@@ -768,6 +802,32 @@ TEST(HttpStoreTest, S3RequestsAreSignedAndErrorsNameTheS3Code) {
   }
   const FetchFailure missing = failure_of(store, "s3://bucket/nope");
   EXPECT_EQ(missing.describe(), "HTTP 404 Not Found (NoSuchKey)");
+}
+
+TEST(HttpStoreTest, AListingWhoseContinuationTokensComeRoundAgainEndsWithAFailure) {
+  // Tokens A, B, A, B, ...: a check of the last token alone listed for ever.
+  HttpTestServer server([](const HttpTestRequest& request, HttpTestConnection& connection) {
+    const bool after_a = request.target.find("continuation-token=A") != std::string::npos;
+    return connection.send(HttpTestServer::reply(
+        200, "OK",
+        std::string("<ListBucketResult><Contents><Key>k</Key><Size>1</Size></Contents><IsTruncated>true"
+                    "</IsTruncated><NextContinuationToken>") +
+            (after_a ? "B" : "A") + "</NextContinuationToken></ListBucketResult>"));
+  });
+  HttpStoreOptions options;
+  options.s3 = resolve_s3_config({{"key", "AKIDEXAMPLE"},
+                                  {"secret", "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY"},
+                                  {"endpoint_url", server.url("")},
+                                  {"region", "us-east-1"}},
+                                 [](const std::string&) { return std::nullopt; });
+  HttpStore store(options);
+  try {
+    store.list("s3://bucket/");
+    ADD_FAILURE() << "no FetchError";
+  } catch (const FetchError& e) {
+    EXPECT_EQ(e.failure().describe(), "the listing repeats a continuation token at page 3 (a faulty server)");
+  }
+  EXPECT_EQ(server.requests().size(), 3u);
 }
 
 TEST(HttpStoreTest, ABucketInAnotherRegionIsLearntFromS3sReplyAndSignedForIt) {

@@ -108,6 +108,21 @@ std::vector<uint8_t> slice(const std::vector<uint8_t>& data, uint64_t offset, in
   return {data.begin() + static_cast<std::ptrdiff_t>(begin), data.begin() + static_cast<std::ptrdiff_t>(end)};
 }
 
+// Calls `visit` with each cached object (a ".obj" file) under `folder`,
+// in its 256 subfolders or the folder itself (older versions). Best effort:
+// a folder that vanishes mid-scan (another process evicting, a user
+// cleaning up) or that cannot be opened (no file descriptor left) ends the
+// scan, never the read that asked for it.
+template <typename Visit>
+void for_each_cached_object(const std::filesystem::path& folder, Visit visit) {
+  std::error_code error;
+  std::filesystem::recursive_directory_iterator item(folder, std::filesystem::directory_options::skip_permission_denied,
+                                                     error);
+  for (; !error && item != std::filesystem::recursive_directory_iterator(); item.increment(error)) {
+    if (item->path().extension() == ".obj") visit(*item);
+  }
+}
+
 }  // namespace
 
 CachingStore::CachingStore(std::shared_ptr<const RemoteStore> store, std::string directory, int64_t budget_bytes)
@@ -344,17 +359,14 @@ void CachingStore::evict(const std::string& keep, int64_t added) const {
     };
     std::vector<Entry> entries;
     usage = 0;
-    std::error_code error;
-    // Objects lie in 256 subfolders (older versions put them in the folder itself).
-    for (const auto& item : std::filesystem::recursive_directory_iterator(directory_, error)) {
-      if (item.path().extension() != ".obj") continue;
+    for_each_cached_object(directory_, [&](const std::filesystem::directory_entry& item) {
       std::error_code item_error;
       const auto bytes = static_cast<int64_t>(item.file_size(item_error));
       const auto used = item.last_write_time(item_error);
-      if (item_error) continue;
+      if (item_error) return;
       entries.push_back({item.path().string(), bytes, used});
       usage += bytes;
-    }
+    });
     std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.used < b.used; });
     // Down to a low-water mark, so that the next insertions do not each
     // scan the folder again.
@@ -383,11 +395,11 @@ void CachingStore::evict(const std::string& keep, int64_t added) const {
 
 int64_t CachingStore::folder_bytes() const {
   int64_t total = 0;
-  std::error_code error;
-  for (const auto& item : std::filesystem::recursive_directory_iterator(directory_, error)) {
+  for_each_cached_object(directory_, [&](const std::filesystem::directory_entry& item) {
     std::error_code item_error;
-    if (item.path().extension() == ".obj") total += static_cast<int64_t>(item.file_size(item_error));
-  }
+    const auto bytes = static_cast<int64_t>(item.file_size(item_error));
+    if (!item_error) total += bytes;
+  });
   return total;
 }
 

@@ -153,6 +153,32 @@ TEST_F(CachingStoreTest, TheBudgetHoldsAndTheLeastRecentlyUsedGoFirst) {
   EXPECT_EQ(remote_->requests("fetch"), fetched + 1);
 }
 
+TEST_F(CachingStoreTest, SubfoldersRemovedWhileTheBudgetIsHeldNeverFailARead) {
+  // A user cleaning the folder up, or another process evicting: the scan of
+  // the folder met a subfolder gone and threw out of the read.
+  const std::string data(1000, 'x');
+  for (int i = 0; i < 200; ++i) remote_->put(name("u", i), data, "v");
+  CachingStore cache(remote_, folder(), 30000);  // Every few reads evict: a scan of ~30 subfolders.
+  std::atomic<bool> done{false};
+  std::thread cleaner([&] {
+    for (int i = 0; !done.load(); ++i) {
+      const std::filesystem::path made = dir_ / "cache" / name("zz", i % 50);
+      std::error_code error;
+      std::filesystem::create_directories(made / "a" / "b", error);
+      std::filesystem::remove_all(made, error);
+    }
+  });
+  try {
+    for (int round = 0; round < 2; ++round) {
+      for (int i = 0; i < 200; ++i) EXPECT_EQ(text(cache.read(name("u", i), 0, -1)), data) << round << " " << i;
+    }
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << e.what();
+  }
+  done = true;
+  cleaner.join();
+}
+
 TEST_F(CachingStoreTest, ObjectsLieIn256SubfoldersAndAnOlderFlatCopyIsEvictedFirst) {
   // One folder serialises every file made in it; a cache made by an older
   // version (objects in the folder itself) still counts against the budget.
