@@ -261,6 +261,27 @@ def test_an_image_folder_under_an_s3_prefix_is_the_local_image_folder(s3, color_
     assert _same(_batches(remote), _batches(local))
 
 
+def test_a_class_folder_under_an_s3_prefix_without_images_is_a_class_as_locally(s3, tmp_path):
+    # Classes came from the images' keys alone: "b" vanished and "c" took its label.
+    local = tmp_path / "tree"
+    for key in ("a/1.jpg", "b/readme.txt", "c/2.jpg"):
+        (local / key).parent.mkdir(parents=True, exist_ok=True)
+        (local / key).write_bytes(b"\xff\xd8 not decoded here")
+        s3.put("data", "classes/" + key, (local / key).read_bytes())
+    s3.put("data", "classes/d/", b"")  # A folder marker, as the S3 console makes one.
+    (local / "d").mkdir()
+    options = s3.storage_options()
+    with pytest.raises(ConfigError) as remote_error:
+        ImageFolder("s3://data/classes/", storage_options=options)
+    with pytest.raises(ConfigError) as local_error:
+        ImageFolder(local)
+    assert str(remote_error.value) == str(local_error.value).replace(str(local), "s3://data/classes/")
+    remote = ImageFolder("s3://data/classes/", allow_empty=True, storage_options=options)
+    kept = ImageFolder(local, allow_empty=True)
+    assert remote.classes == kept.classes == ["a", "b", "c", "d"]
+    assert remote.labels == kept.labels == [0, 2]
+
+
 def test_tar_shards_under_an_s3_prefix_are_its_tar_objects_in_order(s3):
     remote = TarShards("s3://data/shards/", storage_options=s3.storage_options())
     assert remote.shards == [f"s3://data/shards/{os.path.basename(p)}" for p in s3.local_shards]

@@ -24,19 +24,21 @@ from conveyor.sources.base import (
 from conveyor.sources.remote import RetryPolicy, build_interruptibly, is_url, list_objects, remote_arguments
 
 
-def _listed_images(
+def _listed_urls(
     root: str,
-    extensions: Sequence[str],
     retry: Optional[RetryPolicy],
     storage_options: Optional[Mapping[str, Any]],
     owner: str,
 ) -> list[str]:
-    """The URLs under ``root`` (a prefix ending in "/") whose names end with
-    one of ``extensions`` (case-insensitive), in the order os.walk with sorted
-    folders and files gives locally: by folder, then by name."""
+    """Every URL under ``root`` (a prefix ending in "/"), in the order os.walk
+    with sorted folders and files gives locally: by folder, then by name."""
     listed = build_interruptibly(lambda: list_objects(root, retry, storage_options, owner))
-    urls = [url for url, _ in listed if url.lower().endswith(extensions)]
-    return sorted(urls, key=lambda url: tuple(url.rsplit("/", 1)))
+    return sorted((url for url, _ in listed), key=lambda url: tuple(url.rsplit("/", 1)))
+
+
+def _images(urls: list[str], extensions: Sequence[str]) -> list[str]:
+    """The URLs of ``urls`` whose names end with one of ``extensions`` (case-insensitive)."""
+    return [url for url in urls if url.lower().endswith(tuple(extensions))]
 
 
 def _checked_extensions(extensions: Optional[Sequence[str]], owner: str) -> tuple[str, ...]:
@@ -228,7 +230,7 @@ class FileList(Source):
         if not is_url(prefix):
             raise ConfigError(f"FileList.from_prefix: {_printable_path(prefix)} is not a URL")
         root = prefix if prefix.endswith("/") else prefix + "/"
-        urls = _listed_images(root, allowed, retry, storage_options, "FileList.from_prefix")
+        urls = _images(_listed_urls(root, retry, storage_options, "FileList.from_prefix"), allowed)
         if not urls:
             raise ConfigError(
                 f"FileList.from_prefix: found no images under {root} (extensions: {', '.join(allowed)})"
@@ -433,9 +435,18 @@ class ImageFolder(FileList):
             # Listed once: classes are the first path level under the prefix.
             if not self.root.endswith("/"):
                 self.root += "/"
-            urls = _listed_images(self.root, allowed, retry, storage_options, "ImageFolder")
+            listed = _listed_urls(self.root, retry, storage_options, "ImageFolder")
+            urls = _images(listed, allowed)
             relative = [url[len(self.root) :].split("/", 1) for url in urls]
-            self.classes = sorted({parts[0] for parts in relative if len(parts) == 2})
+            # As locally every sub-folder is a class, images or not, every
+            # key's first path level is one (a folder marker "b/" too).
+            self.classes = sorted(
+                {
+                    parts[0]
+                    for parts in (url[len(self.root) :].split("/", 1) for url in listed)
+                    if len(parts) == 2
+                }
+            )
             if not self.classes:
                 raise ConfigError(f"ImageFolder: no class folders found in {self.root}")
             self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
