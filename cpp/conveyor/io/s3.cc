@@ -52,6 +52,16 @@ const std::map<std::string, std::string>* section(const AwsFile& file, const std
   return it == file.sections.end() ? nullptr : &it->second;
 }
 
+// Profile `name`'s section of the config file: "[profile NAME]", and for
+// the default profile "[default]" or else "[profile default]" (botocore
+// reads both).
+const std::map<std::string, std::string>* config_profile(const AwsFile& file, const std::string& name) {
+  if (name == "default") {
+    if (const auto* values = section(file, name)) return values;
+  }
+  return section(file, "profile " + name);
+}
+
 std::optional<std::string> value_in(const std::map<std::string, std::string>* values, const std::string& key) {
   if (values == nullptr) return std::nullopt;
   auto it = values->find(key);
@@ -145,7 +155,7 @@ class ProfileCredentials {
     return section(credentials_file_, name);
   }
   const std::map<std::string, std::string>* config_section(const std::string& name) const {
-    return section(config_file_, name == "default" ? name : "profile " + name);
+    return config_profile(config_file_, name);
   }
 
   // A profile's value, in either file (the credentials file's first: the
@@ -330,6 +340,51 @@ const std::vector<std::string>& s3_option_names() {
   return names;
 }
 
+namespace {
+
+// The words of a section name as Python's shlex.split gives them (botocore
+// splits "[profile NAME]" so): runs of spaces and tabs separate them, single
+// or double quotes hold them together; nullopt for an unclosed quote.
+std::optional<std::vector<std::string>> section_words(std::string_view name) {
+  std::vector<std::string> words;
+  std::string word;
+  bool in_word = false;
+  char quote = 0;
+  for (const char c : name) {
+    if (quote != 0) {
+      if (c == quote) {
+        quote = 0;
+      } else {
+        word += c;
+      }
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+      in_word = true;
+    } else if (c == ' ' || c == '\t') {
+      if (in_word) words.push_back(std::move(word));
+      word.clear();
+      in_word = false;
+    } else {
+      word += c;
+      in_word = true;
+    }
+  }
+  if (quote != 0) return std::nullopt;
+  if (in_word) words.push_back(std::move(word));
+  return words;
+}
+
+// A section's name as it is looked up: "[profile  NAME]", "[profile\tNAME]"
+// and "[profile \"NAME\"]" are all "profile NAME", as botocore reads them.
+std::string section_name(std::string_view name) {
+  if (name.substr(0, 7) != "profile") return std::string(name);
+  const std::optional<std::vector<std::string>> words = section_words(name);
+  if (!words || words->size() != 2 || (*words)[0] != "profile") return std::string(name);
+  return "profile " + (*words)[1];
+}
+
+}  // namespace
+
 std::map<std::string, std::map<std::string, std::string>> parse_aws_ini(std::string_view text) {
   std::map<std::string, std::map<std::string, std::string>> sections;
   std::map<std::string, std::string>* current = nullptr;
@@ -344,13 +399,15 @@ std::map<std::string, std::map<std::string, std::string>> parse_aws_ini(std::str
     if (line.empty() || line[0] == '#' || line[0] == ';') continue;
     const bool indented = raw[0] == ' ' || raw[0] == '\t';
     if (line.front() == '[' && line.back() == ']') {
-      current = &sections[trim(std::string_view(line).substr(1, line.size() - 2))];
+      current = &sections[section_name(trim(std::string_view(line).substr(1, line.size() - 2)))];
       in_nested = false;
       continue;
     }
     if (current == nullptr || (in_nested && indented)) continue;
     in_nested = false;
-    const size_t equals = line.find('=');
+    // "key = value" or "key: value" (Python's configparser, which botocore
+    // reads them with, takes the first of either).
+    const size_t equals = line.find_first_of("=:");
     if (equals == std::string::npos) continue;
     const std::string key = ascii_lower(trim(std::string_view(line).substr(0, equals)));
     const std::string value = trim(std::string_view(line).substr(equals + 1));
@@ -382,7 +439,7 @@ S3Config resolve_s3_config(const std::map<std::string, std::string>& options, co
   const AwsFile credentials_file = read_aws_file(getenv, "AWS_SHARED_CREDENTIALS_FILE", "credentials");
   const AwsFile config_file = read_aws_file(getenv, "AWS_CONFIG_FILE", "config");
   const auto* credentials_section = section(credentials_file, profile);
-  const auto* config_section = section(config_file, profile == "default" ? profile : "profile " + profile);
+  const auto* config_section = config_profile(config_file, profile);
   if (named_profile && credentials_section == nullptr && config_section == nullptr) {
     throw Error(ErrorKind::kConfig,
                 "storage_options: profile '" + profile + "' is in neither " +

@@ -143,8 +143,10 @@ S3ListPage parse_s3_list_page(std::string_view xml);
 std::pair<std::string, std::string> split_s3_url(std::string_view s3_url);
 
 /// The sections of an AWS-style INI file (`[name]` headers, `key = value`
-/// lines, `#`/`;` comments; nested blocks such as `s3 =` followed by
-/// indented lines are skipped): section -> key -> value. Exposed for tests.
+/// or `key: value` lines, `#`/`;` comments; nested blocks such as `s3 =`
+/// followed by indented lines are skipped): section -> key -> value, as
+/// botocore reads them (a "[profile  NAME]" header, its name split as by
+/// shlex, is "profile NAME"). Exposed for tests.
 std::map<std::string, std::map<std::string, std::string>> parse_aws_ini(std::string_view text);
 
 /// The `<Code>` of an S3 XML error body ("NoSuchKey", "AccessDenied"), or ""

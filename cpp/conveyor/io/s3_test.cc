@@ -85,6 +85,25 @@ TEST_F(S3ConfigTest, KeysInTheConfigFileAreFoundToo) {
   EXPECT_EQ(config.credentials_source, "~/.aws/config [ci]");
 }
 
+TEST_F(S3ConfigTest, ProfilesAreNamedAndWrittenAsBotocoreReadsThem) {
+  // [profile default], "key: value", a name after several spaces, a tab or
+  // in quotes: refused or ignored before, read by boto3.
+  write("config",
+        "[profile default]\nregion: eu-west-1\naws_access_key_id = AKDEF\naws_secret_access_key = d\n"
+        "[profile  two]\nregion = eu-west-2\n[profile\tthree]\nregion = eu-west-3\n"
+        "[profile \"my prof\"]\nregion = eu-north-1\n");
+  const S3Config fallback = resolve_s3_config({}, env());
+  EXPECT_EQ(fallback.region, "eu-west-1");
+  EXPECT_EQ(fallback.access_key_id, "AKDEF");
+  EXPECT_EQ(fallback.credentials_source, "~/.aws/config [default]");
+  EXPECT_EQ(resolve_s3_config({{"profile", "two"}}, env()).region, "eu-west-2");
+  EXPECT_EQ(resolve_s3_config({{"profile", "three"}}, env()).region, "eu-west-3");
+  EXPECT_EQ(resolve_s3_config({{"profile", "my prof"}}, env()).region, "eu-north-1");
+  // [default] itself comes before [profile default].
+  write("config", "[default]\nregion = us-west-1\n[profile default]\nregion = eu-west-1\n");
+  EXPECT_EQ(resolve_s3_config({}, env()).region, "us-west-1");
+}
+
 TEST_F(S3ConfigTest, WithoutKeysARolesCredentialsAreReadUnlessTheMetadataServiceIsDisabled) {
   const S3Config config = resolve_s3_config({}, env());
   EXPECT_FALSE(config.anonymous);
@@ -528,6 +547,16 @@ TEST(AwsIniTest, SectionsKeysCommentsAndNestedBlocks) {
   EXPECT_EQ(sections.at("a").at("k"), "v");
   EXPECT_EQ(sections.at("b").at("k2"), "w");
   EXPECT_EQ(sections.at("b").count("x"), 0u);
+  // As Python's configparser (botocore's): the first of '=' and ':' ends the key.
+  const auto colons = parse_aws_ini("[a]\nregion: eu-west-1\nrole_arn = arn:aws:iam::1:role/r\n");
+  EXPECT_EQ(colons.at("a").at("region"), "eu-west-1");
+  EXPECT_EQ(colons.at("a").at("role_arn"), "arn:aws:iam::1:role/r");
+  // A profile's name as shlex splits it; an unclosed quote is left as it is.
+  const auto named = parse_aws_ini("[profile  x]\n[profile 'y z']\n[profile \"w]\n[profiles]\n");
+  EXPECT_EQ(named.count("profile x"), 1u);
+  EXPECT_EQ(named.count("profile y z"), 1u);
+  EXPECT_EQ(named.count("profile \"w"), 1u);
+  EXPECT_EQ(named.count("profiles"), 1u);
 }
 
 }  // namespace
