@@ -176,6 +176,7 @@ struct Transfer {
   int64_t declared_length = -1;
   int64_t range_first = -1;     // The first byte of a 206's Content-Range, or -1.
   int64_t range_last = -1;      // Its last byte.
+  int64_t range_total = -1;     // The object's size it gives, or -1 ("*").
   std::string too_large;        // What was too large ("Content-Length: N"), or empty.
   std::string out_of_memory;    // What could not be allocated in a callback, or empty.
   bool error_body_cut = false;  // An error reply's body went on past kMaxErrorBody: not read further.
@@ -200,9 +201,14 @@ struct Transfer {
   std::optional<Cancellation::Subscription> cancelled_by;
 };
 
-// "bytes FIRST-LAST/TOTAL" (RFC 9110's Content-Range of a 206): FIRST and
-// LAST, or nullopt.
-std::optional<std::pair<int64_t, int64_t>> content_range(std::string_view value) {
+struct ContentRange {
+  int64_t first = -1;
+  int64_t last = -1;
+  int64_t total = -1;  // -1: "*", unknown.
+};
+
+// "bytes FIRST-LAST/TOTAL" (RFC 9110's Content-Range of a 206), or nullopt.
+std::optional<ContentRange> content_range(std::string_view value) {
   if (!starts_with_nocase(value, "bytes ")) return std::nullopt;
   value = trim(value.substr(6));
   int64_t first = -1;
@@ -212,7 +218,10 @@ std::optional<std::pair<int64_t, int64_t>> content_range(std::string_view value)
   if (first_error != std::errc() || dash == end || *dash != '-') return std::nullopt;
   const auto [slash, last_error] = std::from_chars(dash + 1, end, last);
   if (last_error != std::errc() || slash == end || *slash != '/' || last < first) return std::nullopt;
-  return std::pair{first, last};
+  int64_t total = -1;
+  const auto [total_end, total_error] = std::from_chars(slash + 1, end, total);
+  if (total_error != std::errc() || total_end != end || total <= last) total = -1;
+  return ContentRange{first, last, total};
 }
 
 size_t read_header(Transfer& t, char* data, size_t count) {
@@ -227,7 +236,7 @@ size_t read_header(Transfer& t, char* data, size_t count) {
     const size_t reason = rest.find(' ');
     t.reason = reason == std::string_view::npos ? std::string() : std::string(trim(rest.substr(reason + 1)));
     t.declared_length = -1;
-    t.range_first = t.range_last = -1;
+    t.range_first = t.range_last = t.range_total = -1;
     t.retry_after = 0;
     t.error_body.clear();
     t.etag.clear();
@@ -239,18 +248,18 @@ size_t read_header(Transfer& t, char* data, size_t count) {
     const std::string_view value = trim(line.substr(15));
     int64_t length = -1;
     const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), length);
+    if (ec == std::errc() && end == value.data() + value.size()) t.declared_length = length;
     if (ec == std::errc::result_out_of_range || (ec == std::errc() && length > t.max_bytes)) {
       if (!t.head && t.status >= 200 && t.status < 300) {
         t.too_large = "Content-Length: " + std::string(value);
         return 0;  // Refused before any of the body is read.
       }
-    } else if (ec == std::errc() && end == value.data() + value.size()) {
-      t.declared_length = length;
     }
   } else if (starts_with_nocase(line, "content-range:")) {
     if (const auto range = content_range(trim(line.substr(14)))) {
       t.range_first = range->first;
-      t.range_last = range->second;
+      t.range_last = range->last;
+      t.range_total = range->total;
     }
   } else if (starts_with_nocase(line, "etag:")) {
     t.etag = std::string(trim(line.substr(5)));
@@ -1339,8 +1348,25 @@ RemoteObjectInfo HttpStore::stat(const std::string& url) const {
     made->head = true;
     return made;
   });
+  if (t->code == CURLE_OK && (t->status == 403 || t->status == 405 || t->status == 501)) {
+    // A URL presigned for GET refuses a HEAD (S3 signs the method): the
+    // size is the total of a GET of its first byte (or a whole reply's
+    // Content-Length, whose body is refused past that byte).
+    std::shared_ptr<Transfer> get = loop_->perform_in_bucket_region([&] {
+      std::shared_ptr<Transfer> made = transfer_for(url, options, region_of, loop_->role_credentials());
+      made->range = "0-0";
+      made->max_bytes = 1;
+      return made;
+    });
+    const int64_t size = get->status == 206 ? get->range_total : get->status == 200 ? get->declared_length : -1;
+    if (size < 0) {
+      if (get->status != 200 && get->status != 206) check_reply(*get, options);  // Its failure: the URL's.
+      throw FetchError({Kind::kOther, 0, "the server refuses a HEAD and gives no size in a GET's reply"});
+    }
+    return {static_cast<uint64_t>(size), get->etag.empty() ? get->last_modified : get->etag};
+  }
   check_reply(*t, options);
-  if (t->declared_length < 0) throw FetchError({Kind::kOther, 0, "the server gives no Content-Length for " + url});
+  if (t->declared_length < 0) throw FetchError({Kind::kOther, 0, "the server gives no Content-Length to a HEAD"});
   return {static_cast<uint64_t>(t->declared_length), t->etag.empty() ? t->last_modified : t->etag};
 }
 

@@ -100,6 +100,8 @@ class HttpStore final : public RemoteStore {
   bool starts_reads() const override { return true; }
   uint64_t size(const std::string& url) const override;
   /// A HEAD: Content-Length, and ETag (else Last-Modified) as the version.
+  /// Where the HEAD is refused (403, 405, 501: a URL presigned for GET), a
+  /// GET of the first byte: the total of its Content-Range.
   RemoteObjectInfo stat(const std::string& url) const override;
   /// One GET of the whole object, with its ETag (else Last-Modified); a
   /// declared length past `max_bytes` is refused before the body.

@@ -213,6 +213,36 @@ TEST(HttpStoreTest, APartialReplyOfAnotherRangeThanAskedIsRefused) {
   EXPECT_FALSE(is_transient(failure));
 }
 
+TEST(HttpStoreTest, TheSizeOfAUrlThatRefusesAHeadIsTheTotalOfAGetOfItsFirstByte) {
+  // A URL presigned for GET (S3 signs the method) answers a HEAD with 403.
+  HttpTestServer server([](const HttpTestRequest& request, HttpTestConnection& connection) {
+    if (request.method == "HEAD" || request.target == "/forbidden") {
+      return connection.send("HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n");
+    }
+    if (request.target == "/whole") {  // Ignores the range.
+      return connection.send(HttpTestServer::reply(200, "OK", object(), "ETag: \"w\"\r\n"));
+    }
+    return connection.send(
+        HttpTestServer::reply(206, "Partial Content", object().substr(0, 1),
+                              "ETag: \"e\"\r\nContent-Range: bytes 0-0/" + std::to_string(object().size()) + "\r\n"));
+  });
+  HttpStore store;
+  const RemoteObjectInfo ranged = store.stat(server.url("/shard.tar?X-Amz-Signature=abc"));
+  EXPECT_EQ(ranged.size, 1000u);
+  EXPECT_EQ(ranged.version, "\"e\"");
+  std::vector<HttpTestRequest> requests = server.requests();
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_EQ(requests[1].method, "GET");
+  EXPECT_EQ(requests[1].headers.at("range"), "bytes=0-0");
+  EXPECT_EQ(store.stat(server.url("/whole")).size, 1000u);
+  try {
+    store.stat(server.url("/forbidden"));
+    ADD_FAILURE() << "no FetchError";
+  } catch (const FetchError& e) {
+    EXPECT_EQ(e.failure().describe(), "HTTP 403 Forbidden");
+  }
+}
+
 // Headers, then a body that never comes, until the client hangs up.
 HttpTestServer::Handler body_that_never_comes() {
   return [](const HttpTestRequest&, HttpTestConnection& connection) {
