@@ -165,6 +165,25 @@ def test_404_is_skipped_and_counted_with_on_error_skip(server, color_folder):
     assert skipped == (missing, "HTTP 404 Not Found")
 
 
+def test_a_urls_credentials_never_appear_in_an_error_or_a_skipped_key(server, color_folder):
+    # A password in the user info and a presigned URL's signature and token
+    # are shown as ***; the request itself still carries them.
+    _, _, relative = _relative(color_folder)
+    port = server.url("").split(":")[2].split("/")[0]
+    query = "X-Amz-Credential=AKID&X-Amz-Security-Token=s3cr3t-token&X-Amz-Signature=s3cr3t-sig"
+    missing = f"http://user:s3cr3t-pw@127.0.0.1:{port}/cat/missing.jpg?{query}"
+    shown = f"http://user:***@127.0.0.1:{port}/cat/missing.jpg?X-Amz-Credential=AKID&X-Amz-Security-Token=***&X-Amz-Signature=***"
+    source = FileList([server.url(relative[0]), missing], retry=FAST_RETRY)
+    with pytest.raises(ReadError) as error:
+        list(conveyor.Loader(source, [T.Resize((8, 8))], batch_size=2))
+    assert str(error.value) == f"{shown}: HTTP 404 Not Found"
+    assert error.value.key == shown
+    with conveyor.Loader(source, [T.Resize((8, 8))], batch_size=2, on_error="skip") as loader:
+        list(loader)
+        assert loader.skipped() == [(shown, "HTTP 404 Not Found")]
+    assert server.requests("cat/missing.jpg")[0].status == 404
+
+
 @pytest.mark.parametrize("threads", [1, 4])
 def test_tar_shards_over_urls_read_each_shards_images_with_one_range_request(color_folder, tmp_path, threads):
     written = pack_image_folder(str(color_folder), str(tmp_path / "shard-%06d.tar"), shard_size=20_000)

@@ -93,6 +93,41 @@ bool is_url(std::string_view path) {
   return std::all_of(path.begin(), path.begin() + static_cast<std::ptrdiff_t>(colon), is_scheme_char);
 }
 
+std::string shown_path(std::string_view path) {
+  if (!is_url(path)) return std::string(path);
+  static constexpr std::string_view kSecretParameters[] = {
+      "x-amz-signature", "x-amz-security-token", "x-goog-signature", "sig", "signature", "token", "access_token"};
+  std::string shown(path);
+  // A password in the user info: "scheme://user:***@host".
+  const size_t authority = shown.find("://") + 3;
+  const size_t authority_end = std::min(shown.find_first_of("/?#", authority), shown.size());
+  const size_t at = shown.rfind('@', authority_end);
+  if (at != std::string::npos && at >= authority) {
+    const size_t colon = shown.find(':', authority);
+    if (colon < at) shown.replace(colon + 1, at - colon - 1, "***");
+  }
+  const size_t query = shown.find('?');
+  if (query == std::string::npos) return shown;
+  std::string out = shown.substr(0, query + 1);
+  const size_t query_end = std::min(shown.find('#', query), shown.size());
+  size_t start = query + 1;
+  while (start <= query_end) {
+    const size_t end = std::min(shown.find('&', start), query_end);
+    const std::string_view parameter = std::string_view(shown).substr(start, end - start);
+    const size_t equals = parameter.find('=');
+    std::string name(parameter.substr(0, equals));
+    for (char& c : name) c = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+    const bool secret =
+        equals != std::string_view::npos &&
+        std::find(std::begin(kSecretParameters), std::end(kSecretParameters), name) != std::end(kSecretParameters);
+    out += secret ? std::string(parameter.substr(0, equals + 1)) + "***" : std::string(parameter);
+    if (end < query_end) out += '&';
+    start = end + 1;
+  }
+  out += shown.substr(query_end);
+  return out;
+}
+
 void RetryPolicy::validate() const {
   check_config(attempts >= 1, "RetryPolicy: attempts must be >= 1, got " + std::to_string(attempts));
   check_config(

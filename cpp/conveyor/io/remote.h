@@ -21,6 +21,14 @@ class Cancellation;  // core/cancellation.h
 /// the file system: "https://host/a.jpg", "s3://bucket/a.tar".
 bool is_url(std::string_view path);
 
+/// `path` as errors, sample keys and skipped() show it: for a URL, the
+/// password of its user info and the values of the query parameters that
+/// carry credentials (a presigned URL's X-Amz-Signature and
+/// X-Amz-Security-Token, GCS's X-Goog-Signature, Azure's sig, Signature,
+/// token, access_token; names case-insensitive) become "***". Anything
+/// else, and any path that is not a URL, is returned as it is.
+std::string shown_path(std::string_view path);
+
 /// The most bytes one remote read may return. A RemoteStore refuses a reply
 /// whose declared length (Content-Length) is larger before reading its body,
 /// and reads a body of no declared length no further than one byte past it

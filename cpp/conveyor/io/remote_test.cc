@@ -125,6 +125,19 @@ TEST(RemoteTest, IsUrl) {
   EXPECT_FALSE(is_url("C:\\data\\a.jpg"));
 }
 
+TEST(RemoteTest, AShownUrlHidesItsPasswordAndTheQuerysCredentials) {
+  EXPECT_EQ(shown_path("/data/a.jpg?sig=1"), "/data/a.jpg?sig=1");  // Not a URL.
+  EXPECT_EQ(shown_path("https://h/a.jpg"), "https://h/a.jpg");
+  EXPECT_EQ(shown_path("https://user:pa:ss@h:8/a@b.jpg"), "https://user:***@h:8/a@b.jpg");
+  EXPECT_EQ(shown_path("https://user@h/a.jpg"), "https://user@h/a.jpg");
+  EXPECT_EQ(shown_path("https://b.s3.amazonaws.com/k.tar?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKID%2F1"
+                       "&X-Amz-Security-Token=tok&X-Amz-Signature=abc#f"),
+            "https://b.s3.amazonaws.com/k.tar?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKID%2F1"
+            "&X-Amz-Security-Token=***&X-Amz-Signature=***#f");
+  EXPECT_EQ(shown_path("https://a.blob.core.windows.net/c/k?sv=1&SIG=s&token=t&access_token=x&a&=y&sig"),
+            "https://a.blob.core.windows.net/c/k?sv=1&SIG=***&token=***&access_token=***&a&=y&sig");
+}
+
 TEST(RemoteTest, Classification) {
   for (int status : {408, 429, 500, 502, 503, 504, 599}) {
     EXPECT_TRUE(is_transient({Kind::kStatus, status, ""})) << status;

@@ -48,8 +48,13 @@ FileSource::FileSource(std::vector<std::string> paths, std::vector<int64_t> labe
 Record FileSource::read(int64_t index) const {
   const auto i = static_cast<size_t>(index);
   const std::string& path = paths_.at(i);
-  Bytes data = remote_ != nullptr && is_url(path) ? remote_->read(path, 0, -1, path) : read_file(path);
-  return Record{std::move(data), labels_.empty() ? -1 : labels_[i], path,
+  if (remote_ == nullptr || !is_url(path)) {
+    return Record{read_file(path), labels_.empty() ? -1 : labels_[i], path,
+                  boxes_.empty() ? std::vector<BoundingBox>{} : boxes_[i]};
+  }
+  std::string key = shown_path(path);
+  Bytes data = remote_->read(path, 0, -1, key);
+  return Record{std::move(data), labels_.empty() ? -1 : labels_[i], std::move(key),
                 boxes_.empty() ? std::vector<BoundingBox>{} : boxes_[i]};
 }
 
@@ -63,8 +68,8 @@ bool FileSource::start_read(int64_t index, const Cancellation* cancellation,
     end.queue_wait_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(attempt.queue_wait).count();
     try {
       if (attempt.data) {
-        end.record = Record{Bytes::from_vector(std::move(*attempt.data)), labels_.empty() ? -1 : labels_[i], paths_[i],
-                            boxes_.empty() ? std::vector<BoundingBox>{} : boxes_[i]};
+        end.record = Record{Bytes::from_vector(std::move(*attempt.data)), labels_.empty() ? -1 : labels_[i],
+                            shown_path(paths_[i]), boxes_.empty() ? std::vector<BoundingBox>{} : boxes_[i]};
       } else {
         end.attempt = std::make_shared<RemoteAttempt>(std::move(attempt));
       }
@@ -80,13 +85,15 @@ Record FileSource::read_after(int64_t index, const RemoteAttempt& attempt) const
   const auto i = static_cast<size_t>(index);
   const std::string& path = paths_.at(i);
   if (remote_ == nullptr || !is_url(path)) return read(index);
-  return Record{remote_->read_after(attempt, path, 0, -1, path), labels_.empty() ? -1 : labels_[i], path,
+  std::string key = shown_path(path);
+  Bytes data = remote_->read_after(attempt, path, 0, -1, key);
+  return Record{std::move(data), labels_.empty() ? -1 : labels_[i], std::move(key),
                 boxes_.empty() ? std::vector<BoundingBox>{} : boxes_[i]};
 }
 
 bool FileSource::starts_reads() const { return remote_ != nullptr && !local_ && remote_->store->starts_reads(); }
 
-std::string FileSource::key(int64_t index) const { return paths_.at(static_cast<size_t>(index)); }
+std::string FileSource::key(int64_t index) const { return shown_path(paths_.at(static_cast<size_t>(index))); }
 
 bool FileSource::read_is_at_hand(int64_t index, ReadPlan* /*plan*/) const {
   const std::string& path = paths_.at(static_cast<size_t>(index));

@@ -221,7 +221,8 @@ bool is_cls_member(std::string_view name) {
 // allowed).
 int64_t parse_label(const std::string& path, const TarMember& member) {
   if (!member.text)
-    throw Error(ErrorKind::kInternal, "a cls member was indexed without its text", path + ":" + member.name);
+    throw Error(ErrorKind::kInternal, "a cls member was indexed without its text",
+                shown_path(path) + ":" + member.name);
   std::string_view text = *member.text;
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
@@ -229,7 +230,7 @@ int64_t parse_label(const std::string& path, const TarMember& member) {
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), label);
   if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
     throw Error(ErrorKind::kRead, "malformed cls member: expected an integer, got '" + printable(text) + "'",
-                path + ":" + member.name);
+                shown_path(path) + ":" + member.name);
   }
   return label;
 }
@@ -239,7 +240,7 @@ int64_t parse_label(const std::string& path, const TarMember& member) {
 template <class File>
 std::vector<TarMember> walk_members(const std::string& path, const File& file) {
   const uint64_t size = file.size();
-  if (size == 0) throw Error(ErrorKind::kRead, "empty file, not a tar archive", path);
+  if (size == 0) throw Error(ErrorKind::kRead, "empty file, not a tar archive", shown_path(path));
   std::vector<TarMember> members;
   std::optional<std::string> long_name;
   PaxRecords pax;
@@ -252,13 +253,13 @@ std::vector<TarMember> walk_members(const std::string& path, const File& file) {
   bool ended = false;
   uint8_t h[kBlock];
   while (pos + kBlock <= size) {
-    file.read_exact(pos, h, path);
+    file.read_exact(pos, h, shown_path(path));
     if (all_zero(h, kBlock)) {
       ended = true;  // End-of-archive marker; anything after it is ignored, as tar does.
       break;
     }
     if (!checksum_ok(h)) {
-      throw Error(ErrorKind::kRead, "corrupt tar header " + where(pos) + ": checksum mismatch", path);
+      throw Error(ErrorKind::kRead, "corrupt tar header " + where(pos) + ": checksum mismatch", shown_path(path));
     }
     const char type = static_cast<char>(h[156]);
     std::optional<uint64_t> member_size = pax.size ? pax.size : header_number(h + 124, 12);
@@ -277,14 +278,15 @@ std::vector<TarMember> walk_members(const std::string& path, const File& file) {
       }
     }
     if (!member_size) {
-      throw Error(ErrorKind::kRead, "corrupt tar header " + where(pos) + ": invalid size field", path + ":" + name);
+      throw Error(ErrorKind::kRead, "corrupt tar header " + where(pos) + ": invalid size field",
+                  shown_path(path) + ":" + name);
     }
     const uint64_t data_offset = pos + kBlock;
     if (*member_size > size - data_offset) {
       throw Error(ErrorKind::kRead,
                   "truncated shard: the member needs " + std::to_string(*member_size) + " bytes at offset " +
                       std::to_string(data_offset) + " but the file has " + std::to_string(size) + " bytes",
-                  path + ":" + name);
+                  shown_path(path) + ":" + name);
     }
     const uint64_t next = data_offset + (*member_size + kBlock - 1) / kBlock * kBlock;
     pos = next;
@@ -296,7 +298,7 @@ std::vector<TarMember> walk_members(const std::string& path, const File& file) {
                         "-byte " + (type == 'L' ? "long name" : "pax header"),
                     path);
       }
-      const std::vector<uint8_t> bytes = file.read_exact(data_offset, *member_size, path);
+      const std::vector<uint8_t> bytes = file.read_exact(data_offset, *member_size, shown_path(path));
       return std::string(bytes.begin(), bytes.end());
     };
     if (type == 'L') {  // GNU long name of the next member.
@@ -306,7 +308,8 @@ std::vector<TarMember> walk_members(const std::string& path, const File& file) {
     }
     if (type == 'x') {  // Pax extended header of the next member.
       auto records = parse_pax(metadata());
-      if (!records) throw Error(ErrorKind::kRead, "corrupt pax header " + where(data_offset - kBlock), path);
+      if (!records)
+        throw Error(ErrorKind::kRead, "corrupt pax header " + where(data_offset - kBlock), shown_path(path));
       pax = std::move(*records);
       continue;
     }
@@ -320,17 +323,17 @@ std::vector<TarMember> walk_members(const std::string& path, const File& file) {
       if (*member_size > kMaxMetadataMember) {
         throw Error(ErrorKind::kRead,
                     "malformed cls member: expected an integer, got " + std::to_string(*member_size) + " bytes",
-                    path + ":" + name);
+                    shown_path(path) + ":" + name);
       }
-      const std::vector<uint8_t> bytes = file.read_exact(data_offset, *member_size, path + ":" + name);
+      const std::vector<uint8_t> bytes = file.read_exact(data_offset, *member_size, shown_path(path) + ":" + name);
       member.text.emplace(bytes.begin(), bytes.end());
     }
     members.push_back(std::move(member));
   }
   if (!ended && pos < size) {
-    const std::vector<uint8_t> rest = file.read_exact(pos, size - pos, path);  // Less than a block.
+    const std::vector<uint8_t> rest = file.read_exact(pos, size - pos, shown_path(path));  // Less than a block.
     if (!all_zero(rest.data(), rest.size())) {
-      throw Error(ErrorKind::kRead, "truncated shard: it ends inside a tar header " + where(pos), path);
+      throw Error(ErrorKind::kRead, "truncated shard: it ends inside a tar header " + where(pos), shown_path(path));
     }
   }
   return members;
@@ -428,7 +431,7 @@ std::optional<std::vector<TarMember>> read_shard_index(const RemoteAccess& remot
     return std::nullopt;
   }
   const std::string url = path + std::string(kShardIndexSuffix);
-  const std::optional<Bytes> bytes = remote.read_if_present(url, kMaxShardIndexBytes, url);
+  const std::optional<Bytes> bytes = remote.read_if_present(url, kMaxShardIndexBytes, shown_path(url));
   if (!bytes) return std::nullopt;
   return parse_shard_index(url, {reinterpret_cast<const char*>(bytes->data()), bytes->size()}, size);
 }
@@ -609,7 +612,8 @@ void TarShardSource::Index::add_shard(const std::string& path, const std::option
   if (remote != nullptr && is_url(path)) {
     // A cache that keeps whole objects learns each one's size from its own
     // check (it bounds the bytes it fetches at once by it): it is asked.
-    const uint64_t size = listed && !remote->store->keeps_whole_objects() ? listed->size : remote->size(path, path);
+    const uint64_t size =
+        listed && !remote->store->keeps_whole_objects() ? listed->size : remote->size(path, shown_path(path));
     std::optional<std::vector<TarMember>> members;
     if (!listed || listed->has_index) members = read_shard_index(*remote, path, size);
     if (members) {
@@ -662,7 +666,7 @@ void TarShardSource::Index::add_samples(const std::string& path, Shard shard, co
         formats.append(i == 0 ? "" : i + 1 == kImageExtensions.size() ? " or " : ", ").append(kImageExtensions[i]);
       }
       throw Error(ErrorKind::kRead, "sample has no image member (" + formats + "); its members: " + names,
-                  path + ":" + group.prefix);
+                  shown_path(path) + ":" + group.prefix);
     }
     for (const auto& [field, member] : group.members) {
       if (field == "cls") sample.label = parse_label(path, *member);
@@ -692,7 +696,7 @@ void TarShardSource::Index::add_samples(const std::string& path, Shard shard, co
     }
     if (duplicate) {
       throw Error(ErrorKind::kRead, "duplicate field '" + field + "' in sample '" + group.prefix + "'",
-                  path + ":" + member.name);
+                  shown_path(path) + ":" + member.name);
     }
     group.members.emplace_back(field, &member);
   }
@@ -849,7 +853,7 @@ Record TarShardSource::read_planned(int64_t index, ReadPlan& plan) const {
       std::optional<std::string> cancelled;
       try {
         const std::string& url = index_->shards[run.shard].path;
-        read = index_->remote->read(url, run.offset, static_cast<int64_t>(run.size), url);
+        read = index_->remote->read(url, run.offset, static_cast<int64_t>(run.size), shown_path(url));
       } catch (const Error& e) {
         // A stopping loader's: this read ends. Any other failure: each sample
         // is then read alone, its error naming it, with its own retries.
@@ -928,14 +932,14 @@ int64_t TarShardSource::size() const { return static_cast<int64_t>(index_->sampl
 
 Record TarShardSource::read(int64_t index) const {
   const auto& s = index_->sample(index);
-  std::string key = index_->shards[s.shard].path + ":" + s.member;
+  std::string key = shown_path(index_->shards[s.shard].path) + ":" + s.member;
   Bytes bytes = index_->read(s, index_->fields[s.image], key);
   return Record{std::move(bytes), s.label, std::move(key)};
 }
 
 std::string TarShardSource::key(int64_t index) const {
   const auto& s = index_->sample(index);
-  return index_->shards[s.shard].path + ":" + s.member;
+  return shown_path(index_->shards[s.shard].path) + ":" + s.member;
 }
 
 std::vector<std::string> TarShardSource::fields(int64_t index) const {
@@ -994,10 +998,10 @@ std::string TarShardSource::shard_index(const std::string& path) {
         nlohmann::json(member.name).dump();
       } catch (const nlohmann::json::type_error&) {
         throw Error(ErrorKind::kRead, "the member's name is not UTF-8, which a shard index cannot hold",
-                    path + ":" + printable(member.name));
+                    shown_path(path) + ":" + printable(member.name));
       }
     }
-    throw Error(ErrorKind::kRead, "a label is not UTF-8, which a shard index cannot hold", path);
+    throw Error(ErrorKind::kRead, "a label is not UTF-8, which a shard index cannot hold", shown_path(path));
   }
 }
 
