@@ -458,6 +458,11 @@ S3Config resolve_s3_config(const std::map<std::string, std::string>& options, co
       [&] { return nonempty(getenv("AWS_DEFAULT_REGION")); }, [&] { return value_in(config_section, "region"); });
   S3Config config;
   config.anonymous = option("anon") ? parse_bool("anon", *option("anon")) : false;
+  if (option("token") && !(option("key") && option("secret"))) {
+    // A session token signs nothing alone: dropped, it would leave the
+    // requests signed by other credentials, or unsigned.
+    throw Error(ErrorKind::kConfig, "storage_options: token needs key and secret (a session's three go together)");
+  }
   if (config.anonymous) {
     config.credentials_source = "anon=True";
   } else if (option("key") || option("secret")) {

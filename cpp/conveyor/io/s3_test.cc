@@ -153,6 +153,9 @@ TEST_F(S3ConfigTest, BadOptionsAreConfigErrorsNamingTheKey) {
             "storage_options: unknown key 'client_kwargs' for s3:// (known: key, secret, token, anon, profile, "
             "region, endpoint_url, addressing_style)");
   EXPECT_EQ(message({{"key", "AK"}}), "storage_options: key and secret must be given together");
+  EXPECT_EQ(message({{"token", "tok"}}), "storage_options: token needs key and secret (a session's three go together)");
+  EXPECT_EQ(message({{"token", "tok"}, {"anon", "true"}}),
+            "storage_options: token needs key and secret (a session's three go together)");
   EXPECT_EQ(message({{"anon", "maybe"}}), "storage_options: anon must be true or false, got 'maybe'");
   EXPECT_EQ(message({{"endpoint_url", "minio:9000"}}),
             "storage_options: endpoint_url must start with http:// or https://, got 'minio:9000'");
