@@ -34,7 +34,7 @@ void stream_through_buffer(const std::vector<int64_t>& shards, const std::vector
   for (int64_t shard : shards) samples += starts[static_cast<size_t>(shard) + 1] - starts[static_cast<size_t>(shard)];
   // Never more slots than samples: a buffer past the data set's size holds it all.
   std::vector<int64_t> buffer;
-  buffer.reserve(static_cast<size_t>(std::min(buffer_size, samples)));
+  buffer.reserve(static_cast<size_t>(std::max<int64_t>(0, std::min(buffer_size, samples))));
   for (int64_t shard : shards) {
     for (int64_t i = starts[static_cast<size_t>(shard)]; i < starts[static_cast<size_t>(shard) + 1]; ++i) {
       if (static_cast<int64_t>(buffer.size()) < buffer_size) {

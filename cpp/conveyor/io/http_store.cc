@@ -214,6 +214,12 @@ std::optional<ContentRange> content_range(std::string_view value) {
   int64_t first = -1;
   int64_t last = -1;
   const char* end = value.data() + value.size();
+  if (value.starts_with("*/")) {  // A 416's: the size alone.
+    int64_t total = -1;
+    const auto [total_end, total_error] = std::from_chars(value.data() + 2, end, total);
+    if (total_error != std::errc() || total_end != end || total < 0) return std::nullopt;
+    return ContentRange{-1, -1, total};
+  }
   const auto [dash, first_error] = std::from_chars(value.data(), end, first);
   if (first_error != std::errc() || dash == end || *dash != '-') return std::nullopt;
   const auto [slash, last_error] = std::from_chars(dash + 1, end, last);
@@ -250,11 +256,12 @@ size_t read_header(Transfer& t, char* data, size_t count) {
     const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), length);
     if (ec == std::errc() && end == value.data() + value.size()) t.declared_length = length;
     if (ec == std::errc::result_out_of_range || (ec == std::errc() && length > t.max_bytes)) {
-      if (!t.head && t.status >= 200 && t.status < 300) {
-        t.too_large = "Content-Length: " + std::string(value);
-        return 0;  // Refused before any of the body is read.
-      }
+      // Refused before any of the body is read, once the headers (an ETag
+      // after it) are.
+      if (!t.head && t.status >= 200 && t.status < 300) t.too_large = "Content-Length: " + std::string(value);
     }
+  } else if (trim(line).empty()) {
+    if (!t.too_large.empty()) return 0;  // The end of a reply's headers.
   } else if (starts_with_nocase(line, "content-range:")) {
     if (const auto range = content_range(trim(line.substr(14)))) {
       t.range_first = range->first;
@@ -307,23 +314,19 @@ int on_connection_ready(void* user, char*, char*, int, int) {
 size_t on_body(char* data, size_t, size_t count, void* user) {
   Transfer& t = *static_cast<Transfer*>(user);
   if (t.abandoned.load(std::memory_order_relaxed)) return 0;
-  if (t.status < 200 || t.status >= 300) {
-    // Its status says what failed; a body past the cap (one that never
-    // ends, faster than the low-speed limit) is not read on.
-    const size_t room = kMaxErrorBody - std::min(kMaxErrorBody, t.error_body.size());
-    if (count > room) {
-      t.error_body.append(data, room);
-      t.error_body_cut = true;
+  try {
+    if (t.status < 200 || t.status >= 300) {
+      // Its status says what failed; a body past the cap (one that never
+      // ends, faster than the low-speed limit) is not read on.
+      const size_t room = kMaxErrorBody - std::min(kMaxErrorBody, t.error_body.size());
+      t.error_body.append(data, std::min(room, count));
+      if (count > room) t.error_body_cut = true;
+      return count > room ? 0 : count;
+    }
+    if (static_cast<int64_t>(t.body.size() + count) > t.max_bytes) {
+      t.too_large = "a body of no declared length";
       return 0;
     }
-    t.error_body.append(data, count);
-    return count;
-  }
-  if (static_cast<int64_t>(t.body.size() + count) > t.max_bytes) {
-    t.too_large = "a body of no declared length";
-    return 0;
-  }
-  try {
     if (t.body.empty() && t.declared_length > 0) t.body.reserve(static_cast<size_t>(t.declared_length));
     t.body.insert(t.body.end(), data, data + count);
   } catch (const std::bad_alloc&) {
@@ -1247,13 +1250,15 @@ std::vector<uint8_t> read_reply(Transfer& t, const HttpStoreOptions& options, ui
   // Another range than the one asked for (a faulty server or proxy) would
   // be read as its bytes; one that stops short is the caller's to name.
   const auto last = static_cast<int64_t>(offset) + size - 1;
-  if (size > 0 && t.status == 206 && t.range_first >= 0 &&
-      (t.range_first != static_cast<int64_t>(offset) || t.range_last > last)) {
+  if (size > 0 && t.status == 206 && t.range_first >= 0 && t.range_first != static_cast<int64_t>(offset)) {
     throw FetchError({Kind::kOther, 0,
                       "asked for bytes " + std::to_string(offset) + "-" + std::to_string(last) +
                           ", the server answered with bytes " + std::to_string(t.range_first) + "-" +
                           std::to_string(t.range_last) + " (Content-Range)"});
   }
+  // More than asked for, from the first byte asked for: the bytes asked for.
+  if (size > 0 && t.status == 206 && t.body.size() > static_cast<size_t>(size))
+    t.body.resize(static_cast<size_t>(size));
   if (size > 0 && t.status == 200) {
     // The server ignored the range and sent the whole object.
     const size_t begin = std::min<size_t>(offset, t.body.size());
@@ -1358,7 +1363,12 @@ RemoteObjectInfo HttpStore::stat(const std::string& url) const {
       made->max_bytes = 1;
       return made;
     });
-    const int64_t size = get->status == 206 ? get->range_total : get->status == 200 ? get->declared_length : -1;
+    // A transfer that failed before its headers ended is its failure (retried).
+    if (get->code != CURLE_OK && get->too_large.empty()) check_reply(*get, options);
+    // 206: "bytes 0-0/SIZE"; 416 (an empty object): "bytes */0"; 200: the whole object's length.
+    const int64_t size = get->status == 206 || get->status == 416 ? get->range_total
+                         : get->status == 200                     ? get->declared_length
+                                                                  : -1;
     if (size < 0) {
       if (get->status != 200 && get->status != 206) check_reply(*get, options);  // Its failure: the URL's.
       throw FetchError({Kind::kOther, 0, "the server refuses a HEAD and gives no size in a GET's reply"});

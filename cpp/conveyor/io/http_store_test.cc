@@ -201,13 +201,16 @@ TEST(HttpStoreTest, APartialReplyOfAnotherRangeThanAskedIsRefused) {
   HttpTestServer server([](const HttpTestRequest& request, HttpTestConnection& connection) {
     const std::string range = request.headers.at("range");  // "bytes=a-b"
     const size_t first = std::stoul(range.substr(6)) + (request.target == "/shifted" ? 1 : 0);
-    const size_t last = std::stoul(range.substr(range.find('-') + 1)) + (request.target == "/shifted" ? 1 : 0);
+    const size_t last = std::stoul(range.substr(range.find('-') + 1)) + (request.target == "/shifted" ? 1 : 0) +
+                        (request.target == "/longer" ? 10 : 0);
     return connection.send(HttpTestServer::reply(
         206, "Partial Content", object().substr(first, last - first + 1),
         "Content-Range: bytes " + std::to_string(first) + "-" + std::to_string(last) + "/1000\r\n"));
   });
   HttpStore store;
   EXPECT_EQ(text(store.read(server.url("/right"), 100, 50)), object().substr(100, 50));
+  // More than asked for, from the first byte asked for: the bytes asked for.
+  EXPECT_EQ(text(store.read(server.url("/longer"), 100, 50)), object().substr(100, 50));
   const FetchFailure failure = failure_of(store, server.url("/shifted"), 100, 50);
   EXPECT_EQ(failure.describe(), "asked for bytes 100-149, the server answered with bytes 101-150 (Content-Range)");
   EXPECT_FALSE(is_transient(failure));
@@ -219,8 +222,11 @@ TEST(HttpStoreTest, TheSizeOfAUrlThatRefusesAHeadIsTheTotalOfAGetOfItsFirstByte)
     if (request.method == "HEAD" || request.target == "/forbidden") {
       return connection.send("HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n");
     }
-    if (request.target == "/whole") {  // Ignores the range.
+    if (request.target == "/whole") {  // Ignores the range; its ETag after its Content-Length.
       return connection.send(HttpTestServer::reply(200, "OK", object(), "ETag: \"w\"\r\n"));
+    }
+    if (request.target == "/empty") {
+      return connection.send(HttpTestServer::reply(416, "Range Not Satisfiable", "", "Content-Range: bytes */0\r\n"));
     }
     return connection.send(
         HttpTestServer::reply(206, "Partial Content", object().substr(0, 1),
@@ -234,7 +240,10 @@ TEST(HttpStoreTest, TheSizeOfAUrlThatRefusesAHeadIsTheTotalOfAGetOfItsFirstByte)
   ASSERT_EQ(requests.size(), 2u);
   EXPECT_EQ(requests[1].method, "GET");
   EXPECT_EQ(requests[1].headers.at("range"), "bytes=0-0");
-  EXPECT_EQ(store.stat(server.url("/whole")).size, 1000u);
+  const RemoteObjectInfo whole = store.stat(server.url("/whole"));
+  EXPECT_EQ(whole.size, 1000u);
+  EXPECT_EQ(whole.version, "\"w\"");
+  EXPECT_EQ(store.stat(server.url("/empty")).size, 0u);
   try {
     store.stat(server.url("/forbidden"));
     ADD_FAILURE() << "no FetchError";

@@ -95,9 +95,10 @@ MixSource::MixSource(std::vector<std::shared_ptr<const Source>> parts, std::vect
         }
       }
       check_config(length < 0x1p62,
-                   "Mix: stop='all_exhausted' would draw more than 2^62 samples before sources[" +
-                       std::to_string(deciding) + "] (" + std::to_string(parts_[deciding]->size()) +
-                       " samples, a share of " + format_general(shares[deciding], 3) +
+                   std::string("Mix: stop='") + (first ? "first_exhausted" : "all_exhausted") +
+                       "' would draw more than 2^62 samples before sources[" + std::to_string(deciding) + "] (" +
+                       std::to_string(parts_[deciding]->size()) + " samples, a share of " +
+                       format_general(shares[deciding], 3) +
                        " of the draws) runs out: raise its weight, or use stop='never' with an epoch_size");
       break;
     }

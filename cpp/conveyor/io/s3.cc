@@ -53,8 +53,8 @@ const std::map<std::string, std::string>* section(const AwsFile& file, const std
 }
 
 // Profile `name`'s section of the config file: "[profile NAME]", and for
-// the default profile "[default]" or else "[profile default]" (botocore
-// reads both).
+// the default profile "[default]" or "[profile default]" (botocore reads
+// both; parse_aws_ini keeps the later).
 const std::map<std::string, std::string>* config_profile(const AwsFile& file, const std::string& name) {
   if (name == "default") {
     if (const auto* values = section(file, name)) return values;
@@ -399,7 +399,13 @@ std::map<std::string, std::map<std::string, std::string>> parse_aws_ini(std::str
     if (line.empty() || line[0] == '#' || line[0] == ';') continue;
     const bool indented = raw[0] == ' ' || raw[0] == '\t';
     if (line.front() == '[' && line.back() == ']') {
-      current = &sections[section_name(trim(std::string_view(line).substr(1, line.size() - 2)))];
+      const std::string name = section_name(trim(std::string_view(line).substr(1, line.size() - 2)));
+      // A later section of a profile replaces an earlier one, as in
+      // botocore's profile map ([default] and [profile default] too).
+      if (name == "default") sections.erase("profile default");
+      if (name == "profile default") sections.erase("default");
+      current = &sections[name];
+      current->clear();
       in_nested = false;
       continue;
     }

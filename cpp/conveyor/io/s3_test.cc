@@ -99,8 +99,10 @@ TEST_F(S3ConfigTest, ProfilesAreNamedAndWrittenAsBotocoreReadsThem) {
   EXPECT_EQ(resolve_s3_config({{"profile", "two"}}, env()).region, "eu-west-2");
   EXPECT_EQ(resolve_s3_config({{"profile", "three"}}, env()).region, "eu-west-3");
   EXPECT_EQ(resolve_s3_config({{"profile", "my prof"}}, env()).region, "eu-north-1");
-  // [default] itself comes before [profile default].
+  // Of [default] and [profile default], the later one is the profile, as in botocore.
   write("config", "[default]\nregion = us-west-1\n[profile default]\nregion = eu-west-1\n");
+  EXPECT_EQ(resolve_s3_config({}, env()).region, "eu-west-1");
+  write("config", "[profile default]\nregion = eu-west-1\n[default]\nregion = us-west-1\n");
   EXPECT_EQ(resolve_s3_config({}, env()).region, "us-west-1");
 }
 

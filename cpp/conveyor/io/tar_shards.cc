@@ -239,8 +239,9 @@ int64_t parse_label(const std::string& path, const TarMember& member) {
 // regular files, in order, with the text of each `cls` member.
 template <class File>
 std::vector<TarMember> walk_members(const std::string& path, const File& file) {
+  const std::string shown = shown_path(path);  // What errors name.
   const uint64_t size = file.size();
-  if (size == 0) throw Error(ErrorKind::kRead, "empty file, not a tar archive", shown_path(path));
+  if (size == 0) throw Error(ErrorKind::kRead, "empty file, not a tar archive", shown);
   std::vector<TarMember> members;
   std::optional<std::string> long_name;
   PaxRecords pax;
@@ -253,13 +254,13 @@ std::vector<TarMember> walk_members(const std::string& path, const File& file) {
   bool ended = false;
   uint8_t h[kBlock];
   while (pos + kBlock <= size) {
-    file.read_exact(pos, h, shown_path(path));
+    file.read_exact(pos, h, shown);
     if (all_zero(h, kBlock)) {
       ended = true;  // End-of-archive marker; anything after it is ignored, as tar does.
       break;
     }
     if (!checksum_ok(h)) {
-      throw Error(ErrorKind::kRead, "corrupt tar header " + where(pos) + ": checksum mismatch", shown_path(path));
+      throw Error(ErrorKind::kRead, "corrupt tar header " + where(pos) + ": checksum mismatch", shown);
     }
     const char type = static_cast<char>(h[156]);
     std::optional<uint64_t> member_size = pax.size ? pax.size : header_number(h + 124, 12);
@@ -278,15 +279,14 @@ std::vector<TarMember> walk_members(const std::string& path, const File& file) {
       }
     }
     if (!member_size) {
-      throw Error(ErrorKind::kRead, "corrupt tar header " + where(pos) + ": invalid size field",
-                  shown_path(path) + ":" + name);
+      throw Error(ErrorKind::kRead, "corrupt tar header " + where(pos) + ": invalid size field", shown + ":" + name);
     }
     const uint64_t data_offset = pos + kBlock;
     if (*member_size > size - data_offset) {
       throw Error(ErrorKind::kRead,
                   "truncated shard: the member needs " + std::to_string(*member_size) + " bytes at offset " +
                       std::to_string(data_offset) + " but the file has " + std::to_string(size) + " bytes",
-                  shown_path(path) + ":" + name);
+                  shown + ":" + name);
     }
     const uint64_t next = data_offset + (*member_size + kBlock - 1) / kBlock * kBlock;
     pos = next;
@@ -296,9 +296,9 @@ std::vector<TarMember> walk_members(const std::string& path, const File& file) {
         throw Error(ErrorKind::kRead,
                     "corrupt tar header " + where(data_offset - kBlock) + ": a " + std::to_string(*member_size) +
                         "-byte " + (type == 'L' ? "long name" : "pax header"),
-                    path);
+                    shown);
       }
-      const std::vector<uint8_t> bytes = file.read_exact(data_offset, *member_size, shown_path(path));
+      const std::vector<uint8_t> bytes = file.read_exact(data_offset, *member_size, shown);
       return std::string(bytes.begin(), bytes.end());
     };
     if (type == 'L') {  // GNU long name of the next member.
@@ -308,8 +308,7 @@ std::vector<TarMember> walk_members(const std::string& path, const File& file) {
     }
     if (type == 'x') {  // Pax extended header of the next member.
       auto records = parse_pax(metadata());
-      if (!records)
-        throw Error(ErrorKind::kRead, "corrupt pax header " + where(data_offset - kBlock), shown_path(path));
+      if (!records) throw Error(ErrorKind::kRead, "corrupt pax header " + where(data_offset - kBlock), shown);
       pax = std::move(*records);
       continue;
     }
@@ -323,17 +322,17 @@ std::vector<TarMember> walk_members(const std::string& path, const File& file) {
       if (*member_size > kMaxMetadataMember) {
         throw Error(ErrorKind::kRead,
                     "malformed cls member: expected an integer, got " + std::to_string(*member_size) + " bytes",
-                    shown_path(path) + ":" + name);
+                    shown + ":" + name);
       }
-      const std::vector<uint8_t> bytes = file.read_exact(data_offset, *member_size, shown_path(path) + ":" + name);
+      const std::vector<uint8_t> bytes = file.read_exact(data_offset, *member_size, shown + ":" + name);
       member.text.emplace(bytes.begin(), bytes.end());
     }
     members.push_back(std::move(member));
   }
   if (!ended && pos < size) {
-    const std::vector<uint8_t> rest = file.read_exact(pos, size - pos, shown_path(path));  // Less than a block.
+    const std::vector<uint8_t> rest = file.read_exact(pos, size - pos, shown);  // Less than a block.
     if (!all_zero(rest.data(), rest.size())) {
-      throw Error(ErrorKind::kRead, "truncated shard: it ends inside a tar header " + where(pos), shown_path(path));
+      throw Error(ErrorKind::kRead, "truncated shard: it ends inside a tar header " + where(pos), shown);
     }
   }
   return members;
@@ -433,7 +432,7 @@ std::optional<std::vector<TarMember>> read_shard_index(const RemoteAccess& remot
   const std::string url = path + std::string(kShardIndexSuffix);
   const std::optional<Bytes> bytes = remote.read_if_present(url, kMaxShardIndexBytes, shown_path(url));
   if (!bytes) return std::nullopt;
-  return parse_shard_index(url, {reinterpret_cast<const char*>(bytes->data()), bytes->size()}, size);
+  return parse_shard_index(shown_path(url), {reinterpret_cast<const char*>(bytes->data()), bytes->size()}, size);
 }
 
 }  // namespace
@@ -621,7 +620,8 @@ void TarShardSource::Index::add_shard(const std::string& path, const std::option
         add_samples(path, Shard{path, {}, true}, *members);
       } catch (const Error& e) {
         // The members are the index's word, not the shard's.
-        throw Error(e.kind(), e.cause() + " (as " + path + std::string(kShardIndexSuffix) + " lists it)", e.key());
+        throw Error(e.kind(), e.cause() + " (as " + shown_path(path) + std::string(kShardIndexSuffix) + " lists it)",
+                    e.key());
       }
       return;
     }

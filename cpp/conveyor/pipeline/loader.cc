@@ -314,8 +314,10 @@ EpochStart Loader::resume_point(const SavedPosition& saved) const {
     check_key(segment, "segment_start", 0, n);
     // The saved world's positions end with its share of what was left at
     // the segment, padded (or truncated) for it: past the source's size.
+    // Another world's loader may have padded where this one truncates.
     const int64_t left = n - segment;
-    const int64_t per_rank = options_.drop_last ? left / saved_world : ceil_div(left, saved_world);
+    const int64_t per_rank =
+        options_.drop_last && saved_world == world ? left / saved_world : ceil_div(left, saved_world);
     // per_rank * saved_world <= left + saved_world - 1.
     const int64_t end = saved_world <= kMost - n ? segment + per_rank * saved_world : kMost;
     check_key(saved.position, "position", segment, end);

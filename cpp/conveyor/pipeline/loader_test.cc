@@ -748,6 +748,11 @@ TEST(LoaderTest, ASavedPositionResumesWhereItWasTakenAtAnyWorldSize) {
   // 29 samples after the segment (3 ranks of 10), and each batch took one.
   EXPECT_EQ(error({0, 32, 0, 3, 1}), "state['position'] must be <= 31, got 32");
   EXPECT_EQ(loader.resume_point({0, 31, 5, 3, 1}).segment_start, 30);
+  // Another world's loader may have padded where this one truncates.
+  LoaderOptions truncating = o;
+  truncating.drop_last = true;
+  Loader dropping(std::make_shared<MemorySource>(30), std::make_shared<IndexTransform>(0), truncating);
+  EXPECT_EQ(dropping.resume_point({0, 31, 5, 3, 1}).segment_start, 30);
   EXPECT_EQ(error({0, 19, 20, 3, 1}), "state['batch'] must be <= 19, got 20");
   EXPECT_EQ(error({0, 19, std::numeric_limits<int64_t>::max(), 3, 1}),
             "state['batch'] must be <= 19, got " + std::to_string(std::numeric_limits<int64_t>::max()));

@@ -436,17 +436,12 @@ class ImageFolder(FileList):
             if not self.root.endswith("/"):
                 self.root += "/"
             listed = _listed_urls(self.root, retry, storage_options, "ImageFolder")
+            relative_of = {url: url[len(self.root) :].split("/", 1) for url in listed}
             urls = _images(listed, allowed)
-            relative = [url[len(self.root) :].split("/", 1) for url in urls]
+            relative = [relative_of[url] for url in urls]
             # As locally every sub-folder is a class, images or not, every
             # key's first path level is one (a folder marker "b/" too).
-            self.classes = sorted(
-                {
-                    parts[0]
-                    for parts in (url[len(self.root) :].split("/", 1) for url in listed)
-                    if len(parts) == 2
-                }
-            )
+            self.classes = sorted({parts[0] for parts in relative_of.values() if len(parts) == 2})
             if not self.classes:
                 raise ConfigError(f"ImageFolder: no class folders found in {self.root}")
             self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
