@@ -387,8 +387,15 @@ FetchFailure failure_of(const Transfer& t, const S3Config* s3) {
     case CURLE_TOO_MANY_REDIRECTS:
       return {Kind::kOther, 0, "more than " + std::to_string(kMaxRedirects) + " redirects"};
     case CURLE_URL_MALFORMAT:
-    case CURLE_UNSUPPORTED_PROTOCOL:
       return {Kind::kInvalid, 0, detail};
+    case CURLE_UNSUPPORTED_PROTOCOL:
+      // The URL's scheme was checked before: the server's reply (HTTP/0.9,
+      // an unknown version) or its redirect (to file://) is what is refused.
+      return {Kind::kOther, 0, "unusable reply: " + detail};
+    case CURLE_OUT_OF_MEMORY:
+      // libcurl says so, too, of a header line past its limit (100 KiB).
+      if (t.status != 0) return {Kind::kOther, 0, "a header line of the reply past libcurl's 100 KiB, or " + detail};
+      return {Kind::kOther, 0, detail};
     case CURLE_PEER_FAILED_VERIFICATION:
     case CURLE_SSL_CACERT_BADFILE: {
       // Where the trust came from (io/ca_certificates.h), and how to change it.

@@ -196,6 +196,25 @@ TEST(HttpStoreTest, AnErrorReplysEndlessBodyEndsAtItsCapWithItsStatus) {
   EXPECT_LT(sent.load(), int64_t{64} << 20);  // The rest sits in socket buffers at most.
 }
 
+TEST(HttpStoreTest, ARepliesFaultsAreNamedAsTheServersNotTheUrls) {
+  HttpTestServer server([](const HttpTestRequest& request, HttpTestConnection& connection) {
+    if (request.target == "/garbage") connection.send("garbage\r\n\r\n");
+    if (request.target == "/file") connection.send("HTTP/1.1 302 Found\r\nLocation: file:///etc/passwd\r\n\r\n");
+    if (request.target == "/big") {
+      connection.send("HTTP/1.1 200 OK\r\nX-Big: " + std::string(200 << 10, 'x') + "\r\nContent-Length: 0\r\n\r\n");
+    }
+    return false;
+  });
+  HttpStore store;
+  const FetchFailure garbage = failure_of(store, server.url("/garbage"));
+  EXPECT_EQ(garbage.kind, Kind::kOther);
+  EXPECT_EQ(garbage.describe().rfind("unusable reply: ", 0), 0u) << garbage.describe();
+  const FetchFailure redirect = failure_of(store, server.url("/file"));
+  EXPECT_EQ(redirect.describe().rfind("unusable reply: ", 0), 0u) << redirect.describe();
+  const FetchFailure big = failure_of(store, server.url("/big"));
+  EXPECT_EQ(big.describe().rfind("a header line of the reply past libcurl's 100 KiB, or ", 0), 0u) << big.describe();
+}
+
 TEST(HttpStoreTest, APartialReplyOfAnotherRangeThanAskedIsRefused) {
   // A faulty server or proxy: the range one byte on, of the length asked for.
   HttpTestServer server([](const HttpTestRequest& request, HttpTestConnection& connection) {
