@@ -953,6 +953,10 @@ class HttpStore::Loop {
     curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, static_cast<long>(std::ceil(options_.read_timeout)));
     if (t.head) curl_easy_setopt(easy, CURLOPT_NOBODY, 1L);
     if (!t.range.empty()) curl_easy_setopt(easy, CURLOPT_RANGE, t.range.c_str());
+    // A whole object stored compressed (S3's Content-Encoding: gzip) is
+    // decoded, as fsspec's clients do; none is asked for ("identity").
+    // Ranges are of the stored bytes: not decoded.
+    if (t.range.empty() && !t.head) curl_easy_setopt(easy, CURLOPT_ACCEPT_ENCODING, "identity");
     if (t.api != Api::kHttp) {
       // Signed requests are not redirected: S3's redirects say the region is
       // wrong. A key's "." and ".." segments are part of the key: libcurl

@@ -215,6 +215,21 @@ TEST(HttpStoreTest, ARepliesFaultsAreNamedAsTheServersNotTheUrls) {
   EXPECT_EQ(big.describe().rfind("a header line of the reply past libcurl's 100 KiB, or ", 0), 0u) << big.describe();
 }
 
+TEST(HttpStoreTest, AWholeObjectStoredGzippedIsReadDecoded) {
+  // As S3 serves an object uploaded with Content-Encoding: gzip, whatever
+  // the request asks for.
+  const std::string gzipped(
+      "\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\x03\x2b\xc9\x48\x55\x48\xaa\x2c\x49\x2d\x56\xc8\x4f\x53\x28\x01\x72"
+      "\xf2\x93\xb2\x52\x93\x4b\x00\x7e\x8d\xc7\xe5\x17\x00\x00\x00",
+      41);
+  HttpTestServer server([&gzipped](const HttpTestRequest&, HttpTestConnection& connection) {
+    return connection.send(HttpTestServer::reply(200, "OK", gzipped, "Content-Encoding: gzip\r\n"));
+  });
+  HttpStore store;
+  EXPECT_EQ(text(store.read(server.url("/a.txt"), 0, -1)), "the bytes of the object");
+  EXPECT_EQ(server.requests().at(0).headers.at("accept-encoding"), "identity");
+}
+
 TEST(HttpStoreTest, APartialReplyOfAnotherRangeThanAskedIsRefused) {
   // A faulty server or proxy: the range one byte on, of the length asked for.
   HttpTestServer server([](const HttpTestRequest& request, HttpTestConnection& connection) {
