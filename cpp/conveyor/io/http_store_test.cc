@@ -162,14 +162,20 @@ TEST(HttpStoreTest, ADeclaredLengthPastTheCapIsRefusedBeforeAnyBody) {
   EXPECT_FALSE(is_transient(failure));
 }
 
-TEST(HttpStoreTest, AnEndlessChunkedBodyIsReadNoFurtherThanTheCap) {
-  std::atomic<int64_t> sent{0};
-  HttpTestServer server([&sent](const HttpTestRequest&, HttpTestConnection& connection) {
-    connection.send("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+// A reply of `status_line` whose chunked body never ends: 64 KiB chunks
+// until the client hangs up, counted in `sent`.
+HttpTestServer::Handler endless_chunked_body(std::string status_line, std::atomic<int64_t>& sent) {
+  return [status_line, &sent](const HttpTestRequest&, HttpTestConnection& connection) {
+    connection.send(status_line + "\r\nTransfer-Encoding: chunked\r\n\r\n");
     const std::string chunk = "10000\r\n" + std::string(0x10000, 'x') + "\r\n";
     while (connection.send(chunk)) sent += 0x10000;
     return false;
-  });
+  };
+}
+
+TEST(HttpStoreTest, AnEndlessChunkedBodyIsReadNoFurtherThanTheCap) {
+  std::atomic<int64_t> sent{0};
+  HttpTestServer server(endless_chunked_body("HTTP/1.1 200 OK", sent));
   HttpStoreOptions options;
   options.max_read_bytes = 1 << 20;
   HttpStore store(options);
@@ -182,12 +188,7 @@ TEST(HttpStoreTest, AnEndlessChunkedBodyIsReadNoFurtherThanTheCap) {
 TEST(HttpStoreTest, AnErrorReplysEndlessBodyEndsAtItsCapWithItsStatus) {
   // Kept at 64 KiB, it was read on for ever: no failure, a core busy.
   std::atomic<int64_t> sent{0};
-  HttpTestServer server([&sent](const HttpTestRequest&, HttpTestConnection& connection) {
-    connection.send("HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n");
-    const std::string chunk = "10000\r\n" + std::string(0x10000, 'x') + "\r\n";
-    while (connection.send(chunk)) sent += 0x10000;
-    return false;
-  });
+  HttpTestServer server(endless_chunked_body("HTTP/1.1 404 Not Found", sent));
   HttpStore store;
   const FetchFailure failure = failure_of(store, server.url("/a"));
   EXPECT_EQ(failure.describe(), "HTTP 404 Not Found");
@@ -844,6 +845,18 @@ TEST(HttpStoreTest, RandomMalformedRepliesEndInBytesOrANamedFailure) {
   EXPECT_GT(failures, 100);  // Most of them are broken.
 }
 
+// A store signing s3:// requests to `server` for `region` with the AWS
+// documentation's example keys.
+HttpStoreOptions signed_at(const HttpTestServer& server, const std::string& region) {
+  HttpStoreOptions options;
+  options.s3 = resolve_s3_config({{"key", "AKIDEXAMPLE"},
+                                  {"secret", "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY"},
+                                  {"endpoint_url", server.url("")},
+                                  {"region", region}},
+                                 [](const std::string&) { return std::nullopt; });
+  return options;
+}
+
 TEST(HttpStoreTest, S3RequestsAreSignedAndErrorsNameTheS3Code) {
   HttpTestServer server([](const HttpTestRequest& request, HttpTestConnection& connection) {
     if (request.target == "/bucket/dir/a%20b.jpg") return connection.send(HttpTestServer::reply(200, "OK", "abc"));
@@ -887,12 +900,7 @@ TEST(HttpStoreTest, AListingWhoseContinuationTokensComeRoundAgainEndsWithAFailur
                     "</IsTruncated><NextContinuationToken>") +
             (after_a ? "B" : "A") + "</NextContinuationToken></ListBucketResult>"));
   });
-  HttpStoreOptions options;
-  options.s3 = resolve_s3_config({{"key", "AKIDEXAMPLE"},
-                                  {"secret", "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY"},
-                                  {"endpoint_url", server.url("")},
-                                  {"region", "us-east-1"}},
-                                 [](const std::string&) { return std::nullopt; });
+  const HttpStoreOptions options = signed_at(server, "us-east-1");
   HttpStore store(options);
   try {
     store.list("s3://bucket/");
@@ -924,12 +932,7 @@ TEST(HttpStoreTest, ABucketInAnotherRegionIsLearntFromS3sReplyAndSignedForIt) {
     }
     return connection.send(HttpTestServer::reply(200, "OK", "abc", "ETag: \"e\"\r\n"));
   });
-  HttpStoreOptions options;
-  options.s3 = resolve_s3_config({{"key", "AKIDEXAMPLE"},
-                                  {"secret", "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY"},
-                                  {"endpoint_url", server.url("")},
-                                  {"region", "us-east-1"}},
-                                 [](const std::string&) { return std::nullopt; });
+  const HttpStoreOptions options = signed_at(server, "us-east-1");
   HttpStore store(options);
   EXPECT_EQ(text(store.read("s3://elsewhere/a", 0, -1)), "abc");
   EXPECT_EQ(server.requests().size(), 2u);  // Refused once, then signed for eu-west-1.
