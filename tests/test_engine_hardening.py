@@ -69,7 +69,7 @@ def check(result: subprocess.CompletedProcess[str], expected_stdout: str) -> Non
 # --- sizes -------------------------------------------------------------------------
 
 
-def test_sizes_too_large_are_config_errors_at_construction() -> None:
+def test_sizes_too_large_are_config_errors_at_construction_and_a_batch_past_the_data_is_the_data() -> None:
     result = run_child(
         """
         class Huge:
@@ -91,12 +91,13 @@ def test_sizes_too_large_are_config_errors_at_construction() -> None:
                 print("no error")
         """
     )
-    # float32 CHW: 3 x 8 x 8 x 4 = 768 bytes per sample. The order of 2**40
-    # samples was a bare MemoryError (std::bad_alloc) at iter().
+    # A batch_size past the data set takes the data set's room (it overflowed
+    # as 2**62 x 768 bytes before). The order of 2**40 samples was a bare
+    # MemoryError (std::bad_alloc) at iter().
     check(
         result,
         """
-        ConfigError the batch buffer (batch_size x bytes per sample) overflows: 4611686018427387904 x 768
+        no error
         ConfigError the source has 1099511627776 samples: its epoch order (8 TiB) cannot be allocated
         """,
     )

@@ -19,13 +19,13 @@ std::optional<SlotTicket> EpochRun::assign_next_slot(BufferPool& pool) {
     InFlightBatch b;
     b.index = front_index + static_cast<int64_t>(batches.size());
     if (variable) {
-      b.samples.resize(static_cast<size_t>(batch_size));
+      b.samples.resize(static_cast<size_t>(rows));
     } else {
       b.buffer = pool.acquire();
     }
-    b.slots.resize(static_cast<size_t>(batch_size));
-    b.labels.resize(static_cast<size_t>(batch_size), -1);
-    b.boxes.resize(static_cast<size_t>(batch_size));
+    b.slots.resize(static_cast<size_t>(rows));
+    b.labels.resize(static_cast<size_t>(rows), -1);
+    b.boxes.resize(static_cast<size_t>(rows));
     batches.push_back(std::move(b));
     target = &batches.back();
   }
@@ -96,7 +96,7 @@ bool EpochRun::front_ready() const {
     const Slot::State state = front.slots[static_cast<size_t>(i)].state;
     if (state != Slot::State::kDone && state != Slot::State::kFailed) return false;
   }
-  for (int64_t i = front.issued; i < batch_size; ++i) {
+  for (int64_t i = front.issued; i < rows; ++i) {
     if (front.slots[static_cast<size_t>(i)].busy) return false;
   }
   return !mixes || front.mixed || front_failure() != nullptr;

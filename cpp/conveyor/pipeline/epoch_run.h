@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -105,6 +106,7 @@ struct EpochRun : std::enable_shared_from_this<EpochRun> {
       : epoch(epoch_),
         order(std::move(order_)),
         batch_size(batch_size_),
+        rows(std::max<int64_t>(1, std::min<int64_t>(batch_size_, static_cast<int64_t>(order.size()) - start_position))),
         prefetch(prefetch_),
         next_position(start_position),
         front_index(start_batch) {}
@@ -112,6 +114,10 @@ struct EpochRun : std::enable_shared_from_this<EpochRun> {
   const int64_t epoch;
   const std::vector<int64_t> order;  ///< Sample index at each position of the epoch.
   const int64_t batch_size;
+  /// Slots of a batch: batch_size, or the positions the run has left when
+  /// fewer (no batch holds more), so that a batch_size past the epoch takes
+  /// no room of its size.
+  const int64_t rows;
   int64_t prefetch;                   ///< Most batches in flight or ready at once (autotune may change it).
   int64_t next_position;              ///< Next position to issue.
   std::deque<InFlightBatch> batches;  ///< front() is the next to deliver.

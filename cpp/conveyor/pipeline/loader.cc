@@ -147,8 +147,9 @@ Loader::Loader(std::shared_ptr<const Source> source, std::shared_ptr<const Sampl
       order_deals_shards_(order_deals_shards(*source_, options_)),
       // The one product every slot offset derives from: checked here, so
       // `slot * sample_bytes_` below cannot overflow.
-      pool_(static_cast<size_t>(
-                checked_mul(options_.batch_size, sample_bytes_, "the batch buffer (batch_size x bytes per sample)")),
+      // Rows for a batch_size past the epoch: the epoch's samples (EpochRun::rows).
+      pool_(static_cast<size_t>(checked_mul(std::min(options_.batch_size, samples_per_epoch_), sample_bytes_,
+                                            "the batch buffer (batch_size x bytes per sample)")),
             options_.allocator),
       part_samples_(static_cast<size_t>(std::max(1, source_->parts()))),
       memory_budget_(memory_budget_for(options_, pool_.buffer_bytes())),

@@ -1053,14 +1053,21 @@ class OneByteTransform : public SampleTransform {
   }
 };
 
+// Samples of 2^40 bytes each (never made: the loader is only built).
+class HugeSampleTransform : public SampleTransform {
+ public:
+  SampleSpec output_spec() const override { return {{int64_t{1} << 40}, DType::kUInt8}; }
+  void apply(std::span<const uint8_t>, SampleRng&, void*) const override {}
+};
+
 TEST(LoaderSizeTest, BatchBufferThatOverflowsIsAConfigErrorAtConstruction) {
   try {
-    Loader loader(std::make_shared<MemorySource>(10), std::make_shared<IndexTransform>(),
+    Loader loader(std::make_shared<MemorySource>(int64_t{1} << 24), std::make_shared<HugeSampleTransform>(),
                   options(int64_t{1} << 62, 1, 1, 1));
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kConfig);
-    EXPECT_STREQ(e.what(), "the batch buffer (batch_size x bytes per sample) overflows: 4611686018427387904 x 32");
+    EXPECT_STREQ(e.what(), "the batch buffer (batch_size x bytes per sample) overflows: 16777216 x 1099511627776");
   }
 }
 
@@ -1069,6 +1076,28 @@ TEST(LoaderSizeTest, CountsNearInt64MaxDoNotWrap) {
   Loader loader(std::make_shared<MemorySource>(10), std::make_shared<OneByteTransform>(), options(max, 1, 1, 1));
   EXPECT_EQ(loader.num_batches(), 1);
   EXPECT_EQ(loader.num_samples(), 10);
+}
+
+TEST(LoaderSizeTest, ABatchSizePastTheEpochTakesRoomForTheEpochOnly) {
+  // batch_size 10^7 over 10 samples took 10^7 rows (and slots) per batch.
+  std::atomic<size_t> largest{0};
+  LoaderOptions o = options(10'000'000, 1, 1, 1);
+  const BufferAllocator aligned = BufferAllocator::aligned();
+  o.allocator = {[&, aligned](size_t bytes) -> void* {
+                   largest = std::max(largest.load(), bytes);
+                   return aligned.allocate(bytes);
+                 },
+                 aligned.deallocate};
+  Loader loader(std::make_shared<MemorySource>(10), std::make_shared<IndexTransform>(), o);
+  Epoch epoch = run_epoch(loader, 0);
+  ASSERT_EQ(epoch.batches.size(), 1u);
+  EXPECT_EQ(epoch.batches[0].size(), 10u * kSampleBytes);  // The epoch, in one batch.
+  EXPECT_EQ(largest.load(), 10u * kSampleBytes);
+  // With drop_last, that one partial batch is dropped, as before.
+  o.drop_last = true;
+  Loader dropping(std::make_shared<MemorySource>(10), std::make_shared<IndexTransform>(), o);
+  EXPECT_EQ(dropping.num_batches(), 0);
+  EXPECT_TRUE(run_epoch(dropping, 0).batches.empty());
 }
 
 TEST(LoaderSizeTest, ABatchBufferThatCannotBeAllocatedIsAnErrorFromNext) {
