@@ -77,10 +77,9 @@ struct SlotTicket {
 /// The rank of `task` in the epoch's order. The cpu pool runs a sample's work
 /// in this order (ThreadPool::submit_in_order): reads that finish out of
 /// order on the io pool must not let a later batch's samples be decoded
-/// before the batch the consumer waits for.
-inline int64_t queue_order(const SlotTicket& task, int64_t batch_size) noexcept {
-  return task.batch * batch_size + task.slot;
-}
+/// before the batch the consumer waits for. `rows`: EpochRun::rows (a
+/// batch's slots), which keeps it within int64 whatever batch_size.
+inline int64_t queue_order(const SlotTicket& task, int64_t rows) noexcept { return task.batch * rows + task.slot; }
 
 /// What the consumer's next() does with the run as it stands (EpochRun::next_step).
 enum class NextStep {

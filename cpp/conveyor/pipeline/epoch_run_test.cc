@@ -50,7 +50,7 @@ TEST(EpochRunTest, PositionsAreAssignedInOrderUpToPrefetchBatches) {
     EXPECT_EQ(tickets[i].batch, static_cast<int64_t>(i / 4));
     EXPECT_EQ(tickets[i].slot, static_cast<int64_t>(i % 4));
     EXPECT_EQ(run.sample_for(tickets[i]), 100 + static_cast<int64_t>(i));
-    EXPECT_EQ(queue_order(tickets[i], run.batch_size), static_cast<int64_t>(i));
+    EXPECT_EQ(queue_order(tickets[i], run.rows), static_cast<int64_t>(i));
   }
   EXPECT_EQ(run.outstanding, 8);
   EXPECT_EQ(run.next_step(false), NextStep::kWait);

@@ -446,9 +446,8 @@ void Loader::issue_unguarded_locked(EpochRun& run) {
     try {
       const bool at_hand = read_at_hand(run, run.sample_for(*task));
       if (at_hand || reads_inline()) {
-        cpu_pool_->submit_in_order(
-            queue_order(*task, run.batch_size),
-            [this, run = run.shared_from_this(), task = *task, at_hand] { sample_task(run, task, at_hand); });
+        cpu_pool_->submit_in_order(queue_order(*task, run.rows), [this, run = run.shared_from_this(), task = *task,
+                                                                  at_hand] { sample_task(run, task, at_hand); });
       } else {
         start_read_locked(run, *task);
       }
@@ -628,7 +627,7 @@ void Loader::read_done(std::shared_ptr<EpochRun> run, SlotTicket task, int64_t s
     try {
       if (end.record->key.empty()) end.record->key = key_of(*source_, sample);
       cpu_pool_->submit_in_order(
-          queue_order(task, run->batch_size),
+          queue_order(task, run->rows),
           [this, run, task, record = std::move(*end.record)]() mutable { process_task(run, task, std::move(record)); });
     } catch (const std::exception& e) {
       fail_started_read(*run, task, e);
@@ -658,9 +657,9 @@ void Loader::read_task(const std::shared_ptr<EpochRun>& run, SlotTicket task, st
   std::optional<Record> record = read_sample(run, task, started ? &*started : nullptr);
   if (started) end_started_read();  // Its io thread is joined before the pools go: no hand-off count.
   if (record) {
-    cpu_pool_->submit_in_order(
-        queue_order(task, run->batch_size),
-        [this, run, task, record = std::move(*record)]() mutable { process_task(run, task, std::move(record)); });
+    cpu_pool_->submit_in_order(queue_order(task, run->rows), [this, run, task, record = std::move(*record)]() mutable {
+      process_task(run, task, std::move(record));
+    });
   }
 }
 
