@@ -45,17 +45,18 @@ FileSource::FileSource(std::vector<std::string> paths, std::vector<int64_t> labe
   }
 }
 
+Record FileSource::record(size_t i, Bytes data, std::string key) const {
+  return Record{std::move(data), labels_.empty() ? -1 : labels_[i], std::move(key),
+                boxes_.empty() ? std::vector<BoundingBox>{} : boxes_[i]};
+}
+
 Record FileSource::read(int64_t index) const {
   const auto i = static_cast<size_t>(index);
   const std::string& path = paths_.at(i);
-  if (remote_ == nullptr || !is_url(path)) {
-    return Record{read_file(path), labels_.empty() ? -1 : labels_[i], path,
-                  boxes_.empty() ? std::vector<BoundingBox>{} : boxes_[i]};
-  }
+  if (remote_ == nullptr || !is_url(path)) return record(i, read_file(path), path);
   std::string key = shown_path(path);
   Bytes data = remote_->read(path, 0, -1, key);
-  return Record{std::move(data), labels_.empty() ? -1 : labels_[i], std::move(key),
-                boxes_.empty() ? std::vector<BoundingBox>{} : boxes_[i]};
+  return record(i, std::move(data), std::move(key));
 }
 
 bool FileSource::start_read(int64_t index, const Cancellation* cancellation,
@@ -68,8 +69,7 @@ bool FileSource::start_read(int64_t index, const Cancellation* cancellation,
     end.queue_wait_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(attempt.queue_wait).count();
     try {
       if (attempt.data) {
-        end.record = Record{Bytes::from_vector(std::move(*attempt.data)), labels_.empty() ? -1 : labels_[i],
-                            shown_path(paths_[i]), boxes_.empty() ? std::vector<BoundingBox>{} : boxes_[i]};
+        end.record = record(i, Bytes::from_vector(std::move(*attempt.data)), shown_path(paths_[i]));
       } else {
         end.attempt = std::make_shared<RemoteAttempt>(std::move(attempt));
       }
@@ -87,8 +87,7 @@ Record FileSource::read_after(int64_t index, const RemoteAttempt& attempt) const
   if (remote_ == nullptr || !is_url(path)) return read(index);
   std::string key = shown_path(path);
   Bytes data = remote_->read_after(attempt, path, 0, -1, key);
-  return Record{std::move(data), labels_.empty() ? -1 : labels_[i], std::move(key),
-                boxes_.empty() ? std::vector<BoundingBox>{} : boxes_[i]};
+  return record(i, std::move(data), std::move(key));
 }
 
 bool FileSource::starts_reads() const { return remote_ != nullptr && !local_ && remote_->store->starts_reads(); }

@@ -211,6 +211,9 @@ class FileSource final : public Source {
   std::optional<int64_t> max_label() const override { return max_label_; }
 
  private:
+  // Sample i's record of `data`, named `key`.
+  Record record(size_t i, Bytes data, std::string key) const;
+
   std::vector<std::string> paths_;
   std::vector<int64_t> labels_;
   int64_t max_label_ = -1;

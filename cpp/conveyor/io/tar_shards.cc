@@ -218,11 +218,10 @@ bool is_cls_member(std::string_view name) {
 }
 
 // The label a `cls` member's text holds (an integer, surrounding spaces
-// allowed).
-int64_t parse_label(const std::string& path, const TarMember& member) {
+// allowed); errors name it "shown:member" (shown: the shard as keys show it).
+int64_t parse_label(const std::string& shown, const TarMember& member) {
   if (!member.text)
-    throw Error(ErrorKind::kInternal, "a cls member was indexed without its text",
-                shown_path(path) + ":" + member.name);
+    throw Error(ErrorKind::kInternal, "a cls member was indexed without its text", shown + ":" + member.name);
   std::string_view text = *member.text;
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
@@ -230,7 +229,7 @@ int64_t parse_label(const std::string& path, const TarMember& member) {
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), label);
   if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
     throw Error(ErrorKind::kRead, "malformed cls member: expected an integer, got '" + printable(text) + "'",
-                shown_path(path) + ":" + member.name);
+                shown + ":" + member.name);
   }
   return label;
 }
@@ -440,6 +439,7 @@ std::optional<std::vector<TarMember>> read_shard_index(const RemoteAccess& remot
 struct TarShardSource::Index {
   struct Shard {
     std::string path;
+    std::string shown;               // `path` as keys and errors show it (shown_path).
     RegularFile::Identity identity;  // When indexed: reads check the file is still this one.
     bool remote = false;             // Read through `remote` (a URL), by range requests.
   };
@@ -520,7 +520,7 @@ struct TarShardSource::Index {
   // Appends `part`, an index of other shards, after the shards indexed so far.
   void append(Index&& part);
   // Adds `shard`, and its `members` (in tar order) as samples.
-  void add_samples(const std::string& path, Shard shard, const std::vector<TarMember>& members);
+  void add_samples(Shard shard, const std::vector<TarMember>& members);
 };
 
 namespace {
@@ -617,7 +617,7 @@ void TarShardSource::Index::add_shard(const std::string& path, const std::option
     if (!listed || listed->has_index) members = read_shard_index(*remote, path, size);
     if (members) {
       try {
-        add_samples(path, Shard{path, {}, true}, *members);
+        add_samples(Shard{path, shown_path(path), {}, true}, *members);
       } catch (const Error& e) {
         // The members are the index's word, not the shard's.
         throw Error(e.kind(), e.cause() + " (as " + shown_path(path) + std::string(kShardIndexSuffix) + " lists it)",
@@ -626,14 +626,14 @@ void TarShardSource::Index::add_shard(const std::string& path, const std::option
       return;
     }
     const RemoteShardReader reader(*remote, path, size);
-    add_samples(path, Shard{path, {}, true}, walk_members(path, reader));
+    add_samples(Shard{path, shown_path(path), {}, true}, walk_members(path, reader));
   } else {
     const RegularFile file(path);
-    add_samples(path, Shard{path, file.identity(), false}, walk_members(path, file));
+    add_samples(Shard{path, path, file.identity(), false}, walk_members(path, file));
   }
 }
 
-void TarShardSource::Index::add_samples(const std::string& path, Shard shard, const std::vector<TarMember>& members) {
+void TarShardSource::Index::add_samples(Shard shard, const std::vector<TarMember>& members) {
   const auto shard_id = static_cast<uint32_t>(shards.size());
   shards.push_back(std::move(shard));
 
@@ -666,10 +666,10 @@ void TarShardSource::Index::add_samples(const std::string& path, Shard shard, co
         formats.append(i == 0 ? "" : i + 1 == kImageExtensions.size() ? " or " : ", ").append(kImageExtensions[i]);
       }
       throw Error(ErrorKind::kRead, "sample has no image member (" + formats + "); its members: " + names,
-                  shown_path(path) + ":" + group.prefix);
+                  shards[shard_id].shown + ":" + group.prefix);
     }
     for (const auto& [field, member] : group.members) {
-      if (field == "cls") sample.label = parse_label(path, *member);
+      if (field == "cls") sample.label = parse_label(shards[shard_id].shown, *member);
       fields.push_back({intern(field), member->offset, member->size});
     }
     sample.image = sample.first_field + static_cast<uint32_t>(*image);
@@ -696,7 +696,7 @@ void TarShardSource::Index::add_samples(const std::string& path, Shard shard, co
     }
     if (duplicate) {
       throw Error(ErrorKind::kRead, "duplicate field '" + field + "' in sample '" + group.prefix + "'",
-                  shown_path(path) + ":" + member.name);
+                  shards[shard_id].shown + ":" + member.name);
     }
     group.members.emplace_back(field, &member);
   }
@@ -853,7 +853,7 @@ Record TarShardSource::read_planned(int64_t index, ReadPlan& plan) const {
       std::optional<std::string> cancelled;
       try {
         const std::string& url = index_->shards[run.shard].path;
-        read = index_->remote->read(url, run.offset, static_cast<int64_t>(run.size), shown_path(url));
+        read = index_->remote->read(url, run.offset, static_cast<int64_t>(run.size), index_->shards[run.shard].shown);
       } catch (const Error& e) {
         // A stopping loader's: this read ends. Any other failure: each sample
         // is then read alone, its error naming it, with its own retries.
@@ -932,14 +932,14 @@ int64_t TarShardSource::size() const { return static_cast<int64_t>(index_->sampl
 
 Record TarShardSource::read(int64_t index) const {
   const auto& s = index_->sample(index);
-  std::string key = shown_path(index_->shards[s.shard].path) + ":" + s.member;
+  std::string key = index_->shards[s.shard].shown + ":" + s.member;
   Bytes bytes = index_->read(s, index_->fields[s.image], key);
   return Record{std::move(bytes), s.label, std::move(key)};
 }
 
 std::string TarShardSource::key(int64_t index) const {
   const auto& s = index_->sample(index);
-  return shown_path(index_->shards[s.shard].path) + ":" + s.member;
+  return index_->shards[s.shard].shown + ":" + s.member;
 }
 
 std::vector<std::string> TarShardSource::fields(int64_t index) const {
@@ -978,7 +978,7 @@ std::string TarShardSource::shard_index(const std::string& path) {
   const std::vector<TarMember> members = walk_members(path, file);
   // What TarShardSource would refuse, the index is not written for.
   Index check;
-  check.add_samples(path, {path, file.identity(), false}, members);
+  check.add_samples({path, path, file.identity(), false}, members);
   nlohmann::json listed = nlohmann::json::array();
   for (const TarMember& member : members) {
     nlohmann::json entry = {member.name, member.offset, member.size};

@@ -146,10 +146,10 @@ Loader::Loader(std::shared_ptr<const Source> source, std::shared_ptr<const Sampl
       starts_reads_(source_->starts_reads()),
       order_deals_shards_(order_deals_shards(*source_, options_)),
       // The one product every slot offset derives from: checked here, so
-      // `slot * sample_bytes_` below cannot overflow.
-      // Rows for a batch_size past the epoch: the epoch's samples (EpochRun::rows).
+      // `slot * sample_bytes_` below cannot overflow. Its rows: batch_size,
+      // or the epoch's samples when fewer (EpochRun::rows).
       pool_(static_cast<size_t>(checked_mul(std::min(options_.batch_size, samples_per_epoch_), sample_bytes_,
-                                            "the batch buffer (batch_size x bytes per sample)")),
+                                            "the batch buffer (rows x bytes per sample)")),
             options_.allocator),
       part_samples_(static_cast<size_t>(std::max(1, source_->parts()))),
       memory_budget_(memory_budget_for(options_, pool_.buffer_bytes())),

@@ -1067,7 +1067,7 @@ TEST(LoaderSizeTest, BatchBufferThatOverflowsIsAConfigErrorAtConstruction) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kConfig);
-    EXPECT_STREQ(e.what(), "the batch buffer (batch_size x bytes per sample) overflows: 16777216 x 1099511627776");
+    EXPECT_STREQ(e.what(), "the batch buffer (rows x bytes per sample) overflows: 16777216 x 1099511627776");
   }
 }
 
